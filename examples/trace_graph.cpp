@@ -1,0 +1,28 @@
+// Traces one layer of an MLP with a softmax on top, without running anything, and prints the graph,
+// its Graphviz form (with --dot) and its hash. The hash is the same in every process that builds
+// this graph: that is what lets a compiled executable be found again.
+#include <cstdio>
+#include <cstring>
+#include <vector>
+
+#include "lazy/tensor.h"
+
+int main(int argc, char** argv) {
+  const bool dot = argc > 1 && std::strcmp(argv[1], "--dot") == 0;
+  using lazyrt::Tensor;
+  std::vector<float> x_host(4 * 8), w_host(8 * 3, 0.25f), b_host(3, 0.5f);
+  for (size_t i = 0; i < x_host.size(); ++i) x_host[i] = static_cast<float>(i) / 10.0f;
+
+  const int64_t x_dims[] = {4, 8}, w_dims[] = {8, 3}, b_dims[] = {3};
+  Tensor x = Tensor::FromData(x_host, x_dims);
+  Tensor w = Tensor::FromData(w_host, w_dims);
+  Tensor b = Tensor::FromData(b_host, b_dims);
+
+  Tensor h = lazyrt::relu(lazyrt::matmul(x, w) + b);
+  Tensor scaled = h * 0.5;  // a host scalar: a graph parameter, not a constant
+  Tensor probs = lazyrt::softmax(scaled, -1);
+
+  std::fputs((dot ? lazyrt::graph_dot({probs}) : lazyrt::graph_text({probs})).c_str(), stdout);
+  std::printf("graph hash: %016llx\n", static_cast<unsigned long long>(lazyrt::graph_hash({probs})));
+  return 0;
+}

@@ -1,0 +1,99 @@
+#include "ir/attributes.h"
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+
+namespace lazyrt::ir {
+
+absl::string_view AttrKeyName(AttrKey key) {
+  switch (key) {
+    case AttrKey::kDims: return "dims";
+    case AttrKey::kKeepDim: return "keepdim";
+    case AttrKey::kDType: return "dtype";
+    case AttrKey::kAxis: return "axis";
+    case AttrKey::kStart: return "start";
+    case AttrKey::kLimit: return "limit";
+    case AttrKey::kStride: return "stride";
+    case AttrKey::kNumClasses: return "num_classes";
+    case AttrKey::kValue: return "value";
+    case AttrKey::kStream: return "stream";
+    case AttrKey::kTransposeA: return "transpose_a";
+    case AttrKey::kTransposeB: return "transpose_b";
+  }
+  return "?";
+}
+
+Attributes& Attributes::Set(AttrKey key, AttrValue value) {
+  for (Entry& e : entries_) {
+    if (e.key == key) {
+      e.value = std::move(value);
+      return *this;
+    }
+  }
+  entries_.push_back({key, std::move(value)});
+  return *this;
+}
+
+const Attributes::Entry* Attributes::Lookup(AttrKey key) const {
+  for (const Entry& e : entries_) {
+    if (e.key == key) return &e;
+  }
+  return nullptr;
+}
+
+void Attributes::HashInto(Hasher& hasher) const {
+  for (const Entry& e : entries_) {
+    hasher.Add((static_cast<uint64_t>(e.key) << 8) | e.value.index());
+    std::visit(
+        [&](const auto& v) {
+          using T = std::decay_t<decltype(v)>;
+          if constexpr (std::is_same_v<T, double>) {
+            hasher.AddDouble(v);
+          } else if constexpr (std::is_same_v<T, std::vector<int64_t>>) {
+            hasher.Add(v.size());
+            for (int64_t x : v) hasher.Add(static_cast<uint64_t>(x));
+          } else {
+            hasher.Add(static_cast<uint64_t>(v));
+          }
+        },
+        e.value);
+  }
+}
+
+std::string AttrValueToString(const AttrValue& value) {
+  return std::visit(
+      [](const auto& v) -> std::string {
+        using T = std::decay_t<decltype(v)>;
+        if constexpr (std::is_same_v<T, bool>) {
+          return v ? "true" : "false";
+        } else if constexpr (std::is_same_v<T, std::vector<int64_t>>) {
+          return absl::StrCat("[", absl::StrJoin(v, ","), "]");
+        } else if constexpr (std::is_same_v<T, DType>) {
+          return std::string(DTypeName(v));
+        } else {
+          return absl::StrCat(v);
+        }
+      },
+      value);
+}
+
+std::string Attributes::ToString() const {
+  std::string out;
+  for (const Entry& e : entries_) {
+    if (!out.empty()) out += ' ';
+    absl::StrAppend(&out, AttrKeyName(e.key), "=", AttrValueToString(e.value));
+  }
+  return out;
+}
+
+bool operator==(const Attributes& a, const Attributes& b) {
+  if (a.entries_.size() != b.entries_.size()) return false;
+  for (size_t i = 0; i < a.entries_.size(); ++i) {
+    if (a.entries_[i].key != b.entries_[i].key || a.entries_[i].value != b.entries_[i].value) {
+      return false;
+    }
+  }
+  return true;
+}
+
+}  // namespace lazyrt::ir

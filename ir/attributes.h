@@ -1,0 +1,71 @@
+// Typed node attributes: the static parameters of an op (dimensions, flags, a constant's value).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include "absl/strings/string_view.h"
+#include <variant>
+#include <vector>
+
+#include "ir/dtype.h"
+#include "ir/hash.h"
+
+namespace lazyrt::ir {
+
+enum class AttrKey : uint8_t {
+  kDims,        // vector: reduce/permute dims, reshape/expand target sizes
+  kKeepDim,     // bool: reductions keep reduced dims as size 1
+  kDType,       // DType: Convert target
+  kAxis,        // int: concat, index_select, gather, softmax, argmax
+  kStart,       // vector: slice starts
+  kLimit,       // vector: slice limits (exclusive)
+  kStride,      // vector: slice strides
+  kNumClasses,  // int: one_hot
+  kValue,       // double: a Constant's value (static scalars only)
+  kStream,      // int: which random stream of the step an Rng op draws from
+  kTransposeA,  // bool: MatMul reads its left operand transposed
+  kTransposeB,  // bool: MatMul reads its right operand transposed
+};
+
+absl::string_view AttrKeyName(AttrKey key);
+
+using AttrValue = std::variant<int64_t, double, bool, std::vector<int64_t>, DType>;
+
+class Attributes {
+ public:
+  struct Entry {
+    AttrKey key;
+    AttrValue value;
+  };
+
+  Attributes() = default;
+  Attributes(std::initializer_list<Entry> entries) : entries_(entries) {}
+
+  Attributes& Set(AttrKey key, AttrValue value);
+  // The value under `key`, which must be present with type T (a programming error otherwise).
+  template <typename T>
+  const T& Get(AttrKey key) const {
+    return std::get<T>(Lookup(key)->value);
+  }
+  template <typename T>
+  const T* Find(AttrKey key) const {
+    const Entry* e = Lookup(key);
+    return e ? std::get_if<T>(&e->value) : nullptr;
+  }
+  bool empty() const { return entries_.empty(); }
+  const std::vector<Entry>& entries() const { return entries_; }
+
+  void HashInto(Hasher& hasher) const;
+  // "dims=[0,1] keepdim=true"
+  std::string ToString() const;
+
+  friend bool operator==(const Attributes& a, const Attributes& b);
+
+ private:
+  const Entry* Lookup(AttrKey key) const;
+  std::vector<Entry> entries_;  // in insertion order; callers set keys in a fixed order per op
+};
+
+std::string AttrValueToString(const AttrValue& value);
+
+}  // namespace lazyrt::ir

@@ -1,0 +1,69 @@
+#include "ir/post_order.h"
+
+#include <mutex>
+
+namespace lazyrt::ir {
+namespace {
+
+std::mutex& TraversalMutex() {
+  static std::mutex mu;
+  return mu;
+}
+
+uint64_t g_epoch = 0;  // guarded by TraversalMutex
+
+}  // namespace
+
+PostOrder::PostOrder(std::span<const Value> roots) {
+  std::lock_guard<std::mutex> lock(TraversalMutex());
+  const uint64_t epoch = ++g_epoch;
+  struct Frame {
+    const Node* node;
+    size_t next_operand;
+  };
+  std::vector<Frame> stack;
+  for (const Value& root : roots) {
+    const Node* r = root.node.get();
+    if (r->visit_epoch_ == epoch) continue;
+    r->visit_epoch_ = epoch;
+    stack.push_back({r, 0});
+    while (!stack.empty()) {
+      Frame& top = stack.back();
+      if (top.next_operand < top.node->operands_.size()) {
+        const Node* child = top.node->operands_[top.next_operand++].node.get();
+        if (child->visit_epoch_ != epoch) {
+          child->visit_epoch_ = epoch;
+          stack.push_back({child, 0});  // invalidates `top`; it is not used again this iteration
+        }
+        continue;
+      }
+      const Node* done = top.node;
+      stack.pop_back();
+      done->position_ = static_cast<uint32_t>(nodes_.size());
+      if (done->op() == OpKind::kDeviceData) parameter_positions_.push_back(done->position_);
+      nodes_.push_back(done);
+    }
+  }
+
+  // Name every operand and root by position, and hash the result in one pass.
+  std::vector<uint64_t> words;
+  words.reserve(nodes_.size() * 3 + roots.size() + 1);
+  operand_begin_.reserve(nodes_.size() + 1);
+  for (const Node* n : nodes_) {
+    operand_begin_.push_back(static_cast<uint32_t>(operand_positions_.size()));
+    words.push_back(n->hash());
+    for (const Value& v : n->operands()) {
+      operand_positions_.push_back(v.node->position_);
+      words.push_back((static_cast<uint64_t>(v.node->position_) << 32) | v.index);
+    }
+  }
+  operand_begin_.push_back(static_cast<uint32_t>(operand_positions_.size()));
+  words.push_back(roots.size());
+  for (const Value& root : roots) {
+    root_positions_.push_back(root.node->position_);
+    words.push_back((static_cast<uint64_t>(root.node->position_) << 32) | root.index);
+  }
+  dag_hash_ = HashBytes(words.data(), words.size() * sizeof(uint64_t));
+}
+
+}  // namespace lazyrt::ir

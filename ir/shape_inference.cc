@@ -1,0 +1,255 @@
+#include "ir/shape_inference.h"
+
+#include <algorithm>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+
+namespace lazyrt::ir {
+
+absl::StatusOr<int64_t> NormalizeDim(int64_t dim, int64_t rank) {
+  if (dim < -rank || dim >= rank) {
+    return absl::OutOfRangeError(
+        absl::StrCat("dimension ", dim, " is out of range for a tensor of rank ", rank,
+                     rank > 0 ? absl::StrCat(" (valid: ", -rank, " to ", rank - 1, ")") : ""));
+  }
+  return dim < 0 ? dim + rank : dim;
+}
+
+absl::StatusOr<Dims> BroadcastDims(std::span<const int64_t> a, std::span<const int64_t> b) {
+  const size_t rank = std::max(a.size(), b.size());
+  Dims out(rank);
+  for (size_t i = 0; i < rank; ++i) {
+    const int64_t da = i < rank - a.size() ? 1 : a[i - (rank - a.size())];
+    const int64_t db = i < rank - b.size() ? 1 : b[i - (rank - b.size())];
+    if (da != db && da != 1 && db != 1) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("shapes ", DimsToString(a), " and ", DimsToString(b),
+                       " cannot be broadcast together (dimension ", i, ": ", da, " vs ", db, ")"));
+    }
+    out[i] = da == 1 ? db : da;
+  }
+  return out;
+}
+
+absl::StatusOr<Shape> InferElementwise(OpKind op, std::span<const Shape> operands) {
+  // Select's condition is bool; its value operands decide the dtype.
+  const size_t first_value = op == OpKind::kSelect ? 1 : 0;
+  const DType dtype = operands[first_value].dtype();
+  for (size_t i = first_value + 1; i < operands.size(); ++i) {
+    if (operands[i].dtype() != dtype) {
+      return absl::InvalidArgumentError(absl::StrCat("operand dtypes differ: ",
+                                                     operands[first_value].ToString(), " vs ",
+                                                     operands[i].ToString()));
+    }
+  }
+  if (op == OpKind::kSelect && operands[0].dtype() != DType::kBool) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("the condition must be bool, got ", operands[0].ToString()));
+  }
+  Dims dims = operands[0].dims();
+  for (size_t i = 1; i < operands.size(); ++i) {
+    absl::StatusOr<Dims> b = BroadcastDims(dims, operands[i].dims());
+    if (!b.ok()) {
+      std::string all;
+      for (size_t j = 0; j < operands.size(); ++j) {
+        absl::StrAppend(&all, j ? " and " : "", operands[j].ToString());
+      }
+      return absl::InvalidArgumentError(absl::StrCat("shapes ", all, " cannot be broadcast together"));
+    }
+    dims = *std::move(b);
+  }
+  return Shape(IsComparison(op) ? DType::kBool : dtype, std::move(dims));
+}
+
+absl::StatusOr<Shape> InferMatMul(const Shape& a, const Shape& b, bool transpose_a, bool transpose_b) {
+  if (a.rank() < 2 || b.rank() < 2) {
+    return absl::InvalidArgumentError(absl::StrCat("matmul needs operands of rank >= 2, got ",
+                                                   a.ToString(), " and ", b.ToString()));
+  }
+  if (a.dtype() != b.dtype()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("matmul operand dtypes differ: ", a.ToString(), " vs ", b.ToString()));
+  }
+  const int64_t m = a.dim(a.rank() - (transpose_a ? 1 : 2));
+  const int64_t ka = a.dim(a.rank() - (transpose_a ? 2 : 1));
+  const int64_t kb = b.dim(b.rank() - (transpose_b ? 1 : 2));
+  const int64_t n = b.dim(b.rank() - (transpose_b ? 2 : 1));
+  if (ka != kb) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("matmul contraction sizes differ: ", a.ToString(), " x ", b.ToString(), " (", ka,
+                     " vs ", kb, ")"));
+  }
+  absl::StatusOr<Dims> batch =
+      BroadcastDims(std::span(a.dims()).first(a.rank() - 2), std::span(b.dims()).first(b.rank() - 2));
+  if (!batch.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("matmul batch dimensions of ", a.ToString(), " and ",
+                                                   b.ToString(), " cannot be broadcast together"));
+  }
+  Dims out = *std::move(batch);
+  out.push_back(m);
+  out.push_back(n);
+  return Shape(a.dtype(), std::move(out));
+}
+
+Shape InferReduce(const Shape& in, std::span<const int64_t> dims, bool keepdim, DType out_dtype) {
+  Dims out;
+  for (int64_t i = 0; i < in.rank(); ++i) {
+    const bool reduced = std::find(dims.begin(), dims.end(), i) != dims.end();
+    if (!reduced) {
+      out.push_back(in.dim(i));
+    } else if (keepdim) {
+      out.push_back(1);
+    }
+  }
+  return Shape(out_dtype, std::move(out));
+}
+
+absl::StatusOr<Shape> InferReshape(const Shape& in, std::span<const int64_t> sizes) {
+  Dims out(sizes.begin(), sizes.end());
+  int64_t known = 1;
+  int infer_at = -1;
+  for (size_t i = 0; i < out.size(); ++i) {
+    if (out[i] == -1) {
+      if (infer_at >= 0) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("reshape to ", DimsToString(sizes), ": only one dimension may be -1"));
+      }
+      infer_at = static_cast<int>(i);
+    } else if (out[i] < 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("reshape to ", DimsToString(sizes), ": negative size ", out[i]));
+    } else {
+      known *= out[i];
+    }
+  }
+  if (infer_at >= 0) {
+    if (known == 0 || in.numel() % known != 0) {
+      return absl::InvalidArgumentError(absl::StrCat("cannot reshape ", in.ToString(), " (", in.numel(),
+                                                     " elements) to ", DimsToString(sizes)));
+    }
+    out[static_cast<size_t>(infer_at)] = in.numel() / known;
+    known = in.numel();
+  }
+  if (known != in.numel()) {
+    return absl::InvalidArgumentError(absl::StrCat("cannot reshape ", in.ToString(), " (", in.numel(),
+                                                   " elements) to ", DimsToString(sizes), " (", known,
+                                                   " elements)"));
+  }
+  return Shape(in.dtype(), std::move(out));
+}
+
+absl::StatusOr<Shape> InferPermute(const Shape& in, std::span<const int64_t> perm) {
+  if (static_cast<int64_t>(perm.size()) != in.rank()) {
+    return absl::InvalidArgumentError(absl::StrCat("permutation ", DimsToString(perm), " has ",
+                                                   perm.size(), " entries for ", in.ToString()));
+  }
+  Dims out;
+  std::vector<bool> seen(perm.size(), false);
+  for (size_t i = 0; i < perm.size(); ++i) {
+    if (perm[i] < 0 || perm[i] >= in.rank() || seen[static_cast<size_t>(perm[i])]) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(DimsToString(perm), " is not a permutation of the dimensions of ", in.ToString()));
+    }
+    seen[static_cast<size_t>(perm[i])] = true;
+    out.push_back(in.dim(perm[i]));
+  }
+  return Shape(in.dtype(), std::move(out));
+}
+
+absl::StatusOr<Shape> InferExpand(const Shape& in, std::span<const int64_t> sizes) {
+  if (static_cast<int64_t>(sizes.size()) < in.rank()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("cannot expand ", in.ToString(), " to fewer dimensions ", DimsToString(sizes)));
+  }
+  const size_t lead = sizes.size() - static_cast<size_t>(in.rank());
+  Dims out(sizes.begin(), sizes.end());
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    const int64_t have = i < lead ? 1 : in.dim(static_cast<int64_t>(i - lead));
+    if (sizes[i] == -1 && i >= lead) {
+      out[i] = have;
+    } else if (have != 1 && have != sizes[i]) {
+      return absl::InvalidArgumentError(absl::StrCat("cannot expand ", in.ToString(), " to ",
+                                                     DimsToString(sizes), " (dimension ", i, ": ", have,
+                                                     " vs ", sizes[i], ")"));
+    } else if (sizes[i] < 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("cannot expand ", in.ToString(), " to ", DimsToString(sizes)));
+    }
+  }
+  return Shape(in.dtype(), std::move(out));
+}
+
+absl::StatusOr<Shape> InferSlice(const Shape& in, std::span<const int64_t> start,
+                                 std::span<const int64_t> limit, std::span<const int64_t> stride) {
+  const size_t rank = static_cast<size_t>(in.rank());
+  if (start.size() != rank || limit.size() != rank || stride.size() != rank) {
+    return absl::InvalidArgumentError(absl::StrCat("slice of ", in.ToString(), " needs ", rank,
+                                                   " starts, limits and strides"));
+  }
+  Dims out(rank);
+  for (size_t i = 0; i < rank; ++i) {
+    const int64_t size = in.dims()[i];
+    if (stride[i] <= 0 || start[i] < 0 || limit[i] < start[i] || limit[i] > size) {
+      return absl::OutOfRangeError(absl::StrCat("slice [", start[i], ":", limit[i], ":", stride[i],
+                                                "] of dimension ", i, " of ", in.ToString(),
+                                                " is out of range"));
+    }
+    out[i] = (limit[i] - start[i] + stride[i] - 1) / stride[i];
+  }
+  return Shape(in.dtype(), std::move(out));
+}
+
+absl::StatusOr<Shape> InferConcat(std::span<const Shape> inputs, int64_t axis) {
+  if (inputs.empty()) return absl::InvalidArgumentError("concat needs at least one tensor");
+  const Shape& first = inputs[0];
+  Dims out = first.dims();
+  out[static_cast<size_t>(axis)] = 0;
+  for (const Shape& s : inputs) {
+    bool fits = s.rank() == first.rank() && s.dtype() == first.dtype();
+    for (int64_t i = 0; fits && i < s.rank(); ++i) fits = i == axis || s.dim(i) == first.dim(i);
+    if (!fits) {
+      return absl::InvalidArgumentError(absl::StrCat("cannot concatenate ", first.ToString(), " and ",
+                                                     s.ToString(), " along dimension ", axis));
+    }
+    out[static_cast<size_t>(axis)] += s.dim(axis);
+  }
+  return Shape(first.dtype(), std::move(out));
+}
+
+absl::StatusOr<Shape> InferIndexSelect(const Shape& in, int64_t axis, const Shape& index) {
+  if (!IsIntegral(index.dtype()) || index.rank() != 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("index_select needs a 1-D integer index, got ", index.ToString()));
+  }
+  Dims out = in.dims();
+  out[static_cast<size_t>(axis)] = index.dim(0);
+  return Shape(in.dtype(), std::move(out));
+}
+
+absl::StatusOr<Shape> InferGather(const Shape& in, int64_t axis, const Shape& index) {
+  bool fits = IsIntegral(index.dtype()) && index.rank() == in.rank();
+  for (int64_t i = 0; fits && i < in.rank(); ++i) fits = i == axis || index.dim(i) <= in.dim(i);
+  if (!fits) {
+    return absl::InvalidArgumentError(absl::StrCat("gather along dimension ", axis, " of ", in.ToString(),
+                                                   " needs an integer index of the same rank, no larger "
+                                                   "outside that dimension; got ",
+                                                   index.ToString()));
+  }
+  return Shape(in.dtype(), index.dims());
+}
+
+absl::StatusOr<Shape> InferOneHot(const Shape& index, int64_t num_classes, DType dtype) {
+  if (!IsIntegral(index.dtype())) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("one_hot needs an integer index, got ", index.ToString()));
+  }
+  if (num_classes <= 0) {
+    return absl::InvalidArgumentError(absl::StrCat("one_hot needs num_classes > 0, got ", num_classes));
+  }
+  Dims out = index.dims();
+  out.push_back(num_classes);
+  return Shape(dtype, std::move(out));
+}
+
+}  // namespace lazyrt::ir

@@ -1,0 +1,38 @@
+// Output shapes of ops, computed when an op is traced. Each error says what did not fit, naming the
+// shapes involved; the caller adds the op and the user's source location.
+#pragma once
+
+#include <cstdint>
+#include <span>
+
+#include "absl/status/statusor.h"
+#include "ir/op_kind.h"
+#include "ir/shape.h"
+
+namespace lazyrt::ir {
+
+// A dimension index in [-rank, rank) made non-negative.
+absl::StatusOr<int64_t> NormalizeDim(int64_t dim, int64_t rank);
+// NumPy broadcasting of two dimension lists.
+absl::StatusOr<Dims> BroadcastDims(std::span<const int64_t> a, std::span<const int64_t> b);
+
+// Elementwise ops with NumPy broadcasting. Binary ops require equal dtypes (the caller promotes);
+// comparisons yield bool.
+absl::StatusOr<Shape> InferElementwise(OpKind op, std::span<const Shape> operands);
+// [..., m, k] x [..., k, n] -> [..., m, n], batch dims broadcast; 1-D operands as in numpy.matmul
+// are the caller's business (it reshapes them).
+absl::StatusOr<Shape> InferMatMul(const Shape& a, const Shape& b, bool transpose_a = false,
+                                  bool transpose_b = false);
+// `dims` must be normalized, unique and sorted.
+Shape InferReduce(const Shape& in, std::span<const int64_t> dims, bool keepdim, DType out_dtype);
+absl::StatusOr<Shape> InferReshape(const Shape& in, std::span<const int64_t> sizes);
+absl::StatusOr<Shape> InferPermute(const Shape& in, std::span<const int64_t> perm);
+absl::StatusOr<Shape> InferExpand(const Shape& in, std::span<const int64_t> sizes);
+absl::StatusOr<Shape> InferSlice(const Shape& in, std::span<const int64_t> start,
+                                 std::span<const int64_t> limit, std::span<const int64_t> stride);
+absl::StatusOr<Shape> InferConcat(std::span<const Shape> inputs, int64_t axis);
+absl::StatusOr<Shape> InferIndexSelect(const Shape& in, int64_t axis, const Shape& index);
+absl::StatusOr<Shape> InferGather(const Shape& in, int64_t axis, const Shape& index);
+absl::StatusOr<Shape> InferOneHot(const Shape& index, int64_t num_classes, DType dtype);
+
+}  // namespace lazyrt::ir

@@ -1,0 +1,24 @@
+#include "lazy/error.h"
+
+#include "absl/strings/str_cat.h"
+
+namespace lazyrt {
+
+std::string FormatLocation(const std::source_location& where) {
+  absl::string_view file = where.file_name();
+  if (file.empty()) return "";
+  return absl::StrCat(file, ":", where.line());
+}
+
+Error::Error(std::string message, std::source_location where)
+    : std::runtime_error(absl::StrCat("lazyrt: ", message, " (at ", FormatLocation(where), ")")),
+      location_(FormatLocation(where)) {}
+
+Error::Error(std::string message) : std::runtime_error(absl::StrCat("lazyrt: ", message)) {}
+
+void ThrowIfError(const absl::Status& status, absl::string_view what, const std::source_location& where) {
+  if (status.ok()) return;
+  throw Error(absl::StrCat(what, ": ", status.message()), where);
+}
+
+}  // namespace lazyrt

@@ -1,0 +1,470 @@
+// The traced ops: each checks its operands, infers its output shape and records one IR node (plus
+// dtype conversions where operands must be promoted).
+#include <algorithm>
+#include <cmath>
+
+#include "absl/strings/str_cat.h"
+#include "ir/shape_inference.h"
+#include "lazy/runtime.h"
+#include "lazy/tensor.h"
+#include "lazy/tracing.h"
+
+namespace lazyrt {
+
+using detail::Check;
+using detail::CommonDevice;
+using detail::Converted;
+using detail::ImplOf;
+using detail::MakeTensor;
+using detail::ScalarValue;
+using detail::ValueOf;
+using ir::AttrKey;
+using ir::OpKind;
+
+namespace {
+
+// Records an elementwise node over already-promoted operand values.
+Tensor Elementwise(OpKind op, ir::OperandList operands, int device, const SourceLocation& loc) {
+  absl::InlinedVector<Shape, 3> shapes;
+  for (const ir::Value& v : operands) shapes.push_back(v.shape());
+  Shape out = Check(ir::InferElementwise(op, shapes), ir::OpKindName(op), loc);
+  return MakeTensor(op, std::move(operands), std::move(out), device, loc);
+}
+
+// The dtype a binary op computes in: both tensor dtypes promoted; true division of integers in f32.
+DType ComputeType(OpKind op, DType a, DType b) {
+  DType t = ir::PromoteTypes(a, b);
+  if (op == OpKind::kDiv && !ir::IsFloating(t)) return DType::kF32;
+  return t;
+}
+
+Tensor Binary(OpKind op, const Tensor& a, const Tensor& b, const SourceLocation& loc) {
+  const absl::string_view name = ir::OpKindName(op);
+  const int device = CommonDevice({&a, &b}, name, loc);
+  const DType t = ComputeType(op, a.dtype(), b.dtype());
+  return Elementwise(op, {Converted(ValueOf(a), t, loc), Converted(ValueOf(b), t, loc)}, device, loc);
+}
+
+// A tensor and a host scalar: the scalar takes the tensor's dtype (as a PyTorch wrapped number), except
+// that a fractional scalar with an integer tensor computes in f32.
+Tensor BinaryScalar(OpKind op, const Tensor& a, Scalar s, bool scalar_first, const SourceLocation& loc) {
+  const detail::TensorImpl& impl = ImplOf(a, ir::OpKindName(op), loc);
+  DType t = impl.shape.dtype();
+  if (!ir::IsFloating(t) && !s.is_integral()) t = DType::kF32;
+  if (op == OpKind::kDiv && !ir::IsFloating(t)) t = DType::kF32;
+  ir::Value tv = Converted(ValueOf(a), t, loc);
+  ir::Value sv = ScalarValue(s, t, loc);
+  return Elementwise(op, scalar_first ? ir::OperandList{sv, tv} : ir::OperandList{tv, sv}, impl.device,
+                     loc);
+}
+
+// Unary ops that only make sense on floats compute integer inputs in f32.
+Tensor UnaryFloat(OpKind op, const Tensor& x, const SourceLocation& loc) {
+  const detail::TensorImpl& impl = ImplOf(x, ir::OpKindName(op), loc);
+  const DType t = ir::IsFloating(impl.shape.dtype()) ? impl.shape.dtype() : DType::kF32;
+  return Elementwise(op, {Converted(ValueOf(x), t, loc)}, impl.device, loc);
+}
+
+Tensor Unary(OpKind op, const Tensor& x, const SourceLocation& loc) {
+  const detail::TensorImpl& impl = ImplOf(x, ir::OpKindName(op), loc);
+  if (impl.shape.dtype() == DType::kBool && op != OpKind::kNot) {
+    throw Error(absl::StrCat(ir::OpKindName(op), ": not defined for ", impl.shape.ToString()), loc);
+  }
+  return Elementwise(op, {ValueOf(x)}, impl.device, loc);
+}
+
+void RequireFloating(const Tensor& x, absl::string_view op, const SourceLocation& loc) {
+  if (!ir::IsFloating(ImplOf(x, op, loc).shape.dtype())) {
+    throw Error(absl::StrCat(op, ": needs a floating-point tensor, got ", x.shape().ToString(),
+                             " (cast it first)"),
+                loc);
+  }
+}
+
+// Normalized, sorted, unique reduction dims; empty means all.
+std::vector<int64_t> ReductionDims(const Shape& shape, std::vector<int64_t> dims, absl::string_view op,
+                                   const SourceLocation& loc) {
+  if (dims.empty()) {
+    for (int64_t i = 0; i < shape.rank(); ++i) dims.push_back(i);
+    return dims;
+  }
+  for (int64_t& d : dims) d = Check(ir::NormalizeDim(d, shape.rank()), op, loc);
+  std::sort(dims.begin(), dims.end());
+  if (std::adjacent_find(dims.begin(), dims.end()) != dims.end()) {
+    throw Error(absl::StrCat(op, ": a dimension is repeated in ", ir::DimsToString(dims)), loc);
+  }
+  return dims;
+}
+
+Tensor Reduce(OpKind op, const Tensor& x, std::vector<int64_t> dims, bool keepdim, DType out_dtype,
+              const SourceLocation& loc) {
+  const absl::string_view name = ir::OpKindName(op);
+  const detail::TensorImpl& impl = ImplOf(x, name, loc);
+  dims = ReductionDims(impl.shape, std::move(dims), name, loc);
+  Shape out = ir::InferReduce(impl.shape, dims, keepdim, out_dtype);
+  return MakeTensor(op, {Converted(ValueOf(x), out_dtype, loc)}, std::move(out), impl.device, loc,
+                    ir::Attributes{{AttrKey::kDims, std::move(dims)}, {AttrKey::kKeepDim, keepdim}});
+}
+
+}  // namespace
+
+// ---- Factories ---------------------------------------------------------------------------------------
+
+namespace {
+Shape FactoryShape(std::vector<int64_t> dims, DType dtype, absl::string_view op, const SourceLocation& loc) {
+  for (int64_t d : dims) {
+    if (d < 0) throw Error(absl::StrCat(op, ": negative dimension in ", ir::DimsToString(dims)), loc);
+  }
+  return Shape(dtype, dims);
+}
+
+Tensor Splat(double value, std::vector<int64_t> dims, DType dtype, Device device, absl::string_view op,
+             const SourceLocation& loc) {
+  detail::Runtime::Get().device_state(device, loc);
+  return MakeTensor(OpKind::kConstant, {}, FactoryShape(std::move(dims), dtype, op, loc), device.index, loc,
+                    ir::Attributes{{AttrKey::kValue, value}});
+}
+}  // namespace
+
+Tensor zeros(std::vector<int64_t> dims, DType dtype, Device device, SourceLocation loc) {
+  return Splat(0.0, std::move(dims), dtype, device, "zeros", loc);
+}
+
+Tensor ones(std::vector<int64_t> dims, DType dtype, Device device, SourceLocation loc) {
+  return Splat(1.0, std::move(dims), dtype, device, "ones", loc);
+}
+
+Tensor full(std::vector<int64_t> dims, Scalar value, DType dtype, Device device, SourceLocation loc) {
+  if (value.is_static()) return Splat(value.value(), std::move(dims), dtype, device, "full", loc);
+  detail::Runtime::Get().device_state(device, loc);
+  Shape shape = FactoryShape(dims, dtype, "full", loc);
+  return MakeTensor(OpKind::kExpand, {ScalarValue(value, dtype, loc)}, std::move(shape), device.index, loc,
+                    ir::Attributes{{AttrKey::kDims, std::move(dims)}});
+}
+
+Tensor arange(int64_t start, int64_t end, int64_t step, DType dtype, Device device, SourceLocation loc) {
+  if (step == 0) throw Error("arange: step must not be 0", loc);
+  detail::Runtime::Get().device_state(device, loc);
+  const int64_t n = std::max<int64_t>(0, (end - start + step + (step > 0 ? -1 : 1)) / step);
+  return MakeTensor(OpKind::kIota, {}, Shape(dtype, {n}), device.index, loc,
+                    ir::Attributes{{AttrKey::kStart, std::vector<int64_t>{start}},
+                                   {AttrKey::kStride, std::vector<int64_t>{step}}});
+}
+
+namespace {
+Tensor Random(OpKind op, std::vector<int64_t> dims, Scalar shift, Scalar scale, DType dtype, Device device,
+              const SourceLocation& loc) {
+  const absl::string_view name = ir::OpKindName(op);
+  if (!ir::IsFloating(dtype)) {
+    throw Error(absl::StrCat(name, ": needs a floating-point dtype, got ", ir::DTypeName(dtype)), loc);
+  }
+  detail::DeviceState& state = detail::Runtime::Get().device_state(device, loc);
+  Tensor t = MakeTensor(op, {state.SeedValue()}, FactoryShape(std::move(dims), dtype, name, loc),
+                        device.index, loc, ir::Attributes{{AttrKey::kStream, state.NextRngStream()}});
+  // Identity scale and shift are skipped only when static, so the graph never depends on a value.
+  if (!(scale.is_static() && scale.value() == 1)) t = t * ScalarArg(scale, loc);
+  if (!(shift.is_static() && shift.value() == 0)) t = t + ScalarArg(shift, loc);
+  return t;
+}
+
+Scalar Difference(Scalar high, Scalar low) {
+  if (high.is_static() && low.is_static()) return Scalar::Static(high.value() - low.value());
+  return Scalar(high.value() - low.value());
+}
+}  // namespace
+
+Tensor rand(std::vector<int64_t> dims, Scalar low, Scalar high, DType dtype, Device device,
+            SourceLocation loc) {
+  return Random(OpKind::kRngUniform, std::move(dims), low, Difference(high, low), dtype, device, loc);
+}
+
+Tensor randn(std::vector<int64_t> dims, Scalar mean, Scalar stddev, DType dtype, Device device,
+             SourceLocation loc) {
+  return Random(OpKind::kRngNormal, std::move(dims), mean, stddev, dtype, device, loc);
+}
+
+void manual_seed(uint64_t seed, Device device) {
+  detail::Runtime::Get().device_state(device, SourceLocation::current()).Seed(seed);
+}
+
+// ---- Elementwise ----------------------------------------------------------------------------------
+
+Tensor operator+(const Tensor& a, TensorArg b) { return Binary(OpKind::kAdd, a, b.tensor, b.loc); }
+Tensor operator-(const Tensor& a, TensorArg b) { return Binary(OpKind::kSub, a, b.tensor, b.loc); }
+Tensor operator*(const Tensor& a, TensorArg b) { return Binary(OpKind::kMul, a, b.tensor, b.loc); }
+Tensor operator/(const Tensor& a, TensorArg b) { return Binary(OpKind::kDiv, a, b.tensor, b.loc); }
+Tensor operator+(const Tensor& a, ScalarArg b) { return BinaryScalar(OpKind::kAdd, a, b.scalar, false, b.loc); }
+Tensor operator-(const Tensor& a, ScalarArg b) { return BinaryScalar(OpKind::kSub, a, b.scalar, false, b.loc); }
+Tensor operator*(const Tensor& a, ScalarArg b) { return BinaryScalar(OpKind::kMul, a, b.scalar, false, b.loc); }
+Tensor operator/(const Tensor& a, ScalarArg b) { return BinaryScalar(OpKind::kDiv, a, b.scalar, false, b.loc); }
+Tensor operator+(ScalarArg a, const Tensor& b) { return BinaryScalar(OpKind::kAdd, b, a.scalar, true, a.loc); }
+Tensor operator-(ScalarArg a, const Tensor& b) { return BinaryScalar(OpKind::kSub, b, a.scalar, true, a.loc); }
+Tensor operator*(ScalarArg a, const Tensor& b) { return BinaryScalar(OpKind::kMul, b, a.scalar, true, a.loc); }
+Tensor operator/(ScalarArg a, const Tensor& b) { return BinaryScalar(OpKind::kDiv, b, a.scalar, true, a.loc); }
+Tensor operator-(const Tensor& a) { return neg(a); }
+
+Tensor add(const Tensor& a, const Tensor& b, SourceLocation loc) { return Binary(OpKind::kAdd, a, b, loc); }
+Tensor sub(const Tensor& a, const Tensor& b, SourceLocation loc) { return Binary(OpKind::kSub, a, b, loc); }
+Tensor mul(const Tensor& a, const Tensor& b, SourceLocation loc) { return Binary(OpKind::kMul, a, b, loc); }
+Tensor div(const Tensor& a, const Tensor& b, SourceLocation loc) { return Binary(OpKind::kDiv, a, b, loc); }
+Tensor pow(const Tensor& a, const Tensor& b, SourceLocation loc) { return Binary(OpKind::kPow, a, b, loc); }
+Tensor pow(const Tensor& a, Scalar exponent, SourceLocation loc) {
+  return BinaryScalar(OpKind::kPow, a, exponent, false, loc);
+}
+Tensor maximum(const Tensor& a, const Tensor& b, SourceLocation loc) {
+  return Binary(OpKind::kMaximum, a, b, loc);
+}
+Tensor minimum(const Tensor& a, const Tensor& b, SourceLocation loc) {
+  return Binary(OpKind::kMinimum, a, b, loc);
+}
+Tensor eq(const Tensor& a, const Tensor& b, SourceLocation loc) { return Binary(OpKind::kEq, a, b, loc); }
+Tensor ne(const Tensor& a, const Tensor& b, SourceLocation loc) { return Binary(OpKind::kNe, a, b, loc); }
+Tensor lt(const Tensor& a, const Tensor& b, SourceLocation loc) { return Binary(OpKind::kLt, a, b, loc); }
+Tensor le(const Tensor& a, const Tensor& b, SourceLocation loc) { return Binary(OpKind::kLe, a, b, loc); }
+Tensor gt(const Tensor& a, const Tensor& b, SourceLocation loc) { return Binary(OpKind::kGt, a, b, loc); }
+Tensor ge(const Tensor& a, const Tensor& b, SourceLocation loc) { return Binary(OpKind::kGe, a, b, loc); }
+Tensor gt(const Tensor& a, Scalar b, SourceLocation loc) { return BinaryScalar(OpKind::kGt, a, b, false, loc); }
+Tensor lt(const Tensor& a, Scalar b, SourceLocation loc) { return BinaryScalar(OpKind::kLt, a, b, false, loc); }
+
+namespace {
+Tensor Logical(OpKind op, std::initializer_list<const Tensor*> xs, const SourceLocation& loc) {
+  const absl::string_view name = ir::OpKindName(op);
+  const int device = CommonDevice(xs, name, loc);
+  ir::OperandList operands;
+  for (const Tensor* x : xs) {
+    if (x->dtype() != DType::kBool) {
+      throw Error(absl::StrCat(name, ": needs bool tensors, got ", x->shape().ToString()), loc);
+    }
+    operands.push_back(ValueOf(*x));
+  }
+  return Elementwise(op, std::move(operands), device, loc);
+}
+}  // namespace
+
+Tensor logical_and(const Tensor& a, const Tensor& b, SourceLocation loc) {
+  return Logical(OpKind::kAnd, {&a, &b}, loc);
+}
+Tensor logical_or(const Tensor& a, const Tensor& b, SourceLocation loc) {
+  return Logical(OpKind::kOr, {&a, &b}, loc);
+}
+Tensor logical_not(const Tensor& a, SourceLocation loc) { return Logical(OpKind::kNot, {&a}, loc); }
+
+Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b, SourceLocation loc) {
+  const int device = CommonDevice({&cond, &a, &b}, "where", loc);
+  if (cond.dtype() != DType::kBool) {
+    throw Error(absl::StrCat("where: the condition must be bool, got ", cond.shape().ToString()), loc);
+  }
+  const DType t = ir::PromoteTypes(a.dtype(), b.dtype());
+  return Elementwise(OpKind::kSelect, {ValueOf(cond), Converted(ValueOf(a), t, loc), Converted(ValueOf(b), t, loc)},
+                     device, loc);
+}
+
+Tensor neg(const Tensor& x, SourceLocation loc) { return Unary(OpKind::kNeg, x, loc); }
+Tensor abs(const Tensor& x, SourceLocation loc) { return Unary(OpKind::kAbs, x, loc); }
+Tensor relu(const Tensor& x, SourceLocation loc) { return Unary(OpKind::kRelu, x, loc); }
+Tensor sign(const Tensor& x, SourceLocation loc) { return Unary(OpKind::kSign, x, loc); }
+Tensor exp(const Tensor& x, SourceLocation loc) { return UnaryFloat(OpKind::kExp, x, loc); }
+Tensor log(const Tensor& x, SourceLocation loc) { return UnaryFloat(OpKind::kLog, x, loc); }
+Tensor sqrt(const Tensor& x, SourceLocation loc) { return UnaryFloat(OpKind::kSqrt, x, loc); }
+Tensor rsqrt(const Tensor& x, SourceLocation loc) { return UnaryFloat(OpKind::kRsqrt, x, loc); }
+Tensor tanh(const Tensor& x, SourceLocation loc) { return UnaryFloat(OpKind::kTanh, x, loc); }
+Tensor sigmoid(const Tensor& x, SourceLocation loc) { return UnaryFloat(OpKind::kSigmoid, x, loc); }
+Tensor gelu(const Tensor& x, SourceLocation loc) { return UnaryFloat(OpKind::kGelu, x, loc); }
+
+Tensor cast(const Tensor& x, DType dtype, SourceLocation loc) {
+  const detail::TensorImpl& impl = ImplOf(x, "cast", loc);
+  if (impl.shape.dtype() == dtype) return x;
+  return MakeTensor(OpKind::kConvert, {ValueOf(x)}, impl.shape.WithDType(dtype), impl.device, loc,
+                    ir::Attributes{{AttrKey::kDType, dtype}});
+}
+
+// ---- Contractions, reductions, composites ---------------------------------------------------------
+
+Tensor matmul(const Tensor& a, const Tensor& b, SourceLocation loc) {
+  const int device = CommonDevice({&a, &b}, "matmul", loc);
+  RequireFloating(a, "matmul", loc);
+  RequireFloating(b, "matmul", loc);
+  if (a.rank() == 0 || b.rank() == 0) {
+    throw Error(absl::StrCat("matmul: needs operands of rank >= 1, got ", a.shape().ToString(), " and ",
+                             b.shape().ToString()),
+                loc);
+  }
+  // numpy.matmul: a 1-D left operand is a row, a 1-D right operand a column, removed afterwards.
+  const bool row = a.rank() == 1, col = b.rank() == 1;
+  Tensor a2 = row ? reshape(a, {1, a.dim(0)}, loc) : a;
+  Tensor b2 = col ? reshape(b, {b.dim(0), 1}, loc) : b;
+  Shape out = Check(ir::InferMatMul(a2.shape(), b2.shape()), "matmul", loc);
+  Tensor r = MakeTensor(OpKind::kMatMul, {ValueOf(a2), ValueOf(b2)}, out, device, loc);
+  if (row || col) {
+    std::vector<int64_t> dims(out.dims().begin(), out.dims().end());
+    if (col) dims.pop_back();                        // the n = 1 column
+    if (row) dims.erase(dims.end() - (col ? 1 : 2));  // the m = 1 row
+    r = reshape(r, dims, loc);
+  }
+  return r;
+}
+
+Tensor sum(const Tensor& x, std::vector<int64_t> dims, bool keepdim, SourceLocation loc) {
+  const DType in = ImplOf(x, "sum", loc).shape.dtype();
+  return Reduce(OpKind::kReduceSum, x, std::move(dims), keepdim, ir::IsFloating(in) ? in : DType::kI64, loc);
+}
+
+Tensor mean(const Tensor& x, std::vector<int64_t> dims, bool keepdim, SourceLocation loc) {
+  RequireFloating(x, "mean", loc);
+  return Reduce(OpKind::kReduceMean, x, std::move(dims), keepdim, x.dtype(), loc);
+}
+
+Tensor max(const Tensor& x, std::vector<int64_t> dims, bool keepdim, SourceLocation loc) {
+  const DType in = ImplOf(x, "max", loc).shape.dtype();
+  if (in == DType::kBool) throw Error("max: not defined for bool tensors", loc);
+  return Reduce(OpKind::kReduceMax, x, std::move(dims), keepdim, in, loc);
+}
+
+Tensor argmax(const Tensor& x, int64_t dim, bool keepdim, SourceLocation loc) {
+  const detail::TensorImpl& impl = ImplOf(x, "argmax", loc);
+  const int64_t d = Check(ir::NormalizeDim(dim, impl.shape.rank()), "argmax", loc);
+  if (impl.shape.dim(d) == 0) throw Error(absl::StrCat("argmax: dimension ", d, " of ", impl.shape.ToString(), " is empty"), loc);
+  const int64_t dims[] = {d};
+  return MakeTensor(OpKind::kArgmax, {ValueOf(x)}, ir::InferReduce(impl.shape, dims, keepdim, DType::kI64),
+                    impl.device, loc, ir::Attributes{{AttrKey::kAxis, d}, {AttrKey::kKeepDim, keepdim}});
+}
+
+namespace {
+Tensor SoftmaxLike(OpKind op, const Tensor& x, int64_t dim, const SourceLocation& loc) {
+  const absl::string_view name = ir::OpKindName(op);
+  RequireFloating(x, name, loc);
+  const detail::TensorImpl& impl = ImplOf(x, name, loc);
+  const int64_t d = Check(ir::NormalizeDim(dim, impl.shape.rank()), name, loc);
+  return MakeTensor(op, {ValueOf(x)}, impl.shape, impl.device, loc, ir::Attributes{{AttrKey::kAxis, d}});
+}
+}  // namespace
+
+Tensor softmax(const Tensor& x, int64_t dim, SourceLocation loc) {
+  return SoftmaxLike(OpKind::kSoftmax, x, dim, loc);
+}
+Tensor log_softmax(const Tensor& x, int64_t dim, SourceLocation loc) {
+  return SoftmaxLike(OpKind::kLogSoftmax, x, dim, loc);
+}
+
+// ---- Shape and data movement ----------------------------------------------------------------------
+
+Tensor reshape(const Tensor& x, std::vector<int64_t> sizes, SourceLocation loc) {
+  const detail::TensorImpl& impl = ImplOf(x, "reshape", loc);
+  Shape out = Check(ir::InferReshape(impl.shape, sizes), "reshape", loc);
+  if (out == impl.shape) return x;
+  std::vector<int64_t> resolved(out.dims().begin(), out.dims().end());
+  return MakeTensor(OpKind::kReshape, {ValueOf(x)}, std::move(out), impl.device, loc,
+                    ir::Attributes{{AttrKey::kDims, std::move(resolved)}});
+}
+
+Tensor permute(const Tensor& x, std::vector<int64_t> perm, SourceLocation loc) {
+  const detail::TensorImpl& impl = ImplOf(x, "permute", loc);
+  for (int64_t& p : perm) {
+    if (p < 0) p += impl.shape.rank();
+  }
+  Shape out = Check(ir::InferPermute(impl.shape, perm), "permute", loc);
+  bool identity = true;
+  for (size_t i = 0; i < perm.size(); ++i) identity = identity && perm[i] == static_cast<int64_t>(i);
+  if (identity) return x;
+  return MakeTensor(OpKind::kPermute, {ValueOf(x)}, std::move(out), impl.device, loc,
+                    ir::Attributes{{AttrKey::kDims, std::move(perm)}});
+}
+
+Tensor transpose(const Tensor& x, int64_t dim0, int64_t dim1, SourceLocation loc) {
+  const int64_t rank = ImplOf(x, "transpose", loc).shape.rank();
+  const int64_t d0 = Check(ir::NormalizeDim(dim0, rank), "transpose", loc);
+  const int64_t d1 = Check(ir::NormalizeDim(dim1, rank), "transpose", loc);
+  std::vector<int64_t> perm(static_cast<size_t>(rank));
+  for (int64_t i = 0; i < rank; ++i) perm[static_cast<size_t>(i)] = i;
+  std::swap(perm[static_cast<size_t>(d0)], perm[static_cast<size_t>(d1)]);
+  return permute(x, std::move(perm), loc);
+}
+
+Tensor expand(const Tensor& x, std::vector<int64_t> sizes, SourceLocation loc) {
+  const detail::TensorImpl& impl = ImplOf(x, "expand", loc);
+  Shape out = Check(ir::InferExpand(impl.shape, sizes), "expand", loc);
+  if (out == impl.shape) return x;
+  std::vector<int64_t> resolved(out.dims().begin(), out.dims().end());
+  return MakeTensor(OpKind::kExpand, {ValueOf(x)}, std::move(out), impl.device, loc,
+                    ir::Attributes{{AttrKey::kDims, std::move(resolved)}});
+}
+
+Tensor slice(const Tensor& x, int64_t dim, int64_t start, int64_t end, int64_t step, SourceLocation loc) {
+  const detail::TensorImpl& impl = ImplOf(x, "slice", loc);
+  const int64_t d = Check(ir::NormalizeDim(dim, impl.shape.rank()), "slice", loc);
+  if (step <= 0) throw Error(absl::StrCat("slice: step must be positive, got ", step), loc);
+  const int64_t size = impl.shape.dim(d);
+  auto clamp = [size](int64_t i) { return std::clamp<int64_t>(i < 0 ? i + size : i, 0, size); };
+  const int64_t s = clamp(start);
+  const int64_t e = std::max(s, clamp(end));
+  std::vector<int64_t> starts(static_cast<size_t>(impl.shape.rank()), 0);
+  std::vector<int64_t> limits(impl.shape.dims().begin(), impl.shape.dims().end());
+  std::vector<int64_t> strides(static_cast<size_t>(impl.shape.rank()), 1);
+  starts[static_cast<size_t>(d)] = s;
+  limits[static_cast<size_t>(d)] = e;
+  strides[static_cast<size_t>(d)] = step;
+  Shape out = Check(ir::InferSlice(impl.shape, starts, limits, strides), "slice", loc);
+  if (out == impl.shape) return x;
+  return MakeTensor(OpKind::kSlice, {ValueOf(x)}, std::move(out), impl.device, loc,
+                    ir::Attributes{{AttrKey::kStart, std::move(starts)},
+                                   {AttrKey::kLimit, std::move(limits)},
+                                   {AttrKey::kStride, std::move(strides)}});
+}
+
+Tensor cat(const std::vector<Tensor>& tensors, int64_t dim, SourceLocation loc) {
+  if (tensors.empty()) throw Error("cat: needs at least one tensor", loc);
+  const detail::TensorImpl& first = ImplOf(tensors[0], "cat", loc);
+  const int64_t d = Check(ir::NormalizeDim(dim, first.shape.rank()), "cat", loc);
+  std::vector<Shape> shapes;
+  ir::OperandList operands;
+  for (const Tensor& t : tensors) {
+    CommonDevice({&tensors[0], &t}, "cat", loc);
+    shapes.push_back(t.shape());
+    operands.push_back(ValueOf(t));
+  }
+  if (tensors.size() == 1) return tensors[0];
+  Shape out = Check(ir::InferConcat(shapes, d), "cat", loc);
+  return MakeTensor(OpKind::kConcat, std::move(operands), std::move(out), first.device, loc,
+                    ir::Attributes{{AttrKey::kAxis, d}});
+}
+
+Tensor index_select(const Tensor& x, int64_t dim, const Tensor& index, SourceLocation loc) {
+  const int device = CommonDevice({&x, &index}, "index_select", loc);
+  const int64_t d = Check(ir::NormalizeDim(dim, x.rank()), "index_select", loc);
+  Shape out = Check(ir::InferIndexSelect(x.shape(), d, index.shape()), "index_select", loc);
+  return MakeTensor(OpKind::kIndexSelect, {ValueOf(x), ValueOf(index)}, std::move(out), device, loc,
+                    ir::Attributes{{AttrKey::kAxis, d}});
+}
+
+Tensor gather(const Tensor& x, int64_t dim, const Tensor& index, SourceLocation loc) {
+  const int device = CommonDevice({&x, &index}, "gather", loc);
+  const int64_t d = Check(ir::NormalizeDim(dim, x.rank()), "gather", loc);
+  Shape out = Check(ir::InferGather(x.shape(), d, index.shape()), "gather", loc);
+  return MakeTensor(OpKind::kGather, {ValueOf(x), ValueOf(index)}, std::move(out), device, loc,
+                    ir::Attributes{{AttrKey::kAxis, d}});
+}
+
+Tensor one_hot(const Tensor& index, int64_t num_classes, DType dtype, SourceLocation loc) {
+  const detail::TensorImpl& impl = ImplOf(index, "one_hot", loc);
+  Shape out = Check(ir::InferOneHot(impl.shape, num_classes, dtype), "one_hot", loc);
+  return MakeTensor(OpKind::kOneHot, {ValueOf(index)}, std::move(out), impl.device, loc,
+                    ir::Attributes{{AttrKey::kNumClasses, num_classes}});
+}
+
+// ---- Method forms -----------------------------------------------------------------------------------
+
+Tensor Tensor::reshape(std::vector<int64_t> sizes, SourceLocation loc) const {
+  return lazyrt::reshape(*this, std::move(sizes), loc);
+}
+Tensor Tensor::transpose(int64_t dim0, int64_t dim1, SourceLocation loc) const {
+  return lazyrt::transpose(*this, dim0, dim1, loc);
+}
+Tensor Tensor::sum(std::vector<int64_t> dims, bool keepdim, SourceLocation loc) const {
+  return lazyrt::sum(*this, std::move(dims), keepdim, loc);
+}
+Tensor Tensor::mean(std::vector<int64_t> dims, bool keepdim, SourceLocation loc) const {
+  return lazyrt::mean(*this, std::move(dims), keepdim, loc);
+}
+Tensor Tensor::to(DType dtype, SourceLocation loc) const { return lazyrt::cast(*this, dtype, loc); }
+
+}  // namespace lazyrt

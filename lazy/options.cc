@@ -1,0 +1,141 @@
+#include "lazy/options.h"
+
+#include <cmath>
+#include <cstdlib>
+#include <functional>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+
+extern char** environ;
+
+namespace lazyrt {
+namespace {
+
+absl::StatusOr<bool> ParseBool(absl::string_view text) {
+  const std::string v = absl::AsciiStrToLower(text);
+  if (v == "1" || v == "true" || v == "yes" || v == "on") return true;
+  if (v == "0" || v == "false" || v == "no" || v == "off") return false;
+  return absl::InvalidArgumentError(absl::StrCat("'", text, "' is not a boolean (use 0 or 1)"));
+}
+
+template <typename T>
+absl::StatusOr<T> ParseInt(absl::string_view text, T min) {
+  T v;
+  if (!absl::SimpleAtoi(text, &v) || v < min) {
+    return absl::InvalidArgumentError(absl::StrCat("'", text, "' is not an integer >= ", min));
+  }
+  return v;
+}
+
+// One row per setting: its environment name, what it means, how to parse it, how to print it.
+struct Setting {
+  absl::string_view name;
+  absl::string_view help;
+  std::function<absl::Status(Options&, absl::string_view)> parse;
+  std::function<std::string(const Options&)> print;
+};
+
+template <typename T, typename Parser>
+Setting Declare(absl::string_view name, absl::string_view help, T Options::*field, Parser parser) {
+  return Setting{
+      name, help,
+      [field, parser](Options& o, absl::string_view text) -> absl::Status {
+        auto parsed = parser(text);
+        if (!parsed.ok()) return parsed.status();
+        o.*field = static_cast<T>(*parsed);
+        return absl::OkStatus();
+      },
+      [field](const Options& o) -> std::string { return absl::StrCat(o.*field); }};
+}
+
+const std::vector<Setting>& Settings() {
+  static const std::vector<Setting> settings = {
+      Declare("LAZYRT_DEVICES", "number of simulated devices", &Options::devices,
+              [](absl::string_view t) { return ParseInt<int>(t, 1); }),
+      Declare("LAZYRT_DEVICE_MEMORY", "memory per device, e.g. 16G", &Options::device_memory_bytes,
+              ParseByteSize),
+      Declare("LAZYRT_SPECIAL_SCALARS", "bake host scalars 0 and 1 into graphs (0/1)",
+              &Options::special_scalars, ParseBool),
+      Declare("LAZYRT_SEED", "seed of the device random number generator", &Options::seed,
+              [](absl::string_view t) { return ParseInt<uint64_t>(t, 0); }),
+  };
+  return settings;
+}
+
+}  // namespace
+
+absl::Status Options::Set(absl::string_view name, absl::string_view value) {
+  for (const Setting& s : Settings()) {
+    if (s.name != name) continue;
+    absl::Status status = s.parse(*this, value);
+    if (!status.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(name, "=", value, ": ", status.message(), " (", s.help, ")"));
+    }
+    return absl::OkStatus();
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat("unknown setting ", name, "; the valid settings are ", ValidNames()));
+}
+
+absl::StatusOr<Options> Options::FromEnvironment() {
+  Options options;
+  for (char** env = environ; env != nullptr && *env != nullptr; ++env) {
+    absl::string_view entry(*env);
+    if (!absl::StartsWith(entry, "LAZYRT_")) continue;
+    const size_t eq = entry.find('=');
+    absl::Status status = options.Set(entry.substr(0, eq),
+                                      eq == absl::string_view::npos ? "" : entry.substr(eq + 1));
+    if (!status.ok()) return status;
+  }
+  return options;
+}
+
+std::vector<std::pair<std::string, std::string>> Options::Resolved() const {
+  std::vector<std::pair<std::string, std::string>> out;
+  for (const Setting& s : Settings()) out.emplace_back(std::string(s.name), s.print(*this));
+  return out;
+}
+
+std::string Options::ValidNames() {
+  std::vector<absl::string_view> names;
+  for (const Setting& s : Settings()) names.push_back(s.name);
+  return absl::StrJoin(names, ", ");
+}
+
+absl::StatusOr<int64_t> ParseByteSize(absl::string_view text) {
+  absl::string_view t = absl::StripAsciiWhitespace(text);
+  size_t digits = 0;
+  while (digits < t.size() && (absl::ascii_isdigit(t[digits]) || t[digits] == '.')) ++digits;
+  double number;
+  if (digits == 0 || !absl::SimpleAtod(t.substr(0, digits), &number)) {
+    return absl::InvalidArgumentError(absl::StrCat("'", text, "' is not a size (e.g. 512M, 10G)"));
+  }
+  std::string unit = absl::AsciiStrToUpper(absl::StripAsciiWhitespace(t.substr(digits)));
+  if (unit.ends_with("IB")) unit.erase(unit.size() - 2);
+  if (unit.size() == 2 && unit.back() == 'B') unit.pop_back();
+  int shift = 0;
+  if (unit == "" || unit == "B") {
+    shift = 0;
+  } else if (unit == "K") {
+    shift = 10;
+  } else if (unit == "M") {
+    shift = 20;
+  } else if (unit == "G") {
+    shift = 30;
+  } else if (unit == "T") {
+    shift = 40;
+  } else {
+    return absl::InvalidArgumentError(
+        absl::StrCat("'", text, "' has an unknown unit (use B, K, M, G or T)"));
+  }
+  const double bytes = std::ldexp(number, shift);
+  if (bytes >= 9.2e18) return absl::InvalidArgumentError(absl::StrCat("'", text, "' is too large"));
+  return static_cast<int64_t>(bytes);
+}
+
+}  // namespace lazyrt

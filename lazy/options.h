@@ -1,0 +1,41 @@
+// Runtime configuration: `lazyrt::Options` in code, or LAZYRT_* environment variables. Every setting
+// is declared once, in options.cc; an unknown LAZYRT_* variable or an unparsable value is refused,
+// naming the valid settings, so a typo never silently runs a different configuration.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include "absl/strings/string_view.h"
+#include <utility>
+#include <vector>
+
+#include "absl/status/statusor.h"
+
+namespace lazyrt {
+
+struct Options {
+  // Simulated devices on the host (like the chips of a v6e-8 host).
+  int devices = 1;
+  // Memory capacity of each device, in bytes.
+  int64_t device_memory_bytes = int64_t{16} << 30;
+  // Bake host scalars equal to 0 or 1 into graphs as constants (enables x*1 -> x and friends; a
+  // scalar that moves between 0, 1 and other values then compiles more than one graph).
+  bool special_scalars = false;
+  // Seed of the device random number generator.
+  uint64_t seed = 0;
+
+  // Defaults overridden by the LAZYRT_* variables of the environment. Error on an unknown LAZYRT_*
+  // name or an unparsable value.
+  static absl::StatusOr<Options> FromEnvironment();
+  // Applies one setting by its environment name ("LAZYRT_DEVICES") and textual value.
+  absl::Status Set(absl::string_view name, absl::string_view value);
+  // Every setting as (LAZYRT_* name, current value), in declaration order: the run manifest.
+  std::vector<std::pair<std::string, std::string>> Resolved() const;
+  // The LAZYRT_* names, comma-separated.
+  static std::string ValidNames();
+};
+
+// "512M", "10G", "1.5GiB", "4096" -> bytes.
+absl::StatusOr<int64_t> ParseByteSize(absl::string_view text);
+
+}  // namespace lazyrt

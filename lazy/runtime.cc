@@ -1,0 +1,130 @@
+#include "lazy/runtime.h"
+
+#include <atomic>
+
+#include "absl/strings/str_cat.h"
+
+namespace lazyrt {
+namespace detail {
+namespace {
+
+std::mutex& InitMutex() {
+  static std::mutex mu;
+  return mu;
+}
+std::atomic<Runtime*> g_runtime{nullptr};
+
+// SplitMix64: advances the per-step seed.
+uint64_t Mix(uint64_t x) {
+  x += 0x9e3779b97f4a7c15ull;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
+}
+
+}  // namespace
+
+TensorImpl::~TensorImpl() {
+  if (registered) Runtime::Get().device_state({device}, SourceLocation::current()).Unregister(this);
+}
+
+void DeviceState::Register(TensorImpl* t) {
+  std::lock_guard<std::mutex> lock(mu);
+  if (t->registered) return;
+  t->registered = true;
+  t->prev = tail;
+  t->next = nullptr;
+  (tail ? tail->next : head) = t;
+  tail = t;
+}
+
+void DeviceState::Unregister(TensorImpl* t) {
+  std::lock_guard<std::mutex> lock(mu);
+  (t->prev ? t->prev->next : head) = t->next;
+  (t->next ? t->next->prev : tail) = t->prev;
+  t->registered = false;
+}
+
+std::vector<std::shared_ptr<TensorImpl>> DeviceState::LiveTensors() {
+  std::vector<std::shared_ptr<TensorImpl>> out;
+  std::lock_guard<std::mutex> lock(mu);
+  for (TensorImpl* t = head; t != nullptr; t = t->next) {
+    // A tensor whose last reference is being dropped right now is waiting to unregister: skip it.
+    if (std::shared_ptr<TensorImpl> strong = t->weak_from_this().lock()) out.push_back(std::move(strong));
+  }
+  return out;
+}
+
+ir::Value DeviceState::SeedValue() {
+  if (!seed_value) {
+    const uint64_t step_seed = Mix(rng_seed ^ Mix(rng_step));
+    // The seed is a parameter (i64[]), so its value never enters the graph's hash.
+    seed_value = ir::Value{ir::MakeNode(ir::OpKind::kDeviceData, ir::OperandList{},
+                                        ir::ShapeList{Shape(DType::kI64, {})}, ir::Attributes{},
+                                        std::make_shared<ScalarLeaf>(
+                                            static_cast<double>(step_seed >> 11)))};
+  }
+  return seed_value;
+}
+
+void DeviceState::AdvanceRng() {
+  ++rng_step;
+  rng_stream_ = 0;
+  seed_value = {};
+}
+
+void DeviceState::Seed(uint64_t seed) {
+  rng_seed = seed;
+  rng_step = 0;
+  rng_stream_ = 0;
+  seed_value = {};
+}
+
+Runtime::Runtime(Options options) : options_(std::move(options)) {
+  absl::StatusOr<std::unique_ptr<pjrt::Client>> client = pjrt::Client::Create(
+      {.num_devices = options_.devices, .device_memory_bytes = options_.device_memory_bytes});
+  if (!client.ok()) throw Error(absl::StrCat("cannot create the device client: ", client.status().message()));
+  client_ = *std::move(client);
+  for (pjrt::Device* d : client_->devices()) {
+    auto state = std::make_unique<DeviceState>();
+    state->device = d;
+    state->rng_seed = options_.seed;
+    devices_.push_back(std::move(state));
+  }
+}
+
+Runtime& Runtime::Get() {
+  if (Runtime* r = g_runtime.load(std::memory_order_acquire)) return *r;
+  std::lock_guard<std::mutex> lock(InitMutex());
+  if (Runtime* r = g_runtime.load(std::memory_order_relaxed)) return *r;
+  absl::StatusOr<Options> env = Options::FromEnvironment();
+  if (!env.ok()) throw Error(std::string(env.status().message()));
+  // Never destroyed: tensors in static storage may outlive any destruction order we could pick.
+  Runtime* r = new Runtime(*std::move(env));
+  g_runtime.store(r, std::memory_order_release);
+  return *r;
+}
+
+DeviceState& Runtime::device_state(Device device, const SourceLocation& loc) {
+  if (device.index < 0 || device.index >= num_devices()) {
+    throw Error(absl::StrCat("device ", device.ToString(), " does not exist; this runtime has ",
+                             num_devices(), " device(s), lazy:0 to lazy:", num_devices() - 1,
+                             " (set LAZYRT_DEVICES or Options::devices)"),
+                loc);
+  }
+  return *devices_[static_cast<size_t>(device.index)];
+}
+
+}  // namespace detail
+
+void configure(const Options& options) {
+  std::lock_guard<std::mutex> lock(detail::InitMutex());
+  if (detail::g_runtime.load() != nullptr) {
+    throw Error("configure() must be called before the runtime is first used");
+  }
+  detail::g_runtime.store(new detail::Runtime(options), std::memory_order_release);
+}
+
+const Options& options() { return detail::Runtime::Get().options(); }
+
+}  // namespace lazyrt

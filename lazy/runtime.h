@@ -1,0 +1,102 @@
+// Process-wide state behind the tensor API: the resolved options, the device client, and per device
+// the registry of live tensors and the random-number state. Internal to lazy/.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <vector>
+
+#include "ir/node.h"
+#include "lazy/options.h"
+#include "lazy/tensor.h"
+#include "pjrt_sim/buffer.h"
+#include "pjrt_sim/client.h"
+
+namespace lazyrt {
+
+// Sets the options of the runtime. Must be called before the first tensor is created; afterwards
+// the runtime is fixed and this throws. Without it the runtime uses Options::FromEnvironment().
+void configure(const Options& options);
+// The options in force (initializing the runtime if needed).
+const Options& options();
+
+namespace detail {
+
+// A materialized device array behind a DeviceData leaf.
+struct BufferLeaf final : ir::LeafData {
+  explicit BufferLeaf(std::shared_ptr<pjrt::Buffer> b) : buffer(std::move(b)) {}
+  std::shared_ptr<pjrt::Buffer> buffer;
+};
+
+// A host scalar waiting to be uploaded as a graph parameter at the next sync.
+struct ScalarLeaf final : ir::LeafData {
+  ScalarLeaf(double v) : value(v) {}
+  double value;
+};
+
+struct DeviceState;
+
+struct TensorImpl : std::enable_shared_from_this<TensorImpl> {
+  TensorImpl(Shape shape, int device) : shape(std::move(shape)), device(device) {}
+  ~TensorImpl();
+
+  Shape shape;
+  int device;
+  // The pending computation, or (for a materialized tensor) a cached DeviceData leaf, so that every
+  // use within one graph refers to the same parameter.
+  ir::Value ir;
+  std::shared_ptr<pjrt::Buffer> buffer;
+
+  // Intrusive links of the device's live-tensor registry (guarded by its mutex).
+  TensorImpl* prev = nullptr;
+  TensorImpl* next = nullptr;
+  bool registered = false;
+};
+
+struct DeviceState {
+  // Adds `t` to the registry (once).
+  void Register(TensorImpl* t);
+  void Unregister(TensorImpl* t);
+  // Strong references to every live tensor, in creation order.
+  std::vector<std::shared_ptr<TensorImpl>> LiveTensors();
+
+  // The leaf holding this step's random seed (one per step, shared by every random op of the step),
+  // and the stream index of the next random op.
+  ir::Value SeedValue();
+  int64_t NextRngStream() { return rng_stream_++; }
+  // Called at every sync: the next step draws different numbers from the same graph.
+  void AdvanceRng();
+  void Seed(uint64_t seed);
+
+  pjrt::Device* device = nullptr;
+  std::mutex mu;
+  TensorImpl* head = nullptr;
+  TensorImpl* tail = nullptr;
+  uint64_t rng_seed = 0;
+  uint64_t rng_step = 0;
+  ir::Value seed_value;
+  int64_t rng_stream_ = 0;
+};
+
+class Runtime {
+ public:
+  static Runtime& Get();
+
+  const Options& options() const { return options_; }
+  pjrt::Client& client() { return *client_; }
+  // The state of `device`; throws Error naming the valid devices when out of range.
+  DeviceState& device_state(Device device, const SourceLocation& loc);
+  int num_devices() const { return static_cast<int>(devices_.size()); }
+
+ private:
+  explicit Runtime(Options options);
+  friend void lazyrt::configure(const Options&);
+
+  Options options_;
+  std::unique_ptr<pjrt::Client> client_;
+  std::vector<std::unique_ptr<DeviceState>> devices_;
+};
+
+}  // namespace detail
+}  // namespace lazyrt

@@ -1,0 +1,175 @@
+#include "lazy/tensor.h"
+
+#include "absl/strings/str_cat.h"
+#include "ir/dump.h"
+#include "ir/shape_inference.h"
+#include "ir/post_order.h"
+#include "lazy/runtime.h"
+#include "lazy/tracing.h"
+
+namespace lazyrt {
+
+using detail::ImplOf;
+using detail::TensorImpl;
+
+std::string Device::ToString() const { return absl::StrCat("lazy:", index); }
+
+namespace detail {
+
+TensorImpl& ImplOf(const Tensor& t, absl::string_view op, const SourceLocation& loc) {
+  if (!t.defined()) throw Error(absl::StrCat(op, ": use of an undefined tensor"), loc);
+  return *t.impl();
+}
+
+ir::Value ValueOf(const Tensor& t) {
+  TensorImpl& impl = *t.impl();
+  if (!impl.ir) {
+    impl.ir = ir::Value{ir::MakeNode(ir::OpKind::kDeviceData, ir::OperandList{}, ir::ShapeList{impl.shape},
+                                     ir::Attributes{}, std::make_shared<BufferLeaf>(impl.buffer))};
+  }
+  return impl.ir;
+}
+
+int CommonDevice(std::initializer_list<const Tensor*> tensors, absl::string_view op,
+                 const SourceLocation& loc) {
+  int device = -1;
+  for (const Tensor* t : tensors) {
+    const int d = ImplOf(*t, op, loc).device;
+    if (device >= 0 && d != device) {
+      throw Error(absl::StrCat(op, ": tensors are on different devices, ", Device{device}.ToString(),
+                               " and ", Device{d}.ToString(), "; move one of them first"),
+                  loc);
+    }
+    device = d;
+  }
+  return device;
+}
+
+ir::Value ScalarValue(Scalar s, DType dtype, const SourceLocation& loc) {
+  const bool special = Runtime::Get().options().special_scalars && (s.value() == 0 || s.value() == 1);
+  if (s.is_static() || special) {
+    return ir::Value{ir::MakeNode(ir::OpKind::kConstant, ir::OperandList{},
+                                  ir::ShapeList{Shape(dtype, {})},
+                                  ir::Attributes{{ir::AttrKey::kValue, s.value()}}, nullptr, loc)};
+  }
+  return ir::Value{ir::MakeNode(ir::OpKind::kDeviceData, ir::OperandList{}, ir::ShapeList{Shape(dtype, {})},
+                                ir::Attributes{}, std::make_shared<ScalarLeaf>(s.value()), loc)};
+}
+
+ir::Value Converted(const ir::Value& v, DType dtype, const SourceLocation& loc) {
+  if (v.shape().dtype() == dtype) return v;
+  return ir::Value{ir::MakeNode(ir::OpKind::kConvert, ir::OperandList{v},
+                                ir::ShapeList{v.shape().WithDType(dtype)},
+                                ir::Attributes{{ir::AttrKey::kDType, dtype}}, nullptr, loc)};
+}
+
+Tensor MakeTensor(ir::OpKind op, ir::OperandList operands, Shape shape, int device,
+                  const SourceLocation& loc, ir::Attributes attrs) {
+  auto impl = std::make_shared<TensorImpl>(shape, device);
+  impl->ir = ir::Value{ir::MakeNode(op, std::move(operands), ir::ShapeList{std::move(shape)},
+                                    std::move(attrs), nullptr, loc)};
+  Runtime::Get().device_state({device}, loc).Register(impl.get());
+  return Tensor(std::move(impl));
+}
+
+}  // namespace detail
+
+namespace {
+
+template <typename T>
+Tensor FromHost(std::span<const T> values, std::span<const int64_t> dims, DType dtype,
+                pjrt::PrimitiveType type, Device device, const SourceLocation& loc) {
+  Shape shape(dtype, dims);
+  for (int64_t d : dims) {
+    if (d < 0) throw Error(absl::StrCat("FromData: negative dimension in ", shape.ToString()), loc);
+  }
+  if (static_cast<int64_t>(values.size()) != shape.numel()) {
+    throw Error(absl::StrCat("FromData: ", values.size(), " values do not fill ", shape.ToString(), " (",
+                             shape.numel(), " elements)"),
+                loc);
+  }
+  detail::Runtime& rt = detail::Runtime::Get();
+  detail::DeviceState& state = rt.device_state(device, loc);
+  absl::StatusOr<std::shared_ptr<pjrt::Buffer>> buffer = rt.client().BufferFromHost(
+      values.data(), pjrt::ArrayShape{type, std::vector<int64_t>(dims.begin(), dims.end())}, state.device);
+  ThrowIfError(buffer.status(), "FromData", loc);
+  auto impl = std::make_shared<TensorImpl>(std::move(shape), device.index);
+  impl->buffer = *std::move(buffer);
+  return Tensor(std::move(impl));
+}
+
+}  // namespace
+
+Tensor Tensor::FromData(std::span<const float> values, std::span<const int64_t> dims, Device device,
+                        SourceLocation loc) {
+  return FromHost(values, dims, DType::kF32, pjrt::PrimitiveType::kF32, device, loc);
+}
+Tensor Tensor::FromData(std::span<const int32_t> values, std::span<const int64_t> dims, Device device,
+                        SourceLocation loc) {
+  return FromHost(values, dims, DType::kI32, pjrt::PrimitiveType::kS32, device, loc);
+}
+Tensor Tensor::FromData(std::span<const int64_t> values, std::span<const int64_t> dims, Device device,
+                        SourceLocation loc) {
+  return FromHost(values, dims, DType::kI64, pjrt::PrimitiveType::kS64, device, loc);
+}
+Tensor Tensor::FromData(std::initializer_list<float> values, std::initializer_list<int64_t> dims,
+                        Device device, SourceLocation loc) {
+  return FromData(std::span<const float>(values.begin(), values.size()),
+                  std::span<const int64_t>(dims.begin(), dims.size()), device, loc);
+}
+
+const Shape& Tensor::shape() const { return ImplOf(*this, "shape", SourceLocation::current()).shape; }
+
+int64_t Tensor::dim(int64_t i) const {
+  const Shape& s = shape();
+  return s.dim(detail::Check(ir::NormalizeDim(i, s.rank()), "dim", SourceLocation::current()));
+}
+
+Device Tensor::device() const { return {ImplOf(*this, "device", SourceLocation::current()).device}; }
+
+bool Tensor::is_pending() const {
+  const TensorImpl& impl = ImplOf(*this, "is_pending", SourceLocation::current());
+  return impl.ir && impl.ir.node->op() != ir::OpKind::kDeviceData;
+}
+
+ir::Value Tensor::ir_value() const {
+  ImplOf(*this, "ir_value", SourceLocation::current());
+  return detail::ValueOf(*this);
+}
+
+void Tensor::assign(const Tensor& other, SourceLocation loc) {
+  const TensorImpl& src = ImplOf(other, "assign", loc);
+  TensorImpl& dst = ImplOf(*this, "assign", loc);
+  if (!(src.shape == dst.shape)) {
+    throw Error(absl::StrCat("assign: cannot assign ", src.shape.ToString(), " to a tensor of ",
+                             dst.shape.ToString()),
+                loc);
+  }
+  detail::CommonDevice({this, &other}, "assign", loc);
+  dst.ir = src.ir;
+  dst.buffer = src.buffer;
+  if (dst.ir && dst.ir.node->op() != ir::OpKind::kDeviceData) {
+    detail::Runtime::Get().device_state({dst.device}, loc).Register(&dst);
+  }
+}
+
+namespace {
+std::vector<ir::Value> RootsOf(const std::vector<Tensor>& tensors) {
+  std::vector<ir::Value> roots;
+  for (const Tensor& t : tensors) {
+    ImplOf(t, "graph", SourceLocation::current());
+    roots.push_back(detail::ValueOf(t));
+  }
+  return roots;
+}
+}  // namespace
+
+std::string graph_text(const std::vector<Tensor>& tensors) { return ir::GraphText(RootsOf(tensors)); }
+std::string graph_dot(const std::vector<Tensor>& tensors) { return ir::GraphDot(RootsOf(tensors)); }
+uint64_t graph_hash(const std::vector<Tensor>& tensors) {
+  std::vector<ir::Value> roots = RootsOf(tensors);
+  ir::PostOrder order(roots);
+  return order.dag_hash();
+}
+
+}  // namespace lazyrt

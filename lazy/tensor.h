@@ -1,0 +1,232 @@
+// The public tensor API. A Tensor is a cheap handle; ops on it record IR nodes and run nothing until a
+// sync barrier. Shapes are checked when an op is called: a mismatch throws lazyrt::Error naming the
+// shapes and the caller's file:line.
+#pragma once
+
+#include <concepts>
+#include <cstdint>
+#include <initializer_list>
+#include <memory>
+#include <source_location>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "ir/dtype.h"
+#include "ir/node.h"
+#include "ir/shape.h"
+#include "lazy/error.h"
+
+namespace lazyrt {
+
+using ir::DType;
+using ir::Shape;
+using SourceLocation = std::source_location;
+#define LAZYRT_HERE SourceLocation loc = SourceLocation::current()
+
+// A device of the runtime: "lazy:0".
+struct Device {
+  int index = 0;
+  std::string ToString() const;
+  friend bool operator==(Device, Device) = default;
+};
+
+// A host scalar used in an op. By default it becomes a device parameter, so a value that changes
+// from step to step (a learning rate, a step count) does not change the graph. Mark it static only
+// when it is a true constant of the program; static values are baked into the graph.
+class Scalar {
+ public:
+  template <typename T>
+    requires std::is_arithmetic_v<T>
+  Scalar(T value) : value_(static_cast<double>(value)), integral_(std::is_integral_v<T>) {}  // NOLINT
+
+  static Scalar Static(double value) {
+    Scalar s(value);
+    s.static_ = true;
+    return s;
+  }
+  double value() const { return value_; }
+  bool is_static() const { return static_; }
+  bool is_integral() const { return integral_; }
+
+ private:
+  double value_;
+  bool integral_;
+  bool static_ = false;
+};
+inline Scalar static_scalar(double value) { return Scalar::Static(value); }
+
+class Tensor;
+
+// Implicit conversions that capture the caller's location, for operators (which cannot take a
+// defaulted location parameter of their own).
+struct TensorArg {
+  TensorArg(const Tensor& t, SourceLocation where = SourceLocation::current()) : tensor(t), loc(where) {}  // NOLINT
+  const Tensor& tensor;
+  SourceLocation loc;
+};
+struct ScalarArg {
+  template <typename T>
+    requires std::is_arithmetic_v<T>
+  ScalarArg(T v, SourceLocation where = SourceLocation::current()) : scalar(v), loc(where) {}  // NOLINT
+  ScalarArg(Scalar s, SourceLocation where = SourceLocation::current()) : scalar(s), loc(where) {}  // NOLINT
+  Scalar scalar;
+  SourceLocation loc;
+};
+
+namespace detail {
+struct TensorImpl;
+}
+
+class Tensor {
+ public:
+  // An undefined tensor (no data, no IR). Most operations on it throw.
+  Tensor() = default;
+
+  // Copies host data to `device`. `values.size()` must equal the product of `dims`.
+  static Tensor FromData(std::span<const float> values, std::span<const int64_t> dims, Device device = {},
+                         LAZYRT_HERE);
+  static Tensor FromData(std::span<const int32_t> values, std::span<const int64_t> dims,
+                         Device device = {}, LAZYRT_HERE);
+  static Tensor FromData(std::span<const int64_t> values, std::span<const int64_t> dims,
+                         Device device = {}, LAZYRT_HERE);
+  static Tensor FromData(std::initializer_list<float> values, std::initializer_list<int64_t> dims,
+                         Device device = {}, LAZYRT_HERE);
+
+  bool defined() const { return impl_ != nullptr; }
+  const Shape& shape() const;
+  DType dtype() const { return shape().dtype(); }
+  const ir::Dims& dims() const { return shape().dims(); }
+  int64_t dim(int64_t i) const;
+  int64_t rank() const { return shape().rank(); }
+  int64_t numel() const { return shape().numel(); }
+  Device device() const;
+  // True while the tensor is defined by IR not yet executed.
+  bool is_pending() const;
+  // The IR value computing this tensor (a DeviceData leaf for materialized tensors).
+  ir::Value ir_value() const;
+
+  // Makes this handle (and every copy of it) refer to `other`'s value: an in-place update, as an
+  // optimizer does to parameters. Shapes must match.
+  void assign(const Tensor& other, LAZYRT_HERE);
+
+  // Method forms of common ops (see the free functions below).
+  Tensor reshape(std::vector<int64_t> sizes, LAZYRT_HERE) const;
+  Tensor transpose(int64_t dim0, int64_t dim1, LAZYRT_HERE) const;
+  Tensor sum(std::vector<int64_t> dims, bool keepdim = false, LAZYRT_HERE) const;
+  Tensor mean(std::vector<int64_t> dims, bool keepdim = false, LAZYRT_HERE) const;
+  Tensor to(DType dtype, LAZYRT_HERE) const;
+
+  const std::shared_ptr<detail::TensorImpl>& impl() const { return impl_; }
+  explicit Tensor(std::shared_ptr<detail::TensorImpl> impl) : impl_(std::move(impl)) {}
+
+ private:
+  std::shared_ptr<detail::TensorImpl> impl_;
+};
+
+// ---- Factories ---------------------------------------------------------------------------------------
+Tensor zeros(std::vector<int64_t> dims, DType dtype = DType::kF32, Device device = {}, LAZYRT_HERE);
+Tensor ones(std::vector<int64_t> dims, DType dtype = DType::kF32, Device device = {}, LAZYRT_HERE);
+// Every element `value` (a device parameter unless static).
+Tensor full(std::vector<int64_t> dims, Scalar value, DType dtype = DType::kF32, Device device = {},
+            LAZYRT_HERE);
+// [start, end) in steps of `step`.
+Tensor arange(int64_t start, int64_t end, int64_t step = 1, DType dtype = DType::kI64, Device device = {},
+              LAZYRT_HERE);
+inline Tensor arange(int64_t end, LAZYRT_HERE) { return arange(0, end, 1, DType::kI64, {}, loc); }
+// Uniform in [low, high) / normal(mean, std), drawn on the device from the runtime's seed, which
+// advances every step: the graph stays the same from step to step, the numbers do not.
+Tensor rand(std::vector<int64_t> dims, Scalar low = Scalar::Static(0.0), Scalar high = Scalar::Static(1.0), DType dtype = DType::kF32,
+            Device device = {}, LAZYRT_HERE);
+Tensor randn(std::vector<int64_t> dims, Scalar mean = Scalar::Static(0.0),
+             Scalar stddev = Scalar::Static(1.0), DType dtype = DType::kF32,
+             Device device = {}, LAZYRT_HERE);
+// Sets the device random seed (takes effect for random ops traced after the call).
+void manual_seed(uint64_t seed, Device device = {});
+
+// ---- Elementwise ----------------------------------------------------------------------------------
+Tensor operator+(const Tensor& a, TensorArg b);
+Tensor operator-(const Tensor& a, TensorArg b);
+Tensor operator*(const Tensor& a, TensorArg b);
+Tensor operator/(const Tensor& a, TensorArg b);
+Tensor operator+(const Tensor& a, ScalarArg b);
+Tensor operator-(const Tensor& a, ScalarArg b);
+Tensor operator*(const Tensor& a, ScalarArg b);
+Tensor operator/(const Tensor& a, ScalarArg b);
+Tensor operator+(ScalarArg a, const Tensor& b);
+Tensor operator-(ScalarArg a, const Tensor& b);
+Tensor operator*(ScalarArg a, const Tensor& b);
+Tensor operator/(ScalarArg a, const Tensor& b);
+Tensor operator-(const Tensor& a);
+
+Tensor add(const Tensor& a, const Tensor& b, LAZYRT_HERE);
+Tensor sub(const Tensor& a, const Tensor& b, LAZYRT_HERE);
+Tensor mul(const Tensor& a, const Tensor& b, LAZYRT_HERE);
+Tensor div(const Tensor& a, const Tensor& b, LAZYRT_HERE);
+Tensor pow(const Tensor& a, const Tensor& b, LAZYRT_HERE);
+Tensor pow(const Tensor& a, Scalar exponent, LAZYRT_HERE);
+Tensor maximum(const Tensor& a, const Tensor& b, LAZYRT_HERE);
+Tensor minimum(const Tensor& a, const Tensor& b, LAZYRT_HERE);
+Tensor eq(const Tensor& a, const Tensor& b, LAZYRT_HERE);
+Tensor ne(const Tensor& a, const Tensor& b, LAZYRT_HERE);
+Tensor lt(const Tensor& a, const Tensor& b, LAZYRT_HERE);
+Tensor le(const Tensor& a, const Tensor& b, LAZYRT_HERE);
+Tensor gt(const Tensor& a, const Tensor& b, LAZYRT_HERE);
+Tensor ge(const Tensor& a, const Tensor& b, LAZYRT_HERE);
+Tensor gt(const Tensor& a, Scalar b, LAZYRT_HERE);
+Tensor lt(const Tensor& a, Scalar b, LAZYRT_HERE);
+Tensor logical_and(const Tensor& a, const Tensor& b, LAZYRT_HERE);
+Tensor logical_or(const Tensor& a, const Tensor& b, LAZYRT_HERE);
+Tensor logical_not(const Tensor& a, LAZYRT_HERE);
+// cond ? a : b, with broadcasting.
+Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b, LAZYRT_HERE);
+
+Tensor neg(const Tensor& x, LAZYRT_HERE);
+Tensor abs(const Tensor& x, LAZYRT_HERE);
+Tensor exp(const Tensor& x, LAZYRT_HERE);
+Tensor log(const Tensor& x, LAZYRT_HERE);
+Tensor sqrt(const Tensor& x, LAZYRT_HERE);
+Tensor rsqrt(const Tensor& x, LAZYRT_HERE);
+Tensor tanh(const Tensor& x, LAZYRT_HERE);
+Tensor sigmoid(const Tensor& x, LAZYRT_HERE);
+Tensor relu(const Tensor& x, LAZYRT_HERE);
+// The tanh approximation of GELU, as PyTorch's gelu(approximate="tanh").
+Tensor gelu(const Tensor& x, LAZYRT_HERE);
+Tensor sign(const Tensor& x, LAZYRT_HERE);
+Tensor cast(const Tensor& x, DType dtype, LAZYRT_HERE);
+
+// ---- Contractions, reductions, composites ---------------------------------------------------------
+// Batched matrix product with broadcast batch dims; a 1-D operand is treated as numpy.matmul does.
+Tensor matmul(const Tensor& a, const Tensor& b, LAZYRT_HERE);
+// Reductions over `dims` (negative dims count from the end; empty = all dims).
+Tensor sum(const Tensor& x, std::vector<int64_t> dims = {}, bool keepdim = false, LAZYRT_HERE);
+Tensor mean(const Tensor& x, std::vector<int64_t> dims = {}, bool keepdim = false, LAZYRT_HERE);
+Tensor max(const Tensor& x, std::vector<int64_t> dims = {}, bool keepdim = false, LAZYRT_HERE);
+// Index of the largest element along `dim` (the first one on ties), as i64.
+Tensor argmax(const Tensor& x, int64_t dim, bool keepdim = false, LAZYRT_HERE);
+Tensor softmax(const Tensor& x, int64_t dim, LAZYRT_HERE);
+Tensor log_softmax(const Tensor& x, int64_t dim, LAZYRT_HERE);
+
+// ---- Shape and data movement ----------------------------------------------------------------------
+// One size may be -1 (inferred).
+Tensor reshape(const Tensor& x, std::vector<int64_t> sizes, LAZYRT_HERE);
+Tensor permute(const Tensor& x, std::vector<int64_t> perm, LAZYRT_HERE);
+Tensor transpose(const Tensor& x, int64_t dim0, int64_t dim1, LAZYRT_HERE);
+// Broadcast to `sizes` (-1 keeps a dimension).
+Tensor expand(const Tensor& x, std::vector<int64_t> sizes, LAZYRT_HERE);
+// x[start:end:step] along `dim`; start/end are clamped as in Python slicing.
+Tensor slice(const Tensor& x, int64_t dim, int64_t start, int64_t end, int64_t step = 1, LAZYRT_HERE);
+Tensor cat(const std::vector<Tensor>& tensors, int64_t dim, LAZYRT_HERE);
+// Rows of `x` along `dim` picked by the 1-D integer `index` (an embedding lookup).
+Tensor index_select(const Tensor& x, int64_t dim, const Tensor& index, LAZYRT_HERE);
+// out[i][j] = x[index[i][j]][j] for dim 0 (and so on), as torch.gather.
+Tensor gather(const Tensor& x, int64_t dim, const Tensor& index, LAZYRT_HERE);
+Tensor one_hot(const Tensor& index, int64_t num_classes, DType dtype = DType::kF32, LAZYRT_HERE);
+
+// ---- Inspecting graphs without running them --------------------------------------------------------
+std::string graph_text(const std::vector<Tensor>& tensors);
+std::string graph_dot(const std::vector<Tensor>& tensors);
+// The DAG hash of the graph computing `tensors` (equal in any process that builds the same graph).
+uint64_t graph_hash(const std::vector<Tensor>& tensors);
+
+}  // namespace lazyrt

@@ -1,0 +1,40 @@
+// Building blocks every op uses to record IR: operand values, scalars as parameters, dtype promotion,
+// and wrapping a new node in a Tensor. Internal to lazy/.
+#pragma once
+
+#include <initializer_list>
+#include "absl/strings/string_view.h"
+
+#include "absl/status/statusor.h"
+#include "ir/node.h"
+#include "lazy/runtime.h"
+#include "lazy/tensor.h"
+
+namespace lazyrt::detail {
+
+// The tensor's implementation; throws if `t` is undefined.
+TensorImpl& ImplOf(const Tensor& t, absl::string_view op, const SourceLocation& loc);
+// The IR value computing `t` (creating its DeviceData leaf on first use after a sync).
+ir::Value ValueOf(const Tensor& t);
+// The device shared by `tensors`; throws naming both devices otherwise.
+int CommonDevice(std::initializer_list<const Tensor*> tensors, absl::string_view op,
+                 const SourceLocation& loc);
+
+// A host scalar as an IR value of `dtype` and shape []: a device parameter, or a baked constant if
+// static (or 0/1 with special scalars on).
+ir::Value ScalarValue(Scalar s, DType dtype, const SourceLocation& loc);
+// A Convert node, or `v` itself if it already has `dtype`.
+ir::Value Converted(const ir::Value& v, DType dtype, const SourceLocation& loc);
+
+// A new node with one output, wrapped in a registered pending tensor.
+Tensor MakeTensor(ir::OpKind op, ir::OperandList operands, Shape shape, int device,
+                  const SourceLocation& loc, ir::Attributes attrs = {});
+
+// Unwraps `result` or throws Error("<op>: <message> (at file:line)").
+template <typename T>
+T Check(absl::StatusOr<T> result, absl::string_view op, const SourceLocation& loc) {
+  ThrowIfError(result.status(), op, loc);
+  return *std::move(result);
+}
+
+}  // namespace lazyrt::detail

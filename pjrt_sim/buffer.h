@@ -1,0 +1,43 @@
+// An array resident in a device's memory. Its contents may still be being computed: readiness is an
+// event you can wait on (PJRT's GetReadyFuture).
+#pragma once
+
+#include <cstddef>
+#include <memory>
+#include <mutex>
+
+#include "absl/status/status.h"
+#include "pjrt_sim/device.h"
+#include "pjrt_sim/event.h"
+#include "pjrt_sim/types.h"
+
+namespace lazyrt::pjrt {
+
+class Buffer {
+ public:
+  Buffer(Device* device, ArrayShape shape, std::shared_ptr<DeviceMemory> memory,
+         std::shared_ptr<Event> ready);
+
+  Device* device() const { return device_; }
+  const ArrayShape& shape() const { return shape_; }
+  // Completes when the contents have been computed, with the error if computing them failed.
+  const std::shared_ptr<Event>& ready() const { return ready_; }
+  absl::Status AwaitReady() const { return ready_->Wait(); }
+
+  // Waits until ready, then copies the contents (exactly shape().byte_size() bytes) to `dst`.
+  absl::Status ToHost(void* dst, size_t dst_bytes) const;
+  // Gives the memory back (once work using it has finished). Later use of the buffer is an error.
+  void Delete();
+  bool IsDeleted() const;
+  // The memory, for the executor; FAILED_PRECONDITION once deleted.
+  absl::StatusOr<std::shared_ptr<DeviceMemory>> memory() const;
+
+ private:
+  Device* const device_;
+  const ArrayShape shape_;
+  const std::shared_ptr<Event> ready_;
+  mutable std::mutex mu_;
+  std::shared_ptr<DeviceMemory> memory_;  // shared with executions in flight
+};
+
+}  // namespace lazyrt::pjrt

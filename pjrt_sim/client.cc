@@ -1,0 +1,50 @@
+#include "pjrt_sim/client.h"
+
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "pjrt_sim/version.h"
+
+namespace lazyrt::pjrt {
+
+absl::StatusOr<std::unique_ptr<Client>> Client::Create(ClientOptions options) {
+  if (options.num_devices < 1) {
+    return absl::InvalidArgumentError(absl::StrCat("a client needs at least one device, asked for ",
+                                                   options.num_devices));
+  }
+  if (options.device_memory_bytes < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("negative device memory capacity ", options.device_memory_bytes));
+  }
+  return std::unique_ptr<Client>(new Client(options));
+}
+
+Client::Client(ClientOptions options) {
+  for (int i = 0; i < options.num_devices; ++i) {
+    devices_.push_back(std::make_unique<Device>(i, options.device_memory_bytes));
+    device_ptrs_.push_back(devices_.back().get());
+  }
+}
+
+Client::~Client() {
+  // Let in-flight work finish before devices (and their memory accounting) go away.
+  for (auto& d : devices_) d->stream().Synchronize();
+}
+
+absl::string_view Client::platform_version() const { return kCompilerVersion; }
+
+Device* Client::device(int id) const {
+  return id >= 0 && id < static_cast<int>(devices_.size()) ? device_ptrs_[static_cast<size_t>(id)]
+                                                            : nullptr;
+}
+
+absl::StatusOr<std::shared_ptr<Buffer>> Client::BufferFromHost(const void* data, const ArrayShape& shape,
+                                                               Device* device) {
+  absl::StatusOr<DeviceMemory> memory = device->Allocate(shape.byte_size());
+  if (!memory.ok()) return memory.status();
+  if (shape.byte_size() > 0) std::memcpy(memory->data(), data, static_cast<size_t>(shape.byte_size()));
+  return std::make_shared<Buffer>(device, shape, std::make_shared<DeviceMemory>(*std::move(memory)),
+                                  Event::Ready());
+}
+
+}  // namespace lazyrt::pjrt

@@ -1,0 +1,92 @@
+#include "pjrt_sim/device.h"
+
+#include <algorithm>
+#include <cstdlib>
+#include <utility>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+
+namespace lazyrt::pjrt {
+
+DeviceMemory::DeviceMemory(DeviceMemory&& other) noexcept
+    : device_(std::exchange(other.device_, nullptr)),
+      data_(std::exchange(other.data_, nullptr)),
+      size_(std::exchange(other.size_, 0)) {}
+
+DeviceMemory& DeviceMemory::operator=(DeviceMemory&& other) noexcept {
+  if (this != &other) {
+    Release();
+    device_ = std::exchange(other.device_, nullptr);
+    data_ = std::exchange(other.data_, nullptr);
+    size_ = std::exchange(other.size_, 0);
+  }
+  return *this;
+}
+
+DeviceMemory::~DeviceMemory() { Release(); }
+
+void DeviceMemory::Release() {
+  if (device_ != nullptr) device_->Free(data_, size_);
+  device_ = nullptr;
+  data_ = nullptr;
+  size_ = 0;
+}
+
+Device::Device(int id, int64_t memory_capacity) : id_(id) { stats_.bytes_limit = memory_capacity; }
+
+std::string Device::DebugString() const { return absl::StrCat("SIM:", id_); }
+
+absl::StatusOr<DeviceMemory> Device::Allocate(int64_t bytes) {
+  if (bytes < 0) return absl::InvalidArgumentError(absl::StrCat("negative allocation size ", bytes));
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (bytes > stats_.bytes_limit - stats_.bytes_in_use) {
+      return absl::ResourceExhaustedError(absl::StrCat(
+          DebugString(), " is out of memory: requested ", HumanBytes(bytes), " (", bytes,
+          " bytes) with ", HumanBytes(stats_.bytes_in_use), " in use of a ",
+          HumanBytes(stats_.bytes_limit), " limit"));
+    }
+    stats_.bytes_in_use += bytes;
+    stats_.peak_bytes_in_use = std::max(stats_.peak_bytes_in_use, stats_.bytes_in_use);
+    stats_.num_allocs += 1;
+    stats_.live_allocations += 1;
+    stats_.largest_alloc_size = std::max(stats_.largest_alloc_size, bytes);
+  }
+  // Round up to the alignment: aligned_alloc requires a multiple of it; a zero-size request still gets
+  // a distinct pointer.
+  const size_t rounded = (static_cast<size_t>(bytes) + 63) / 64 * 64;
+  void* data = std::aligned_alloc(64, rounded == 0 ? 64 : rounded);
+  if (data == nullptr) {
+    Free(nullptr, bytes);
+    return absl::ResourceExhaustedError(
+        absl::StrCat(DebugString(), ": the host could not provide ", HumanBytes(bytes)));
+  }
+  return DeviceMemory(this, data, bytes);
+}
+
+void Device::Free(void* data, int64_t size) {
+  std::free(data);
+  std::lock_guard<std::mutex> lock(mu_);
+  stats_.bytes_in_use -= size;
+  stats_.live_allocations -= 1;
+}
+
+MemoryStats Device::memory_stats() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return stats_;
+}
+
+std::string HumanBytes(int64_t bytes) {
+  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  double v = static_cast<double>(bytes);
+  int u = 0;
+  while (v >= 1024 && u < 4) {
+    v /= 1024;
+    ++u;
+  }
+  return u == 0 ? absl::StrCat(bytes, " B") : absl::StrFormat("%.2f %s", v, units[u]);
+}
+
+}  // namespace lazyrt::pjrt

@@ -1,0 +1,79 @@
+// A simulated accelerator: an id, a memory capacity with accounting, and an in-order stream.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "pjrt_sim/stream.h"
+
+namespace lazyrt::pjrt {
+
+// What a device's memory looks like now (PJRT's Device::GetAllocatorStats, reduced).
+struct MemoryStats {
+  int64_t bytes_in_use = 0;
+  int64_t peak_bytes_in_use = 0;
+  int64_t num_allocs = 0;          // allocations made since the device was created
+  int64_t live_allocations = 0;    // allocations not yet freed
+  int64_t largest_alloc_size = 0;
+  int64_t bytes_limit = 0;
+};
+
+class Device;
+
+// Device memory owned by one holder; returns its bytes to the device when destroyed.
+class DeviceMemory {
+ public:
+  DeviceMemory() = default;
+  DeviceMemory(DeviceMemory&& other) noexcept;
+  DeviceMemory& operator=(DeviceMemory&& other) noexcept;
+  ~DeviceMemory();
+
+  void* data() const { return data_; }
+  int64_t size() const { return size_; }
+
+ private:
+  friend class Device;
+  DeviceMemory(Device* device, void* data, int64_t size) : device_(device), data_(data), size_(size) {}
+  void Release();
+
+  Device* device_ = nullptr;
+  void* data_ = nullptr;
+  int64_t size_ = 0;
+};
+
+class Device {
+ public:
+  Device(int id, int64_t memory_capacity);
+  Device(const Device&) = delete;
+  Device& operator=(const Device&) = delete;
+
+  int id() const { return id_; }
+  // The platform's device kind, part of every executable's identity.
+  static constexpr absl::string_view kKind = "lazyrt-sim-v1";
+  // "SIM:0"
+  std::string DebugString() const;
+
+  // Reserves `bytes` (64-byte aligned). Exceeding the capacity is RESOURCE_EXHAUSTED naming the
+  // request, the bytes in use and the limit; the device stays usable.
+  absl::StatusOr<DeviceMemory> Allocate(int64_t bytes);
+  MemoryStats memory_stats() const;
+  // Work on this device runs in order on this stream.
+  Stream& stream() { return stream_; }
+
+ private:
+  friend class DeviceMemory;
+  void Free(void* data, int64_t size);
+
+  const int id_;
+  mutable std::mutex mu_;
+  MemoryStats stats_;
+  Stream stream_;
+};
+
+// "1.50 MiB"
+std::string HumanBytes(int64_t bytes);
+
+}  // namespace lazyrt::pjrt

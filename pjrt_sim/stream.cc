@@ -1,0 +1,45 @@
+#include "pjrt_sim/stream.h"
+
+namespace lazyrt::pjrt {
+
+Stream::~Stream() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stopping_ = true;
+  }
+  work_ready_.notify_all();
+  if (thread_.joinable()) thread_.join();
+}
+
+void Stream::Enqueue(std::function<void()> work) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    queue_.push_back(std::move(work));
+    if (!thread_.joinable()) thread_ = std::thread([this] { Loop(); });
+  }
+  work_ready_.notify_one();
+}
+
+void Stream::Synchronize() {
+  std::unique_lock<std::mutex> lock(mu_);
+  idle_.wait(lock, [this] { return queue_.empty() && !running_work_; });
+}
+
+void Stream::Loop() {
+  std::unique_lock<std::mutex> lock(mu_);
+  while (true) {
+    work_ready_.wait(lock, [this] { return stopping_ || !queue_.empty(); });
+    if (queue_.empty()) return;  // stopping, and nothing left to run
+    std::function<void()> work = std::move(queue_.front());
+    queue_.pop_front();
+    running_work_ = true;
+    lock.unlock();
+    work();
+    work = nullptr;  // release captured buffers before reporting idle
+    lock.lock();
+    running_work_ = false;
+    if (queue_.empty()) idle_.notify_all();
+  }
+}
+
+}  // namespace lazyrt::pjrt

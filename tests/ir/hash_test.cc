@@ -1,0 +1,77 @@
+#include "ir/hash.h"
+
+#include <gtest/gtest.h>
+
+#include "ir/node.h"
+
+namespace lazyrt::ir {
+namespace {
+
+Value Leaf(Shape shape) { return Value{MakeNode(OpKind::kDeviceData, OperandList{}, ShapeList{shape})}; }
+
+Value Op(OpKind op, OperandList operands, Shape shape, Attributes attrs = {}) {
+  return Value{MakeNode(op, std::move(operands), ShapeList{shape}, std::move(attrs))};
+}
+
+const Shape kF32_2x3(DType::kF32, {2, 3});
+
+TEST(NodeHash, EqualForStructurallyEqualNodes) {
+  Value a = Op(OpKind::kAdd, {Leaf(kF32_2x3), Leaf(kF32_2x3)}, kF32_2x3);
+  Value b = Op(OpKind::kAdd, {Leaf(kF32_2x3), Leaf(kF32_2x3)}, kF32_2x3);
+  EXPECT_EQ(a.hash(), b.hash());
+}
+
+TEST(NodeHash, DeviceDataHashesShapeAndDTypeOnly) {
+  EXPECT_EQ(Leaf(kF32_2x3).hash(), Leaf(kF32_2x3).hash());
+  EXPECT_NE(Leaf(kF32_2x3).hash(), Leaf(Shape(DType::kF32, {3, 2})).hash());
+  EXPECT_NE(Leaf(kF32_2x3).hash(), Leaf(Shape(DType::kBF16, {2, 3})).hash());
+}
+
+TEST(NodeHash, ChangesWithOp) {
+  Value x = Leaf(kF32_2x3);
+  EXPECT_NE(Op(OpKind::kAdd, {x, x}, kF32_2x3).hash(), Op(OpKind::kMul, {x, x}, kF32_2x3).hash());
+}
+
+TEST(NodeHash, ChangesWithOperandOrder) {
+  Value x = Leaf(kF32_2x3);
+  Value y = Op(OpKind::kExp, {x}, kF32_2x3);
+  EXPECT_NE(Op(OpKind::kSub, {x, y}, kF32_2x3).hash(), Op(OpKind::kSub, {y, x}, kF32_2x3).hash());
+}
+
+TEST(NodeHash, ChangesWithAttribute) {
+  Value x = Leaf(kF32_2x3);
+  Shape out(DType::kF32, {3});
+  Value s0 = Op(OpKind::kReduceSum, {x}, out, {{AttrKey::kDims, std::vector<int64_t>{0}}});
+  Value s0k = Op(OpKind::kReduceSum, {x}, out,
+                 {{AttrKey::kDims, std::vector<int64_t>{0}}, {AttrKey::kKeepDim, true}});
+  Value s1 = Op(OpKind::kReduceSum, {x}, out, {{AttrKey::kDims, std::vector<int64_t>{1}}});
+  EXPECT_NE(s0.hash(), s1.hash());
+  EXPECT_NE(s0.hash(), s0k.hash());
+}
+
+TEST(NodeHash, ChangesWithConstantValue) {
+  Shape scalar(DType::kF32, {});
+  EXPECT_NE(Op(OpKind::kConstant, {}, scalar, {{AttrKey::kValue, 0.5}}).hash(),
+            Op(OpKind::kConstant, {}, scalar, {{AttrKey::kValue, 0.25}}).hash());
+}
+
+TEST(NodeHash, ChangesWithOutputShape) {
+  Value x = Leaf(Shape(DType::kF32, {6}));
+  EXPECT_NE(Op(OpKind::kReshape, {x}, kF32_2x3).hash(),
+            Op(OpKind::kReshape, {x}, Shape(DType::kF32, {3, 2})).hash());
+}
+
+TEST(NodeHash, ValueHashDistinguishesOutputs) {
+  NodePtr n = MakeNode(OpKind::kAdd, OperandList{Leaf(kF32_2x3), Leaf(kF32_2x3)},
+                       ShapeList{kF32_2x3, kF32_2x3});
+  EXPECT_NE((Value{n, 0}.hash()), (Value{n, 1}.hash()));
+}
+
+TEST(HashBytes, IsXxh3AndStable) {
+  // XXH3-64 of the empty input is a published constant: a change of hash function would show here.
+  EXPECT_EQ(HashBytes("", 0), 0x2D06800538D394C2ull);
+  EXPECT_EQ(HashToHex(0x2D06800538D394C2ull), "2d06800538d394c2");
+}
+
+}  // namespace
+}  // namespace lazyrt::ir

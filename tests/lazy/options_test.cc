@@ -1,0 +1,60 @@
+#include "lazy/options.h"
+
+#include <cstdlib>
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+namespace lazyrt {
+namespace {
+
+using ::testing::HasSubstr;
+
+TEST(Options, UnknownSettingIsRefusedNamingTheValidOnes) {
+  ::setenv("LAZYRT_DEVICEZ", "2", 1);
+  absl::StatusOr<Options> o = Options::FromEnvironment();
+  ::unsetenv("LAZYRT_DEVICEZ");
+  ASSERT_FALSE(o.ok());
+  EXPECT_THAT(o.status().message(), HasSubstr("LAZYRT_DEVICEZ"));
+  EXPECT_THAT(o.status().message(), HasSubstr("LAZYRT_DEVICES"));
+}
+
+TEST(Options, UnparsableValueIsRefused) {
+  ::setenv("LAZYRT_DEVICES", "many", 1);
+  absl::StatusOr<Options> o = Options::FromEnvironment();
+  ::unsetenv("LAZYRT_DEVICES");
+  ASSERT_FALSE(o.ok());
+  EXPECT_THAT(o.status().message(), HasSubstr("LAZYRT_DEVICES=many"));
+}
+
+TEST(Options, EnvironmentOverridesDefaults) {
+  ::setenv("LAZYRT_DEVICES", "8", 1);
+  ::setenv("LAZYRT_DEVICE_MEMORY", "512M", 1);
+  absl::StatusOr<Options> o = Options::FromEnvironment();
+  ::unsetenv("LAZYRT_DEVICES");
+  ::unsetenv("LAZYRT_DEVICE_MEMORY");
+  ASSERT_TRUE(o.ok()) << o.status();
+  EXPECT_EQ(o->devices, 8);
+  EXPECT_EQ(o->device_memory_bytes, int64_t{512} << 20);
+}
+
+TEST(Options, ResolvedListsEverySetting) {
+  Options o;
+  auto resolved = o.Resolved();
+  ASSERT_FALSE(resolved.empty());
+  EXPECT_EQ(resolved[0].first, "LAZYRT_DEVICES");
+  EXPECT_EQ(resolved[0].second, "1");
+}
+
+TEST(ParseByteSize, Units) {
+  EXPECT_EQ(*ParseByteSize("4096"), 4096);
+  EXPECT_EQ(*ParseByteSize("512M"), int64_t{512} << 20);
+  EXPECT_EQ(*ParseByteSize("10G"), int64_t{10} << 30);
+  EXPECT_EQ(*ParseByteSize("1.5GiB"), int64_t{3} << 29);
+  EXPECT_EQ(*ParseByteSize("2KB"), 2048);
+  EXPECT_FALSE(ParseByteSize("ten").ok());
+  EXPECT_FALSE(ParseByteSize("5X").ok());
+}
+
+}  // namespace
+}  // namespace lazyrt

@@ -1,0 +1,74 @@
+#include "pjrt_sim/device.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "pjrt_sim/client.h"
+
+namespace lazyrt::pjrt {
+namespace {
+
+using ::testing::AllOf;
+using ::testing::HasSubstr;
+
+TEST(Client, DevicesAndPlatform) {
+  auto client = Client::Create({.num_devices = 8, .device_memory_bytes = 1 << 20});
+  ASSERT_TRUE(client.ok());
+  EXPECT_EQ((*client)->devices().size(), 8u);
+  EXPECT_EQ((*client)->platform_name(), "lazyrt-sim");
+  EXPECT_EQ((*client)->device(7)->DebugString(), "SIM:7");
+  EXPECT_EQ((*client)->device(8), nullptr);
+  EXPECT_FALSE(Client::Create({.num_devices = 0}).ok());
+}
+
+TEST(Device, MemoryAccountingAndOutOfMemory) {
+  Device d(0, 1000);
+  {
+    absl::StatusOr<DeviceMemory> a = d.Allocate(600);
+    ASSERT_TRUE(a.ok());
+    EXPECT_EQ(d.memory_stats().bytes_in_use, 600);
+    absl::StatusOr<DeviceMemory> b = d.Allocate(500);
+    ASSERT_FALSE(b.ok());
+    EXPECT_EQ(b.status().code(), absl::StatusCode::kResourceExhausted);
+    EXPECT_THAT(b.status().message(), AllOf(HasSubstr("500 B"), HasSubstr("600 B in use"),
+                                            HasSubstr("1000 B limit")));
+    // The device stays usable.
+    absl::StatusOr<DeviceMemory> c = d.Allocate(400);
+    ASSERT_TRUE(c.ok());
+    MemoryStats s = d.memory_stats();
+    EXPECT_EQ(s.bytes_in_use, 1000);
+    EXPECT_EQ(s.peak_bytes_in_use, 1000);
+    EXPECT_EQ(s.largest_alloc_size, 600);
+    EXPECT_EQ(s.live_allocations, 2);
+  }
+  EXPECT_EQ(d.memory_stats().bytes_in_use, 0);
+  EXPECT_EQ(d.memory_stats().num_allocs, 2);
+}
+
+TEST(Buffer, RoundTripAndDelete) {
+  auto client = *Client::Create({});
+  float host[4] = {1, 2, 3, 4};
+  auto buf = client->BufferFromHost(host, {PrimitiveType::kF32, {2, 2}}, client->device(0));
+  ASSERT_TRUE(buf.ok());
+  float back[4] = {};
+  ASSERT_TRUE((*buf)->ToHost(back, sizeof back).ok());
+  EXPECT_EQ(back[3], 4.0f);
+  EXPECT_FALSE((*buf)->ToHost(back, 3).ok());
+  (*buf)->Delete();
+  absl::Status s = (*buf)->ToHost(back, sizeof back);
+  EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(s.message(), HasSubstr("deleted"));
+  EXPECT_EQ(client->device(0)->memory_stats().bytes_in_use, 0);
+}
+
+TEST(Stream, RunsInOrderAndSynchronizes) {
+  Stream stream;
+  std::vector<int> order;
+  for (int i = 0; i < 100; ++i) stream.Enqueue([&order, i] { order.push_back(i); });
+  stream.Synchronize();
+  ASSERT_EQ(order.size(), 100u);
+  for (int i = 0; i < 100; ++i) EXPECT_EQ(order[static_cast<size_t>(i)], i);
+}
+
+}  // namespace
+}  // namespace lazyrt::pjrt

@@ -1,0 +1,12 @@
+# Runs the trace example in two processes; their printed graph hashes must be equal.
+execute_process(COMMAND ${EXAMPLE} OUTPUT_VARIABLE first RESULT_VARIABLE rc1)
+execute_process(COMMAND ${EXAMPLE} OUTPUT_VARIABLE second RESULT_VARIABLE rc2)
+if(NOT rc1 EQUAL 0 OR NOT rc2 EQUAL 0)
+  message(FATAL_ERROR "trace_graph failed: ${rc1} ${rc2}")
+endif()
+string(REGEX MATCH "graph hash: [0-9a-f]+" h1 "${first}")
+string(REGEX MATCH "graph hash: [0-9a-f]+" h2 "${second}")
+if(h1 STREQUAL "" OR NOT h1 STREQUAL h2)
+  message(FATAL_ERROR "graph hash differs between processes: '${h1}' vs '${h2}'")
+endif()
+message(STATUS "both processes: ${h1}")

@@ -47,4 +47,15 @@ absl::StatusOr<std::shared_ptr<Buffer>> Client::BufferFromHost(const void* data,
                                   Event::Ready());
 }
 
+absl::StatusOr<std::shared_ptr<Executable>> Client::Compile(const proto::Module& module,
+                                                            const CompileOptions& options, Device* device) {
+  return pjrt::Compile(module, options, device != nullptr ? device : devices_[0].get());
+}
+
+absl::StatusOr<std::shared_ptr<Executable>> Client::LoadSerializedExecutable(absl::string_view bytes) {
+  absl::StatusOr<proto::Executable> parsed = Executable::Parse(bytes);
+  if (!parsed.ok()) return parsed.status();
+  return Executable::Load(*std::move(parsed));
+}
+
 }  // namespace lazyrt::pjrt

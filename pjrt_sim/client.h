@@ -9,6 +9,8 @@
 
 #include "absl/status/statusor.h"
 #include "pjrt_sim/buffer.h"
+#include "pjrt_sim/compiler.h"
+#include "pjrt_sim/executable.h"
 #include "pjrt_sim/device.h"
 #include "pjrt_sim/types.h"
 
@@ -37,6 +39,13 @@ class Client {
   // Copies `shape.byte_size()` bytes from `data` into a new buffer on `device`; ready at return.
   absl::StatusOr<std::shared_ptr<Buffer>> BufferFromHost(const void* data, const ArrayShape& shape,
                                                          Device* device);
+
+  // Compiles `module` (autotuning on `device`, device 0 if null).
+  absl::StatusOr<std::shared_ptr<Executable>> Compile(const proto::Module& module, const CompileOptions& options,
+                                                      Device* device = nullptr);
+  // Loads bytes made by Executable::Serialize(): validates them and builds kernels, running no
+  // compiler pass (PJRT's LoadSerializedExecutable; the entry point that deserializes *and* loads).
+  absl::StatusOr<std::shared_ptr<Executable>> LoadSerializedExecutable(absl::string_view bytes);
 
  private:
   explicit Client(ClientOptions options);

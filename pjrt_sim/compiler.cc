@@ -1,0 +1,202 @@
+#include "pjrt_sim/compiler.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <functional>
+#include <random>
+
+#include "absl/strings/str_cat.h"
+#include "pjrt_sim/fusion.h"
+#include "pjrt_sim/hlo.h"
+#include "pjrt_sim/kernels/fused_program.h"
+#include "pjrt_sim/passes.h"
+#include "pjrt_sim/thread_pool.h"
+#include "pjrt_sim/version.h"
+
+namespace lazyrt::pjrt {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double MsSince(Clock::time_point start) {
+  return std::chrono::duration<double, std::milli>(Clock::now() - start).count();
+}
+
+// Runs one pass, recording its time and changes (summed over repeated runs of the same pass).
+int64_t RunPass(proto::Executable& exe, const std::string& name, const std::function<int64_t()>& pass) {
+  CountPassRun();
+  const Clock::time_point start = Clock::now();
+  const int64_t changes = pass();
+  const double ms = MsSince(start);
+  for (proto::PassTiming& t : *exe.mutable_pass_timings()) {
+    if (t.pass() == name) {
+      t.set_ms(t.ms() + ms);
+      t.set_changes(t.changes() + changes);
+      return changes;
+    }
+  }
+  proto::PassTiming* t = exe.add_pass_timings();
+  t->set_pass(name);
+  t->set_ms(ms);
+  t->set_changes(changes);
+  return changes;
+}
+
+// Fills memory of `shape` with values typical of real data (small, finite; indices near 0).
+void FillProbeData(const ArrayShape& shape, void* data, std::mt19937_64& rng) {
+  const int64_t n = shape.numel();
+  std::uniform_real_distribution<float> f(-1.0f, 1.0f);
+  for (int64_t i = 0; i < n; ++i) {
+    switch (shape.type) {
+      case PrimitiveType::kF32: static_cast<float*>(data)[i] = f(rng); break;
+      case PrimitiveType::kF64: static_cast<double*>(data)[i] = f(rng); break;
+      case PrimitiveType::kS32: static_cast<int32_t*>(data)[i] = 0; break;
+      case PrimitiveType::kS64: static_cast<int64_t*>(data)[i] = 0; break;
+      case PrimitiveType::kPred: static_cast<uint8_t*>(data)[i] = static_cast<uint8_t>(rng() & 1); break;
+      default: static_cast<uint16_t*>(data)[i] = 0x3c00; break;  // 1.0 in f16; ~1.0 in bf16
+    }
+  }
+}
+
+// Measures the candidate configurations of every kernel worth tuning on probe data in device memory,
+// and keeps the fastest whose output is bit-identical to the first candidate's.
+absl::Status Autotune(proto::Executable& exe, Device* device) {
+  absl::StatusOr<std::shared_ptr<Executable>> loaded = Executable::Load(exe);
+  if (!loaded.ok()) return loaded.status();
+  std::vector<DeviceMemory> memory;
+  std::vector<void*> params, outputs;
+  std::mt19937_64 rng(42);
+  for (const proto::Shape& p : exe.parameters()) {
+    absl::StatusOr<DeviceMemory> m = device->Allocate(FromProto(p).byte_size());
+    if (!m.ok()) return m.status();
+    FillProbeData(FromProto(p), m->data(), rng);
+    params.push_back(m->data());
+    memory.push_back(*std::move(m));
+  }
+  for (int64_t slot : exe.outputs()) {
+    absl::StatusOr<DeviceMemory> m = device->Allocate(FromProto(exe.slots(static_cast<int>(slot)).shape()).byte_size());
+    if (!m.ok()) return m.status();
+    outputs.push_back(m->data());
+    memory.push_back(*std::move(m));
+  }
+  absl::StatusOr<DeviceMemory> arena = device->Allocate(exe.arena_bytes());
+  if (!arena.ok()) return arena.status();
+  std::memset(arena->data(), 0, static_cast<size_t>(exe.arena_bytes()));
+  const std::vector<void*> slots = (*loaded)->SlotPointers(params, arena->data(), outputs);
+  // Give every slot plausible contents first: run the executable once as compiled.
+  (*loaded)->RunKernels(slots).IgnoreError();  // probe data may hold out-of-range indices
+
+  const int threads = ThreadPool::Get().size();
+  for (int k = 0; k < exe.kernels_size(); ++k) {
+    proto::Kernel& kernel = *exe.mutable_kernels(k);
+    std::vector<std::pair<std::string, proto::Kernel>> candidates;
+    if (kernel.kind() == proto::Kernel::DOT && kernel.m() * kernel.n() * kernel.k() >= (1 << 15) &&
+        (exe.slots(static_cast<int>(kernel.output())).shape().type() == proto::F32 ||
+         exe.slots(static_cast<int>(kernel.output())).shape().type() == proto::F64)) {
+      proto::Kernel split = kernel;
+      split.set_variant(1);
+      candidates = {{"blas", kernel}, {absl::StrCat("blas_column_panels_x", threads), split}};
+    } else if ((kernel.kind() == proto::Kernel::LOOP || kernel.kind() == proto::Kernel::REDUCE) && threads > 1 &&
+               FromProto(kernel.iteration_shape()).numel() >= (1 << 15)) {
+      const int64_t n = FromProto(kernel.iteration_shape()).numel();
+      const int64_t block = FusedProgram::kBlock;
+      proto::Kernel parallel = kernel;
+      parallel.set_grain(((n + threads - 1) / threads + block - 1) / block * block);
+      candidates = {{"serial", kernel}, {absl::StrCat("parallel_x", threads), parallel}};
+    }
+    if (candidates.empty()) continue;
+
+    std::vector<ArrayShape> input_shapes;
+    std::vector<const void*> inputs;
+    for (int64_t in : kernel.inputs()) {
+      input_shapes.push_back(FromProto(exe.slots(static_cast<int>(in)).shape()));
+      inputs.push_back(slots[static_cast<size_t>(in)]);
+    }
+    const ArrayShape out_shape = FromProto(exe.slots(static_cast<int>(kernel.output())).shape());
+    const size_t out_bytes = static_cast<size_t>(out_shape.byte_size());
+    std::vector<char> reference(out_bytes), result(out_bytes);
+    proto::AutotuneRecord* record = exe.add_autotune();
+    record->set_kernel(k);
+    double best_us = -1;
+    for (size_t c = 0; c < candidates.size(); ++c) {
+      absl::StatusOr<std::unique_ptr<Kernel>> built = BuildKernel(candidates[c].second, input_shapes, out_shape);
+      if (!built.ok()) return built.status();
+      double us = 1e300;
+      bool ok = true;
+      for (int rep = 0; rep < 4 && ok; ++rep) {  // the first run warms caches; the best of the rest counts
+        const Clock::time_point start = Clock::now();
+        ok = (*built)->Run(inputs, slots[static_cast<size_t>(kernel.output())]).ok();
+        if (rep > 0) us = std::min(us, MsSince(start) * 1000);
+      }
+      if (!ok) continue;
+      std::memcpy((c == 0 ? reference : result).data(), slots[static_cast<size_t>(kernel.output())], out_bytes);
+      proto::AutotuneCandidate* cand = record->add_candidates();
+      cand->set_name(candidates[c].first);
+      cand->set_us(us);
+      const bool identical = c == 0 || std::memcmp(reference.data(), result.data(), out_bytes) == 0;
+      if (identical && (best_us < 0 || us < best_us)) {
+        best_us = us;
+        record->set_chosen(candidates[c].first);
+        kernel.set_variant(candidates[c].second.variant());
+        kernel.set_grain(candidates[c].second.grain());
+      }
+      if (!identical) cand->set_name(cand->name() + " (rejected: different bits)");
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+std::string CompileOptions::Fingerprint() const {
+  return absl::StrCat("fusion=", fusion, ";autotune=", autotune, ";max_fusion_steps=", max_fusion_steps);
+}
+
+absl::StatusOr<std::shared_ptr<Executable>> Compile(const proto::Module& module, const CompileOptions& options,
+                                                    Device* device) {
+  const Clock::time_point start = Clock::now();
+  proto::Executable exe;
+  exe.set_compiler_version(std::string(kCompilerVersion));
+  exe.set_device_kind(std::string(Device::kKind));
+  exe.set_module_name(module.name());
+  exe.set_module_instructions(module.instructions_size());
+  for (const proto::Instruction& inst : module.instructions()) (*exe.mutable_op_histogram())[OpcodeName(inst.opcode())]++;
+
+  absl::StatusOr<HloModule> hlo;
+  RunPass(exe, "verify", [&] {
+    hlo = FromProto(module);
+    return int64_t{0};
+  });
+  if (!hlo.ok()) return hlo.status();
+  RunPass(exe, "dce", [&] { return EliminateDeadCode(*hlo); });
+  for (int round = 0; round < 4; ++round) {
+    int64_t changes = 0;
+    changes += RunPass(exe, "algebraic_simplifier", [&] { return SimplifyAlgebra(*hlo); });
+    changes += RunPass(exe, "constant_folding", [&] { return FoldConstants(*hlo); });
+    changes += RunPass(exe, "cse", [&] { return EliminateCommonSubexpressions(*hlo); });
+    changes += RunPass(exe, "dce", [&] { return EliminateDeadCode(*hlo); });
+    if (changes == 0) break;
+  }
+  absl::Status emitted = absl::OkStatus();
+  RunPass(exe, "fusion", [&]() -> int64_t {
+    absl::StatusOr<int64_t> fused =
+        EmitKernels(*hlo, FusionOptions{.enabled = options.fusion, .max_program_steps = options.max_fusion_steps}, exe);
+    emitted = fused.status();
+    return fused.ok() ? *fused : 0;
+  });
+  if (!emitted.ok()) return emitted;
+  RunPass(exe, "buffer_assignment", [&] { return AssignBuffers(exe); });
+  if (options.autotune) {
+    absl::Status tuned = absl::OkStatus();
+    RunPass(exe, "autotune", [&] {
+      tuned = Autotune(exe, device);
+      return static_cast<int64_t>(exe.autotune_size());
+    });
+    if (!tuned.ok()) return tuned;
+  }
+  exe.set_compile_ms(MsSince(start));
+  return Executable::Load(std::move(exe));
+}
+
+}  // namespace lazyrt::pjrt

@@ -1,0 +1,31 @@
+// The compiler: verifies a Module, runs the optimization passes, fuses, assigns buffers, schedules,
+// autotunes kernels on the device, and loads the result.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "pjrt_sim/device.h"
+#include "pjrt_sim/executable.h"
+#include "pjrt_sim/module.pb.h"
+
+namespace lazyrt::pjrt {
+
+struct CompileOptions {
+  bool fusion = true;
+  // Measure candidate kernel configurations on the device and keep the fastest. Candidates that
+  // would change a single bit of the result are never kept, so tuning cannot change numbers.
+  bool autotune = true;
+  int64_t max_fusion_steps = 48;
+
+  // Everything here that changes the compiled result, as text (part of every cache key).
+  std::string Fingerprint() const;
+};
+
+// Compiles `module` for `device` (autotuning measures on it).
+absl::StatusOr<std::shared_ptr<Executable>> Compile(const proto::Module& module, const CompileOptions& options,
+                                                    Device* device);
+
+}  // namespace lazyrt::pjrt

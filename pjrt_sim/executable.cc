@@ -1,0 +1,243 @@
+#include "pjrt_sim/executable.h"
+
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "pjrt_sim/device.h"
+#include "pjrt_sim/hlo.h"
+#include "pjrt_sim/version.h"
+
+namespace lazyrt::pjrt {
+namespace {
+
+constexpr char kMagic[8] = {'L', 'Z', 'R', 'T', 'E', 'X', 'E', '\n'};
+constexpr size_t kHeaderBytes = 8 + 4 + 8;
+constexpr int64_t kMaxBytes = int64_t{1} << 40;
+
+absl::Status Invalid(const std::string& what) {
+  return absl::InvalidArgumentError(absl::StrCat("invalid executable: ", what));
+}
+
+absl::Status CheckShape(const proto::Shape& s, const std::string& what) {
+  if (!proto::ElementType_IsValid(s.type()) || s.dims_size() > 16) return Invalid(absl::StrCat(what, ": bad shape"));
+  int64_t n = 1;
+  for (int64_t d : s.dims()) {
+    if (d < 0 || d > kMaxBytes) return Invalid(absl::StrCat(what, ": bad dimension"));
+    if (d != 0 && n > kMaxBytes / d) return Invalid(absl::StrCat(what, ": too large"));
+    n *= d;
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<proto::Executable> Executable::Parse(absl::string_view bytes) {
+  if (bytes.size() < kHeaderBytes || std::memcmp(bytes.data(), kMagic, 8) != 0) {
+    return Invalid("not a serialized lazyrt executable (bad magic)");
+  }
+  uint32_t version;
+  uint64_t length;
+  std::memcpy(&version, bytes.data() + 8, 4);
+  std::memcpy(&length, bytes.data() + 12, 8);
+  if (version != kFormatVersion) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("executable format version ", version, ", this runtime reads ", kFormatVersion));
+  }
+  if (length != bytes.size() - kHeaderBytes) {
+    return Invalid(absl::StrCat("length ", length, " does not match the ", bytes.size() - kHeaderBytes, " bytes present"));
+  }
+  proto::Executable exe;
+  if (!exe.ParseFromArray(bytes.data() + kHeaderBytes, static_cast<int>(length))) return Invalid("unparsable body");
+  return exe;
+}
+
+std::string Executable::Serialize() const {
+  std::string body = proto_.SerializeAsString();
+  std::string out(kHeaderBytes, '\0');
+  std::memcpy(out.data(), kMagic, 8);
+  const uint32_t version = kFormatVersion;
+  const uint64_t length = body.size();
+  std::memcpy(out.data() + 8, &version, 4);
+  std::memcpy(out.data() + 12, &length, 8);
+  return out + body;
+}
+
+absl::StatusOr<std::shared_ptr<Executable>> Executable::Load(proto::Executable p) {
+  if (p.compiler_version() != kCompilerVersion) {
+    return absl::FailedPreconditionError(absl::StrCat("executable compiled by '", p.compiler_version(),
+                                                      "', this runtime is '", kCompilerVersion, "'"));
+  }
+  if (p.device_kind() != Device::kKind) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("executable built for device kind '", p.device_kind(), "', not '", Device::kKind, "'"));
+  }
+  if (p.arena_bytes() < 0 || p.arena_bytes() > kMaxBytes) return Invalid("arena size out of range");
+  std::shared_ptr<Executable> exe(new Executable(std::move(p)));
+  const proto::Executable& e = exe->proto_;
+  for (int i = 0; i < e.parameters_size(); ++i) {
+    if (absl::Status s = CheckShape(e.parameters(i), absl::StrCat("parameter ", i)); !s.ok()) return s;
+    exe->parameter_shapes_.push_back(FromProto(e.parameters(i)));
+  }
+  std::vector<ArrayShape> slot_shapes;
+  std::vector<bool> written(static_cast<size_t>(e.slots_size()), false);
+  std::vector<bool> output_claimed(static_cast<size_t>(e.outputs_size()), false);
+  for (int s = 0; s < e.slots_size(); ++s) {
+    const proto::Slot& slot = e.slots(s);
+    const std::string what = absl::StrCat("slot ", s);
+    if (absl::Status st = CheckShape(slot.shape(), what); !st.ok()) return st;
+    const ArrayShape shape = FromProto(slot.shape());
+    switch (slot.kind()) {
+      case proto::Slot::PARAMETER:
+        if (slot.index() < 0 || slot.index() >= e.parameters_size() ||
+            !(FromProto(e.parameters(static_cast<int>(slot.index()))) == shape)) {
+          return Invalid(absl::StrCat(what, ": bad parameter"));
+        }
+        written[static_cast<size_t>(s)] = true;
+        break;
+      case proto::Slot::ALIAS:
+        if (slot.index() < 0 || slot.index() >= s ||
+            slot_shapes[static_cast<size_t>(slot.index())].byte_size() != shape.byte_size()) {
+          return Invalid(absl::StrCat(what, ": bad alias"));
+        }
+        break;
+      case proto::Slot::ARENA:
+        if (slot.offset() < 0 || slot.offset() > e.arena_bytes() - shape.byte_size()) {
+          return Invalid(absl::StrCat(what, ": outside the arena"));
+        }
+        break;
+      case proto::Slot::OUTPUT:
+        if (slot.index() < 0 || slot.index() >= e.outputs_size() || e.outputs(static_cast<int>(slot.index())) != s ||
+            output_claimed[static_cast<size_t>(slot.index())]) {
+          return Invalid(absl::StrCat(what, ": bad result index"));
+        }
+        output_claimed[static_cast<size_t>(slot.index())] = true;
+        break;
+      default: return Invalid(absl::StrCat(what, ": unknown kind"));
+    }
+    slot_shapes.push_back(shape);
+  }
+  auto resolved = [&](int64_t s) {
+    while (e.slots(static_cast<int>(s)).kind() == proto::Slot::ALIAS) s = e.slots(static_cast<int>(s)).index();
+    return s;
+  };
+  for (int k = 0; k < e.kernels_size(); ++k) {
+    const proto::Kernel& kernel = e.kernels(k);
+    std::vector<ArrayShape> inputs;
+    for (int64_t in : kernel.inputs()) {
+      if (in < 0 || in >= e.slots_size() || !written[static_cast<size_t>(resolved(in))]) {
+        return Invalid(absl::StrCat("kernel ", k, " reads slot ", in, " before it is written"));
+      }
+      inputs.push_back(slot_shapes[static_cast<size_t>(in)]);
+    }
+    const int64_t out = kernel.output();
+    if (out < 0 || out >= e.slots_size() ||
+        (e.slots(static_cast<int>(out)).kind() != proto::Slot::ARENA &&
+         e.slots(static_cast<int>(out)).kind() != proto::Slot::OUTPUT)) {
+      return Invalid(absl::StrCat("kernel ", k, " writes a slot it may not"));
+    }
+    absl::StatusOr<std::unique_ptr<Kernel>> built = BuildKernel(kernel, inputs, slot_shapes[static_cast<size_t>(out)]);
+    if (!built.ok()) return Invalid(std::string(built.status().message()));
+    exe->kernels_.push_back(*std::move(built));
+    written[static_cast<size_t>(out)] = true;
+  }
+  for (int j = 0; j < e.outputs_size(); ++j) {
+    const int64_t s = e.outputs(j);
+    if (s < 0 || s >= e.slots_size() || !written[static_cast<size_t>(resolved(s))]) {
+      return Invalid(absl::StrCat("result ", j, " is never computed"));
+    }
+    exe->output_shapes_.push_back(slot_shapes[static_cast<size_t>(s)]);
+  }
+  return exe;
+}
+
+std::vector<void*> Executable::SlotPointers(std::span<void* const> params, void* arena,
+                                            std::span<void* const> outputs) const {
+  std::vector<void*> ptrs(static_cast<size_t>(proto_.slots_size()), nullptr);
+  for (int s = 0; s < proto_.slots_size(); ++s) {
+    const proto::Slot& slot = proto_.slots(s);
+    switch (slot.kind()) {
+      case proto::Slot::PARAMETER: ptrs[static_cast<size_t>(s)] = params[static_cast<size_t>(slot.index())]; break;
+      case proto::Slot::ALIAS: ptrs[static_cast<size_t>(s)] = ptrs[static_cast<size_t>(slot.index())]; break;
+      case proto::Slot::ARENA: ptrs[static_cast<size_t>(s)] = static_cast<char*>(arena) + slot.offset(); break;
+      case proto::Slot::OUTPUT: ptrs[static_cast<size_t>(s)] = outputs[static_cast<size_t>(slot.index())]; break;
+      default: break;
+    }
+  }
+  return ptrs;
+}
+
+absl::Status Executable::RunKernels(std::span<void* const> slot_ptrs) const {
+  std::vector<const void*> inputs;
+  for (size_t k = 0; k < kernels_.size(); ++k) {
+    const proto::Kernel& kernel = proto_.kernels(static_cast<int>(k));
+    inputs.clear();
+    for (int64_t in : kernel.inputs()) inputs.push_back(slot_ptrs[static_cast<size_t>(in)]);
+    if (absl::Status s = kernels_[k]->Run(inputs, slot_ptrs[static_cast<size_t>(kernel.output())]); !s.ok()) {
+      return s;
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<std::shared_ptr<Buffer>>> Executable::Execute(
+    std::span<const std::shared_ptr<Buffer>> args, Device* device) const {
+  if (args.size() != parameter_shapes_.size()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("executable takes ", parameter_shapes_.size(), " arguments, got ", args.size()));
+  }
+  std::vector<std::shared_ptr<DeviceMemory>> arg_memory;
+  std::vector<std::shared_ptr<Event>> arg_ready;
+  for (size_t i = 0; i < args.size(); ++i) {
+    if (!(args[i]->shape() == parameter_shapes_[i])) {
+      return absl::InvalidArgumentError(absl::StrCat("argument ", i, " is ", args[i]->shape().ToString(),
+                                                     ", the executable expects ", parameter_shapes_[i].ToString()));
+    }
+    if (args[i]->device() != device) {
+      return absl::InvalidArgumentError(absl::StrCat("argument ", i, " lives on ", args[i]->device()->DebugString(),
+                                                     ", not ", device->DebugString()));
+    }
+    absl::StatusOr<std::shared_ptr<DeviceMemory>> mem = args[i]->memory();
+    if (!mem.ok()) return absl::FailedPreconditionError(absl::StrCat("argument ", i, ": ", mem.status().message()));
+    arg_memory.push_back(*std::move(mem));
+    arg_ready.push_back(args[i]->ready());
+  }
+  absl::StatusOr<DeviceMemory> arena = device->Allocate(proto_.arena_bytes());
+  if (!arena.ok()) return arena.status();
+  std::vector<std::shared_ptr<DeviceMemory>> out_memory;
+  std::vector<std::shared_ptr<Buffer>> results;
+  for (const ArrayShape& shape : output_shapes_) {
+    absl::StatusOr<DeviceMemory> mem = device->Allocate(shape.byte_size());
+    if (!mem.ok()) return mem.status();  // everything allocated so far is released on return
+    out_memory.push_back(std::make_shared<DeviceMemory>(*std::move(mem)));
+    results.push_back(std::make_shared<Buffer>(device, shape, out_memory.back(), std::make_shared<Event>()));
+  }
+  auto arena_memory = std::make_shared<DeviceMemory>(*std::move(arena));
+  std::vector<std::shared_ptr<Event>> done;
+  for (const auto& r : results) done.push_back(r->ready());
+  device->stream().Enqueue([self = shared_from_this(), arg_memory = std::move(arg_memory),
+                            arg_ready = std::move(arg_ready), arena_memory, out_memory,
+                            done = std::move(done)]() {
+    absl::Status status;
+    for (const auto& ready : arg_ready) {
+      if (status = ready->Wait(); !status.ok()) break;
+    }
+    if (status.ok()) {
+      std::vector<void*> params, outs;
+      for (const auto& m : arg_memory) params.push_back(m->data());
+      for (const auto& m : out_memory) outs.push_back(m->data());
+      const std::vector<void*> slots = self->SlotPointers(params, arena_memory->data(), outs);
+      status = self->RunKernels(slots);
+      // Results not written in place (a parameter, an alias, a repeated value) are copied.
+      for (size_t j = 0; status.ok() && j < outs.size(); ++j) {
+        void* src = slots[static_cast<size_t>(self->proto_.outputs(static_cast<int>(j)))];
+        if (src != outs[j] && out_memory[j]->size() > 0) {
+          std::memcpy(outs[j], src, static_cast<size_t>(out_memory[j]->size()));
+        }
+      }
+    }
+    for (const auto& event : done) event->Set(status);
+  });
+  return results;
+}
+
+}  // namespace lazyrt::pjrt

@@ -1,0 +1,53 @@
+// A loaded executable: the compiled artifact (see executable.proto) with its kernels built. Loading —
+// from the compiler or from serialized bytes — validates every index and size and builds kernels; it
+// never runs a compiler pass.
+#pragma once
+
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "pjrt_sim/buffer.h"
+#include "pjrt_sim/executable.pb.h"
+#include "pjrt_sim/kernels/kernels.h"
+
+namespace lazyrt::pjrt {
+
+class Executable : public std::enable_shared_from_this<Executable> {
+ public:
+  // Checks `proto` (versions, slots, arena bounds, kernels, programs) and builds its kernels.
+  static absl::StatusOr<std::shared_ptr<Executable>> Load(proto::Executable proto);
+  // Parses bytes made by Serialize(): a header (magic, format version, length), then the proto.
+  static absl::StatusOr<proto::Executable> Parse(absl::string_view bytes);
+
+  const proto::Executable& proto() const { return proto_; }
+  // The compiled artifact as bytes, for the persistent cache.
+  std::string Serialize() const;
+
+  // Runs on `device`'s stream with `args` as parameters; returns the results at once, each ready when
+  // the stream has computed it (or failed: the error is then reported by the buffer). Fails
+  // immediately on a wrong argument or when the device cannot hold the arena and results.
+  absl::StatusOr<std::vector<std::shared_ptr<Buffer>>> Execute(std::span<const std::shared_ptr<Buffer>> args,
+                                                              Device* device) const;
+
+  // Runs the kernels in order on memory the caller provides: one pointer per slot (aliases and arena
+  // slots resolved by the caller through SlotPointers). Used by Execute and by autotuning.
+  absl::Status RunKernels(std::span<void* const> slot_ptrs) const;
+  // Pointers for every slot given parameter memory, the arena and result memory.
+  std::vector<void*> SlotPointers(std::span<void* const> params, void* arena, std::span<void* const> outputs) const;
+
+  static constexpr uint32_t kFormatVersion = 1;
+
+ private:
+  explicit Executable(proto::Executable proto) : proto_(std::move(proto)) {}
+
+  proto::Executable proto_;
+  std::vector<std::unique_ptr<Kernel>> kernels_;
+  std::vector<ArrayShape> output_shapes_;
+  std::vector<ArrayShape> parameter_shapes_;
+};
+
+}  // namespace lazyrt::pjrt

@@ -1,0 +1,399 @@
+#include "pjrt_sim/fusion.h"
+
+#include <algorithm>
+#include <map>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+
+namespace lazyrt::pjrt {
+namespace {
+
+bool IsView(Opcode op) { return op == proto::BROADCAST || op == proto::TRANSPOSE || op == proto::SLICE; }
+bool IsRng(Opcode op) { return op == proto::RNG_UNIFORM || op == proto::RNG_NORMAL; }
+// Ops whose values can be computed inside another kernel's program.
+bool IsFusable(Opcode op) {
+  return IsElementwise(op) || IsView(op) || op == proto::CONSTANT || op == proto::IOTA;
+}
+// Consumers that read their operands from memory (they cannot take a fused operand).
+bool ReadsMaterializedOperands(Opcode op) {
+  return op == proto::DOT || op == proto::ARGMAX || op == proto::INDEX_SELECT || op == proto::GATHER ||
+         op == proto::CONCATENATE || op == proto::RESHAPE;
+}
+
+// How a coordinate of some instruction is computed from the kernel's iteration coordinates:
+// coord = offset + scale * point[src] (src < 0: constant offset).
+struct AxisMap {
+  int64_t src, scale, offset;
+  friend bool operator==(const AxisMap&, const AxisMap&) = default;
+};
+using View = std::vector<AxisMap>;
+
+View IdentityView(size_t rank) {
+  View v;
+  for (size_t d = 0; d < rank; ++d) v.push_back({static_cast<int64_t>(d), 1, 0});
+  return v;
+}
+
+std::vector<int64_t> RowMajorStrides(const std::vector<int64_t>& dims) {
+  std::vector<int64_t> s(dims.size(), 1);
+  for (size_t d = dims.size(); d-- > 1;) s[d - 1] = s[d] * dims[d];
+  return s;
+}
+
+class Emitter {
+ public:
+  Emitter(const HloModule& m, const FusionOptions& o, proto::Executable& exe) : m_(m), options_(o), exe_(exe) {}
+
+  absl::StatusOr<int64_t> Run() {
+    Classify();
+    AssignSlots();
+    int64_t fused_away = 0;
+    for (size_t i = 0; i < m_.insts.size(); ++i) {
+      if (!materialized_[i]) {
+        ++fused_away;
+        continue;
+      }
+      const HloInst& inst = m_.insts[i];
+      if (inst.opcode == proto::PARAMETER || inst.opcode == proto::RESHAPE) continue;
+      EmitKernel(static_cast<int64_t>(i));
+    }
+    return fused_away;
+  }
+
+ private:
+  const HloInst& Inst(int64_t id) const { return m_.insts[static_cast<size_t>(id)]; }
+
+  void Classify() {
+    const size_t n = m_.insts.size();
+    materialized_.assign(n, false);
+    std::vector<int64_t> users(n, 0);
+    for (const HloInst& inst : m_.insts) {
+      for (int64_t op : inst.operands) ++users[static_cast<size_t>(op)];
+    }
+    for (int64_t out : m_.outputs) materialized_[static_cast<size_t>(out)] = true;
+    for (size_t i = 0; i < n; ++i) {
+      const HloInst& inst = m_.insts[i];
+      const Opcode op = inst.opcode;
+      if (!options_.enabled || !IsFusable(op) || IsRng(op)) materialized_[i] = true;
+      // Elementwise work with several readers is computed once; views and generators are cheap to
+      // recompute in each reader.
+      if (IsElementwise(op) && users[i] > 1) materialized_[i] = true;
+      if (ReadsMaterializedOperands(op)) {
+        for (int64_t operand : inst.operands) materialized_[static_cast<size_t>(operand)] = true;
+      }
+      // A reduction takes its operand fused only if it is the operand's sole reader (or the operand is
+      // free to recompute).
+      if ((op == proto::REDUCE_SUM || op == proto::REDUCE_MAX) && IsElementwise(Inst(inst.operands[0]).opcode) &&
+          users[static_cast<size_t>(inst.operands[0])] > 1) {
+        materialized_[static_cast<size_t>(inst.operands[0])] = true;
+      }
+    }
+    // Cut programs that would grow past the step limit (also bounds the emitter's recursion).
+    std::vector<int64_t> steps(n, 0);
+    for (size_t i = 0; i < n; ++i) {
+      const HloInst& inst = m_.insts[i];
+      if (!IsFusable(inst.opcode) && inst.opcode != proto::REDUCE_SUM && inst.opcode != proto::REDUCE_MAX) continue;
+      int64_t s = 1;
+      for (int64_t op : inst.operands) {
+        if (!materialized_[static_cast<size_t>(op)]) s += steps[static_cast<size_t>(op)];
+      }
+      if (s > options_.max_program_steps) {
+        s = 1;
+        for (int64_t op : inst.operands) {
+          if (!materialized_[static_cast<size_t>(op)] && steps[static_cast<size_t>(op)] > 1) {
+            materialized_[static_cast<size_t>(op)] = true;
+          } else if (!materialized_[static_cast<size_t>(op)]) {
+            s += steps[static_cast<size_t>(op)];
+          }
+        }
+      }
+      steps[i] = materialized_[i] ? 1 : s;
+    }
+  }
+
+  void AssignSlots() {
+    slot_.assign(m_.insts.size(), -1);
+    for (int64_t p = 0; p < m_.num_parameters; ++p) exe_.add_parameters();
+    std::vector<bool> output_taken(m_.outputs.size(), false);
+    for (size_t i = 0; i < m_.insts.size(); ++i) {
+      if (!materialized_[i]) continue;
+      const HloInst& inst = m_.insts[i];
+      proto::Slot* slot = exe_.add_slots();
+      *slot->mutable_shape() = ToProto(inst.shape);
+      slot_[i] = exe_.slots_size() - 1;
+      if (inst.opcode == proto::PARAMETER) {
+        slot->set_kind(proto::Slot::PARAMETER);
+        slot->set_index(inst.parameter_number);
+        *exe_.mutable_parameters(static_cast<int>(inst.parameter_number)) = ToProto(inst.shape);
+      } else if (inst.opcode == proto::RESHAPE) {
+        slot->set_kind(proto::Slot::ALIAS);
+        slot->set_index(slot_[static_cast<size_t>(inst.operands[0])]);
+      } else {
+        slot->set_kind(proto::Slot::ARENA);
+        // The first result that is this value is written in place; repeats are copied.
+        for (size_t j = 0; j < m_.outputs.size(); ++j) {
+          if (m_.outputs[j] == static_cast<int64_t>(i) && !output_taken[j]) {
+            slot->set_kind(proto::Slot::OUTPUT);
+            slot->set_index(static_cast<int64_t>(j));
+            output_taken[j] = true;
+            break;
+          }
+        }
+      }
+    }
+    for (int64_t out : m_.outputs) exe_.add_outputs(slot_[static_cast<size_t>(out)]);
+  }
+
+  // --- program building -------------------------------------------------------------------------
+  struct ProgramBuilder {
+    proto::Kernel* kernel;
+    std::map<std::pair<int64_t, std::vector<int64_t>>, int64_t> memo;  // (inst, flattened view) -> step
+    absl::flat_hash_map<int64_t, int64_t> input_of_slot;
+  };
+
+  int64_t AddStep(ProgramBuilder& b, proto::Step step) {
+    *b.kernel->add_program() = std::move(step);
+    return b.kernel->program_size() - 1;
+  }
+
+  int64_t InputIndex(ProgramBuilder& b, int64_t slot) {
+    auto [it, inserted] = b.input_of_slot.emplace(slot, b.kernel->inputs_size());
+    if (inserted) b.kernel->add_inputs(slot);
+    return it->second;
+  }
+
+  int64_t Build(ProgramBuilder& b, int64_t id, const View& view, size_t space_rank, bool is_root) {
+    std::vector<int64_t> flat;
+    for (const AxisMap& a : view) flat.insert(flat.end(), {a.src, a.scale, a.offset});
+    const auto key = std::make_pair(id, flat);
+    if (auto it = b.memo.find(key); it != b.memo.end()) return it->second;
+    const HloInst& inst = Inst(id);
+    proto::Step step;
+    step.set_type(ToProto(inst.shape.type));
+    if (materialized_[static_cast<size_t>(id)] && !is_root) {
+      // Read the value from memory through the view.
+      const std::vector<int64_t> rs = RowMajorStrides(inst.shape.dims);
+      std::vector<int64_t> strides(space_rank, 0);
+      int64_t offset = 0;
+      for (size_t j = 0; j < view.size(); ++j) {
+        offset += view[j].offset * rs[j];
+        if (view[j].src >= 0) strides[static_cast<size_t>(view[j].src)] += view[j].scale * rs[j];
+      }
+      step.set_load(true);
+      step.set_input(InputIndex(b, slot_[static_cast<size_t>(id)]));
+      step.set_offset(offset);
+      for (int64_t s : strides) step.add_strides(s);
+    } else {
+      switch (inst.opcode) {
+        case proto::CONSTANT:
+          step.set_opcode(proto::CONSTANT);
+          step.set_value(inst.value);
+          break;
+        case proto::IOTA: {
+          const AxisMap& a = view[static_cast<size_t>(inst.axis)];
+          step.set_opcode(proto::IOTA);
+          step.set_axis(a.src);
+          step.set_start(inst.start[0] + inst.stride[0] * a.offset);
+          step.set_step(inst.stride[0] * a.scale);
+          break;
+        }
+        case proto::RNG_UNIFORM:
+        case proto::RNG_NORMAL: {
+          // Only ever a kernel root (never read through a view), so the point is the element index.
+          const int64_t seed = Build(b, inst.operands[0], View{}, space_rank, false);
+          step.set_opcode(inst.opcode);
+          step.set_stream(inst.stream);
+          step.add_args(seed);
+          break;
+        }
+        case proto::BROADCAST: {
+          const HloInst& in = Inst(inst.operands[0]);
+          View v;
+          for (size_t i = 0; i < inst.dims.size(); ++i) {
+            const bool kept = in.shape.dims[i] == inst.shape.dims[static_cast<size_t>(inst.dims[i])];
+            v.push_back(kept ? view[static_cast<size_t>(inst.dims[i])] : AxisMap{-1, 0, 0});
+          }
+          return Memo(b, key, Build(b, inst.operands[0], v, space_rank, false));
+        }
+        case proto::TRANSPOSE: {
+          View v(view.size());
+          for (size_t i = 0; i < inst.dims.size(); ++i) v[static_cast<size_t>(inst.dims[i])] = view[i];
+          return Memo(b, key, Build(b, inst.operands[0], v, space_rank, false));
+        }
+        case proto::SLICE: {
+          View v = view;
+          for (size_t j = 0; j < v.size(); ++j) {
+            v[j] = {view[j].src, view[j].scale * inst.stride[j], inst.start[j] + inst.stride[j] * view[j].offset};
+          }
+          return Memo(b, key, Build(b, inst.operands[0], v, space_rank, false));
+        }
+        default: {  // elementwise
+          for (int64_t op : inst.operands) step.add_args(Build(b, op, view, space_rank, false));
+          step.set_opcode(inst.opcode);
+          step.set_direction(inst.direction);
+        }
+      }
+    }
+    return Memo(b, key, AddStep(b, std::move(step)));
+  }
+
+  int64_t Memo(ProgramBuilder& b, const std::pair<int64_t, std::vector<int64_t>>& key, int64_t step) {
+    b.memo.emplace(key, step);
+    return step;
+  }
+
+  std::string Label(const HloInst& inst) const {
+    std::string label = OpcodeName(inst.opcode);
+    if (!inst.operands.empty()) {
+      std::vector<std::string> ops;
+      for (int64_t op : inst.operands) ops.push_back(OpcodeName(Inst(op).opcode));
+      absl::StrAppend(&label, "(", absl::StrJoin(ops, ", "), ")");
+    }
+    return label;
+  }
+
+  void EmitKernel(int64_t id) {
+    const HloInst& inst = Inst(id);
+    proto::Kernel* k = exe_.add_kernels();
+    k->set_output(slot_[static_cast<size_t>(id)]);
+    k->set_label(Label(inst));
+    ProgramBuilder b{k, {}, {}};
+    switch (inst.opcode) {
+      case proto::REDUCE_SUM:
+      case proto::REDUCE_MAX: {
+        const HloInst& in = Inst(inst.operands[0]);
+        k->set_kind(proto::Kernel::REDUCE);
+        k->set_reduce_op(inst.opcode);
+        for (int64_t d : inst.dims) k->add_reduce_dims(d);
+        *k->mutable_iteration_shape() = ToProto(in.shape);
+        Build(b, inst.operands[0], IdentityView(in.shape.dims.size()), in.shape.dims.size(),
+              !materialized_[static_cast<size_t>(inst.operands[0])]);
+        return;
+      }
+      case proto::DOT: {
+        const HloInst& a = Inst(inst.operands[0]);
+        const HloInst& c = Inst(inst.operands[1]);
+        const size_t r = inst.shape.dims.size();
+        int64_t batch = 1;
+        for (size_t d = 0; d + 2 < r; ++d) batch *= inst.shape.dims[d];
+        const int64_t m = inst.shape.dims[r - 2], n = inst.shape.dims[r - 1];
+        const size_t ra = a.shape.dims.size();
+        const int64_t kk = a.shape.dims[inst.transpose_lhs ? ra - 2 : ra - 1];
+        k->set_kind(proto::Kernel::DOT);
+        k->set_batch(batch);
+        k->set_m(m);
+        k->set_n(n);
+        k->set_k(kk);
+        k->set_transpose_lhs(inst.transpose_lhs);
+        k->set_transpose_rhs(inst.transpose_rhs);
+        k->set_lhs_batch_stride(a.shape.dims.size() == 2 ? 0 : m * kk);
+        k->set_rhs_batch_stride(c.shape.dims.size() == 2 ? 0 : kk * n);
+        break;
+      }
+      case proto::ARGMAX:
+        k->set_kind(proto::Kernel::ARGMAX);
+        k->set_axis(inst.axis);
+        break;
+      case proto::INDEX_SELECT:
+        k->set_kind(proto::Kernel::INDEX_SELECT);
+        k->set_axis(inst.axis);
+        break;
+      case proto::GATHER:
+        k->set_kind(proto::Kernel::GATHER);
+        k->set_axis(inst.axis);
+        break;
+      case proto::CONCATENATE:
+        k->set_kind(proto::Kernel::CONCATENATE);
+        k->set_axis(inst.axis);
+        break;
+      default:
+        k->set_kind(proto::Kernel::LOOP);
+        *k->mutable_iteration_shape() = ToProto(inst.shape);
+        Build(b, id, IdentityView(inst.shape.dims.size()), inst.shape.dims.size(), true);
+        return;
+    }
+    for (int64_t op : inst.operands) k->add_inputs(slot_[static_cast<size_t>(op)]);
+  }
+
+  const HloModule& m_;
+  const FusionOptions& options_;
+  proto::Executable& exe_;
+  std::vector<bool> materialized_;
+  std::vector<int64_t> slot_;
+};
+
+}  // namespace
+
+absl::StatusOr<int64_t> EmitKernels(const HloModule& module, const FusionOptions& options, proto::Executable& exe) {
+  return Emitter(module, options, exe).Run();
+}
+
+int64_t AssignBuffers(proto::Executable& exe) {
+  const int num_slots = exe.slots_size();
+  // The slot whose bytes a slot uses (aliases resolved).
+  std::vector<int64_t> storage(static_cast<size_t>(num_slots));
+  for (int s = 0; s < num_slots; ++s) {
+    int64_t t = s;
+    while (exe.slots(static_cast<int>(t)).kind() == proto::Slot::ALIAS) t = exe.slots(static_cast<int>(t)).index();
+    storage[static_cast<size_t>(s)] = t;
+  }
+  const int64_t end = exe.kernels_size();
+  std::vector<int64_t> last_use(static_cast<size_t>(num_slots), -1);
+  for (int64_t k = 0; k < end; ++k) {
+    for (int64_t in : exe.kernels(static_cast<int>(k)).inputs()) last_use[static_cast<size_t>(storage[static_cast<size_t>(in)])] = k;
+  }
+  for (int64_t out : exe.outputs()) last_use[static_cast<size_t>(storage[static_cast<size_t>(out)])] = end;  // copied at the end
+
+  std::map<int64_t, int64_t> free_chunks;  // offset -> size
+  int64_t arena = 0, naive = 0;
+  auto allocate = [&](int64_t bytes) {
+    for (auto it = free_chunks.begin(); it != free_chunks.end(); ++it) {
+      if (it->second < bytes) continue;
+      const int64_t offset = it->first, left = it->second - bytes;
+      free_chunks.erase(it);
+      if (left > 0) free_chunks[offset + bytes] = left;
+      return offset;
+    }
+    const int64_t offset = arena;
+    arena += bytes;
+    return offset;
+  };
+  auto release = [&](int64_t offset, int64_t bytes) {
+    auto [it, inserted] = free_chunks.emplace(offset, bytes);
+    // Merge with the following and the preceding chunk.
+    if (auto next = std::next(it); next != free_chunks.end() && it->first + it->second == next->first) {
+      it->second += next->second;
+      free_chunks.erase(next);
+    }
+    if (it != free_chunks.begin()) {
+      auto prev = std::prev(it);
+      if (prev->first + prev->second == it->first) {
+        prev->second += it->second;
+        free_chunks.erase(it);
+      }
+    }
+  };
+  std::vector<std::vector<int64_t>> dies_after(static_cast<size_t>(end) + 1);
+  for (int64_t k = 0; k < end; ++k) {
+    const int64_t out = exe.kernels(static_cast<int>(k)).output();
+    proto::Slot* slot = exe.mutable_slots(static_cast<int>(out));
+    if (slot->kind() != proto::Slot::ARENA) continue;
+    int64_t bytes = FromProto(slot->shape()).byte_size();
+    bytes = (bytes + 63) / 64 * 64;
+    naive += bytes;
+    slot->set_offset(allocate(bytes));
+    // A value nobody reads dies right after it is written.
+    const int64_t dies = std::max(last_use[static_cast<size_t>(out)], k);
+    if (dies < end) dies_after[static_cast<size_t>(dies)].push_back(out);
+    for (int64_t dead : dies_after[static_cast<size_t>(k)]) {
+      const proto::Slot& d = exe.slots(static_cast<int>(dead));
+      release(d.offset(), (FromProto(d.shape()).byte_size() + 63) / 64 * 64);
+    }
+  }
+  exe.set_arena_bytes(arena);
+  return naive - arena;
+}
+
+}  // namespace lazyrt::pjrt

@@ -1,0 +1,507 @@
+#include "pjrt_sim/kernels/kernels.h"
+
+#include <cblas.h>
+
+#include <algorithm>
+#include <cstring>
+#include <limits>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "pjrt_sim/element_ops.h"
+#include "pjrt_sim/hlo.h"
+#include "pjrt_sim/kernels/fused_program.h"
+#include "pjrt_sim/thread_pool.h"
+
+namespace lazyrt::pjrt {
+namespace {
+
+constexpr int64_t kBlock = FusedProgram::kBlock;
+
+// Per-thread scratch for fused programs: grown once, then reused by every kernel on that thread.
+void* Scratch(size_t bytes) {
+  thread_local std::vector<uint64_t> scratch;
+  if (scratch.size() * 8 < bytes) scratch.resize((bytes + 7) / 8);
+  return scratch.data();
+}
+
+// Splits [0, n) into tasks of `grain` elements (a multiple of the block), serially if grain <= 0.
+void ForEachChunk(int64_t n, int64_t grain, const std::function<void(int64_t, int64_t)>& fn) {
+  if (grain <= 0 || grain >= n) {
+    fn(0, n);
+    return;
+  }
+  const int64_t tasks = (n + grain - 1) / grain;
+  ThreadPool::Get().ParallelFor(tasks, [&](int64_t t) { fn(t * grain, std::min(n, (t + 1) * grain)); });
+}
+
+class LoopKernel final : public Kernel {
+ public:
+  LoopKernel(FusedProgram program, ArrayShape output, int64_t grain)
+      : program_(std::move(program)), output_(std::move(output)), grain_(grain) {}
+
+  absl::Status Run(std::span<const void* const> inputs, void* output) const override {
+    const int64_t width = ByteWidth(output_.type);
+    const ComputeType ct = ComputeTypeOf(program_.result_type());
+    ForEachChunk(output_.numel(), grain_, [&](int64_t begin, int64_t end) {
+      void* scratch = Scratch(program_.scratch_bytes());
+      for (int64_t b = begin; b < end; b += kBlock) {
+        const int64_t n = std::min(kBlock, end - b);
+        const void* block = program_.Evaluate(inputs, b, n, scratch);
+        StoreBlock(block, ct, output_.type, static_cast<char*>(output) + b * width, n);
+      }
+    });
+    return absl::OkStatus();
+  }
+
+ private:
+  FusedProgram program_;
+  ArrayShape output_;
+  int64_t grain_;
+};
+
+template <typename T>
+T ReduceInit(proto::Opcode op) {
+  if (op == proto::REDUCE_SUM) return T{0};
+  if constexpr (std::is_floating_point_v<T>) return -std::numeric_limits<T>::infinity();
+  return std::numeric_limits<T>::lowest();
+}
+
+template <typename T>
+T ReduceStep(proto::Opcode op, T acc, T x) {
+  return op == proto::REDUCE_SUM ? ApplyBinary<T>(proto::ADD, acc, x) : ApplyBinary<T>(proto::MAXIMUM, acc, x);
+}
+
+// Reduces the values of a fused program over some dims of its iteration space.
+class ReduceKernel final : public Kernel {
+ public:
+  ReduceKernel(FusedProgram program, ArrayShape space, std::vector<int64_t> reduce_dims, proto::Opcode op,
+               ArrayShape output, int64_t grain)
+      : program_(std::move(program)), space_(std::move(space)), op_(op), output_(std::move(output)), grain_(grain) {
+    const size_t rank = space_.dims.size();
+    std::vector<bool> reduced(rank, false);
+    for (int64_t d : reduce_dims) reduced[static_cast<size_t>(d)] = true;
+    // Rows: the reduced dims form a suffix, so each output element reduces one contiguous run.
+    size_t first_reduced = rank;
+    while (first_reduced > 0 && reduced[first_reduced - 1]) --first_reduced;
+    row_reduce_ = std::all_of(reduced.begin(), reduced.begin() + static_cast<long>(first_reduced),
+                              [](bool r) { return !r; });
+    row_length_ = 1;
+    for (size_t d = first_reduced; d < rank; ++d) row_length_ *= space_.dims[d];
+    out_strides_.assign(rank, 0);
+    int64_t stride = 1;
+    for (size_t d = rank; d-- > 0;) {
+      if (!reduced[d]) {
+        out_strides_[d] = stride;
+        stride *= space_.dims[d];
+      }
+    }
+  }
+
+  absl::Status Run(std::span<const void* const> inputs, void* output) const override {
+    const ComputeType ct = ComputeTypeOf(output_.type);
+    switch (ct) {
+      case ComputeType::kF32: RunTyped<float>(inputs, output); break;
+      case ComputeType::kF64: RunTyped<double>(inputs, output); break;
+      case ComputeType::kS32: RunTyped<int32_t>(inputs, output); break;
+      case ComputeType::kS64: RunTyped<int64_t>(inputs, output); break;
+      case ComputeType::kPred: RunTyped<uint8_t>(inputs, output); break;
+    }
+    return absl::OkStatus();
+  }
+
+ private:
+  template <typename T>
+  void RunTyped(std::span<const void* const> inputs, void* output) const {
+    const int64_t outputs = output_.numel();
+    thread_local std::vector<T> acc_storage;
+    if (row_reduce_) {
+      // Each output element is independent: parallel over rows, each summed in order.
+      const int64_t rows_per_task = grain_ <= 0 ? outputs : std::max<int64_t>(1, grain_ / std::max<int64_t>(1, row_length_));
+      ForEachChunk(outputs, rows_per_task >= outputs ? 0 : rows_per_task, [&](int64_t r0, int64_t r1) {
+        void* scratch = Scratch(program_.scratch_bytes());
+        std::vector<T>& acc = acc_storage;
+        acc.assign(static_cast<size_t>(r1 - r0), ReduceInit<T>(op_));
+        for (int64_t r = r0; r < r1; ++r) {
+          T a = ReduceInit<T>(op_);
+          for (int64_t b = r * row_length_; b < (r + 1) * row_length_; b += kBlock) {
+            const int64_t n = std::min(kBlock, (r + 1) * row_length_ - b);
+            const T* x = static_cast<const T*>(program_.Evaluate(inputs, b, n, scratch));
+            for (int64_t i = 0; i < n; ++i) a = ReduceStep<T>(op_, a, x[i]);
+          }
+          acc[static_cast<size_t>(r - r0)] = a;
+        }
+        StoreBlockTyped(acc.data(), static_cast<char*>(output) + r0 * ByteWidth(output_.type), r1 - r0);
+      });
+      return;
+    }
+    // General: walk the space in order, sending each value to its output element.
+    std::vector<T>& acc = acc_storage;
+    acc.assign(static_cast<size_t>(outputs), ReduceInit<T>(op_));
+    void* scratch = Scratch(program_.scratch_bytes());
+    const size_t rank = space_.dims.size();
+    std::vector<int64_t> coords(rank, 0);
+    int64_t out_index = 0;
+    const int64_t total = space_.numel();
+    for (int64_t b = 0; b < total; b += kBlock) {
+      const int64_t n = std::min(kBlock, total - b);
+      const T* x = static_cast<const T*>(program_.Evaluate(inputs, b, n, scratch));
+      for (int64_t i = 0; i < n; ++i) {
+        T& a = acc[static_cast<size_t>(out_index)];
+        a = ReduceStep<T>(op_, a, x[i]);
+        for (size_t d = rank; d-- > 0;) {  // advance the odometer
+          out_index += out_strides_[d];
+          if (++coords[d] < space_.dims[d]) break;
+          out_index -= out_strides_[d] * coords[d];
+          coords[d] = 0;
+        }
+      }
+    }
+    StoreBlockTyped(acc.data(), output, outputs);
+  }
+
+  template <typename T>
+  void StoreBlockTyped(const T* acc, void* dst, int64_t n) const {
+    for (int64_t b = 0; b < n; b += kBlock) {
+      StoreBlock(acc + b, ComputeTypeOf(output_.type), output_.type,
+                 static_cast<char*>(dst) + b * ByteWidth(output_.type), std::min(kBlock, n - b));
+    }
+  }
+
+  FusedProgram program_;
+  ArrayShape space_;
+  proto::Opcode op_;
+  ArrayShape output_;
+  int64_t grain_;
+  bool row_reduce_ = false;
+  int64_t row_length_ = 1;
+  std::vector<int64_t> out_strides_;
+};
+
+// Batched GEMM through BLAS; variant 1 splits the columns of each product over the thread pool.
+class DotKernel final : public Kernel {
+ public:
+  explicit DotKernel(const proto::Kernel& k, PrimitiveType type) : k_(k), type_(type) {}
+
+  absl::Status Run(std::span<const void* const> inputs, void* output) const override {
+    const int64_t m = k_.m(), n = k_.n(), kk = k_.k();
+    const int64_t lda = k_.transpose_lhs() ? m : kk, ldb = k_.transpose_rhs() ? kk : n;
+    const int panels = k_.variant() == 1 ? ThreadPool::Get().size() : 1;
+    const int64_t panel = (n + panels - 1) / panels;
+    for (int64_t b = 0; b < k_.batch(); ++b) {
+      ThreadPool::Get().ParallelFor(panels, [&](int64_t p) {
+        const int64_t n0 = p * panel, n1 = std::min(n, n0 + panel);
+        if (n1 <= n0) return;
+        // Column panel [n0, n1) of B and C; A whole.
+        const int64_t b_off = k_.transpose_rhs() ? n0 * ldb : n0;
+        if (type_ == PrimitiveType::kF32) {
+          const float* a = static_cast<const float*>(inputs[0]) + b * k_.lhs_batch_stride();
+          const float* bb = static_cast<const float*>(inputs[1]) + b * k_.rhs_batch_stride() + b_off;
+          float* c = static_cast<float*>(output) + b * m * n + n0;
+          if (m > 0 && n1 > n0) {
+            cblas_sgemm(CblasRowMajor, k_.transpose_lhs() ? CblasTrans : CblasNoTrans,
+                        k_.transpose_rhs() ? CblasTrans : CblasNoTrans, static_cast<int>(m),
+                        static_cast<int>(n1 - n0), static_cast<int>(kk), 1.0f, a, static_cast<int>(lda), bb,
+                        static_cast<int>(ldb), 0.0f, c, static_cast<int>(n));
+          }
+        } else {
+          const double* a = static_cast<const double*>(inputs[0]) + b * k_.lhs_batch_stride();
+          const double* bb = static_cast<const double*>(inputs[1]) + b * k_.rhs_batch_stride() + b_off;
+          double* c = static_cast<double*>(output) + b * m * n + n0;
+          if (m > 0 && n1 > n0) {
+            cblas_dgemm(CblasRowMajor, k_.transpose_lhs() ? CblasTrans : CblasNoTrans,
+                        k_.transpose_rhs() ? CblasTrans : CblasNoTrans, static_cast<int>(m),
+                        static_cast<int>(n1 - n0), static_cast<int>(kk), 1.0, a, static_cast<int>(lda), bb,
+                        static_cast<int>(ldb), 0.0, c, static_cast<int>(n));
+          }
+        }
+      });
+    }
+    return absl::OkStatus();
+  }
+
+ private:
+  proto::Kernel k_;
+  PrimitiveType type_;
+};
+
+// GEMM for 16-bit floats: converts to f32, multiplies in f32 (k in order), rounds the result.
+class HalfDotKernel final : public Kernel {
+ public:
+  explicit HalfDotKernel(const proto::Kernel& k, PrimitiveType type) : k_(k), type_(type) {}
+
+  absl::Status Run(std::span<const void* const> inputs, void* output) const override {
+    const int64_t m = k_.m(), n = k_.n(), kk = k_.k();
+    auto load = [this](const void* p, int64_t i) {
+      const uint16_t h = static_cast<const uint16_t*>(p)[i];
+      return type_ == PrimitiveType::kBF16 ? Bf16ToFloat(h) : HalfToFloat(h);
+    };
+    for (int64_t b = 0; b < k_.batch(); ++b) {
+      for (int64_t i = 0; i < m; ++i) {
+        for (int64_t j = 0; j < n; ++j) {
+          float acc = 0;
+          for (int64_t p = 0; p < kk; ++p) {
+            const int64_t ai = b * k_.lhs_batch_stride() + (k_.transpose_lhs() ? p * m + i : i * kk + p);
+            const int64_t bi = b * k_.rhs_batch_stride() + (k_.transpose_rhs() ? j * kk + p : p * n + j);
+            acc += load(inputs[0], ai) * load(inputs[1], bi);
+          }
+          uint16_t* c = static_cast<uint16_t*>(output) + b * m * n + i * n + j;
+          *c = type_ == PrimitiveType::kBF16 ? FloatToBf16(acc) : FloatToHalf(acc);
+        }
+      }
+    }
+    return absl::OkStatus();
+  }
+
+ private:
+  proto::Kernel k_;
+  PrimitiveType type_;
+};
+
+int64_t IndexAt(const void* base, PrimitiveType type, int64_t i) {
+  return type == PrimitiveType::kS32 ? static_cast<const int32_t*>(base)[i] : static_cast<const int64_t*>(base)[i];
+}
+
+// Outer x axis x inner decomposition of a shape around `axis`.
+struct AxisSplit {
+  int64_t outer = 1, size = 1, inner = 1;
+  AxisSplit(const std::vector<int64_t>& dims, int64_t axis) {
+    for (int64_t d = 0; d < static_cast<int64_t>(dims.size()); ++d) {
+      (d < axis ? outer : d == axis ? size : inner) *= dims[static_cast<size_t>(d)];
+    }
+  }
+};
+
+class ArgmaxKernel final : public Kernel {
+ public:
+  ArgmaxKernel(ArrayShape input, int64_t axis) : input_(std::move(input)), split_(input_.dims, axis) {}
+  absl::Status Run(std::span<const void* const> inputs, void* output) const override {
+    int64_t* out = static_cast<int64_t*>(output);
+    for (int64_t o = 0; o < split_.outer; ++o) {
+      for (int64_t i = 0; i < split_.inner; ++i) {
+        int64_t best = 0;
+        double best_value = 0;
+        for (int64_t a = 0; a < split_.size; ++a) {
+          const int64_t idx = (o * split_.size + a) * split_.inner + i;
+          double v;
+          switch (input_.type) {
+            case PrimitiveType::kF32: v = static_cast<const float*>(inputs[0])[idx]; break;
+            case PrimitiveType::kF64: v = static_cast<const double*>(inputs[0])[idx]; break;
+            case PrimitiveType::kBF16: v = Bf16ToFloat(static_cast<const uint16_t*>(inputs[0])[idx]); break;
+            case PrimitiveType::kF16: v = HalfToFloat(static_cast<const uint16_t*>(inputs[0])[idx]); break;
+            case PrimitiveType::kS32: v = static_cast<const int32_t*>(inputs[0])[idx]; break;
+            case PrimitiveType::kS64: v = static_cast<double>(static_cast<const int64_t*>(inputs[0])[idx]); break;
+            default: v = static_cast<const uint8_t*>(inputs[0])[idx]; break;
+          }
+          // The first maximum wins; NaN counts as the maximum, as in PyTorch.
+          if (a == 0 || v > best_value || (std::isnan(v) && !std::isnan(best_value))) {
+            best = a;
+            best_value = v;
+          }
+        }
+        out[o * split_.inner + i] = best;
+      }
+    }
+    return absl::OkStatus();
+  }
+
+ private:
+  ArrayShape input_;
+  AxisSplit split_;
+};
+
+absl::Status IndexError(int64_t index, int64_t size, const char* op) {
+  return absl::OutOfRangeError(
+      absl::StrCat(op, ": index ", index, " is out of range for a dimension of size ", size));
+}
+
+class IndexSelectKernel final : public Kernel {
+ public:
+  IndexSelectKernel(ArrayShape input, ArrayShape index, int64_t axis)
+      : input_(std::move(input)), index_(std::move(index)), split_(input_.dims, axis) {}
+  absl::Status Run(std::span<const void* const> inputs, void* output) const override {
+    const int64_t width = ByteWidth(input_.type), count = index_.numel();
+    const size_t row = static_cast<size_t>(split_.inner * width);
+    for (int64_t o = 0; o < split_.outer; ++o) {
+      for (int64_t j = 0; j < count; ++j) {
+        const int64_t a = IndexAt(inputs[1], index_.type, j);
+        if (a < 0 || a >= split_.size) return IndexError(a, split_.size, "index_select");
+        std::memcpy(static_cast<char*>(output) + ((o * count + j) * split_.inner) * width,
+                    static_cast<const char*>(inputs[0]) + ((o * split_.size + a) * split_.inner) * width, row);
+      }
+    }
+    return absl::OkStatus();
+  }
+
+ private:
+  ArrayShape input_, index_;
+  AxisSplit split_;
+};
+
+class GatherKernel final : public Kernel {
+ public:
+  GatherKernel(ArrayShape input, ArrayShape index, int64_t axis)
+      : input_(std::move(input)), index_(std::move(index)), axis_(axis) {}
+  absl::Status Run(std::span<const void* const> inputs, void* output) const override {
+    const size_t rank = index_.dims.size();
+    const int64_t width = ByteWidth(input_.type), total = index_.numel();
+    std::vector<int64_t> in_strides(rank, 1), coords(rank, 0);
+    for (size_t d = rank; d-- > 1;) in_strides[d - 1] = in_strides[d] * input_.dims[d];
+    for (int64_t i = 0; i < total; ++i) {
+      const int64_t a = IndexAt(inputs[1], index_.type, i);
+      const int64_t size = input_.dims[static_cast<size_t>(axis_)];
+      if (a < 0 || a >= size) return IndexError(a, size, "gather");
+      int64_t src = 0;
+      for (size_t d = 0; d < rank; ++d) src += (d == static_cast<size_t>(axis_) ? a : coords[d]) * in_strides[d];
+      std::memcpy(static_cast<char*>(output) + i * width, static_cast<const char*>(inputs[0]) + src * width,
+                  static_cast<size_t>(width));
+      for (size_t d = rank; d-- > 0;) {
+        if (++coords[d] < index_.dims[d]) break;
+        coords[d] = 0;
+      }
+    }
+    return absl::OkStatus();
+  }
+
+ private:
+  ArrayShape input_, index_;
+  int64_t axis_;
+};
+
+class ConcatKernel final : public Kernel {
+ public:
+  ConcatKernel(std::vector<ArrayShape> inputs, ArrayShape output, int64_t axis)
+      : inputs_(std::move(inputs)), output_(std::move(output)), axis_(axis) {}
+  absl::Status Run(std::span<const void* const> inputs, void* output) const override {
+    const AxisSplit out(output_.dims, axis_);
+    const int64_t width = ByteWidth(output_.type);
+    int64_t at = 0;
+    for (size_t i = 0; i < inputs_.size(); ++i) {
+      const AxisSplit in(inputs_[i].dims, axis_);
+      const size_t run = static_cast<size_t>(in.size * in.inner * width);
+      for (int64_t o = 0; o < out.outer; ++o) {
+        std::memcpy(static_cast<char*>(output) + (o * out.size + at) * out.inner * width,
+                    static_cast<const char*>(inputs[i]) + o * run, run);
+      }
+      at += in.size;
+    }
+    return absl::OkStatus();
+  }
+
+ private:
+  std::vector<ArrayShape> inputs_;
+  ArrayShape output_;
+  int64_t axis_;
+};
+
+absl::Status Expect(bool ok, const proto::Kernel& k, const std::string& what) {
+  if (ok) return absl::OkStatus();
+  return absl::InvalidArgumentError(
+      absl::StrCat("kernel '", k.label(), "' (", proto::Kernel::Kind_Name(k.kind()), "): ", what));
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<Kernel>> BuildKernel(const proto::Kernel& k, std::span<const ArrayShape> inputs,
+                                                    const ArrayShape& output) {
+  switch (k.kind()) {
+    case proto::Kernel::LOOP: {
+      if (!(FromProto(k.iteration_shape()) == output)) return Expect(false, k, "iteration space must be the output");
+      absl::StatusOr<FusedProgram> program = FusedProgram::Build(k.program(), inputs, output);
+      if (!program.ok()) return program.status();
+      return std::make_unique<LoopKernel>(*std::move(program), output, k.grain());
+    }
+    case proto::Kernel::REDUCE: {
+      const ArrayShape space = FromProto(k.iteration_shape());
+      std::vector<int64_t> dims(k.reduce_dims().begin(), k.reduce_dims().end());
+      std::vector<int64_t> kept;
+      for (size_t d = 0; d < space.dims.size(); ++d) {
+        if (std::find(dims.begin(), dims.end(), static_cast<int64_t>(d)) == dims.end()) kept.push_back(space.dims[d]);
+      }
+      bool sorted = std::is_sorted(dims.begin(), dims.end()) &&
+                    std::adjacent_find(dims.begin(), dims.end()) == dims.end() &&
+                    (dims.empty() || (dims.front() >= 0 && dims.back() < static_cast<int64_t>(space.dims.size())));
+      if (absl::Status s = Expect(sorted && kept == output.dims && space.type == output.type &&
+                                      space.dims.size() <= 16 &&
+                                      (k.reduce_op() == proto::REDUCE_SUM || k.reduce_op() == proto::REDUCE_MAX),
+                                  k, "bad reduction");
+          !s.ok()) {
+        return s;
+      }
+      absl::StatusOr<FusedProgram> program = FusedProgram::Build(k.program(), inputs, space);
+      if (!program.ok()) return program.status();
+      if (program->result_type() != output.type) return Expect(false, k, "program type differs from the output");
+      return std::make_unique<ReduceKernel>(*std::move(program), space, std::move(dims), k.reduce_op(), output,
+                                            k.grain());
+    }
+    case proto::Kernel::DOT: {
+      const bool shapes_ok =
+          inputs.size() == 2 && k.m() >= 0 && k.n() >= 0 && k.k() >= 0 && k.batch() >= 0 &&
+          k.m() < (1 << 30) && k.n() < (1 << 30) && k.k() < (1 << 30) && inputs[0].type == output.type &&
+          inputs[1].type == output.type && output.numel() == k.batch() * k.m() * k.n() &&
+          k.lhs_batch_stride() >= 0 && k.rhs_batch_stride() >= 0 &&
+          (k.batch() == 0 || (k.batch() - 1) * k.lhs_batch_stride() + k.m() * k.k() <= inputs[0].numel()) &&
+          (k.batch() == 0 || (k.batch() - 1) * k.rhs_batch_stride() + k.k() * k.n() <= inputs[1].numel()) &&
+          (k.variant() == 0 || k.variant() == 1);
+      if (absl::Status s = Expect(shapes_ok, k, "operands do not fit the product"); !s.ok()) return s;
+      if (output.type == PrimitiveType::kF32 || output.type == PrimitiveType::kF64) {
+        return std::make_unique<DotKernel>(k, output.type);
+      }
+      if (output.type == PrimitiveType::kBF16 || output.type == PrimitiveType::kF16) {
+        return std::make_unique<HalfDotKernel>(k, output.type);
+      }
+      return Expect(false, k, "needs a floating type");
+    }
+    case proto::Kernel::ARGMAX: {
+      const int64_t axis = k.axis();
+      bool ok = inputs.size() == 1 && axis >= 0 && axis < static_cast<int64_t>(inputs[0].dims.size()) &&
+                output.type == PrimitiveType::kS64 && inputs[0].dims[static_cast<size_t>(axis)] > 0;
+      if (ok) {
+        std::vector<int64_t> kept = inputs[0].dims;
+        kept.erase(kept.begin() + axis);
+        ok = kept == output.dims;
+      }
+      if (absl::Status s = Expect(ok, k, "bad argmax"); !s.ok()) return s;
+      return std::make_unique<ArgmaxKernel>(inputs[0], axis);
+    }
+    case proto::Kernel::INDEX_SELECT:
+    case proto::Kernel::GATHER: {
+      const int64_t axis = k.axis();
+      bool ok = inputs.size() == 2 && axis >= 0 && axis < static_cast<int64_t>(inputs[0].dims.size()) &&
+                (inputs[1].type == PrimitiveType::kS32 || inputs[1].type == PrimitiveType::kS64) &&
+                output.type == inputs[0].type && output.dims.size() == inputs[0].dims.size();
+      if (ok && k.kind() == proto::Kernel::INDEX_SELECT) {
+        std::vector<int64_t> want = inputs[0].dims;
+        ok = inputs[1].dims.size() == 1;
+        if (ok) want[static_cast<size_t>(axis)] = inputs[1].dims[0];
+        ok = ok && want == output.dims;
+      } else if (ok) {
+        ok = inputs[1].dims == output.dims;
+        for (size_t d = 0; ok && d < output.dims.size(); ++d) {
+          ok = d == static_cast<size_t>(axis) || output.dims[d] <= inputs[0].dims[d];
+        }
+      }
+      if (absl::Status s = Expect(ok, k, "bad indexing shapes"); !s.ok()) return s;
+      if (k.kind() == proto::Kernel::INDEX_SELECT) return std::make_unique<IndexSelectKernel>(inputs[0], inputs[1], axis);
+      return std::make_unique<GatherKernel>(inputs[0], inputs[1], axis);
+    }
+    case proto::Kernel::CONCATENATE: {
+      const int64_t axis = k.axis();
+      bool ok = !inputs.empty() && axis >= 0 && axis < static_cast<int64_t>(output.dims.size());
+      int64_t total = 0;
+      for (size_t i = 0; ok && i < inputs.size(); ++i) {
+        ok = inputs[i].type == output.type && inputs[i].dims.size() == output.dims.size();
+        for (size_t d = 0; ok && d < output.dims.size(); ++d) {
+          ok = d == static_cast<size_t>(axis) || inputs[i].dims[d] == output.dims[d];
+        }
+        if (ok) total += inputs[i].dims[static_cast<size_t>(axis)];
+      }
+      ok = ok && total == output.dims[static_cast<size_t>(axis)];
+      if (absl::Status s = Expect(ok, k, "bad concatenation"); !s.ok()) return s;
+      return std::make_unique<ConcatKernel>(std::vector<ArrayShape>(inputs.begin(), inputs.end()), output, axis);
+    }
+    default: return Expect(false, k, "unknown kernel kind");
+  }
+}
+
+}  // namespace lazyrt::pjrt

@@ -1,0 +1,29 @@
+// The kernels an executable is made of, built from their serialized description at load time. Each
+// checks at build time everything it can (shapes, indices, bounds), so running one can only fail on
+// data (an out-of-range gather index), which it reports as a status.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "pjrt_sim/executable.pb.h"
+#include "pjrt_sim/types.h"
+
+namespace lazyrt::pjrt {
+
+class Kernel {
+ public:
+  virtual ~Kernel() = default;
+  // Computes the output from the inputs (device memory of the shapes given at build time).
+  virtual absl::Status Run(std::span<const void* const> inputs, void* output) const = 0;
+};
+
+// Validates `kernel` against the shapes of its input and output slots and builds it.
+absl::StatusOr<std::unique_ptr<Kernel>> BuildKernel(const proto::Kernel& kernel,
+                                                    std::span<const ArrayShape> inputs,
+                                                    const ArrayShape& output);
+
+}  // namespace lazyrt::pjrt

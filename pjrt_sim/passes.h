@@ -1,0 +1,27 @@
+// The compiler's optimization passes over an HloModule. Each rewrites in place, keeps operands
+// before users, and returns how many instructions it changed.
+#pragma once
+
+#include <cstdint>
+
+#include "pjrt_sim/hlo.h"
+
+namespace lazyrt::pjrt {
+
+// Removes instructions no output depends on (parameters stay: they are the calling convention) and
+// renumbers the rest densely.
+int64_t EliminateDeadCode(HloModule& module);
+// Merges instructions that compute the same thing from the same operands.
+int64_t EliminateCommonSubexpressions(HloModule& module);
+// Identities and strength reductions: x+0, x*1, x/1, -(-x), no-op converts, reshapes, transposes,
+// broadcasts and slices; reshape/transpose chains collapsed; a transpose of the last two dims folded
+// into a dot.
+int64_t SimplifyAlgebra(HloModule& module);
+// Evaluates instructions whose operands are all splat constants, with the kernels' own arithmetic.
+int64_t FoldConstants(HloModule& module);
+
+// Increments on every pass run, so a test can prove that loading an executable runs none.
+int64_t CompilerPassesRun();
+void CountPassRun();
+
+}  // namespace lazyrt::pjrt

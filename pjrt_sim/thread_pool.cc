@@ -1,0 +1,70 @@
+#include "pjrt_sim/thread_pool.h"
+
+#include <algorithm>
+
+namespace lazyrt::pjrt {
+
+ThreadPool& ThreadPool::Get() {
+  static ThreadPool* pool = new ThreadPool(static_cast<int>(std::max(1u, std::thread::hardware_concurrency())));
+  return *pool;
+}
+
+ThreadPool::ThreadPool(int threads) {
+  for (int i = 1; i < threads; ++i) workers_.emplace_back([this] { Work(); });
+}
+
+ThreadPool::~ThreadPool() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stopping_ = true;
+  }
+  wake_.notify_all();
+  for (std::thread& t : workers_) t.join();
+}
+
+void ThreadPool::ParallelFor(int64_t tasks, const std::function<void(int64_t)>& fn) {
+  if (tasks <= 0) return;
+  if (tasks == 1 || workers_.empty()) {
+    for (int64_t t = 0; t < tasks; ++t) fn(t);
+    return;
+  }
+  std::lock_guard<std::mutex> call(call_mu_);
+  std::unique_lock<std::mutex> lock(mu_);
+  job_ = &fn;
+  next_ = 0;
+  tasks_ = tasks;
+  running_ = 0;
+  ++generation_;
+  wake_.notify_all();
+  while (next_ < tasks_) {
+    const int64_t t = next_++;
+    ++running_;
+    lock.unlock();
+    fn(t);
+    lock.lock();
+    --running_;
+  }
+  done_.wait(lock, [this] { return running_ == 0; });
+  job_ = nullptr;
+}
+
+void ThreadPool::Work() {
+  uint64_t seen = 0;
+  std::unique_lock<std::mutex> lock(mu_);
+  while (true) {
+    wake_.wait(lock, [&] { return stopping_ || (generation_ != seen && job_ != nullptr); });
+    if (stopping_) return;
+    seen = generation_;
+    while (job_ != nullptr && next_ < tasks_) {
+      const int64_t t = next_++;
+      ++running_;
+      const std::function<void(int64_t)>* job = job_;
+      lock.unlock();
+      (*job)(t);
+      lock.lock();
+      if (--running_ == 0 && next_ >= tasks_) done_.notify_all();
+    }
+  }
+}
+
+}  // namespace lazyrt::pjrt

@@ -1,11 +1,16 @@
 #include "lazy/tensor.h"
 
+#include <cstring>
+
 #include "absl/strings/str_cat.h"
 #include "ir/dump.h"
 #include "ir/shape_inference.h"
 #include "ir/post_order.h"
 #include "lazy/runtime.h"
+#include "lazy/metrics.h"
+#include "lazy/sync.h"
 #include "lazy/tracing.h"
+#include "pjrt_sim/element_ops.h"
 
 namespace lazyrt {
 
@@ -154,6 +159,47 @@ void Tensor::assign(const Tensor& other, SourceLocation loc) {
 }
 
 namespace {
+
+// Computes `t` if pending and copies its elements to the host as T.
+template <typename T>
+std::vector<T> ReadBack(const Tensor& t, SyncCause cause, const SourceLocation& loc) {
+  const absl::string_view op = SyncCauseName(cause);
+  TensorImpl& impl = ImplOf(t, op, loc);
+  if (t.is_pending()) detail::Sync({impl.device}, cause, loc);
+  if (impl.buffer == nullptr) throw Error(absl::StrCat(op, ": the tensor holds no data"), loc);
+  const Shape& shape = impl.shape;
+  std::vector<unsigned char> raw(static_cast<size_t>(shape.byte_size()));
+  absl::Status status = impl.buffer->ToHost(raw.data(), raw.size());
+  if (!status.ok()) {
+    throw Error(absl::StrCat(op, ": computing ", shape.ToString(), " failed: ", status.message()), loc);
+  }
+  Counter("transfers_to_host").fetch_add(1);
+  std::vector<T> out(static_cast<size_t>(shape.numel()));
+  for (size_t i = 0; i < out.size(); ++i) {
+    double v = 0;
+    switch (shape.dtype()) {
+      case DType::kF32: { float x; std::memcpy(&x, raw.data() + i * 4, 4); v = x; break; }
+      case DType::kF64: std::memcpy(&v, raw.data() + i * 8, 8); break;
+      case DType::kBF16: { uint16_t x; std::memcpy(&x, raw.data() + i * 2, 2); v = pjrt::Bf16ToFloat(x); break; }
+      case DType::kF16: { uint16_t x; std::memcpy(&x, raw.data() + i * 2, 2); v = pjrt::HalfToFloat(x); break; }
+      case DType::kI32: { int32_t x; std::memcpy(&x, raw.data() + i * 4, 4); v = x; break; }
+      case DType::kI64: {
+        int64_t x;
+        std::memcpy(&x, raw.data() + i * 8, 8);
+        if constexpr (std::is_same_v<T, int64_t>) {  // no round trip through double
+          out[i] = x;
+          continue;
+        }
+        v = static_cast<double>(x);
+        break;
+      }
+      case DType::kBool: v = raw[i]; break;
+    }
+    out[i] = pjrt::SaturatingCast<T>(v);
+  }
+  return out;
+}
+
 std::vector<ir::Value> RootsOf(const std::vector<Tensor>& tensors) {
   std::vector<ir::Value> roots;
   for (const Tensor& t : tensors) {
@@ -163,6 +209,22 @@ std::vector<ir::Value> RootsOf(const std::vector<Tensor>& tensors) {
   return roots;
 }
 }  // namespace
+
+double Tensor::item(SourceLocation loc) const {
+  const int64_t n = ImplOf(*this, "item", loc).shape.numel();
+  if (n != 1) throw Error(absl::StrCat("item: needs a single element, ", shape().ToString(), " has ", n), loc);
+  return ReadBack<double>(*this, SyncCause::kItem, loc)[0];
+}
+
+template <typename T>
+std::vector<T> Tensor::to_vector(SourceLocation loc) const {
+  return ReadBack<T>(*this, SyncCause::kToHost, loc);
+}
+template std::vector<float> Tensor::to_vector<float>(SourceLocation) const;
+template std::vector<double> Tensor::to_vector<double>(SourceLocation) const;
+template std::vector<int32_t> Tensor::to_vector<int32_t>(SourceLocation) const;
+template std::vector<int64_t> Tensor::to_vector<int64_t>(SourceLocation) const;
+template std::vector<uint8_t> Tensor::to_vector<uint8_t>(SourceLocation) const;
 
 std::string graph_text(const std::vector<Tensor>& tensors) { return ir::GraphText(RootsOf(tensors)); }
 std::string graph_dot(const std::vector<Tensor>& tensors) { return ir::GraphDot(RootsOf(tensors)); }

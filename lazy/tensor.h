@@ -110,6 +110,14 @@ class Tensor {
   // optimizer does to parameters. Shapes must match.
   void assign(const Tensor& other, LAZYRT_HERE);
 
+  // Reading values. A pending tensor is computed first: an implicit sync of the whole pending graph
+  // on its device (cause `item` / `to_host`, recorded with the caller's location).
+  // The single element, as a double. Throws if the tensor has more than one element.
+  double item(LAZYRT_HERE) const;
+  // All elements, row-major, converted to T (float, double, int32_t, int64_t or uint8_t).
+  template <typename T>
+  std::vector<T> to_vector(LAZYRT_HERE) const;
+
   // Method forms of common ops (see the free functions below).
   Tensor reshape(std::vector<int64_t> sizes, LAZYRT_HERE) const;
   Tensor transpose(int64_t dim0, int64_t dim1, LAZYRT_HERE) const;

@@ -1,0 +1,21 @@
+// Lowers a lazy IR graph to the device's Module format: one rule per op, composites decomposed
+// (softmax, log_softmax, mean, gelu, relu, one_hot), implicit broadcasting made explicit.
+#pragma once
+
+#include <span>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "ir/node.h"
+#include "ir/post_order.h"
+#include "pjrt_sim/module.pb.h"
+
+namespace lazyrt::lowering {
+
+// The Module computing the roots of `order`. Parameter i is the i-th DeviceData leaf of `order`
+// (order.parameter_positions()[i]); output j is root j. Fails only on an op with no lowering rule.
+absl::StatusOr<pjrt::proto::Module> LowerGraph(const ir::PostOrder& order, std::string name);
+
+pjrt::proto::ElementType ElementTypeOf(ir::DType dtype);
+
+}  // namespace lazyrt::lowering

@@ -11,6 +11,7 @@ HashValue Value::hash() const { return index == 0 ? node->hash() : HashCombine(n
 Node::Node(OpKind op, OperandList operands, ShapeList shapes, Attributes attrs,
            std::shared_ptr<const LeafData> leaf_data, std::source_location created_at)
     : op_(op),
+      hash_(0),
       operands_(std::move(operands)),
       shapes_(std::move(shapes)),
       attrs_(std::move(attrs)),

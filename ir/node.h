@@ -67,16 +67,17 @@ class Node {
  private:
   friend class PostOrder;
 
+  // Fields a traversal touches come first, so visiting a node costs one cache line.
   OpKind op_;
+  // Scratch state of the traversal in progress (see PostOrder), guarded by its lock.
+  mutable uint32_t position_ = 0;
+  mutable uint64_t visit_epoch_ = 0;
+  HashValue hash_;
   OperandList operands_;
   ShapeList shapes_;
   Attributes attrs_;
   std::shared_ptr<const LeafData> leaf_data_;
   std::source_location created_at_;
-  HashValue hash_;
-  // Scratch state of the traversal in progress (see PostOrder), guarded by its lock.
-  mutable uint64_t visit_epoch_ = 0;
-  mutable uint32_t position_ = 0;
 };
 
 template <typename... Args>

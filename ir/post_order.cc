@@ -10,7 +10,8 @@ std::mutex& TraversalMutex() {
   return mu;
 }
 
-uint64_t g_epoch = 0;  // guarded by TraversalMutex
+uint64_t g_epoch = 0;          // guarded by TraversalMutex
+size_t g_last_size = 0;        // size of the previous traversal: steps repeat, so it predicts the next
 
 }  // namespace
 
@@ -21,7 +22,10 @@ PostOrder::PostOrder(std::span<const Value> roots) {
     const Node* node;
     size_t next_operand;
   };
-  std::vector<Frame> stack;
+  static std::vector<Frame> stack;  // guarded by TraversalMutex; keeps its capacity across syncs
+  nodes_.reserve(g_last_size);
+  operand_positions_.reserve(g_last_size * 2);
+  operand_begin_.reserve(g_last_size + 1);
   for (const Value& root : roots) {
     const Node* r = root.node.get();
     if (r->visit_epoch_ == epoch) continue;
@@ -64,6 +68,7 @@ PostOrder::PostOrder(std::span<const Value> roots) {
     words.push_back((static_cast<uint64_t>(root.node->position_) << 32) | root.index);
   }
   dag_hash_ = HashBytes(words.data(), words.size() * sizeof(uint64_t));
+  g_last_size = nodes_.size();
 }
 
 }  // namespace lazyrt::ir

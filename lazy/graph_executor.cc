@@ -133,6 +133,7 @@ void Sync(Device device, SyncCause cause, const SourceLocation& loc) {
     pending[i]->buffer = (*results)[i];
     pending[i]->ir = {};
   }
+  rt.releaser().Enqueue([graph = std::move(roots)]() mutable { graph.clear(); });
   state.AdvanceRng();
   RecordTime("launch", MsSince(exec_start));
   RecordTime("sync", MsSince(start));
@@ -156,7 +157,9 @@ void sync(Device device, SourceLocation loc) { detail::Sync(device, SyncCause::k
 void mark_step(Device device, SourceLocation loc) { detail::Sync(device, SyncCause::kMarkStep, loc); }
 void barrier(Device device, SourceLocation loc) { detail::Sync(device, SyncCause::kBarrier, loc); }
 void wait_device(Device device) {
-  detail::Runtime::Get().device_state(device, SourceLocation::current()).device->stream().Synchronize();
+  detail::Runtime& rt = detail::Runtime::Get();
+  rt.device_state(device, SourceLocation::current()).device->stream().Synchronize();
+  rt.releaser().Synchronize();  // buffers held only by released graphs are free too
 }
 
 }  // namespace lazyrt

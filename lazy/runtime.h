@@ -88,6 +88,9 @@ class Runtime {
   // The state of `device`; throws Error naming the valid devices when out of range.
   DeviceState& device_state(Device device, const SourceLocation& loc);
   int num_devices() const { return static_cast<int>(devices_.size()); }
+  // Where synced graphs are torn down, off the caller's thread: freeing thousands of nodes is work
+  // the next step need not wait for.
+  pjrt::Stream& releaser() { return releaser_; }
 
  private:
   explicit Runtime(Options options);
@@ -96,6 +99,7 @@ class Runtime {
   Options options_;
   std::unique_ptr<pjrt::Client> client_;
   std::vector<std::unique_ptr<DeviceState>> devices_;
+  pjrt::Stream releaser_;
 };
 
 }  // namespace detail

@@ -19,7 +19,8 @@ void sync(Device device = {}, LAZYRT_HERE);
 void mark_step(Device device = {}, LAZYRT_HERE);
 // A barrier inside a step: splits a graph too big to compile at once.
 void barrier(Device device = {}, LAZYRT_HERE);
-// Blocks until every result enqueued on `device` so far is computed.
+// Blocks until every result enqueued on `device` so far is computed and the graphs already synced
+// are released.
 void wait_device(Device device = {});
 
 namespace detail {

@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "ir/shape_inference.h"
+#include "lazy/autograd.h"
 #include "lazy/runtime.h"
 #include "lazy/tensor.h"
 #include "lazy/tracing.h"
@@ -16,6 +17,9 @@ using detail::CommonDevice;
 using detail::Converted;
 using detail::ImplOf;
 using detail::MakeTensor;
+using detail::Record;
+using detail::SumToShape;
+using Grads = std::vector<Tensor>;
 using detail::ScalarValue;
 using detail::ValueOf;
 using ir::AttrKey;
@@ -42,7 +46,34 @@ Tensor Binary(OpKind op, const Tensor& a, const Tensor& b, const SourceLocation&
   const absl::string_view name = ir::OpKindName(op);
   const int device = CommonDevice({&a, &b}, name, loc);
   const DType t = ComputeType(op, a.dtype(), b.dtype());
-  return Elementwise(op, {Converted(ValueOf(a), t, loc), Converted(ValueOf(b), t, loc)}, device, loc);
+  Tensor out = Elementwise(op, {Converted(ValueOf(a), t, loc), Converted(ValueOf(b), t, loc)}, device, loc);
+  if (!ir::IsFloating(t) || ir::IsComparison(op)) return out;
+  return Record(out, "binary", {a, b}, [op, loc](const Tensor& g, const Tensor& y, const Grads& x) -> Grads {
+    const Tensor& a = x[0];
+    const Tensor& b = x[1];
+    Tensor ga, gb;
+    switch (op) {
+      case OpKind::kAdd: ga = g; gb = g; break;
+      case OpKind::kSub: ga = g; gb = neg(g, loc); break;
+      case OpKind::kMul: ga = g * TensorArg(b, loc); gb = g * TensorArg(a, loc); break;
+      case OpKind::kDiv: ga = g / TensorArg(b, loc); gb = neg(g * TensorArg(y, loc) / TensorArg(b, loc), loc); break;
+      case OpKind::kPow:
+        ga = g * TensorArg(b, loc) * TensorArg(pow(a, b - ScalarArg(Scalar::Static(1), loc), loc), loc);
+        gb = g * TensorArg(y, loc) * TensorArg(log(a, loc), loc);
+        break;
+      case OpKind::kMaximum:
+      case OpKind::kMinimum: {
+        // Ties send the gradient to `a`, as PyTorch's clamp-style max does for its first operand.
+        Tensor pick_a = op == OpKind::kMaximum ? ge(a, b, loc) : le(a, b, loc);
+        Tensor zero = zeros({}, g.dtype(), g.device(), loc);
+        ga = where(pick_a, g, zero, loc);
+        gb = where(pick_a, zero, g, loc);
+        break;
+      }
+      default: return {};
+    }
+    return {SumToShape(cast(ga, a.dtype(), loc), a.shape(), loc), SumToShape(cast(gb, b.dtype(), loc), b.shape(), loc)};
+  }, loc);
 }
 
 // A tensor and a host scalar: the scalar takes the tensor's dtype (as a PyTorch wrapped number), except
@@ -54,15 +85,68 @@ Tensor BinaryScalar(OpKind op, const Tensor& a, Scalar s, bool scalar_first, con
   if (op == OpKind::kDiv && !ir::IsFloating(t)) t = DType::kF32;
   ir::Value tv = Converted(ValueOf(a), t, loc);
   ir::Value sv = ScalarValue(s, t, loc);
-  return Elementwise(op, scalar_first ? ir::OperandList{sv, tv} : ir::OperandList{tv, sv}, impl.device,
-                     loc);
+  Tensor out = Elementwise(op, scalar_first ? ir::OperandList{sv, tv} : ir::OperandList{tv, sv}, impl.device, loc);
+  if (!ir::IsFloating(t) || ir::IsComparison(op)) return out;
+  return Record(out, "binary_scalar", {a}, [op, s, scalar_first, loc](const Tensor& g, const Tensor& y, const Grads& x) -> Grads {
+    const Tensor& a = x[0];
+    Tensor ga;
+    switch (op) {
+      case OpKind::kAdd: ga = g; break;
+      case OpKind::kSub: ga = scalar_first ? neg(g, loc) : g; break;
+      case OpKind::kMul: ga = g * ScalarArg(s, loc); break;
+      case OpKind::kDiv:
+        // s / a: -s/a^2 = -y/a
+        ga = scalar_first ? neg(g * TensorArg(y, loc) / TensorArg(a, loc), loc) : g / ScalarArg(s, loc);
+        break;
+      case OpKind::kPow:
+        if (scalar_first) {  // s^a: y ln s
+          ga = g * TensorArg(y, loc) * ScalarArg(Scalar(std::log(s.value())), loc);
+        } else {  // a^s: s a^(s-1)
+          const Scalar s_minus_1 = s.is_static() ? Scalar::Static(s.value() - 1) : Scalar(s.value() - 1);
+          ga = g * ScalarArg(s, loc) * TensorArg(pow(a, s_minus_1, loc), loc);
+        }
+        break;
+      case OpKind::kMaximum:
+      case OpKind::kMinimum:
+      default: return {};
+    }
+    return {cast(ga, a.dtype(), loc)};
+  }, loc);
 }
 
 // Unary ops that only make sense on floats compute integer inputs in f32.
+// d(op(x))/dx times g, given x and y = op(x).
+Tensor UnaryGrad(OpKind op, const Tensor& g, const Tensor& x, const Tensor& y, const SourceLocation& loc) {
+  auto c = [&](double v) { return ScalarArg(Scalar::Static(v), loc); };
+  auto t = [&](const Tensor& v) { return TensorArg(v, loc); };
+  switch (op) {
+    case OpKind::kNeg: return neg(g, loc);
+    case OpKind::kAbs: return g * t(sign(x, loc));
+    case OpKind::kExp: return g * t(y);
+    case OpKind::kLog: return g / t(x);
+    case OpKind::kSqrt: return g * c(0.5) / t(y);
+    case OpKind::kRsqrt: return g * c(-0.5) * t(y * t(y) * t(y));
+    case OpKind::kTanh: return g * t(c(1) - y * t(y));
+    case OpKind::kSigmoid: return g * t(y * t(c(1) - y));
+    case OpKind::kRelu: return where(gt(x, Scalar::Static(0), loc), g, zeros({}, g.dtype(), g.device(), loc), loc);
+    case OpKind::kGelu: {
+      // y = 0.5 x (1 + tanh(u)), u = k (x + 0.044715 x^3), k = sqrt(2/pi)
+      const double k = std::sqrt(2.0 / M_PI);
+      Tensor th = tanh((x + x * t(x) * t(x) * c(0.044715)) * c(k), loc);
+      Tensor du = (x * t(x) * c(3 * 0.044715) + c(1)) * c(k);
+      return g * t((th + c(1)) * c(0.5) + x * c(0.5) * t(c(1) - th * t(th)) * t(du));
+    }
+    default: return Tensor();  // sign: zero almost everywhere
+  }
+}
+
 Tensor UnaryFloat(OpKind op, const Tensor& x, const SourceLocation& loc) {
   const detail::TensorImpl& impl = ImplOf(x, ir::OpKindName(op), loc);
   const DType t = ir::IsFloating(impl.shape.dtype()) ? impl.shape.dtype() : DType::kF32;
-  return Elementwise(op, {Converted(ValueOf(x), t, loc)}, impl.device, loc);
+  Tensor out = Elementwise(op, {Converted(ValueOf(x), t, loc)}, impl.device, loc);
+  return Record(out, "unary", {x}, [op, loc](const Tensor& g, const Tensor& y, const Grads& in) -> Grads {
+    return {UnaryGrad(op, g, in[0], y, loc)};
+  }, loc);
 }
 
 Tensor Unary(OpKind op, const Tensor& x, const SourceLocation& loc) {
@@ -70,7 +154,11 @@ Tensor Unary(OpKind op, const Tensor& x, const SourceLocation& loc) {
   if (impl.shape.dtype() == DType::kBool && op != OpKind::kNot) {
     throw Error(absl::StrCat(ir::OpKindName(op), ": not defined for ", impl.shape.ToString()), loc);
   }
-  return Elementwise(op, {ValueOf(x)}, impl.device, loc);
+  Tensor out = Elementwise(op, {ValueOf(x)}, impl.device, loc);
+  if (!ir::IsFloating(impl.shape.dtype())) return out;
+  return Record(out, "unary", {x}, [op, loc](const Tensor& g, const Tensor& y, const Grads& in) -> Grads {
+    return {UnaryGrad(op, g, in[0], y, loc)};
+  }, loc);
 }
 
 void RequireFloating(const Tensor& x, absl::string_view op, const SourceLocation& loc) {
@@ -102,8 +190,27 @@ Tensor Reduce(OpKind op, const Tensor& x, std::vector<int64_t> dims, bool keepdi
   const detail::TensorImpl& impl = ImplOf(x, name, loc);
   dims = ReductionDims(impl.shape, std::move(dims), name, loc);
   Shape out = ir::InferReduce(impl.shape, dims, keepdim, out_dtype);
-  return MakeTensor(op, {Converted(ValueOf(x), out_dtype, loc)}, std::move(out), impl.device, loc,
-                    ir::Attributes{{AttrKey::kDims, std::move(dims)}, {AttrKey::kKeepDim, keepdim}});
+  Tensor r = MakeTensor(op, {Converted(ValueOf(x), out_dtype, loc)}, std::move(out), impl.device, loc,
+                        ir::Attributes{{AttrKey::kDims, dims}, {AttrKey::kKeepDim, keepdim}});
+  if (!ir::IsFloating(out_dtype)) return r;
+  return Record(r, "reduce", {x}, [op, dims, loc](const Tensor& g, const Tensor& y, const Grads& in) -> Grads {
+    const Tensor& x = in[0];
+    const std::vector<int64_t> full(x.dims().begin(), x.dims().end());
+    // The reduced dims back as size 1, then broadcast over x.
+    std::vector<int64_t> kept = full;
+    int64_t count = 1;
+    for (int64_t d : dims) {
+      kept[static_cast<size_t>(d)] = 1;
+      count *= full[static_cast<size_t>(d)];
+    }
+    Tensor gb = expand(reshape(g, kept, loc), full, loc);
+    if (op == OpKind::kReduceSum) return {gb};
+    if (op == OpKind::kReduceMean) return {gb * ScalarArg(Scalar::Static(1.0 / static_cast<double>(count)), loc)};
+    // Max: shared evenly among the elements equal to the maximum.
+    Tensor mask = cast(eq(x, expand(reshape(y, kept, loc), full, loc), loc), x.dtype(), loc);
+    Tensor ties = expand(sum(mask, dims, true, loc), full, loc);
+    return {gb * TensorArg(mask, loc) / TensorArg(ties, loc)};
+  }, loc);
 }
 
 }  // namespace
@@ -255,8 +362,14 @@ Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b, SourceLocatio
     throw Error(absl::StrCat("where: the condition must be bool, got ", cond.shape().ToString()), loc);
   }
   const DType t = ir::PromoteTypes(a.dtype(), b.dtype());
-  return Elementwise(OpKind::kSelect, {ValueOf(cond), Converted(ValueOf(a), t, loc), Converted(ValueOf(b), t, loc)},
-                     device, loc);
+  Tensor out = Elementwise(OpKind::kSelect, {ValueOf(cond), Converted(ValueOf(a), t, loc), Converted(ValueOf(b), t, loc)},
+                           device, loc);
+  if (!ir::IsFloating(t)) return out;
+  return Record(out, "where", {a, b, cond}, [loc](const Tensor& g, const Tensor&, const Grads& x) -> Grads {
+    Tensor zero = zeros({}, g.dtype(), g.device(), loc);
+    return {SumToShape(cast(where(x[2], g, zero, loc), x[0].dtype(), loc), x[0].shape(), loc),
+            SumToShape(cast(where(x[2], zero, g, loc), x[1].dtype(), loc), x[1].shape(), loc)};
+  }, loc);
 }
 
 Tensor neg(const Tensor& x, SourceLocation loc) { return Unary(OpKind::kNeg, x, loc); }
@@ -274,8 +387,12 @@ Tensor gelu(const Tensor& x, SourceLocation loc) { return UnaryFloat(OpKind::kGe
 Tensor cast(const Tensor& x, DType dtype, SourceLocation loc) {
   const detail::TensorImpl& impl = ImplOf(x, "cast", loc);
   if (impl.shape.dtype() == dtype) return x;
-  return MakeTensor(OpKind::kConvert, {ValueOf(x)}, impl.shape.WithDType(dtype), impl.device, loc,
-                    ir::Attributes{{AttrKey::kDType, dtype}});
+  Tensor out = MakeTensor(OpKind::kConvert, {ValueOf(x)}, impl.shape.WithDType(dtype), impl.device, loc,
+                          ir::Attributes{{AttrKey::kDType, dtype}});
+  if (!ir::IsFloating(dtype) || !ir::IsFloating(impl.shape.dtype())) return out;
+  return Record(out, "cast", {x}, [loc](const Tensor& g, const Tensor&, const Grads& in) -> Grads {
+    return {cast(g, in[0].dtype(), loc)};
+  }, loc);
 }
 
 // ---- Contractions, reductions, composites ---------------------------------------------------------
@@ -295,6 +412,12 @@ Tensor matmul(const Tensor& a, const Tensor& b, SourceLocation loc) {
   Tensor b2 = col ? reshape(b, {b.dim(0), 1}, loc) : b;
   Shape out = Check(ir::InferMatMul(a2.shape(), b2.shape()), "matmul", loc);
   Tensor r = MakeTensor(OpKind::kMatMul, {ValueOf(a2), ValueOf(b2)}, out, device, loc);
+  r = Record(r, "matmul", {a2, b2}, [loc](const Tensor& g, const Tensor&, const Grads& x) -> Grads {
+    // dA = g B^T, dB = A^T g, each summed over batch dims it was broadcast across.
+    Tensor ga = matmul(g, transpose(x[1], -1, -2, loc), loc);
+    Tensor gb = matmul(transpose(x[0], -1, -2, loc), g, loc);
+    return {SumToShape(ga, x[0].shape(), loc), SumToShape(gb, x[1].shape(), loc)};
+  }, loc);
   if (row || col) {
     std::vector<int64_t> dims(out.dims().begin(), out.dims().end());
     if (col) dims.pop_back();                        // the n = 1 column
@@ -335,7 +458,15 @@ Tensor SoftmaxLike(OpKind op, const Tensor& x, int64_t dim, const SourceLocation
   RequireFloating(x, name, loc);
   const detail::TensorImpl& impl = ImplOf(x, name, loc);
   const int64_t d = Check(ir::NormalizeDim(dim, impl.shape.rank()), name, loc);
-  return MakeTensor(op, {ValueOf(x)}, impl.shape, impl.device, loc, ir::Attributes{{AttrKey::kAxis, d}});
+  Tensor out = MakeTensor(op, {ValueOf(x)}, impl.shape, impl.device, loc, ir::Attributes{{AttrKey::kAxis, d}});
+  return Record(out, "softmax", {x}, [op, d, loc](const Tensor& g, const Tensor& y, const Grads&) -> Grads {
+    const std::vector<int64_t> full(y.dims().begin(), y.dims().end());
+    if (op == OpKind::kSoftmax) {  // y (g - sum(g y))
+      return {y * TensorArg(g - TensorArg(expand(sum(g * TensorArg(y, loc), {d}, true, loc), full, loc), loc), loc)};
+    }
+    // log_softmax: g - exp(y) sum(g)
+    return {g - TensorArg(exp(y, loc) * TensorArg(expand(sum(g, {d}, true, loc), full, loc), loc), loc)};
+  }, loc);
 }
 }  // namespace
 
@@ -353,8 +484,11 @@ Tensor reshape(const Tensor& x, std::vector<int64_t> sizes, SourceLocation loc) 
   Shape out = Check(ir::InferReshape(impl.shape, sizes), "reshape", loc);
   if (out == impl.shape) return x;
   std::vector<int64_t> resolved(out.dims().begin(), out.dims().end());
-  return MakeTensor(OpKind::kReshape, {ValueOf(x)}, std::move(out), impl.device, loc,
-                    ir::Attributes{{AttrKey::kDims, std::move(resolved)}});
+  Tensor r = MakeTensor(OpKind::kReshape, {ValueOf(x)}, std::move(out), impl.device, loc,
+                        ir::Attributes{{AttrKey::kDims, std::move(resolved)}});
+  return Record(r, "reshape", {x}, [loc](const Tensor& g, const Tensor&, const Grads& in) -> Grads {
+    return {reshape(g, std::vector<int64_t>(in[0].dims().begin(), in[0].dims().end()), loc)};
+  }, loc);
 }
 
 Tensor permute(const Tensor& x, std::vector<int64_t> perm, SourceLocation loc) {
@@ -366,8 +500,13 @@ Tensor permute(const Tensor& x, std::vector<int64_t> perm, SourceLocation loc) {
   bool identity = true;
   for (size_t i = 0; i < perm.size(); ++i) identity = identity && perm[i] == static_cast<int64_t>(i);
   if (identity) return x;
-  return MakeTensor(OpKind::kPermute, {ValueOf(x)}, std::move(out), impl.device, loc,
-                    ir::Attributes{{AttrKey::kDims, std::move(perm)}});
+  Tensor r = MakeTensor(OpKind::kPermute, {ValueOf(x)}, std::move(out), impl.device, loc,
+                        ir::Attributes{{AttrKey::kDims, perm}});
+  return Record(r, "permute", {x}, [perm, loc](const Tensor& g, const Tensor&, const Grads&) -> Grads {
+    std::vector<int64_t> inverse(perm.size());
+    for (size_t i = 0; i < perm.size(); ++i) inverse[static_cast<size_t>(perm[i])] = static_cast<int64_t>(i);
+    return {permute(g, inverse, loc)};
+  }, loc);
 }
 
 Tensor transpose(const Tensor& x, int64_t dim0, int64_t dim1, SourceLocation loc) {
@@ -385,8 +524,11 @@ Tensor expand(const Tensor& x, std::vector<int64_t> sizes, SourceLocation loc) {
   Shape out = Check(ir::InferExpand(impl.shape, sizes), "expand", loc);
   if (out == impl.shape) return x;
   std::vector<int64_t> resolved(out.dims().begin(), out.dims().end());
-  return MakeTensor(OpKind::kExpand, {ValueOf(x)}, std::move(out), impl.device, loc,
-                    ir::Attributes{{AttrKey::kDims, std::move(resolved)}});
+  Tensor r = MakeTensor(OpKind::kExpand, {ValueOf(x)}, std::move(out), impl.device, loc,
+                        ir::Attributes{{AttrKey::kDims, std::move(resolved)}});
+  return Record(r, "expand", {x}, [loc](const Tensor& g, const Tensor&, const Grads& in) -> Grads {
+    return {SumToShape(g, in[0].shape(), loc)};
+  }, loc);
 }
 
 Tensor slice(const Tensor& x, int64_t dim, int64_t start, int64_t end, int64_t step, SourceLocation loc) {
@@ -405,10 +547,18 @@ Tensor slice(const Tensor& x, int64_t dim, int64_t start, int64_t end, int64_t s
   strides[static_cast<size_t>(d)] = step;
   Shape out = Check(ir::InferSlice(impl.shape, starts, limits, strides), "slice", loc);
   if (out == impl.shape) return x;
-  return MakeTensor(OpKind::kSlice, {ValueOf(x)}, std::move(out), impl.device, loc,
-                    ir::Attributes{{AttrKey::kStart, std::move(starts)},
-                                   {AttrKey::kLimit, std::move(limits)},
-                                   {AttrKey::kStride, std::move(strides)}});
+  Tensor r = MakeTensor(OpKind::kSlice, {ValueOf(x)}, std::move(out), impl.device, loc,
+                        ir::Attributes{{AttrKey::kStart, std::move(starts)},
+                                       {AttrKey::kLimit, std::move(limits)},
+                                       {AttrKey::kStride, std::move(strides)}});
+  return Record(r, "slice", {x}, [d, s, step, loc](const Tensor& g, const Tensor&, const Grads& in) -> Grads {
+    // Scatter g back: each picked position i along d receives g's slice (one_hot over the positions).
+    const int64_t size = in[0].dim(d), picked = g.dim(d);
+    Tensor positions = arange(s, s + picked * step, step, DType::kI64, g.device(), loc);
+    Tensor scatter = cast(one_hot(positions, size, DType::kF32, loc), g.dtype(), loc);  // [picked, size]
+    Tensor moved = transpose(g, d, -1, loc);                                          // [..., picked]
+    return {transpose(matmul(moved, scatter, loc), d, -1, loc)};
+  }, loc);
 }
 
 Tensor cat(const std::vector<Tensor>& tensors, int64_t dim, SourceLocation loc) {
@@ -424,24 +574,60 @@ Tensor cat(const std::vector<Tensor>& tensors, int64_t dim, SourceLocation loc) 
   }
   if (tensors.size() == 1) return tensors[0];
   Shape out = Check(ir::InferConcat(shapes, d), "cat", loc);
-  return MakeTensor(OpKind::kConcat, std::move(operands), std::move(out), first.device, loc,
-                    ir::Attributes{{AttrKey::kAxis, d}});
+  Tensor r = MakeTensor(OpKind::kConcat, std::move(operands), std::move(out), first.device, loc,
+                        ir::Attributes{{AttrKey::kAxis, d}});
+  return Record(r, "cat", tensors, [d, loc](const Tensor& g, const Tensor&, const Grads& in) -> Grads {
+    Grads out;
+    int64_t at = 0;
+    for (const Tensor& t : in) {
+      out.push_back(slice(g, d, at, at + t.dim(d), 1, loc));
+      at += t.dim(d);
+    }
+    return out;
+  }, loc);
 }
 
 Tensor index_select(const Tensor& x, int64_t dim, const Tensor& index, SourceLocation loc) {
   const int device = CommonDevice({&x, &index}, "index_select", loc);
   const int64_t d = Check(ir::NormalizeDim(dim, x.rank()), "index_select", loc);
   Shape out = Check(ir::InferIndexSelect(x.shape(), d, index.shape()), "index_select", loc);
-  return MakeTensor(OpKind::kIndexSelect, {ValueOf(x), ValueOf(index)}, std::move(out), device, loc,
-                    ir::Attributes{{AttrKey::kAxis, d}});
+  Tensor r = MakeTensor(OpKind::kIndexSelect, {ValueOf(x), ValueOf(index)}, std::move(out), device, loc,
+                        ir::Attributes{{AttrKey::kAxis, d}});
+  return Record(r, "index_select", {x, index}, [d, loc](const Tensor& g, const Tensor&, const Grads& in) -> Grads {
+    // Rows picked several times receive the sum of their gradients: g moved to the end, times one_hot.
+    Tensor scatter = cast(one_hot(in[1], in[0].dim(d), DType::kF32, loc), g.dtype(), loc);  // [n, size]
+    return {transpose(matmul(transpose(g, d, -1, loc), scatter, loc), d, -1, loc), Tensor()};
+  }, loc);
 }
 
 Tensor gather(const Tensor& x, int64_t dim, const Tensor& index, SourceLocation loc) {
   const int device = CommonDevice({&x, &index}, "gather", loc);
   const int64_t d = Check(ir::NormalizeDim(dim, x.rank()), "gather", loc);
   Shape out = Check(ir::InferGather(x.shape(), d, index.shape()), "gather", loc);
-  return MakeTensor(OpKind::kGather, {ValueOf(x), ValueOf(index)}, std::move(out), device, loc,
-                    ir::Attributes{{AttrKey::kAxis, d}});
+  Tensor r = MakeTensor(OpKind::kGather, {ValueOf(x), ValueOf(index)}, std::move(out), device, loc,
+                        ir::Attributes{{AttrKey::kAxis, d}});
+  return Record(r, "gather", {x, index}, [d, loc](const Tensor& g, const Tensor&, const Grads& in) -> Grads {
+    // grad_x[.., k, ..] = sum over j of g[.., j, ..] where index[.., j, ..] == k, then padded to x.
+    const Tensor& x = in[0];
+    Tensor hits = cast(one_hot(transpose(in[1], d, -1, loc), x.dim(d), DType::kF32, loc), g.dtype(), loc);
+    Tensor gt = reshape(transpose(g, d, -1, loc), [&] {
+      std::vector<int64_t> s(g.rank() + 1);
+      Tensor moved = transpose(g, d, -1, loc);
+      for (int64_t i = 0; i < moved.rank(); ++i) s[static_cast<size_t>(i)] = moved.dim(i);
+      s.back() = 1;
+      return s;
+    }(), loc);
+    Tensor summed = sum(hits * TensorArg(gt, loc), {-2}, false, loc);  // [moved dims without j, size]
+    Tensor back = transpose(summed, d, -1, loc);
+    // Dims other than d may be smaller in index than in x: pad by scattering into zeros via cat.
+    for (int64_t k = 0; k < x.rank(); ++k) {
+      if (k == d || back.dim(k) == x.dim(k)) continue;
+      std::vector<int64_t> pad(back.dims().begin(), back.dims().end());
+      pad[static_cast<size_t>(k)] = x.dim(k) - back.dim(k);
+      back = cat({back, zeros(pad, back.dtype(), back.device(), loc)}, k, loc);
+    }
+    return {back, Tensor()};
+  }, loc);
 }
 
 Tensor one_hot(const Tensor& index, int64_t num_classes, DType dtype, SourceLocation loc) {

@@ -36,6 +36,7 @@ struct ScalarLeaf final : ir::LeafData {
 };
 
 struct DeviceState;
+struct GradFn;
 
 struct TensorImpl : std::enable_shared_from_this<TensorImpl> {
   TensorImpl(Shape shape, int device) : shape(std::move(shape)), device(device) {}
@@ -47,6 +48,12 @@ struct TensorImpl : std::enable_shared_from_this<TensorImpl> {
   // use within one graph refers to the same parameter.
   ir::Value ir;
   std::shared_ptr<pjrt::Buffer> buffer;
+
+  // Autograd: a leaf that accumulates gradients, or the function that produced this tensor.
+  bool requires_grad = false;
+  bool is_leaf = true;  // false once produced by an op that records a GradFn
+  std::shared_ptr<GradFn> grad_fn;
+  Tensor grad;
 
   // Intrusive links of the device's live-tensor registry (guarded by its mutex).
   TensorImpl* prev = nullptr;

@@ -109,6 +109,10 @@ Tensor Tensor::FromData(std::span<const float> values, std::span<const int64_t> 
                         SourceLocation loc) {
   return FromHost(values, dims, DType::kF32, pjrt::PrimitiveType::kF32, device, loc);
 }
+Tensor Tensor::FromData(std::span<const double> values, std::span<const int64_t> dims, Device device,
+                        SourceLocation loc) {
+  return FromHost(values, dims, DType::kF64, pjrt::PrimitiveType::kF64, device, loc);
+}
 Tensor Tensor::FromData(std::span<const int32_t> values, std::span<const int64_t> dims, Device device,
                         SourceLocation loc) {
   return FromHost(values, dims, DType::kI32, pjrt::PrimitiveType::kS32, device, loc);

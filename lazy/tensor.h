@@ -86,6 +86,8 @@ class Tensor {
   // Copies host data to `device`. `values.size()` must equal the product of `dims`.
   static Tensor FromData(std::span<const float> values, std::span<const int64_t> dims, Device device = {},
                          LAZYRT_HERE);
+  static Tensor FromData(std::span<const double> values, std::span<const int64_t> dims, Device device = {},
+                         LAZYRT_HERE);
   static Tensor FromData(std::span<const int32_t> values, std::span<const int64_t> dims,
                          Device device = {}, LAZYRT_HERE);
   static Tensor FromData(std::span<const int64_t> values, std::span<const int64_t> dims,
@@ -118,6 +120,21 @@ class Tensor {
   template <typename T>
   std::vector<T> to_vector(LAZYRT_HERE) const;
 
+  // ---- Autograd -------------------------------------------------------------------------------
+  // Marks a leaf tensor as one whose gradient backward() accumulates (a parameter). Returns *this.
+  Tensor& requires_grad_(bool on = true);
+  bool requires_grad() const;
+  // The gradient accumulated by backward(); undefined before any.
+  Tensor grad() const;
+  // Replaces the accumulated gradient (an undefined tensor resets it, as zero_grad does).
+  void set_grad(const Tensor& grad);
+  // Reverse-mode differentiation of this one-element tensor: accumulates d(this)/d(leaf) into every
+  // leaf that requires grad. Only records lazy IR, so forward, backward and the optimizer update can
+  // be one graph. Frees the autograd graph behind this tensor.
+  void backward(LAZYRT_HERE) const;
+  // The same value, cut off from the autograd graph.
+  Tensor detach() const;
+
   // Method forms of common ops (see the free functions below).
   Tensor reshape(std::vector<int64_t> sizes, LAZYRT_HERE) const;
   Tensor transpose(int64_t dim0, int64_t dim1, LAZYRT_HERE) const;
@@ -130,6 +147,18 @@ class Tensor {
 
  private:
   std::shared_ptr<detail::TensorImpl> impl_;
+};
+
+// While alive, ops record no autograd graph (optimizer updates, evaluation).
+class NoGradGuard {
+ public:
+  NoGradGuard();
+  ~NoGradGuard();
+  NoGradGuard(const NoGradGuard&) = delete;
+  NoGradGuard& operator=(const NoGradGuard&) = delete;
+
+ private:
+  bool previous_;
 };
 
 // ---- Factories ---------------------------------------------------------------------------------------

@@ -1,10 +1,11 @@
-// Traces one layer of an MLP with a softmax on top, without running anything, and prints the graph,
-// its Graphviz form (with --dot) and its hash. The hash is the same in every process that builds
+// Traces one layer of an MLP with a softmax on top and prints the graph, its Graphviz form (with
+// --dot) and its hash, all without running anything; then reads the result, which runs it. The hash is the same in every process that builds
 // this graph: that is what lets a compiled executable be found again.
 #include <cstdio>
 #include <cstring>
 #include <vector>
 
+#include "lazy/sync.h"
 #include "lazy/tensor.h"
 
 int main(int argc, char** argv) {
@@ -24,5 +25,10 @@ int main(int argc, char** argv) {
 
   std::fputs((dot ? lazyrt::graph_dot({probs}) : lazyrt::graph_text({probs})).c_str(), stdout);
   std::printf("graph hash: %016llx\n", static_cast<unsigned long long>(lazyrt::graph_hash({probs})));
+  if (dot) return 0;
+
+  // Now run it: reading the values is an implicit sync that compiles and executes the graph.
+  std::vector<float> values = probs.to_vector<float>();
+  std::printf("softmax row 0: %.6f %.6f %.6f\n", values[0], values[1], values[2]);
   return 0;
 }

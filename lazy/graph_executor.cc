@@ -133,6 +133,7 @@ void Sync(Device device, SyncCause cause, const SourceLocation& loc) {
     pending[i]->buffer = (*results)[i];
     pending[i]->ir = {};
   }
+  state.UnregisterSynced(pending);
   rt.releaser().Enqueue([graph = std::move(roots)]() mutable { graph.clear(); });
   state.AdvanceRng();
   RecordTime("launch", MsSince(exec_start));

@@ -40,8 +40,20 @@ void DeviceState::Register(TensorImpl* t) {
 
 void DeviceState::Unregister(TensorImpl* t) {
   std::lock_guard<std::mutex> lock(mu);
+  Unlink(t);
+}
+
+void DeviceState::UnregisterSynced(const std::vector<std::shared_ptr<TensorImpl>>& synced) {
+  std::lock_guard<std::mutex> lock(mu);
+  for (const auto& t : synced) {
+    if (t->registered) Unlink(t.get());
+  }
+}
+
+void DeviceState::Unlink(TensorImpl* t) {
   (t->prev ? t->prev->next : head) = t->next;
   (t->next ? t->next->prev : tail) = t->prev;
+  t->prev = t->next = nullptr;
   t->registered = false;
 }
 

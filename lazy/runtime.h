@@ -65,6 +65,10 @@ struct DeviceState {
   // Adds `t` to the registry (once).
   void Register(TensorImpl* t);
   void Unregister(TensorImpl* t);
+  // Removes tensors that no longer have pending IR (after a sync). A tensor re-registers when it gets
+  // new pending IR, so the registry lists each step's tensors in the order that step created or
+  // updated them: the same order, and the same graph key, every step.
+  void UnregisterSynced(const std::vector<std::shared_ptr<TensorImpl>>& synced);
   // Strong references to every live tensor, in creation order.
   std::vector<std::shared_ptr<TensorImpl>> LiveTensors();
 
@@ -75,6 +79,8 @@ struct DeviceState {
   // Called at every sync: the next step draws different numbers from the same graph.
   void AdvanceRng();
   void Seed(uint64_t seed);
+
+  void Unlink(TensorImpl* t);  // with mu held
 
   pjrt::Device* device = nullptr;
   std::mutex mu;

@@ -1,0 +1,84 @@
+#include "lazy/optim.h"
+
+#include <cmath>
+
+namespace lazyrt {
+namespace {
+std::vector<int64_t> DimsOf(const Tensor& t) { return {t.dims().begin(), t.dims().end()}; }
+
+// Optimizer state starts as device data uploaded from the host, not as a traced zeros(): the first
+// step then traces the very graph every later step does.
+Tensor StateLike(const Tensor& p, const SourceLocation& loc) {
+  const std::vector<int64_t> dims = DimsOf(p);
+  if (p.dtype() == DType::kF64) return Tensor::FromData(std::vector<double>(static_cast<size_t>(p.numel())), dims, p.device(), loc);
+  if (p.dtype() == DType::kF32) return Tensor::FromData(std::vector<float>(static_cast<size_t>(p.numel())), dims, p.device(), loc);
+  return zeros(dims, p.dtype(), p.device(), loc);
+}
+}  // namespace
+
+void Optimizer::zero_grad() {
+  for (Tensor& p : params_) p.set_grad(Tensor());
+}
+
+SGD::SGD(std::vector<Tensor> params, double lr, double momentum, double weight_decay)
+    : Optimizer(std::move(params)), momentum_(momentum), weight_decay_(weight_decay) {
+  lr_ = lr;
+}
+
+void SGD::step(SourceLocation loc) {
+  NoGradGuard no_grad;
+  if (momentum_ != 0 && velocity_.empty()) {
+    for (const Tensor& p : params_) velocity_.push_back(StateLike(p, loc));
+  }
+  for (size_t i = 0; i < params_.size(); ++i) {
+    Tensor& p = params_[i];
+    if (!p.grad().defined()) continue;
+    Tensor g = p.grad();
+    if (weight_decay_ != 0) g = g + TensorArg(p * ScalarArg(Scalar::Static(weight_decay_), loc), loc);
+    if (momentum_ != 0) {
+      velocity_[i].assign(velocity_[i] * ScalarArg(Scalar::Static(momentum_), loc) + TensorArg(g, loc), loc);
+      g = velocity_[i];
+    }
+    p.assign(p - TensorArg(g * ScalarArg(Scalar(lr_), loc), loc), loc);
+  }
+}
+
+AdamW::AdamW(std::vector<Tensor> params, double lr, double beta1, double beta2, double eps, double weight_decay)
+    : Optimizer(std::move(params)), beta1_(beta1), beta2_(beta2), eps_(eps), weight_decay_(weight_decay) {
+  lr_ = lr;
+}
+
+void AdamW::step(SourceLocation loc) {
+  NoGradGuard no_grad;
+  auto c = [&](double v) { return ScalarArg(Scalar::Static(v), loc); };
+  auto t = [&](const Tensor& v) { return TensorArg(v, loc); };
+  if (!step_.defined()) {
+    const Device device = params_.empty() ? Device{} : params_[0].device();
+    step_ = Tensor::FromData({0.0f}, {}, device, loc);
+    for (const Tensor& p : params_) {
+      exp_avg_.push_back(StateLike(p, loc));
+      exp_avg_sq_.push_back(StateLike(p, loc));
+    }
+  }
+  // The step count and the bias corrections 1 - beta^t stay on the device: reading the step on the host
+  // would bake a new constant into every step's graph (the field report's capturable=False trap).
+  step_.assign(step_ + c(1), loc);
+  Tensor correction1 = c(1) - exp(step_ * c(std::log(beta1_)), loc);
+  Tensor correction2 = c(1) - exp(step_ * c(std::log(beta2_)), loc);
+  // The learning rate is a device parameter (not static): a schedule changes its value, not the graph.
+  Tensor step_size = ScalarArg(Scalar(lr_), loc) / correction1;
+  Tensor sqrt_correction2 = sqrt(correction2, loc);
+  for (size_t i = 0; i < params_.size(); ++i) {
+    Tensor& p = params_[i];
+    if (!p.grad().defined()) continue;
+    const Tensor& g = p.grad();
+    // Decoupled weight decay: p <- p (1 - lr wd).
+    if (weight_decay_ != 0) p.assign(p * ScalarArg(Scalar(1 - lr_ * weight_decay_), loc), loc);
+    exp_avg_[i].assign(exp_avg_[i] * c(beta1_) + t(g * c(1 - beta1_)), loc);
+    exp_avg_sq_[i].assign(exp_avg_sq_[i] * c(beta2_) + t(g * t(g) * c(1 - beta2_)), loc);
+    Tensor denom = sqrt(exp_avg_sq_[i], loc) / t(sqrt_correction2) + c(eps_);
+    p.assign(p - t(exp_avg_[i] / t(denom) * t(step_size)), loc);
+  }
+}
+
+}  // namespace lazyrt

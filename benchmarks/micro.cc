@@ -96,6 +96,41 @@ void BM_SyncCacheHit(benchmark::State& state) {
 }
 BENCHMARK(BM_SyncCacheHit)->Arg(10)->Arg(100)->Arg(1000)->Arg(10000)->UseManualTime()->Unit(benchmark::kMicrosecond);
 
+Tensor Filled(std::vector<int64_t> dims, float value) {
+  int64_t n = 1;
+  for (int64_t d : dims) n *= d;
+  std::vector<float> v(static_cast<size_t>(n), value);
+  return Tensor::FromData(v, dims);
+}
+
+// GEMM [m,k] x [k,n] through a whole sync (cache hit) and execution: GFLOP/s of the device's GEMM.
+void BM_Gemm(benchmark::State& state) {
+  const int64_t m = state.range(0), k = state.range(1), n = state.range(2);
+  Tensor a = Filled({m, k}, 0.5f), b = Filled({k, n}, 0.25f);
+  for (auto _ : state) {
+    Tensor c = lazyrt::matmul(a, b);
+    lazyrt::sync();
+    lazyrt::wait_device();
+  }
+  state.counters["GFLOP/s"] = benchmark::Counter(static_cast<double>(2 * m * k * n) * static_cast<double>(state.iterations()) / 1e9,
+                                                 benchmark::Counter::kIsRate);
+}
+BENCHMARK(BM_Gemm)->Args({128, 784, 256})->Args({128, 256, 128})->Args({1024, 1024, 1024})->UseRealTime()->Unit(benchmark::kMicrosecond);
+
+// A chain of 8 elementwise ops over N floats, fused into one pass: GB/s of input read + output written.
+void BM_FusedElementwise(benchmark::State& state) {
+  const int64_t n = state.range(0);
+  Tensor x = Filled({n}, 0.5f);
+  for (auto _ : state) {
+    Tensor y = lazyrt::relu(((x * 1.5 + 0.25) * x - 0.125) * 2.0) + x;
+    lazyrt::sync();
+    lazyrt::wait_device();
+  }
+  state.counters["GB/s"] = benchmark::Counter(static_cast<double>(2 * n * 4) * static_cast<double>(state.iterations()) / 1e9,
+                                              benchmark::Counter::kIsRate);
+}
+BENCHMARK(BM_FusedElementwise)->Arg(1 << 16)->Arg(1 << 22)->UseRealTime()->Unit(benchmark::kMicrosecond);
+
 }  // namespace
 
 BENCHMARK_MAIN();

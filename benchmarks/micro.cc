@@ -15,7 +15,7 @@ using lazyrt::Tensor;
 
 Tensor SmallTensor() {
   std::vector<float> v(16, 1.0f);
-  const int64_t dims[] = {4, 4};
+  const std::vector<int64_t> dims = {4, 4};
   return Tensor::FromData(v, dims);
 }
 
@@ -75,7 +75,7 @@ BENCHMARK(BM_PostOrderDagHash)->Arg(1000)->Arg(100000);
 // here: one-element tensors) are outside the timed region.
 void BM_SyncCacheHit(benchmark::State& state) {
   std::vector<float> one = {1.0f};
-  const int64_t dims[] = {1};
+  const std::vector<int64_t> dims = {1};
   Tensor x = Tensor::FromData(one, dims);
   Tensor c = Tensor::FromData(one, dims);
   auto build = [&] {

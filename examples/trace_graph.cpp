@@ -14,10 +14,9 @@ int main(int argc, char** argv) {
   std::vector<float> x_host(4 * 8), w_host(8 * 3, 0.25f), b_host(3, 0.5f);
   for (size_t i = 0; i < x_host.size(); ++i) x_host[i] = static_cast<float>(i) / 10.0f;
 
-  const int64_t x_dims[] = {4, 8}, w_dims[] = {8, 3}, b_dims[] = {3};
-  Tensor x = Tensor::FromData(x_host, x_dims);
-  Tensor w = Tensor::FromData(w_host, w_dims);
-  Tensor b = Tensor::FromData(b_host, b_dims);
+  Tensor x = Tensor::FromData(x_host, {4, 8});
+  Tensor w = Tensor::FromData(w_host, {8, 3});
+  Tensor b = Tensor::FromData(b_host, {3});
 
   Tensor h = lazyrt::relu(lazyrt::matmul(x, w) + b);
   Tensor scaled = h * 0.5;  // a host scalar: a graph parameter, not a constant

@@ -23,6 +23,10 @@ double MsSince(Clock::time_point t) { return std::chrono::duration<double, std::
 
 // Executables kept loaded in memory; beyond this the least recently used are dropped.
 constexpr size_t kExecutableCacheCapacity = 1024;
+// Executions a device may have queued before a sync waits for the oldest: the host runs ahead of the
+// device by this many steps at most, so a step's memory is back in the pool when the step after next
+// allocates (PJRT clients bound in-flight computations the same way).
+constexpr size_t kMaxInFlight = 2;
 
 struct Executor {
   std::mutex mu;
@@ -127,12 +131,17 @@ void Sync(Device device, SyncCause cause, const SourceLocation& loc) {
 
   // Execute; then 7: the synced tensors hold device buffers and drop their IR.
   const Clock::time_point exec_start = Clock::now();
+  while (state.in_flight.size() >= kMaxInFlight) {
+    state.in_flight.front()->Wait().IgnoreError();  // an error is reported by the buffers that have it
+    state.in_flight.pop_front();
+  }
   absl::StatusOr<std::vector<std::shared_ptr<pjrt::Buffer>>> results = exe->Execute(args, state.device);
   ThrowIfError(results.status(), "sync: launching the graph", loc);
   for (size_t i = 0; i < pending.size(); ++i) {
     pending[i]->buffer = (*results)[i];
     pending[i]->ir = {};
   }
+  if (!results->empty()) state.in_flight.push_back(results->back()->ready());
   state.UnregisterSynced(pending);
   rt.releaser().Enqueue([graph = std::move(roots)]() mutable { graph.clear(); });
   state.AdvanceRng();

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <deque>
 #include <memory>
 #include <mutex>
 #include <vector>
@@ -90,6 +91,8 @@ struct DeviceState {
   uint64_t rng_step = 0;
   ir::Value seed_value;
   int64_t rng_stream_ = 0;
+  // Completion of the executions launched and maybe not yet finished, oldest first (see Sync).
+  std::deque<std::shared_ptr<pjrt::Event>> in_flight;
 };
 
 class Runtime {

@@ -82,7 +82,7 @@ Tensor MakeTensor(ir::OpKind op, ir::OperandList operands, Shape shape, int devi
 namespace {
 
 template <typename T>
-Tensor FromHost(std::span<const T> values, std::span<const int64_t> dims, DType dtype,
+Tensor FromHost(std::span<const T> values, const std::vector<int64_t>& dims, DType dtype,
                 pjrt::PrimitiveType type, Device device, const SourceLocation& loc) {
   Shape shape(dtype, dims);
   for (int64_t d : dims) {
@@ -105,26 +105,25 @@ Tensor FromHost(std::span<const T> values, std::span<const int64_t> dims, DType 
 
 }  // namespace
 
-Tensor Tensor::FromData(std::span<const float> values, std::span<const int64_t> dims, Device device,
+Tensor Tensor::FromData(std::span<const float> values, const std::vector<int64_t>& dims, Device device,
                         SourceLocation loc) {
   return FromHost(values, dims, DType::kF32, pjrt::PrimitiveType::kF32, device, loc);
 }
-Tensor Tensor::FromData(std::span<const double> values, std::span<const int64_t> dims, Device device,
+Tensor Tensor::FromData(std::span<const double> values, const std::vector<int64_t>& dims, Device device,
                         SourceLocation loc) {
   return FromHost(values, dims, DType::kF64, pjrt::PrimitiveType::kF64, device, loc);
 }
-Tensor Tensor::FromData(std::span<const int32_t> values, std::span<const int64_t> dims, Device device,
+Tensor Tensor::FromData(std::span<const int32_t> values, const std::vector<int64_t>& dims, Device device,
                         SourceLocation loc) {
   return FromHost(values, dims, DType::kI32, pjrt::PrimitiveType::kS32, device, loc);
 }
-Tensor Tensor::FromData(std::span<const int64_t> values, std::span<const int64_t> dims, Device device,
+Tensor Tensor::FromData(std::span<const int64_t> values, const std::vector<int64_t>& dims, Device device,
                         SourceLocation loc) {
   return FromHost(values, dims, DType::kI64, pjrt::PrimitiveType::kS64, device, loc);
 }
 Tensor Tensor::FromData(std::initializer_list<float> values, std::initializer_list<int64_t> dims,
                         Device device, SourceLocation loc) {
-  return FromData(std::span<const float>(values.begin(), values.size()),
-                  std::span<const int64_t>(dims.begin(), dims.size()), device, loc);
+  return FromData(std::span<const float>(values.begin(), values.size()), std::vector<int64_t>(dims), device, loc);
 }
 
 const Shape& Tensor::shape() const { return ImplOf(*this, "shape", SourceLocation::current()).shape; }

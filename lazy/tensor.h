@@ -84,13 +84,13 @@ class Tensor {
   Tensor() = default;
 
   // Copies host data to `device`. `values.size()` must equal the product of `dims`.
-  static Tensor FromData(std::span<const float> values, std::span<const int64_t> dims, Device device = {},
+  static Tensor FromData(std::span<const float> values, const std::vector<int64_t>& dims, Device device = {},
                          LAZYRT_HERE);
-  static Tensor FromData(std::span<const double> values, std::span<const int64_t> dims, Device device = {},
+  static Tensor FromData(std::span<const double> values, const std::vector<int64_t>& dims, Device device = {},
                          LAZYRT_HERE);
-  static Tensor FromData(std::span<const int32_t> values, std::span<const int64_t> dims,
+  static Tensor FromData(std::span<const int32_t> values, const std::vector<int64_t>& dims,
                          Device device = {}, LAZYRT_HERE);
-  static Tensor FromData(std::span<const int64_t> values, std::span<const int64_t> dims,
+  static Tensor FromData(std::span<const int64_t> values, const std::vector<int64_t>& dims,
                          Device device = {}, LAZYRT_HERE);
   static Tensor FromData(std::initializer_list<float> values, std::initializer_list<int64_t> dims,
                          Device device = {}, LAZYRT_HERE);

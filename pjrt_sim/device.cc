@@ -34,7 +34,19 @@ void DeviceMemory::Release() {
   size_ = 0;
 }
 
+namespace {
+// Host bytes the pool may keep for reuse per device.
+constexpr int64_t kMaxCachedBytes = int64_t{1} << 30;
+size_t RoundedSize(int64_t bytes) { return (static_cast<size_t>(bytes) + 63) / 64 * 64; }
+}  // namespace
+
 Device::Device(int id, int64_t memory_capacity) : id_(id) { stats_.bytes_limit = memory_capacity; }
+
+Device::~Device() {
+  for (auto& [size, blocks] : free_blocks_) {
+    for (void* b : blocks) std::free(b);
+  }
+}
 
 std::string Device::DebugString() const { return absl::StrCat("SIM:", id_); }
 
@@ -56,8 +68,18 @@ absl::StatusOr<DeviceMemory> Device::Allocate(int64_t bytes) {
   }
   // Round up to the alignment: aligned_alloc requires a multiple of it; a zero-size request still gets
   // a distinct pointer.
-  const size_t rounded = (static_cast<size_t>(bytes) + 63) / 64 * 64;
-  void* data = std::aligned_alloc(64, rounded == 0 ? 64 : rounded);
+  const size_t rounded = std::max<size_t>(64, RoundedSize(bytes));
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = free_blocks_.find(rounded);
+    if (it != free_blocks_.end() && !it->second.empty()) {
+      void* reused = it->second.back();
+      it->second.pop_back();
+      stats_.bytes_cached -= static_cast<int64_t>(rounded);
+      return DeviceMemory(this, reused, bytes);
+    }
+  }
+  void* data = std::aligned_alloc(64, rounded);
   if (data == nullptr) {
     Free(nullptr, bytes);
     return absl::ResourceExhaustedError(
@@ -67,10 +89,18 @@ absl::StatusOr<DeviceMemory> Device::Allocate(int64_t bytes) {
 }
 
 void Device::Free(void* data, int64_t size) {
+  const size_t rounded = std::max<size_t>(64, RoundedSize(size));
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stats_.bytes_in_use -= size;
+    stats_.live_allocations -= 1;
+    if (data != nullptr && stats_.bytes_cached + static_cast<int64_t>(rounded) <= kMaxCachedBytes) {
+      free_blocks_[rounded].push_back(data);
+      stats_.bytes_cached += static_cast<int64_t>(rounded);
+      return;
+    }
+  }
   std::free(data);
-  std::lock_guard<std::mutex> lock(mu_);
-  stats_.bytes_in_use -= size;
-  stats_.live_allocations -= 1;
 }
 
 MemoryStats Device::memory_stats() const {

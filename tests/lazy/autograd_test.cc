@@ -110,19 +110,19 @@ TEST(Gradients, DataMovement) {
   GradCheck("cat", [](auto& x) { return cat({x[0], x[1]}, 0); }, {{2, 3}, {1, 3}});
   GradCheck("index_select", [](auto& x) {
     std::vector<int64_t> idx = {2, 0, 2};
-    const int64_t dims[] = {3};
+    const std::vector<int64_t> dims = {3};
     return index_select(x[0], 0, Tensor::FromData(std::span<const int64_t>(idx), dims));
   }, {{3, 2}});
   GradCheck("gather", [](auto& x) {
     std::vector<int64_t> idx = {1, 1, 0, 2};
-    const int64_t dims[] = {2, 2};
+    const std::vector<int64_t> dims = {2, 2};
     return gather(x[0], 1, Tensor::FromData(std::span<const int64_t>(idx), dims));
   }, {{3, 3}});
 }
 
 TEST(Autograd, AccumulatesAcrossBackwardCallsAndRespectsNoGrad) {
   std::vector<double> v = {1, 2};
-  const int64_t dims[] = {2};
+  const std::vector<int64_t> dims = {2};
   Tensor w = Tensor::FromData(std::span<const double>(v), dims);
   w.requires_grad_();
   sum(w * w).backward();
@@ -142,7 +142,7 @@ TEST(Autograd, AccumulatesAcrossBackwardCallsAndRespectsNoGrad) {
 
 TEST(Autograd, ForwardBackwardAndUpdateInOneGraph) {
   std::vector<float> v = {0.5f, -1.0f};
-  const int64_t dims[] = {2};
+  const std::vector<int64_t> dims = {2};
   Tensor w = Tensor::FromData(std::span<const float>(v), dims);
   w.requires_grad_();
   Tensor loss = sum(w * w);

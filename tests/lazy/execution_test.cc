@@ -68,12 +68,12 @@ TEST(Execution, DataMovement) {
   EXPECT_THAT(expand(reshape(x, {2, 1, 3}), {2, 2, 3}).to_vector<float>(),
               ElementsAre(1, 2, 3, 1, 2, 3, 4, 5, 6, 4, 5, 6));
   std::vector<int64_t> idx = {1, 0, 1};
-  const int64_t idx_dims[] = {3};
+  const std::vector<int64_t> idx_dims = {3};
   Tensor index = Tensor::FromData(std::span<const int64_t>(idx), idx_dims);
   EXPECT_THAT(index_select(x, 0, index).to_vector<float>(), ElementsAre(4, 5, 6, 1, 2, 3, 4, 5, 6));
   EXPECT_THAT(one_hot(index, 3).to_vector<float>(), ElementsAre(0, 1, 0, 1, 0, 0, 0, 1, 0));
   std::vector<int64_t> g = {2, 0};
-  const int64_t g_dims[] = {2, 1};
+  const std::vector<int64_t> g_dims = {2, 1};
   EXPECT_THAT(gather(x, 1, Tensor::FromData(std::span<const int64_t>(g), g_dims)).to_vector<float>(), ElementsAre(3, 4));
   EXPECT_THAT(arange(2, 10, 3).to_vector<int64_t>(), ElementsAre(2, 5, 8));
   EXPECT_THAT(full({2}, 7.5).to_vector<float>(), ElementsAre(7.5, 7.5));
@@ -150,7 +150,7 @@ TEST(Execution, OutOfMemoryIsAClearErrorAndTheRuntimeGoesOn) {
 
 TEST(Execution, OutOfRangeIndexIsReportedWhenRead) {
   std::vector<int64_t> idx = {0, 7};
-  const int64_t dims[] = {2};
+  const std::vector<int64_t> dims = {2};
   Tensor bad = index_select(Range({3, 2}), 0, Tensor::FromData(std::span<const int64_t>(idx), dims));
   try { bad.to_vector<float>(); FAIL(); } catch (const Error& e) {
     EXPECT_THAT(e.what(), AllOf(HasSubstr("index 7"), HasSubstr("size 3")));

@@ -61,7 +61,7 @@ TEST(Tracing, SameProgramSameHash) {
 
 TEST(Tracing, DTypePromotion) {
   std::vector<int64_t> iv = {1, 2, 3};
-  const int64_t dims[] = {3};
+  const std::vector<int64_t> dims = {3};
   Tensor i = Tensor::FromData(iv, dims);
   EXPECT_EQ(i.dtype(), DType::kI64);
   EXPECT_EQ((i + 1).dtype(), DType::kI64);

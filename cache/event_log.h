@@ -1,0 +1,87 @@
+// The cache's append-only event log, "events.jsonl" in the cache directory: one JSON object per
+// line for every hit, miss, write, eviction and removal of a damaged entry, from every process that
+// uses the directory. The CLI reads it back into totals. Bounded by rotation: past a size the file
+// becomes "events.jsonl.1", replacing the one older generation kept.
+#pragma once
+
+#include <sys/stat.h>
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "cache/file_io.h"
+#include "cache/miss_reason.h"
+
+namespace lazyrt::cache {
+
+inline constexpr absl::string_view kEventLogFileName = "events.jsonl";
+inline constexpr absl::string_view kRotatedEventLogFileName = "events.jsonl.1";
+inline constexpr uint64_t kDefaultEventLogMaxBytes = uint64_t{4} << 20;
+
+enum class EventKind { kHit, kMiss, kWrite, kEvict, kCorrupt };
+
+// The stable name written as the line's "event" field: hit, miss, write, evict, corrupt.
+absl::string_view EventKindName(EventKind kind);
+
+struct Event {
+  EventKind kind = EventKind::kHit;
+  std::string key;
+  // Miss and corrupt: the reason, and what exactly was wrong.
+  std::optional<MissReason> reason = std::nullopt;
+  std::string detail = {};
+  // Hit and write: the payload's uncompressed size.
+  uint64_t raw_bytes = 0;
+  // Hit, write, evict and corrupt: the entry file's size.
+  uint64_t file_bytes = 0;
+  // Hit: the compile time the hit saved. Write: the compile time the entry will save.
+  double compile_ms = 0;
+};
+
+// Totals over the log's lines.
+struct EventStats {
+  int64_t hits = 0;
+  // Keyed by MissReasonName, so reasons from newer builds are kept too.
+  std::map<std::string, int64_t> misses_by_reason;
+  int64_t writes = 0;
+  int64_t bytes_written = 0;
+  int64_t evictions = 0;
+  int64_t corrupt = 0;
+  double compile_ms_saved = 0;
+  // Lines that are not events (e.g. cut short by a full disk); skipped.
+  int64_t unreadable_lines = 0;
+
+  // The misses for all reasons together.
+  int64_t total_misses() const;
+};
+
+class EventLog {
+ public:
+  // The log in `dir`, rotated once it grows past `max_bytes`.
+  EventLog(std::string dir, uint64_t max_bytes);
+
+  // Appends one line for `event`, stamped with the time ("ts_ms", unix ms) and this process's id.
+  // Safe from any number of threads and processes at once: the file is opened O_APPEND and each
+  // line is one write(). A line that would take the file past max_bytes first rotates it, so the
+  // current file stays within the bound (give or take lines appended concurrently).
+  absl::Status Append(const Event& event) const;
+
+  // Totals over both generations; a missing file counts as empty.
+  absl::StatusOr<EventStats> ReadStats() const;
+
+ private:
+  absl::StatusOr<UniqueFd> OpenForAppend() const;
+  // Renames the full log, open as `fd` with stat `opened`, to the rotated name, unless another
+  // appender already did.
+  absl::Status RotateIfStillCurrent(int fd, const struct stat& opened) const;
+
+  std::string path_;
+  std::string rotated_path_;
+  uint64_t max_bytes_;
+};
+
+}  // namespace lazyrt::cache

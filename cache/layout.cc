@@ -1,0 +1,59 @@
+#include "cache/layout.h"
+
+#include <unistd.h>
+
+#include <atomic>
+#include <cstdint>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/escaping.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/strip.h"
+#include "cache/entry_format.h"
+
+namespace lazyrt::cache {
+namespace {
+
+constexpr absl::string_view kTempFileSuffix = ".tmp";
+
+bool IsKeyChar(char c) {
+  return absl::ascii_isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-' || c == '.';
+}
+
+}  // namespace
+
+absl::Status ValidateKey(absl::string_view key) {
+  bool valid = !key.empty() && key.size() <= kMaxKeyBytes && key.front() != '.';
+  for (char c : key) valid = valid && IsKeyChar(c);
+  if (valid) return absl::OkStatus();
+  return absl::InvalidArgumentError(
+      absl::StrCat("invalid cache key \"", absl::CEscape(key.substr(0, kMaxKeyBytes)),
+                   "\": a key is 1 to ", kMaxKeyBytes,
+                   " characters from [A-Za-z0-9._-] and does not start with '.'"));
+}
+
+std::string EntryFileName(absl::string_view key) { return absl::StrCat(key, kEntryFileSuffix); }
+
+std::string PathInDir(absl::string_view dir, absl::string_view file_name) {
+  return absl::StrCat(dir, "/", file_name);
+}
+
+std::optional<std::string> KeyFromEntryFileName(absl::string_view file_name) {
+  if (!absl::ConsumeSuffix(&file_name, kEntryFileSuffix) || !ValidateKey(file_name).ok()) {
+    return std::nullopt;
+  }
+  return std::string(file_name);
+}
+
+std::string UniqueTempFileName(absl::string_view final_name) {
+  static std::atomic<uint64_t> counter{0};
+  return absl::StrCat(".", final_name, ".", getpid(), ".", gettid(), ".",
+                      counter.fetch_add(1, std::memory_order_relaxed), kTempFileSuffix);
+}
+
+bool IsTempFileName(absl::string_view file_name) {
+  return absl::StartsWith(file_name, ".") && absl::EndsWith(file_name, kTempFileSuffix);
+}
+
+}  // namespace lazyrt::cache

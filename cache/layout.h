@@ -1,0 +1,36 @@
+// How the cache directory is laid out: entry files "<key>.lzc", temporary files of writes in
+// progress (hidden, ".<final name>.<pid>.<tid>.<n>.tmp"), and the event log. Keys are restricted
+// so that a key can never name a path outside the directory or collide with the other files.
+#pragma once
+
+#include <optional>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/strings/string_view.h"
+
+namespace lazyrt::cache {
+
+inline constexpr absl::string_view kEntryFileSuffix = ".lzc";
+
+// OK when `key` may name an entry: 1 to kMaxKeyBytes characters from [A-Za-z0-9._-], not starting
+// with '.'. INVALID_ARGUMENT, naming the key, otherwise.
+absl::Status ValidateKey(absl::string_view key);
+
+// "<key>.lzc".
+std::string EntryFileName(absl::string_view key);
+
+// "<dir>/<file_name>".
+std::string PathInDir(absl::string_view dir, absl::string_view file_name);
+
+// The key of an entry file name; nullopt for every other name (temporary files, the event log).
+std::optional<std::string> KeyFromEntryFileName(absl::string_view file_name);
+
+// A name for the temporary file of a write of `final_name` that no other writer, in this or any
+// other process, uses at the same time: it carries the pid, the thread id and a per-process counter.
+std::string UniqueTempFileName(absl::string_view final_name);
+
+// Whether `file_name` was made by UniqueTempFileName.
+bool IsTempFileName(absl::string_view file_name);
+
+}  // namespace lazyrt::cache

@@ -2,7 +2,7 @@
 // the optimizer update are traced into one graph that compiles once and then runs from the cache.
 //
 //   train_mlp [--epochs N] [--steps N] [--batch N] [--lr X] [--seed N] [--data DIR]
-//             [--mode whole|split] [--barrier-every N]
+//             [--mode whole|split] [--barrier-every N] [--cache-dir DIR]
 //
 // The last line of stdout is one JSON object with the run's results and timings.
 #include <unistd.h>
@@ -20,6 +20,8 @@
 #include "lazy/metrics.h"
 #include "lazy/nn.h"
 #include "lazy/optim.h"
+#include "lazy/options.h"
+#include "lazy/runtime.h"
 #include "lazy/sync.h"
 #include "lazy/tensor.h"
 
@@ -41,12 +43,13 @@ struct Flags {
   std::string data = lazyrt::data::kFashionMnistDir;
   std::string mode = "whole";
   int64_t barrier_every = 0;
+  std::string cache_dir;  // empty: the runtime's default (LAZYRT_CACHE_DIR, ~/.cache/lazyrt)
 };
 
 [[noreturn]] void Usage(const std::string& error) {
   std::fprintf(stderr,
                "train_mlp: %s\nusage: train_mlp [--epochs N] [--steps N] [--batch N] [--lr X] [--seed N] "
-               "[--data DIR] [--mode whole|split] [--barrier-every N]\n",
+               "[--data DIR] [--mode whole|split] [--barrier-every N] [--cache-dir DIR]\n",
                error.c_str());
   std::exit(2);
 }
@@ -82,6 +85,8 @@ Flags ParseFlags(int argc, char** argv) {
       f.mode = value;
     } else if (flag == "--barrier-every") {
       f.barrier_every = integer(0);
+    } else if (flag == "--cache-dir") {
+      f.cache_dir = value;
     } else {
       Usage("unknown flag " + flag);
     }
@@ -116,6 +121,14 @@ double Evaluate(const lazyrt::nn::MLP& model, const lazyrt::data::Dataset& test)
 int main(int argc, char** argv) {
   const Flags flags = ParseFlags(argc, argv);
   try {
+    absl::StatusOr<lazyrt::Options> options = lazyrt::Options::FromEnvironment();
+    if (!options.ok()) {
+      std::fprintf(stderr, "train_mlp: %s\n", std::string(options.status().message()).c_str());
+      return 2;
+    }
+    if (!flags.cache_dir.empty()) options->cache_dir = flags.cache_dir;
+    lazyrt::configure(*options);
+
     absl::StatusOr<lazyrt::data::Dataset> train = lazyrt::data::LoadFashionMnist(flags.data, "train");
     absl::StatusOr<lazyrt::data::Dataset> test = lazyrt::data::LoadFashionMnist(flags.data, "t10k");
     for (const auto* d : {&train, &test}) {

@@ -3,8 +3,12 @@
 #include <cstring>
 #include <mutex>
 
+#include <cstdio>
+
 #include "absl/strings/str_cat.h"
+#include "cache/store.h"
 #include "ir/post_order.h"
+#include "absl/container/flat_hash_set.h"
 #include "lazy/lru_cache.h"
 #include "lazy/metrics.h"
 #include "lazy/runtime.h"
@@ -28,23 +32,96 @@ constexpr size_t kExecutableCacheCapacity = 1024;
 // allocates (PJRT clients bound in-flight computations the same way).
 constexpr size_t kMaxInFlight = 2;
 
+// A warning on stderr, each distinct text once per process: a cache problem never fails a run, but it
+// must not go unnoticed either.
+void WarnOnce(const std::string& text) {
+  static std::mutex mu;
+  static auto* seen = new absl::flat_hash_set<std::string>;
+  std::lock_guard<std::mutex> lock(mu);
+  if (seen->insert(text).second) std::fprintf(stderr, "lazyrt: warning: %s\n", text.c_str());
+}
+
 struct Executor {
   std::mutex mu;
   LruCache<ir::HashValue, std::shared_ptr<pjrt::Executable>> executables{kExecutableCacheCapacity};
   pjrt::CompileOptions compile_options;
   // Everything besides the graph that changes the compiled result.
   ir::HashValue context_hash = 0;
+  // The persistent cache (null when off or when its directory cannot be used).
+  std::unique_ptr<cache::Store> store;
 };
+
+// The version a cache entry must carry: the compiler's and the executable format's.
+std::string ProducerVersion() {
+  return absl::StrCat(pjrt::kCompilerVersion, "; executable format ", pjrt::Executable::kFormatVersion);
+}
 
 Executor& GetExecutor() {
   static Executor* e = [] {
     auto* ex = new Executor;
-    const std::string context = absl::StrCat(pjrt::Device::kKind, "|", pjrt::kCompilerVersion, "|",
-                                             ex->compile_options.Fingerprint());
+    const Options& options = Runtime::Get().options();
+    const std::string context = absl::StrCat(pjrt::Device::kKind, "|", ProducerVersion(), "|",
+                                             ex->compile_options.Fingerprint(), "|devices=", options.devices);
     ex->context_hash = ir::HashBytes(context.data(), context.size());
+    if (options.persistent_cache) {
+      absl::StatusOr<std::unique_ptr<cache::Store>> store = cache::Store::Open(
+          {.dir = options.cache_dir,
+           .producer_version = ProducerVersion(),
+           .read_only = options.cache_read_only,
+           .min_compile_ms = options.cache_min_compile_ms,
+           .max_bytes = static_cast<uint64_t>(options.cache_max_bytes)});
+      if (!store.ok()) {
+        WarnOnce(absl::StrCat("persistent cache off: ", store.status().message()));
+      } else {
+        if (!(*store)->trusted()) WarnOnce((*store)->warning());
+        ex->store = *std::move(store);
+      }
+    }
     return ex;
   }();
   return *e;
+}
+
+// Step 5: the executable stored under `key` by an earlier process, or null (a miss, counted by
+// reason; an entry that does not load is reported, removed and compiled afresh).
+std::shared_ptr<pjrt::Executable> LoadFromDisk(Executor& ex, pjrt::Client& client, const std::string& key) {
+  if (ex.store == nullptr) return nullptr;
+  const Clock::time_point start = Clock::now();
+  cache::LookupResult found = ex.store->Lookup(key);
+  if (const cache::Miss* miss = std::get_if<cache::Miss>(&found)) {
+    Counter("persistent_cache_miss").fetch_add(1);
+    Counter(absl::StrCat("persistent_cache_miss_", cache::MissReasonName(miss->reason))).fetch_add(1);
+    return nullptr;
+  }
+  const cache::Entry& entry = std::get<cache::Entry>(found);
+  absl::StatusOr<std::shared_ptr<pjrt::Executable>> loaded = client.LoadSerializedExecutable(entry.payload);
+  if (!loaded.ok()) {
+    ex.store->ReportUnloadable(key, loaded.status().message());
+    Counter("persistent_cache_miss").fetch_add(1);
+    Counter("persistent_cache_miss_unloadable").fetch_add(1);
+    WarnOnce(absl::StrCat("cache entry ", key, " did not load (", loaded.status().message(), "); compiling"));
+    return nullptr;
+  }
+  Counter("persistent_cache_hit").fetch_add(1);
+  RecordTime("persistent_cache_load", MsSince(start));
+  RecordTime("persistent_cache_compile_ms_saved", entry.header.compile_ms);
+  return *std::move(loaded);
+}
+
+// Stores a freshly compiled executable for later processes. Failing to write is a warning.
+void StoreOnDisk(Executor& ex, const std::string& key, const pjrt::Executable& exe, const ir::PostOrder& order,
+                 size_t outputs, double compile_ms) {
+  if (ex.store == nullptr) return;
+  const std::string metadata =
+      absl::StrCat("{\"nodes\": ", order.size(), ", \"parameters\": ", order.parameter_positions().size(),
+                   ", \"outputs\": ", outputs, ", \"module\": \"", exe.proto().module_name(), "\"}");
+  absl::StatusOr<cache::PutOutcome> put = ex.store->Put(key, exe.Serialize(), compile_ms, metadata);
+  if (!put.ok()) {
+    Counter("persistent_cache_write_failure").fetch_add(1);
+    WarnOnce(absl::StrCat("could not store a compiled graph in the persistent cache: ", put.status().message()));
+  } else if (*put == cache::PutOutcome::kWritten) {
+    Counter("persistent_cache_write").fetch_add(1);
+  }
 }
 
 // A host scalar leaf as a device buffer of the leaf's dtype.
@@ -106,11 +183,14 @@ void Sync(Device device, SyncCause cause, const SourceLocation& loc) {
   }
   RecordTime("trace_to_key", MsSince(start));
 
-  // 4 / 6. In-memory cache, else lower and compile.
+  // 4 / 5 / 6. In-memory cache, else the persistent cache, else lower and compile.
   std::shared_ptr<pjrt::Executable> exe;
+  const std::string disk_key = absl::StrCat("g", ir::HashToHex(key));
   if (std::shared_ptr<pjrt::Executable>* hit = ex.executables.Get(key)) {
     exe = *hit;
     Counter("executable_cache_hit").fetch_add(1);
+  } else if ((exe = LoadFromDisk(ex, rt.client(), disk_key)) != nullptr) {
+    ex.executables.Put(key, exe);
   } else {
     const Clock::time_point lower_start = Clock::now();
     absl::StatusOr<pjrt::proto::Module> module = lowering::LowerGraph(order, absl::StrCat("graph_", ir::HashToHex(key)));
@@ -123,10 +203,12 @@ void Sync(Device device, SyncCause cause, const SourceLocation& loc) {
                  absl::StrCat("sync: compiling the pending graph (", order.size(), " nodes, ", roots.size(),
                               " outputs)"),
                  loc);
-    RecordTime("compile", MsSince(compile_start));
+    const double compile_ms = MsSince(compile_start);
+    RecordTime("compile", compile_ms);
     exe = *std::move(compiled);
     ex.executables.Put(key, exe);
     Counter("graphs_compiled").fetch_add(1);
+    StoreOnDisk(ex, disk_key, *exe, order, roots.size(), compile_ms);
   }
 
   // Execute; then 7: the synced tensors hold device buffers and drop their IR.

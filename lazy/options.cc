@@ -52,6 +52,16 @@ Setting Declare(absl::string_view name, absl::string_view help, T Options::*fiel
       [field](const Options& o) -> std::string { return absl::StrCat(o.*field); }};
 }
 
+absl::StatusOr<std::string> ParseText(absl::string_view t) { return std::string(t); }
+
+absl::StatusOr<double> ParseMs(absl::string_view t) {
+  double v;
+  if (!absl::SimpleAtod(t, &v) || !(v >= 0)) {
+    return absl::InvalidArgumentError(absl::StrCat("'", t, "' is not a number of milliseconds >= 0"));
+  }
+  return v;
+}
+
 const std::vector<Setting>& Settings() {
   static const std::vector<Setting> settings = {
       Declare("LAZYRT_DEVICES", "number of simulated devices", &Options::devices,
@@ -62,6 +72,15 @@ const std::vector<Setting>& Settings() {
               &Options::special_scalars, ParseBool),
       Declare("LAZYRT_SEED", "seed of the device random number generator", &Options::seed,
               [](absl::string_view t) { return ParseInt<uint64_t>(t, 0); }),
+      Declare("LAZYRT_PERSISTENT_CACHE", "use the persistent executable cache (0/1)", &Options::persistent_cache,
+              ParseBool),
+      Declare("LAZYRT_CACHE_DIR", "directory of the persistent cache", &Options::cache_dir, ParseText),
+      Declare("LAZYRT_CACHE_READ_ONLY", "use cache entries but never write (0/1)", &Options::cache_read_only,
+              ParseBool),
+      Declare("LAZYRT_CACHE_MAX_BYTES", "evict the cache down to this size, e.g. 10G (0: no limit)",
+              &Options::cache_max_bytes, ParseByteSize),
+      Declare("LAZYRT_CACHE_MIN_COMPILE_MS", "do not store results that compiled faster than this",
+              &Options::cache_min_compile_ms, ParseMs),
   };
   return settings;
 }

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <string>
+#include <string>
 #include "absl/strings/string_view.h"
 #include <utility>
 #include <vector>
@@ -23,6 +24,17 @@ struct Options {
   bool special_scalars = false;
   // Seed of the device random number generator.
   uint64_t seed = 0;
+
+  // The persistent cache of compiled executables. Off: every process compiles its graphs itself.
+  bool persistent_cache = true;
+  // Its directory; empty: $XDG_CACHE_HOME/lazyrt, else ~/.cache/lazyrt.
+  std::string cache_dir;
+  // Use entries, never write, touch or remove any.
+  bool cache_read_only = false;
+  // Keep the directory at most this big by evicting least-recently-used entries; 0: no limit.
+  int64_t cache_max_bytes = 0;
+  // Results that compiled faster than this are not stored.
+  double cache_min_compile_ms = 0;
 
   // Defaults overridden by the LAZYRT_* variables of the environment. Error on an unknown LAZYRT_*
   // name or an unparsable value.

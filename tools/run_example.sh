@@ -1,8 +1,16 @@
 #!/usr/bin/env bash
-# Sets up a fresh Debian machine, builds lazyrt and runs the main example.
+# Sets up a fresh Debian machine, builds lazyrt and runs the main job: the Fashion-MNIST training
+# example twice on one fresh cache directory. The first process compiles its graphs (cold); the
+# second loads the compiled executables from the persistent cache and compiles nothing (warm).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash tools/setup.sh
 cmake -S . -B build -G Ninja
 cmake --build build
-./build/examples/trace_graph
+
+cache=build/quickstart-cache
+rm -rf "$cache"
+echo "== cold: empty cache ($cache)"
+./build/examples/train_mlp --cache-dir "$cache" "$@"
+echo "== warm: same cache, new process"
+./build/examples/train_mlp --cache-dir "$cache" "$@"

@@ -1,3 +1,4 @@
+cmake_minimum_required(VERSION 3.25)
 # Runs the trace example in two processes; their printed graph hashes must be equal.
 execute_process(COMMAND ${EXAMPLE} OUTPUT_VARIABLE first RESULT_VARIABLE rc1)
 execute_process(COMMAND ${EXAMPLE} OUTPUT_VARIABLE second RESULT_VARIABLE rc2)

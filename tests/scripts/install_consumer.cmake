@@ -1,3 +1,4 @@
+cmake_minimum_required(VERSION 3.25)
 # Installs lazyrt from BUILD_DIR into a scratch prefix, then configures, builds and runs the consumer
 # project in tests/install_consumer against it.
 file(REMOVE_RECURSE ${WORK_DIR})

@@ -144,7 +144,8 @@ absl::StatusOr<Shape> InferPermute(const Shape& in, std::span<const int64_t> per
     return absl::InvalidArgumentError(absl::StrCat("permutation ", DimsToString(perm), " has ",
                                                    perm.size(), " entries for ", in.ToString()));
   }
-  Dims out;
+  // A plain vector: moving an InlinedVector here trips a false -Wmaybe-uninitialized in GCC 12.
+  std::vector<int64_t> out;
   std::vector<bool> seen(perm.size(), false);
   for (size_t i = 0; i < perm.size(); ++i) {
     if (perm[i] < 0 || perm[i] >= in.rank() || seen[static_cast<size_t>(perm[i])]) {
@@ -154,7 +155,7 @@ absl::StatusOr<Shape> InferPermute(const Shape& in, std::span<const int64_t> per
     seen[static_cast<size_t>(perm[i])] = true;
     out.push_back(in.dim(perm[i]));
   }
-  return Shape(in.dtype(), std::move(out));
+  return Shape(in.dtype(), std::span<const int64_t>(out));
 }
 
 absl::StatusOr<Shape> InferExpand(const Shape& in, std::span<const int64_t> sizes) {

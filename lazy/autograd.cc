@@ -58,7 +58,7 @@ void Tensor::set_grad(const Tensor& grad) { detail::ImplOf(*this, "set_grad", So
 
 Tensor Tensor::detach() const {
   const detail::TensorImpl& src = detail::ImplOf(*this, "detach", SourceLocation::current());
-  auto impl = std::make_shared<detail::TensorImpl>(src.shape, src.device);
+  auto impl = std::make_shared<detail::TensorImpl>(src.shape, src.device, src.created_at);
   impl->ir = src.ir;
   impl->buffer = src.buffer;
   if (is_pending()) detail::Runtime::Get().device_state({src.device}, SourceLocation::current()).Register(impl.get());

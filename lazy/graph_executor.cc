@@ -9,6 +9,8 @@
 #include "cache/store.h"
 #include "ir/post_order.h"
 #include "absl/container/flat_hash_set.h"
+#include "ir/graph_signature.h"
+#include "lazy/diagnostics_internal.h"
 #include "lazy/lru_cache.h"
 #include "lazy/metrics.h"
 #include "lazy/runtime.h"
@@ -164,7 +166,15 @@ void Sync(Device device, SyncCause cause, const SourceLocation& loc) {
     roots.push_back(t->ir);
     pending.push_back(std::move(t));
   }
-  if (pending.empty()) return;
+  if (pending.empty()) {
+    if (cause == SyncCause::kMarkStep) EndStep();  // a step boundary all the same
+    return;
+  }
+  SyncEvent event;
+  event.cause = cause;
+  event.location = ir::LocationText(loc);
+  event.start_ms = NowMs();
+  event.trace_ms = TraceMsSince();
 
   // 2-3. Post-order, parameters, graph key.
   ir::PostOrder order(roots);
@@ -181,21 +191,32 @@ void Sync(Device device, SyncCause cause, const SourceLocation& loc) {
       Counter("transfers_to_device").fetch_add(1);
     }
   }
-  RecordTime("trace_to_key", MsSince(start));
+  event.graph_key = key;
+  event.nodes = static_cast<int64_t>(order.size());
+  event.inputs = static_cast<int64_t>(args.size());
+  event.outputs = static_cast<int64_t>(roots.size());
+  event.key_ms = MsSince(start);
+  RecordTime("trace_to_key", event.key_ms);
 
   // 4 / 5 / 6. In-memory cache, else the persistent cache, else lower and compile.
   std::shared_ptr<pjrt::Executable> exe;
   const std::string disk_key = absl::StrCat("g", ir::HashToHex(key));
+  const Clock::time_point lookup_start = Clock::now();
   if (std::shared_ptr<pjrt::Executable>* hit = ex.executables.Get(key)) {
     exe = *hit;
     Counter("executable_cache_hit").fetch_add(1);
+    event.outcome = SyncOutcome::kMemoryHit;
   } else if ((exe = LoadFromDisk(ex, rt.client(), disk_key)) != nullptr) {
     ex.executables.Put(key, exe);
+    event.outcome = SyncOutcome::kDiskHit;
+    event.load_ms = MsSince(lookup_start);
   } else {
+    event.outcome = SyncOutcome::kCompiled;
     const Clock::time_point lower_start = Clock::now();
     absl::StatusOr<pjrt::proto::Module> module = lowering::LowerGraph(order, absl::StrCat("graph_", ir::HashToHex(key)));
     ThrowIfError(module.status(), "sync: lowering the pending graph", loc);
-    RecordTime("lower", MsSince(lower_start));
+    event.lower_ms = MsSince(lower_start);
+    RecordTime("lower", event.lower_ms);
     const Clock::time_point compile_start = Clock::now();
     absl::StatusOr<std::shared_ptr<pjrt::Executable>> compiled =
         rt.client().Compile(*module, ex.compile_options, state.device);
@@ -204,6 +225,7 @@ void Sync(Device device, SyncCause cause, const SourceLocation& loc) {
                               " outputs)"),
                  loc);
     const double compile_ms = MsSince(compile_start);
+    event.compile_ms = compile_ms;
     RecordTime("compile", compile_ms);
     exe = *std::move(compiled);
     ex.executables.Put(key, exe);
@@ -217,18 +239,34 @@ void Sync(Device device, SyncCause cause, const SourceLocation& loc) {
     state.in_flight.front()->Wait().IgnoreError();  // an error is reported by the buffers that have it
     state.in_flight.pop_front();
   }
+  // With timing on, markers on the (in-order) stream bracket the execution.
+  const bool timing = TimingEnabled();
+  auto exec_times = std::make_shared<double>(0);
+  if (timing) state.device->stream().Enqueue([exec_times] { *exec_times = NowMs(); });
   absl::StatusOr<std::vector<std::shared_ptr<pjrt::Buffer>>> results = exe->Execute(args, state.device);
   ThrowIfError(results.status(), "sync: launching the graph", loc);
+  if (timing) {
+    state.device->stream().Enqueue([exec_times, index = PeekNextSyncIndex()] { RecordExecution(index, *exec_times, NowMs()); });
+  }
   for (size_t i = 0; i < pending.size(); ++i) {
     pending[i]->buffer = (*results)[i];
     pending[i]->ir = {};
   }
   if (!results->empty()) state.in_flight.push_back(results->back()->ready());
   state.UnregisterSynced(pending);
-  rt.releaser().Enqueue([graph = std::move(roots)]() mutable { graph.clear(); });
   state.AdvanceRng();
-  RecordTime("launch", MsSince(exec_start));
+  event.launch_ms = MsSince(exec_start);
+  RecordTime("launch", event.launch_ms);
   RecordTime("sync", MsSince(start));
+  const bool new_graph = event.outcome != SyncOutcome::kMemoryHit;
+  RecordSync(std::move(event), new_graph ? &order : nullptr);
+  // Last: `order` points into the graph, which may be freed as soon as it is handed over.
+  rt.releaser().Enqueue([graph = std::move(roots)]() mutable { graph.clear(); });
+}
+
+std::string PersistentCacheDir() {
+  const Executor& ex = GetExecutor();
+  return ex.store != nullptr ? ex.store->dir() : "";
 }
 
 }  // namespace detail

@@ -49,21 +49,47 @@ void RecordTime(absl::string_view name, double ms) {
   it->second.push_back(ms);
 }
 
-std::string metrics_report() {
+std::vector<std::pair<std::string, int64_t>> metrics_counters() {
   Registry& r = Get();
   std::lock_guard<std::mutex> lock(r.mu);
-  std::string out = "counters:\n";
-  for (const auto& [name, value] : r.counters) absl::StrAppendFormat(&out, "  %-36s %lld\n", name, static_cast<long long>(value->load()));
-  out += "timers (ms):                              count      total       mean        p50        p90        max\n";
+  std::vector<std::pair<std::string, int64_t>> out;
+  for (const auto& [name, value] : r.counters) out.emplace_back(name, value->load());
+  return out;
+}
+
+std::vector<TimerSummary> metrics_timers() {
+  Registry& r = Get();
+  std::lock_guard<std::mutex> lock(r.mu);
+  std::vector<TimerSummary> out;
   for (const auto& [name, samples] : r.timers) {
     std::vector<double> s = samples;
     std::sort(s.begin(), s.end());
-    double total = 0;
-    for (double v : s) total += v;
-    auto pct = [&](double p) { return s.empty() ? 0.0 : s[std::min(s.size() - 1, static_cast<size_t>(p * static_cast<double>(s.size())))]; };
-    absl::StrAppendFormat(&out, "  %-36s %8zu %10.3f %10.3f %10.3f %10.3f %10.3f\n", name, s.size(), total,
-                          s.empty() ? 0.0 : total / static_cast<double>(s.size()), pct(0.5), pct(0.9),
-                          s.empty() ? 0.0 : s.back());
+    TimerSummary t;
+    t.name = name;
+    t.count = static_cast<int64_t>(s.size());
+    for (double v : s) t.total_ms += v;
+    if (!s.empty()) {
+      auto pct = [&](double p) { return s[std::min(s.size() - 1, static_cast<size_t>(p * static_cast<double>(s.size())))]; };
+      t.mean_ms = t.total_ms / static_cast<double>(s.size());
+      t.p50_ms = pct(0.5);
+      t.p90_ms = pct(0.9);
+      t.max_ms = s.back();
+    }
+    out.push_back(std::move(t));
+  }
+  return out;
+}
+
+std::string metrics_report() {
+  std::string out = "counters:\n";
+  for (const auto& [name, value] : metrics_counters()) {
+    absl::StrAppendFormat(&out, "  %-40s %lld\n", name, static_cast<long long>(value));
+  }
+  absl::StrAppendFormat(&out, "timers (ms):%32s %8s %10s %10s %10s %10s %10s\n", "", "count", "total", "mean", "p50",
+                        "p90", "max");
+  for (const TimerSummary& t : metrics_timers()) {
+    absl::StrAppendFormat(&out, "  %-40s %8d %10.3f %10.3f %10.3f %10.3f %10.3f\n", t.name, t.count, t.total_ms,
+                          t.mean_ms, t.p50_ms, t.p90_ms, t.max_ms);
   }
   return out;
 }

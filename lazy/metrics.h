@@ -4,6 +4,8 @@
 #include <atomic>
 #include <cstdint>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "absl/strings/string_view.h"
 
@@ -15,6 +17,15 @@ std::atomic<int64_t>& Counter(absl::string_view name);
 int64_t CounterValue(absl::string_view name);
 // Adds one sample, in milliseconds, to a timer.
 void RecordTime(absl::string_view name, double ms);
+struct TimerSummary {
+  std::string name;
+  int64_t count = 0;
+  double total_ms = 0, mean_ms = 0, p50_ms = 0, p90_ms = 0, max_ms = 0;
+};
+// Every counter, by name.
+std::vector<std::pair<std::string, int64_t>> metrics_counters();
+// Every timer, by name.
+std::vector<TimerSummary> metrics_timers();
 // Every counter and timer (count, total, mean, p50, p90, max) as text.
 std::string metrics_report();
 

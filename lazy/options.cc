@@ -81,6 +81,11 @@ const std::vector<Setting>& Settings() {
               &Options::cache_max_bytes, ParseByteSize),
       Declare("LAZYRT_CACHE_MIN_COMPILE_MS", "do not store results that compiled faster than this",
               &Options::cache_min_compile_ms, ParseMs),
+      Declare("LAZYRT_DEBUG", "diagnostics: 0 off, 1 analysis at exit, 2 also a line per sync", &Options::debug,
+              [](absl::string_view t) { return ParseInt<int>(t, 0); }),
+      Declare("LAZYRT_DEBUG_FILE", "where diagnostics go instead of stderr", &Options::debug_file, ParseText),
+      Declare("LAZYRT_REPORT", "write the run report (JSON) to this file at exit", &Options::report, ParseText),
+      Declare("LAZYRT_TRACE", "write a Chrome trace to this file at exit", &Options::trace, ParseText),
   };
   return settings;
 }

@@ -36,6 +36,14 @@ struct Options {
   // Results that compiled faster than this are not stored.
   double cache_min_compile_ms = 0;
 
+  // Diagnostics: 1 = an analysis at exit and a warning when a late step compiles a new graph;
+  // 2 = also a line per sync. Written to debug_file, or stderr.
+  int debug = 0;
+  std::string debug_file;
+  // Write the run report (JSON) / a Chrome trace to this file at exit.
+  std::string report;
+  std::string trace;
+
   // Defaults overridden by the LAZYRT_* variables of the environment. Error on an unknown LAZYRT_*
   // name or an unparsable value.
   static absl::StatusOr<Options> FromEnvironment();

@@ -2,7 +2,10 @@
 
 #include <atomic>
 
+#include <cstdlib>
+
 #include "absl/strings/str_cat.h"
+#include "lazy/diagnostics_internal.h"
 
 namespace lazyrt {
 namespace detail {
@@ -97,6 +100,9 @@ Runtime::Runtime(Options options) : options_(std::move(options)) {
       {.num_devices = options_.devices, .device_memory_bytes = options_.device_memory_bytes});
   if (!client.ok()) throw Error(absl::StrCat("cannot create the device client: ", client.status().message()));
   client_ = *std::move(client);
+  if (options_.debug > 0 || !options_.report.empty() || !options_.trace.empty()) {
+    std::atexit(&WriteDiagnosticsAtExit);
+  }
   for (pjrt::Device* d : client_->devices()) {
     auto state = std::make_unique<DeviceState>();
     state->device = d;

@@ -40,11 +40,14 @@ struct DeviceState;
 struct GradFn;
 
 struct TensorImpl : std::enable_shared_from_this<TensorImpl> {
-  TensorImpl(Shape shape, int device) : shape(std::move(shape)), device(device) {}
+  TensorImpl(Shape shape, int device, SourceLocation created_at)
+      : shape(std::move(shape)), device(device), created_at(created_at) {}
   ~TensorImpl();
 
   Shape shape;
   int device;
+  // Where the user created the tensor: the creation site of its DeviceData leaves.
+  SourceLocation created_at;
   // The pending computation, or (for a materialized tensor) a cached DeviceData leaf, so that every
   // use within one graph refers to the same parameter.
   ir::Value ir;

@@ -30,7 +30,7 @@ ir::Value ValueOf(const Tensor& t) {
   TensorImpl& impl = *t.impl();
   if (!impl.ir) {
     impl.ir = ir::Value{ir::MakeNode(ir::OpKind::kDeviceData, ir::OperandList{}, ir::ShapeList{impl.shape},
-                                     ir::Attributes{}, std::make_shared<BufferLeaf>(impl.buffer))};
+                                     ir::Attributes{}, std::make_shared<BufferLeaf>(impl.buffer), impl.created_at)};
   }
   return impl.ir;
 }
@@ -70,7 +70,7 @@ ir::Value Converted(const ir::Value& v, DType dtype, const SourceLocation& loc) 
 
 Tensor MakeTensor(ir::OpKind op, ir::OperandList operands, Shape shape, int device,
                   const SourceLocation& loc, ir::Attributes attrs) {
-  auto impl = std::make_shared<TensorImpl>(shape, device);
+  auto impl = std::make_shared<TensorImpl>(shape, device, loc);
   impl->ir = ir::Value{ir::MakeNode(op, std::move(operands), ir::ShapeList{std::move(shape)},
                                     std::move(attrs), nullptr, loc)};
   Runtime::Get().device_state({device}, loc).Register(impl.get());
@@ -98,7 +98,7 @@ Tensor FromHost(std::span<const T> values, const std::vector<int64_t>& dims, DTy
   absl::StatusOr<std::shared_ptr<pjrt::Buffer>> buffer = rt.client().BufferFromHost(
       values.data(), pjrt::ArrayShape{type, std::vector<int64_t>(dims.begin(), dims.end())}, state.device);
   ThrowIfError(buffer.status(), "FromData", loc);
-  auto impl = std::make_shared<TensorImpl>(std::move(shape), device.index);
+  auto impl = std::make_shared<TensorImpl>(std::move(shape), device.index, loc);
   impl->buffer = *std::move(buffer);
   return Tensor(std::move(impl));
 }

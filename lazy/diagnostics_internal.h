@@ -1,0 +1,32 @@
+// The GraphExecutor's side of diagnostics. Internal to lazy/.
+#pragma once
+
+#include "ir/post_order.h"
+#include "lazy/diagnostics.h"
+
+namespace lazyrt::detail {
+
+// Milliseconds since the runtime started (the clock of every SyncEvent).
+double NowMs();
+// Whether device execution times are measured (debug, report or trace on): it costs two stream
+// markers per sync, so it is off by default.
+bool TimingEnabled();
+// Milliseconds of tracing since the previous sync ended.
+double TraceMsSince();
+// Records a finished sync. `order` is the graph's traversal when the graph is new to this process
+// (compiled or loaded from disk): its structure is kept to explain a later recompile.
+void RecordSync(SyncEvent event, const ir::PostOrder* order);
+// The index the next RecordSync will give (syncs are serialized, so it cannot be taken meanwhile).
+int64_t PeekNextSyncIndex();
+// A mark_step() that found nothing to run still ends the step.
+void EndStep();
+// Device-side timing of event `index`, from stream markers.
+void RecordExecution(int64_t index, double start_ms, double end_ms);
+// The directory of the persistent cache in use ("" when off), for the run manifest.
+std::string PersistentCacheDir();
+// A line of debug output, to LAZYRT_DEBUG_FILE or stderr.
+void DebugLine(const std::string& line);
+// Writes what LAZYRT_DEBUG, LAZYRT_REPORT and LAZYRT_TRACE ask for; registered with atexit.
+void WriteDiagnosticsAtExit();
+
+}  // namespace lazyrt::detail

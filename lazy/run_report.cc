@@ -1,0 +1,160 @@
+// The run report (JSON) and the Chrome trace: views of the SyncEvents, the metrics and the manifest.
+#include <sys/utsname.h>
+#include <unistd.h>
+
+#include <fstream>
+#include <thread>
+
+#include <nlohmann/json.hpp>
+
+#include "absl/strings/str_cat.h"
+#include "cache/entry_format.h"
+#include "ir/hash.h"
+#include "lazy/diagnostics.h"
+#include "lazy/diagnostics_internal.h"
+#include "lazy/metrics.h"
+#include "lazy/runtime.h"
+#include "pjrt_sim/executable.h"
+#include "pjrt_sim/version.h"
+
+namespace lazyrt {
+namespace {
+
+using nlohmann::json;
+
+// What ran where, with which versions and settings: enough to compare two runs or reproduce one.
+json Manifest() {
+  json m;
+  m["lazyrt_version"] = LAZYRT_VERSION;
+  m["compiler_version"] = std::string(pjrt::kCompilerVersion);
+  m["executable_format_version"] = pjrt::Executable::kFormatVersion;
+  m["cache_format_version"] = cache::kEntryFormatVersion;
+  json options = json::object();
+  for (const auto& [name, value] : lazyrt::options().Resolved()) options[name] = value;
+  m["options"] = options;
+  m["cache_dir"] = detail::PersistentCacheDir();
+  json machine;
+  char host[256] = {};
+  gethostname(host, sizeof host - 1);
+  machine["hostname"] = host;
+  machine["cpus"] = std::thread::hardware_concurrency();
+  machine["memory_bytes"] = static_cast<int64_t>(sysconf(_SC_PHYS_PAGES)) * sysconf(_SC_PAGE_SIZE);
+  utsname u{};
+  if (uname(&u) == 0) machine["kernel"] = absl::StrCat(u.sysname, " ", u.release, " ", u.machine);
+  m["machine"] = machine;
+  std::ifstream cmdline("/proc/self/cmdline");
+  std::string arg, command;
+  while (std::getline(cmdline, arg, '\0')) absl::StrAppend(&command, command.empty() ? "" : " ", arg);
+  m["command"] = command;
+  return m;
+}
+
+json EventJson(const SyncEvent& e) {
+  return json{{"index", e.index},
+              {"step", e.step},
+              {"position", e.position},
+              {"cause", std::string(SyncCauseName(e.cause))},
+              {"location", e.location},
+              {"graph_key", ir::HashToHex(e.graph_key)},
+              {"nodes", e.nodes},
+              {"inputs", e.inputs},
+              {"outputs", e.outputs},
+              {"outcome", std::string(SyncOutcomeName(e.outcome))},
+              {"start_ms", e.start_ms},
+              {"trace_ms", e.trace_ms},
+              {"key_ms", e.key_ms},
+              {"lower_ms", e.lower_ms},
+              {"compile_ms", e.compile_ms},
+              {"load_ms", e.load_ms},
+              {"launch_ms", e.launch_ms},
+              {"execute_ms", e.execute_ms}};
+}
+
+void WriteFile(const std::string& path, const std::string& text, absl::string_view what) {
+  std::ofstream out(path, std::ios::trunc);
+  out << text;
+  if (!out) std::fprintf(stderr, "lazyrt: warning: could not write the %s to %s\n", std::string(what).c_str(), path.c_str());
+}
+
+}  // namespace
+
+namespace detail {
+void WriteDiagnosticsAtExit() {
+  const Options& o = lazyrt::options();
+  if (o.debug >= 1) DebugLine(absl::StrCat("analysis at exit: ", diagnostics_summary()));
+  if (!o.report.empty()) write_report(o.report);
+  if (!o.trace.empty()) write_trace(o.trace);
+}
+}  // namespace detail
+
+void write_report(const std::string& path) {
+  const std::vector<SyncEvent> events = sync_events();
+  json report;
+  report["manifest"] = Manifest();
+  json counters = json::object();
+  for (const auto& [name, value] : metrics_counters()) counters[name] = value;
+  report["counters"] = counters;
+  json timers = json::object();
+  for (const TimerSummary& t : metrics_timers()) {
+    timers[t.name] = json{{"count", t.count}, {"total_ms", t.total_ms}, {"mean_ms", t.mean_ms},
+                          {"p50_ms", t.p50_ms}, {"p90_ms", t.p90_ms}, {"max_ms", t.max_ms}};
+  }
+  report["timers"] = timers;
+  json event_list = json::array();
+  json steps = json::array();
+  for (const SyncEvent& e : events) {
+    event_list.push_back(EventJson(e));
+    if (steps.empty() || steps.back()["step"] != e.step) {
+      steps.push_back(json{{"step", e.step}, {"graphs", 0}, {"compiled", 0}, {"nodes", 0}, {"syncs", json::object()}});
+    }
+    json& s = steps.back();
+    s["graphs"] = s["graphs"].get<int64_t>() + 1;
+    s["nodes"] = s["nodes"].get<int64_t>() + e.nodes;
+    if (e.outcome != SyncOutcome::kMemoryHit) s["compiled"] = s["compiled"].get<int64_t>() + 1;
+    const std::string cause(SyncCauseName(e.cause));
+    s["syncs"][cause] = s["syncs"].value(cause, 0) + 1;
+  }
+  report["sync_events"] = event_list;
+  report["steps"] = steps;
+  json found = json::array();
+  for (const Finding& f : findings()) {
+    json j{{"kind", f.kind}, {"location", f.location}, {"count", f.count}, {"message", f.message}};
+    if (!f.cause.empty()) j["cause"] = f.cause;
+    if (!f.what.empty()) {
+      j["what"] = f.what;
+      j["before"] = f.before;
+      j["now"] = f.now;
+    }
+    found.push_back(std::move(j));
+  }
+  report["findings"] = found;
+  WriteFile(path, report.dump(2) + "\n", "run report");
+}
+
+void write_trace(const std::string& path) {
+  // Chrome's trace event format: complete events ("X") in microseconds; the host's sync phases on one
+  // track, each device stream's executions on another.
+  json trace = json::array();
+  auto span = [&](const std::string& name, double start_ms, double ms, int tid, const json& args) {
+    if (ms < 0) return;
+    trace.push_back(json{{"name", name}, {"ph", "X"}, {"pid", 1}, {"tid", tid}, {"ts", start_ms * 1000},
+                         {"dur", ms * 1000}, {"args", args}});
+  };
+  trace.push_back(json{{"name", "thread_name"}, {"ph", "M"}, {"pid", 1}, {"tid", 1}, {"args", {{"name", "host: syncs"}}}});
+  trace.push_back(json{{"name", "thread_name"}, {"ph", "M"}, {"pid", 1}, {"tid", 2}, {"args", {{"name", "device 0 stream"}}}});
+  for (const SyncEvent& e : sync_events()) {
+    const json args = EventJson(e);
+    double t = e.start_ms;
+    span("trace", t - e.trace_ms, e.trace_ms, 1, args);
+    for (const auto& [name, ms] : {std::pair<const char*, double>{"key", e.key_ms}, {"lower", e.lower_ms},
+                                   {"compile", e.compile_ms}, {"load", e.load_ms}, {"launch", e.launch_ms}}) {
+      if (ms <= 0) continue;
+      span(name, t, ms, 1, args);
+      t += ms;
+    }
+    span(absl::StrCat("execute ", ir::HashToHex(e.graph_key)), e.execute_start_ms, e.execute_ms, 2, args);
+  }
+  WriteFile(path, json{{"traceEvents", trace}, {"displayTimeUnit", "ms"}}.dump() + "\n", "trace");
+}
+
+}  // namespace lazyrt

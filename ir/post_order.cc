@@ -22,7 +22,10 @@ PostOrder::PostOrder(std::span<const Value> roots) {
     const Node* node;
     size_t next_operand;
   };
-  static std::vector<Frame> stack;  // guarded by TraversalMutex; keeps its capacity across syncs
+  static std::vector<Frame> stack;     // guarded by TraversalMutex; keeps its capacity across syncs
+  static std::vector<uint64_t> words;  // likewise: what the DAG hash hashes
+  words.clear();
+  words.reserve(g_last_size * 3 + roots.size() + 1);
   nodes_.reserve(g_last_size);
   operand_positions_.reserve(g_last_size * 2);
   operand_begin_.reserve(g_last_size + 1);
@@ -33,32 +36,28 @@ PostOrder::PostOrder(std::span<const Value> roots) {
     stack.push_back({r, 0});
     while (!stack.empty()) {
       Frame& top = stack.back();
-      if (top.next_operand < top.node->operands_.size()) {
-        const Node* child = top.node->operands_[top.next_operand++].node.get();
+      const Node* node = top.node;
+      if (top.next_operand < node->operands_.size()) {
+        const Node* child = node->operands_[top.next_operand++].node.get();
         if (child->visit_epoch_ != epoch) {
           child->visit_epoch_ = epoch;
           stack.push_back({child, 0});  // invalidates `top`; it is not used again this iteration
         }
         continue;
       }
-      const Node* done = top.node;
       stack.pop_back();
-      done->position_ = static_cast<uint32_t>(nodes_.size());
-      if (done->op() == OpKind::kDeviceData) parameter_positions_.push_back(done->position_);
-      nodes_.push_back(done);
-    }
-  }
-
-  // Name every operand and root by position, and hash the result in one pass.
-  std::vector<uint64_t> words;
-  words.reserve(nodes_.size() * 3 + roots.size() + 1);
-  operand_begin_.reserve(nodes_.size() + 1);
-  for (const Node* n : nodes_) {
-    operand_begin_.push_back(static_cast<uint32_t>(operand_positions_.size()));
-    words.push_back(n->hash());
-    for (const Value& v : n->operands()) {
-      operand_positions_.push_back(v.node->position_);
-      words.push_back((static_cast<uint64_t>(v.node->position_) << 32) | v.index);
+      // Every operand is placed already: name it by position now, while the node is in cache, and
+      // add the node to the DAG hash's input.
+      const uint32_t position = static_cast<uint32_t>(nodes_.size());
+      node->position_ = position;
+      nodes_.push_back(node);
+      operand_begin_.push_back(static_cast<uint32_t>(operand_positions_.size()));
+      words.push_back(node->hash());
+      for (const Value& v : node->operands_) {
+        operand_positions_.push_back(v.node->position_);
+        words.push_back((static_cast<uint64_t>(v.node->position_) << 32) | v.index);
+      }
+      if (node->op() == OpKind::kDeviceData) parameter_positions_.push_back(position);
     }
   }
   operand_begin_.push_back(static_cast<uint32_t>(operand_positions_.size()));

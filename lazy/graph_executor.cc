@@ -84,6 +84,9 @@ Executor& GetExecutor() {
   return *e;
 }
 
+// The persistent cache's name for a graph key.
+std::string DiskKey(ir::HashValue key) { return absl::StrCat("g", ir::HashToHex(key)); }
+
 // Step 5: the executable stored under `key` by an earlier process, or null (a miss, counted by
 // reason; an entry that does not load is reported, removed and compiled afresh).
 std::shared_ptr<pjrt::Executable> LoadFromDisk(Executor& ex, pjrt::Client& client, const std::string& key) {
@@ -200,13 +203,12 @@ void Sync(Device device, SyncCause cause, const SourceLocation& loc) {
 
   // 4 / 5 / 6. In-memory cache, else the persistent cache, else lower and compile.
   std::shared_ptr<pjrt::Executable> exe;
-  const std::string disk_key = absl::StrCat("g", ir::HashToHex(key));
   const Clock::time_point lookup_start = Clock::now();
   if (std::shared_ptr<pjrt::Executable>* hit = ex.executables.Get(key)) {
     exe = *hit;
     Counter("executable_cache_hit").fetch_add(1);
     event.outcome = SyncOutcome::kMemoryHit;
-  } else if ((exe = LoadFromDisk(ex, rt.client(), disk_key)) != nullptr) {
+  } else if ((exe = LoadFromDisk(ex, rt.client(), DiskKey(key))) != nullptr) {
     ex.executables.Put(key, exe);
     event.outcome = SyncOutcome::kDiskHit;
     event.load_ms = MsSince(lookup_start);
@@ -230,7 +232,7 @@ void Sync(Device device, SyncCause cause, const SourceLocation& loc) {
     exe = *std::move(compiled);
     ex.executables.Put(key, exe);
     Counter("graphs_compiled").fetch_add(1);
-    StoreOnDisk(ex, disk_key, *exe, order, roots.size(), compile_ms);
+    StoreOnDisk(ex, DiskKey(key), *exe, order, roots.size(), compile_ms);
   }
 
   // Execute; then 7: the synced tensors hold device buffers and drop their IR.

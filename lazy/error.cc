@@ -1,14 +1,11 @@
 #include "lazy/error.h"
 
 #include "absl/strings/str_cat.h"
+#include "ir/graph_signature.h"
 
 namespace lazyrt {
 
-std::string FormatLocation(const std::source_location& where) {
-  absl::string_view file = where.file_name();
-  if (file.empty()) return "";
-  return absl::StrCat(file, ":", where.line());
-}
+std::string FormatLocation(const std::source_location& where) { return ir::LocationText(where); }
 
 Error::Error(std::string message, std::source_location where)
     : std::runtime_error(absl::StrCat("lazyrt: ", message, " (at ", FormatLocation(where), ")")),

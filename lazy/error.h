@@ -22,7 +22,7 @@ class Error : public std::runtime_error {
   std::string location_;
 };
 
-// "examples/train_mlp.cpp:42": the path as the compiler saw it, shortened to the project-relative part.
+// "examples/train_mlp.cpp:42" (ir::LocationText).
 std::string FormatLocation(const std::source_location& where);
 
 // Throws Error("<what>: <status message> (at file:line)") unless `status` is ok.

@@ -156,6 +156,7 @@ void Sync(Device device, SyncCause cause, const SourceLocation& loc) {
   Executor& ex = GetExecutor();
   std::lock_guard<std::mutex> lock(ex.mu);
   const Clock::time_point start = Clock::now();
+  state.traced_nodes = 0;
   static std::atomic<int64_t>* const by_cause[] = {
       &Counter("sync_mark_step"), &Counter("sync_item"), &Counter("sync_to_host"),
       &Counter("sync_barrier"), &Counter("sync_graph_limit"), &Counter("sync_exit")};

@@ -72,6 +72,8 @@ const std::vector<Setting>& Settings() {
               &Options::special_scalars, ParseBool),
       Declare("LAZYRT_SEED", "seed of the device random number generator", &Options::seed,
               [](absl::string_view t) { return ParseInt<uint64_t>(t, 0); }),
+      Declare("LAZYRT_GRAPH_LIMIT", "sync after this many traced ops without a sync (0: never)",
+              &Options::graph_limit, [](absl::string_view t) { return ParseInt<int64_t>(t, 0); }),
       Declare("LAZYRT_PERSISTENT_CACHE", "use the persistent executable cache (0/1)", &Options::persistent_cache,
               ParseBool),
       Declare("LAZYRT_CACHE_DIR", "directory of the persistent cache", &Options::cache_dir, ParseText),

@@ -24,6 +24,9 @@ struct Options {
   bool special_scalars = false;
   // Seed of the device random number generator.
   uint64_t seed = 0;
+  // Sync (cause graph_limit) when this many ops have been traced on a device since its
+  // last sync: a bound on graph size for programs that never call sync(). 0: no bound.
+  int64_t graph_limit = 0;
 
   // The persistent cache of compiled executables. Off: every process compiles its graphs itself.
   bool persistent_cache = true;

@@ -94,6 +94,8 @@ struct DeviceState {
   uint64_t rng_step = 0;
   ir::Value seed_value;
   int64_t rng_stream_ = 0;
+  // Ops traced since the last sync (for Options::graph_limit).
+  int64_t traced_nodes = 0;
   // Completion of the executions launched and maybe not yet finished, oldest first (see Sync).
   std::deque<std::shared_ptr<pjrt::Event>> in_flight;
 };

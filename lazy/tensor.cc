@@ -73,8 +73,13 @@ Tensor MakeTensor(ir::OpKind op, ir::OperandList operands, Shape shape, int devi
   auto impl = std::make_shared<TensorImpl>(shape, device, loc);
   impl->ir = ir::Value{ir::MakeNode(op, std::move(operands), ir::ShapeList{std::move(shape)},
                                     std::move(attrs), nullptr, loc)};
-  Runtime::Get().device_state({device}, loc).Register(impl.get());
-  return Tensor(std::move(impl));
+  Runtime& rt = Runtime::Get();
+  DeviceState& state = rt.device_state({device}, loc);
+  state.Register(impl.get());
+  Tensor out(std::move(impl));
+  const int64_t limit = rt.options().graph_limit;
+  if (limit > 0 && ++state.traced_nodes >= limit) Sync({device}, SyncCause::kGraphLimit, loc);
+  return out;
 }
 
 }  // namespace detail

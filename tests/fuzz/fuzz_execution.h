@@ -1,0 +1,93 @@
+// Running an executable that a fuzzer got loaded: a small client, arguments of a fixed byte pattern,
+// and a bound on the work so that a valid but enormous program is skipped rather than timed out.
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "pjrt_sim/client.h"
+#include "pjrt_sim/executable.h"
+#include "pjrt_sim/hlo.h"
+
+namespace lazyrt::fuzz {
+
+// The property failed: print why and abort, so libFuzzer keeps the input as a crash.
+[[noreturn]] inline void Violation(const char* fuzzer, const std::string& what) {
+  std::fprintf(stderr, "%s: property violated: %s\n", fuzzer, what.c_str());
+  std::abort();
+}
+
+// One device with little memory: an allocation a crafted program asks for beyond it fails cleanly.
+inline pjrt::Client& SmallClient() {
+  static pjrt::Client* client = [] {
+    absl::StatusOr<std::unique_ptr<pjrt::Client>> c =
+        pjrt::Client::Create({.num_devices = 1, .device_memory_bytes = int64_t{256} << 20});
+    if (!c.ok()) Violation("fuzz_execution", "cannot create the client");
+    return c->release();
+  }();
+  return *client;
+}
+
+// a * b, saturating at `cap` (both >= 0).
+inline int64_t CappedProduct(int64_t a, int64_t b, int64_t cap) {
+  if (a <= 0 || b <= 0) return 0;
+  if (a > cap / b) return cap;
+  return std::min(cap, a * b);
+}
+
+inline int64_t CappedNumel(const pjrt::proto::Shape& shape, int64_t cap) {
+  int64_t n = 1;
+  for (int64_t d : shape.dims()) n = d < 0 ? cap : CappedProduct(n, std::max<int64_t>(d, 1), cap);
+  return n;
+}
+
+// An upper estimate of the element operations and bytes running `exe` takes; capped at `cap`.
+inline int64_t EstimatedCost(const pjrt::proto::Executable& exe, int64_t cap) {
+  int64_t cost = std::max<int64_t>(exe.arena_bytes(), 0);
+  for (const pjrt::proto::Shape& p : exe.parameters()) cost = std::min(cap, cost + CappedNumel(p, cap) * 8);
+  for (const pjrt::proto::Slot& s : exe.slots()) cost = std::min(cap, cost + CappedNumel(s.shape(), cap) * 8);
+  for (const pjrt::proto::Kernel& k : exe.kernels()) {
+    int64_t work = CappedNumel(k.iteration_shape(), cap);
+    work = std::max(work, CappedProduct(CappedProduct(std::max<int64_t>(k.batch(), 1), k.m(), cap),
+                                        CappedProduct(k.n(), std::max<int64_t>(k.k(), 1), cap), cap));
+    cost = std::min(cap, cost + CappedProduct(work, std::max(1, k.program_size()), cap));
+  }
+  return cost;
+}
+
+// Runs `exe` on the small client's device with every argument byte set to `fill` (PRED arguments
+// get 0 or 1, the only values a PRED buffer holds), and returns every result's bytes, or the error
+// the launch or a kernel reported.
+inline absl::StatusOr<std::vector<std::string>> RunWithFill(const pjrt::Executable& exe, unsigned char fill) {
+  pjrt::Client& client = SmallClient();
+  pjrt::Device* device = client.devices()[0];
+  std::vector<std::shared_ptr<pjrt::Buffer>> args;
+  for (const pjrt::proto::Shape& p : exe.proto().parameters()) {
+    const pjrt::ArrayShape shape = pjrt::FromProto(p);
+    const bool pred = shape.type == pjrt::PrimitiveType::kPred;
+    std::string bytes(static_cast<size_t>(shape.byte_size()), static_cast<char>(pred ? (fill & 1) : fill));
+    absl::StatusOr<std::shared_ptr<pjrt::Buffer>> buffer = client.BufferFromHost(bytes.data(), shape, device);
+    if (!buffer.ok()) return buffer.status();
+    args.push_back(*std::move(buffer));
+  }
+  absl::StatusOr<std::vector<std::shared_ptr<pjrt::Buffer>>> results = exe.Execute(args, device);
+  if (!results.ok()) return results.status();
+  std::vector<std::string> out;
+  absl::Status first_error;
+  for (const std::shared_ptr<pjrt::Buffer>& r : *results) {
+    std::string bytes(static_cast<size_t>(r->shape().byte_size()), '\0');
+    absl::Status status = r->ToHost(bytes.data(), bytes.size());
+    if (!status.ok() && first_error.ok()) first_error = status;
+    out.push_back(std::move(bytes));
+  }
+  if (!first_error.ok()) return first_error;
+  return out;
+}
+
+}  // namespace lazyrt::fuzz

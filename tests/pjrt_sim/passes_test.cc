@@ -1,0 +1,737 @@
+// The compiler passes, observed through the facts of the executable they produce: how many kernels,
+// of which kind, computing what, and the pass timings.
+#include "pjrt_sim/passes.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <bit>
+#include <cmath>
+#include <set>
+
+#include "pjrt_sim/fusion.h"
+#include "tests/pjrt_sim/pjrt_test_util.h"
+
+namespace lazyrt::pjrt {
+namespace {
+
+using ::testing::ElementsAre;
+using testing::Dims;
+using testing::HostArray;
+using testing::MakeArray;
+using testing::ModuleBuilder;
+
+constexpr CompileOptions kUnfused{.fusion = false, .autotune = false};
+constexpr CompileOptions kFused{.fusion = true, .autotune = false};
+
+class PassesTest : public ::testing::Test {
+ protected:
+  proto::Executable CompileToProto(const proto::Module& module, const CompileOptions& options) {
+    absl::StatusOr<std::shared_ptr<Executable>> exe = client_->Compile(module, options);
+    EXPECT_TRUE(exe.ok()) << exe.status();
+    return exe.ok() ? (*exe)->proto() : proto::Executable();
+  }
+
+  std::vector<HostArray> Run(const proto::Module& module, const CompileOptions& options,
+                             const std::vector<HostArray>& args) {
+    absl::StatusOr<std::vector<HostArray>> r = testing::CompileAndRun(*client_, module, options, args);
+    EXPECT_TRUE(r.ok()) << r.status();
+    return r.ok() ? *r : std::vector<HostArray>(static_cast<size_t>(module.outputs_size()));
+  }
+
+  std::unique_ptr<Client> client_ = testing::MakeClient();
+};
+
+int64_t PassChanges(const proto::Executable& exe, absl::string_view pass) {
+  for (const proto::PassTiming& t : exe.pass_timings()) {
+    if (t.pass() == pass) return t.changes();
+  }
+  ADD_FAILURE() << "no pass " << pass;
+  return -1;
+}
+
+int CountKernels(const proto::Executable& exe, proto::Kernel::Kind kind) {
+  int n = 0;
+  for (const proto::Kernel& k : exe.kernels()) n += k.kind() == kind;
+  return n;
+}
+
+bool Computes(const proto::Kernel& k, proto::Opcode op) {
+  for (const proto::Step& s : k.program()) {
+    if (!s.load() && s.opcode() == op) return true;
+  }
+  return false;
+}
+
+// How many kernels compute `op` in their program.
+int KernelsComputing(const proto::Executable& exe, proto::Opcode op) {
+  int n = 0;
+  for (const proto::Kernel& k : exe.kernels()) n += Computes(k, op);
+  return n;
+}
+
+std::string KernelSummary(const proto::Executable& exe) {
+  std::string s;
+  for (const proto::Kernel& k : exe.kernels()) {
+    absl::StrAppend(&s, proto::Kernel::Kind_Name(k.kind()), " '", k.label(), "' steps=", k.program_size(), "\n");
+  }
+  return s;
+}
+
+HostArray F32(const Dims& dims, std::vector<float> v) { return MakeArray<float>(PrimitiveType::kF32, dims, v); }
+
+// --- CSE ------------------------------------------------------------------------------------------
+TEST_F(PassesTest, CseMergesDuplicateAdds) {
+  ModuleBuilder b;
+  const int64_t x = b.Parameter(0, proto::F32, {4}), y = b.Parameter(1, proto::F32, {4});
+  const int64_t a1 = b.Add(x, y), a2 = b.Add(x, y);
+  b.Output(b.Mul(a1, a2));
+  const proto::Executable exe = CompileToProto(b.module(), kUnfused);
+  EXPECT_EQ(exe.kernels_size(), 2) << KernelSummary(exe);  // one add, one multiply
+  EXPECT_EQ(KernelsComputing(exe, proto::ADD), 1);
+  EXPECT_GE(PassChanges(exe, "cse"), 1);
+  EXPECT_EQ(exe.module_instructions(), 5);
+  const std::vector<HostArray> out = Run(b.module(), kUnfused, {F32({4}, {1, 2, 3, 4}), F32({4}, {1, 1, 1, -4})});
+  EXPECT_THAT(out[0].values<float>(), ElementsAre(4, 9, 16, 0));
+}
+
+TEST_F(PassesTest, CseMergesChainsTransitively) {
+  // exp(x + y) computed twice: once the adds merge, the exps do too.
+  ModuleBuilder b;
+  const int64_t x = b.Parameter(0, proto::F32, {3}), y = b.Parameter(1, proto::F32, {3});
+  const int64_t e1 = b.Unary(proto::EXP, b.Add(x, y)), e2 = b.Unary(proto::EXP, b.Add(x, y));
+  b.Output(b.Binary(proto::SUBTRACT, e1, e2));
+  const proto::Executable exe = CompileToProto(b.module(), kUnfused);
+  EXPECT_EQ(KernelsComputing(exe, proto::EXP), 1) << KernelSummary(exe);
+  EXPECT_EQ(KernelsComputing(exe, proto::ADD), 1) << KernelSummary(exe);
+}
+
+TEST_F(PassesTest, CseKeepsDistinctConstantsApart) {
+  // 1 and 1.0000001 (distinct f32 values) print alike with 6 significant digits.
+  ModuleBuilder b;
+  b.Output(b.Constant(1.0, proto::F32, {2}));
+  b.Output(b.Constant(1.0000001, proto::F32, {2}));
+  b.Output(b.Constant(0.0, proto::F32, {2}));
+  b.Output(b.Constant(-0.0, proto::F32, {2}));
+  for (const CompileOptions& o : {kUnfused, kFused}) {
+    const std::vector<HostArray> out = Run(b.module(), o, {});
+    ASSERT_EQ(out.size(), 4u);
+    EXPECT_EQ(out[0].at<float>(0), 1.0f);
+    EXPECT_EQ(out[1].at<float>(1), static_cast<float>(1.0000001));
+    EXPECT_FALSE(std::signbit(out[2].at<float>(0)));
+    EXPECT_TRUE(std::signbit(out[3].at<float>(0)));
+  }
+}
+
+TEST_F(PassesTest, CseKeepsDifferentAttributesApart) {
+  // Same opcode and operand, different attributes: not merged.
+  ModuleBuilder b;
+  const int64_t x = b.Parameter(0, proto::F32, {2, 3});
+  b.Output(b.Compare(proto::LT, x, x));
+  b.Output(b.Compare(proto::GT, x, x));
+  b.Output(b.Compare(proto::LE, x, x));
+  b.Output(b.Slice(x, {0, 0}, {2, 2}, {1, 1}));
+  b.Output(b.Slice(x, {0, 1}, {2, 3}, {1, 1}));
+  const int64_t seed = b.Constant(5, proto::S64);
+  b.Output(b.Rng(proto::RNG_UNIFORM, seed, proto::F32, {8}, 0));
+  b.Output(b.Rng(proto::RNG_UNIFORM, seed, proto::F32, {8}, 1));
+  const std::vector<HostArray> out = Run(b.module(), kUnfused, {F32({2, 3}, {1, 2, 3, 4, 5, 6})});
+  ASSERT_EQ(out.size(), 7u);
+  EXPECT_THAT(out[0].values<uint8_t>(), ::testing::Each(0));
+  EXPECT_THAT(out[2].values<uint8_t>(), ::testing::Each(1));
+  EXPECT_THAT(out[3].values<float>(), ElementsAre(1, 2, 4, 5));
+  EXPECT_THAT(out[4].values<float>(), ElementsAre(2, 3, 5, 6));
+  EXPECT_NE(out[5].bytes, out[6].bytes);
+}
+
+// --- DCE ------------------------------------------------------------------------------------------
+TEST_F(PassesTest, DceRemovesUnusedInstructions) {
+  ModuleBuilder b;
+  const int64_t x = b.Parameter(0, proto::F32, {8, 8});
+  const int64_t unused_param = b.Parameter(1, proto::F32, {8});
+  b.Dot(x, x);                                               // dead
+  b.Unary(proto::EXP, b.Unary(proto::LOG, x));               // dead
+  b.Reduce(proto::REDUCE_SUM, b.Broadcast(unused_param, {8, 8}, {1}), {0});  // dead
+  b.Output(b.Unary(proto::NEGATE, x));
+  const proto::Executable exe = CompileToProto(b.module(), kUnfused);
+  EXPECT_EQ(exe.kernels_size(), 1) << KernelSummary(exe);
+  EXPECT_EQ(CountKernels(exe, proto::Kernel::DOT), 0);
+  EXPECT_EQ(KernelsComputing(exe, proto::EXP), 0);
+  EXPECT_GE(PassChanges(exe, "dce"), 5);
+  // Parameters are the calling convention: an unused one is still taken.
+  EXPECT_EQ(exe.parameters_size(), 2);
+  EXPECT_EQ(exe.op_histogram().at("dot"), 1);
+}
+
+TEST_F(PassesTest, DceKeepsValuesReachableOnlyThroughOutputs) {
+  ModuleBuilder b;
+  const int64_t x = b.Parameter(0, proto::F32, {3});
+  const int64_t e = b.Unary(proto::EXP, x);
+  b.Unary(proto::TANH, e);  // dead user of a live value
+  b.Output(b.Unary(proto::NEGATE, e));
+  b.Output(e);
+  const proto::Executable exe = CompileToProto(b.module(), kUnfused);
+  EXPECT_EQ(exe.kernels_size(), 2) << KernelSummary(exe);
+  EXPECT_EQ(KernelsComputing(exe, proto::TANH), 0);
+}
+
+// --- algebraic simplification ---------------------------------------------------------------------
+TEST_F(PassesTest, AlgebraicIdentitiesLeaveNoKernel) {
+  struct Case {
+    std::string name;
+    std::function<int64_t(ModuleBuilder&, int64_t)> build;
+  };
+  const Dims d = {2, 3};
+  const std::vector<Case> cases = {
+      {"x*1", [&](ModuleBuilder& b, int64_t x) { return b.Mul(x, b.Constant(1, proto::F32, d)); }},
+      {"1*x", [&](ModuleBuilder& b, int64_t x) { return b.Mul(b.Constant(1, proto::F32, d), x); }},
+      {"x+0", [&](ModuleBuilder& b, int64_t x) { return b.Add(x, b.Constant(0, proto::F32, d)); }},
+      {"0+x", [&](ModuleBuilder& b, int64_t x) { return b.Add(b.Constant(0, proto::F32, d), x); }},
+      {"x-0", [&](ModuleBuilder& b, int64_t x) { return b.Binary(proto::SUBTRACT, x, b.Constant(0, proto::F32, d)); }},
+      {"x/1", [&](ModuleBuilder& b, int64_t x) { return b.Binary(proto::DIVIDE, x, b.Constant(1, proto::F32, d)); }},
+      {"-(-x)", [&](ModuleBuilder& b, int64_t x) { return b.Unary(proto::NEGATE, b.Unary(proto::NEGATE, x)); }},
+      {"-(-(-(-x)))",
+       [&](ModuleBuilder& b, int64_t x) {
+         int64_t v = x;
+         for (int i = 0; i < 4; ++i) v = b.Unary(proto::NEGATE, v);
+         return v;
+       }},
+      {"convert f32->f32", [&](ModuleBuilder& b, int64_t x) { return b.Convert(x, proto::F32); }},
+      {"reshape to the same dims", [&](ModuleBuilder& b, int64_t x) { return b.Reshape(x, d); }},
+      {"identity transpose", [&](ModuleBuilder& b, int64_t x) { return b.Transpose(x, {0, 1}); }},
+      {"transpose twice", [&](ModuleBuilder& b, int64_t x) { return b.Transpose(b.Transpose(x, {1, 0}), {1, 0}); }},
+      {"broadcast to the same dims", [&](ModuleBuilder& b, int64_t x) { return b.Broadcast(x, d, {0, 1}); }},
+      {"full slice", [&](ModuleBuilder& b, int64_t x) { return b.Slice(x, {0, 0}, {2, 3}, {1, 1}); }},
+      {"reduce over no dims", [&](ModuleBuilder& b, int64_t x) { return b.Reduce(proto::REDUCE_SUM, x, {}); }},
+      {"(x*1+0)/1", [&](ModuleBuilder& b, int64_t x) {
+         const int64_t m = b.Mul(x, b.Constant(1, proto::F32, d));
+         return b.Binary(proto::DIVIDE, b.Add(m, b.Constant(0, proto::F32, d)), b.Constant(1, proto::F32, d));
+       }},
+  };
+  for (const Case& c : cases) {
+    ModuleBuilder b;
+    const int64_t x = b.Parameter(0, proto::F32, d);
+    b.Output(c.build(b, x));
+    const proto::Executable exe = CompileToProto(b.module(), kUnfused);
+    EXPECT_EQ(exe.kernels_size(), 0) << c.name << ":\n" << KernelSummary(exe);
+    ASSERT_EQ(exe.outputs_size(), 1);
+    EXPECT_EQ(exe.slots(static_cast<int>(exe.outputs(0))).kind(), proto::Slot::PARAMETER) << c.name;
+    EXPECT_GE(PassChanges(exe, "algebraic_simplifier"), 1) << c.name;
+    const std::vector<HostArray> out = Run(b.module(), kUnfused, {F32(d, {1, -2, 3, -4, 5, -0.5})});
+    EXPECT_THAT(out[0].values<float>(), ElementsAre(1, -2, 3, -4, 5, -0.5)) << c.name;
+  }
+}
+
+TEST_F(PassesTest, IntegerIdentitiesToo) {
+  ModuleBuilder b;
+  const int64_t x = b.Parameter(0, proto::S32, {4});
+  b.Output(b.Binary(proto::DIVIDE, b.Mul(x, b.Constant(1, proto::S32, {4})), b.Constant(1, proto::S32, {4})));
+  const proto::Executable exe = CompileToProto(b.module(), kUnfused);
+  EXPECT_EQ(exe.kernels_size(), 0) << KernelSummary(exe);
+}
+
+TEST_F(PassesTest, NonIdentitiesAreKept) {
+  // x*2, x+1, a real transpose, a partial slice, x*(-1), and 0-x are real work.
+  const Dims d = {2, 3};
+  ModuleBuilder b;
+  const int64_t x = b.Parameter(0, proto::F32, d);
+  b.Output(b.Mul(x, b.Constant(2, proto::F32, d)));
+  b.Output(b.Add(x, b.Constant(1, proto::F32, d)));
+  b.Output(b.Transpose(x, {1, 0}));
+  b.Output(b.Slice(x, {0, 1}, {2, 3}, {1, 1}));
+  b.Output(b.Binary(proto::SUBTRACT, b.Constant(0, proto::F32, d), x));
+  const proto::Executable exe = CompileToProto(b.module(), kUnfused);
+  int working = 0;  // kernels other than the constants' own
+  for (const proto::Kernel& k : exe.kernels()) working += !(k.program_size() == 1 && k.program(0).opcode() == proto::CONSTANT);
+  EXPECT_EQ(working, 5) << KernelSummary(exe);
+  const std::vector<HostArray> out = Run(b.module(), kUnfused, {F32(d, {1, 2, 3, 4, 5, 6})});
+  EXPECT_THAT(out[0].values<float>(), ElementsAre(2, 4, 6, 8, 10, 12));
+  EXPECT_THAT(out[1].values<float>(), ElementsAre(2, 3, 4, 5, 6, 7));
+  EXPECT_THAT(out[2].values<float>(), ElementsAre(1, 4, 2, 5, 3, 6));
+  EXPECT_THAT(out[3].values<float>(), ElementsAre(2, 3, 5, 6));
+  EXPECT_THAT(out[4].values<float>(), ElementsAre(-1, -2, -3, -4, -5, -6));
+}
+
+TEST_F(PassesTest, TransposeChainsCompose) {
+  // transpose(transpose(x, p), q) becomes one transpose, computing the composition.
+  ModuleBuilder b;
+  const int64_t x = b.Parameter(0, proto::S32, {2, 3, 4});
+  b.Output(b.Transpose(b.Transpose(x, {2, 0, 1}), {0, 2, 1}));  // result dim i = x dim {2, 1, 0}[i]
+  const proto::Executable exe = CompileToProto(b.module(), kUnfused);
+  EXPECT_EQ(exe.kernels_size(), 1) << KernelSummary(exe);
+  std::vector<int32_t> v(24);
+  std::iota(v.begin(), v.end(), 0);
+  const std::vector<HostArray> out = Run(b.module(), kUnfused, {MakeArray<int32_t>(PrimitiveType::kS32, {2, 3, 4}, v)});
+  ASSERT_EQ(out[0].shape.dims, (Dims{4, 3, 2}));
+  for (int64_t i = 0; i < 24; ++i) {
+    const Dims c = testing::Unravel(i, {4, 3, 2});
+    EXPECT_EQ(out[0].at<int32_t>(i), (c[2] * 3 + c[1]) * 4 + c[0]) << i;
+  }
+}
+
+TEST_F(PassesTest, TransposeFoldsIntoDot) {
+  struct Case {
+    Dims a, b;
+    Dims perm_a, perm_b;  // empty: not transposed
+    bool tl, tr;          // the dot's own flags
+    bool want_tl, want_tr;
+  };
+  const std::vector<Case> cases = {
+      {{5, 3}, {5, 4}, {1, 0}, {}, false, false, true, false},               // dot(a^T, b)
+      {{3, 5}, {4, 5}, {}, {1, 0}, false, false, false, true},               // dot(a, b^T)
+      {{5, 3}, {4, 5}, {1, 0}, {1, 0}, false, false, true, true},            // dot(a^T, b^T)
+      {{3, 5}, {5, 4}, {1, 0}, {}, true, false, false, false},               // (a^T)^T cancels
+      {{2, 5, 3}, {2, 5, 4}, {0, 2, 1}, {}, false, false, true, false},      // batched
+      {{2, 3, 5}, {5, 4}, {}, {}, false, false, false, false},               // nothing to fold
+  };
+  std::mt19937_64 rng(3);
+  for (const Case& c : cases) {
+    ModuleBuilder b;
+    const int64_t pa = b.Parameter(0, proto::F32, c.a), pb = b.Parameter(1, proto::F32, c.b);
+    const int64_t a = c.perm_a.empty() ? pa : b.Transpose(pa, c.perm_a);
+    const int64_t bb = c.perm_b.empty() ? pb : b.Transpose(pb, c.perm_b);
+    b.Output(b.Dot(a, bb, c.tl, c.tr));
+    const std::string what = absl::StrCat(testing::DimsText(c.a), " x ", testing::DimsText(c.b));
+    const proto::Executable exe = CompileToProto(b.module(), kUnfused);
+    ASSERT_EQ(exe.kernels_size(), 1) << what << "\n" << KernelSummary(exe);  // no transpose kernel
+    const proto::Kernel& k = exe.kernels(0);
+    EXPECT_EQ(k.kind(), proto::Kernel::DOT) << what;
+    EXPECT_EQ(k.transpose_lhs(), c.want_tl) << what;
+    EXPECT_EQ(k.transpose_rhs(), c.want_tr) << what;
+    // Same numbers as the unsimplified product, computed by hand.
+    const HostArray ha = F32(c.a, testing::RandomFloats(rng, testing::NumElements(c.a), -1, 1));
+    const HostArray hb = F32(c.b, testing::RandomFloats(rng, testing::NumElements(c.b), -1, 1));
+    const std::vector<HostArray> out = Run(b.module(), kUnfused, {ha, hb});
+    const Dims od = out[0].shape.dims;
+    const size_t r = od.size();
+    const int64_t m = od[r - 2], n = od[r - 1];
+    // Logical operands after every transpose: A [batch, m, k] and B [batch?, k, n].
+    const auto logical = [](const HostArray& h, const Dims& perm, bool flag, int64_t batch, int64_t i, int64_t j) {
+      Dims dims = h.shape.dims;
+      Dims coords(dims.size(), 0);
+      if (dims.size() == 3) coords[0] = batch;
+      const size_t rr = dims.size();
+      // Undo the dot's flag, then the transpose: (i, j) in the operand as the dot reads it.
+      int64_t ii = flag ? j : i, jj = flag ? i : j;
+      Dims view_coords = coords;
+      view_coords[rr - 2] = ii;
+      view_coords[rr - 1] = jj;
+      if (!perm.empty()) {
+        Dims src(rr);
+        for (size_t d = 0; d < rr; ++d) src[static_cast<size_t>(perm[d])] = view_coords[d];
+        view_coords = src;
+      }
+      return h.at<float>(testing::Ravel(view_coords, dims));
+    };
+    const int64_t kk = (c.tl != !c.perm_a.empty()) ? c.a[c.a.size() - 2] : c.a.back();
+    for (int64_t i = 0; i < out[0].numel(); ++i) {
+      const int64_t batch = i / (m * n), row = (i / n) % m, col = i % n;
+      double acc = 0;
+      for (int64_t p = 0; p < kk; ++p) {
+        acc += static_cast<double>(logical(ha, c.perm_a, c.tl, batch, row, p)) * logical(hb, c.perm_b, c.tr, batch, p, col);
+      }
+      EXPECT_NEAR(out[0].at<float>(i), acc, 1e-5) << what << " at " << i;
+    }
+  }
+}
+
+TEST_F(PassesTest, TransposeOfBatchDimsDoesNotFoldIntoDot) {
+  ModuleBuilder b;
+  const int64_t pa = b.Parameter(0, proto::F32, {3, 2, 4});
+  b.Output(b.Dot(b.Transpose(pa, {1, 0, 2}), b.Parameter(1, proto::F32, {2, 4, 5})));  // [2, 3, 4] x [2, 4, 5]
+  const proto::Executable exe = CompileToProto(b.module(), kUnfused);
+  EXPECT_EQ(exe.kernels_size(), 2) << KernelSummary(exe);
+  EXPECT_FALSE(exe.kernels(1).transpose_lhs());
+}
+
+TEST_F(PassesTest, BroadcastOfConstantBecomesConstant) {
+  ModuleBuilder b;
+  const int64_t x = b.Parameter(0, proto::F32, {2, 3});
+  b.Output(b.Add(x, b.Broadcast(b.Constant(2, proto::F32), {2, 3}, {})));
+  const proto::Executable exe = CompileToProto(b.module(), kUnfused);
+  for (const proto::Kernel& k : exe.kernels()) EXPECT_THAT(k.label(), ::testing::Not(::testing::StartsWith("broadcast")));
+  const std::vector<HostArray> out = Run(b.module(), kUnfused, {F32({2, 3}, {1, 2, 3, 4, 5, 6})});
+  EXPECT_THAT(out[0].values<float>(), ElementsAre(3, 4, 5, 6, 7, 8));
+}
+
+// --- constant folding -----------------------------------------------------------------------------
+TEST_F(PassesTest, ConstantArithmeticFoldsToAConstant) {
+  ModuleBuilder b;
+  const int64_t x = b.Parameter(0, proto::F32, {4});
+  const int64_t five = b.Add(b.Constant(2, proto::F32, {4}), b.Constant(3, proto::F32, {4}));
+  const int64_t folded = b.Unary(proto::SQRT, b.Mul(five, b.Constant(5, proto::F32, {4})));  // 5
+  b.Output(b.Mul(folded, x));
+  for (const CompileOptions& o : {kUnfused, kFused}) {
+    const proto::Executable exe = CompileToProto(b.module(), o);
+    EXPECT_EQ(KernelsComputing(exe, proto::ADD), 0) << KernelSummary(exe);
+    EXPECT_EQ(KernelsComputing(exe, proto::SQRT), 0) << KernelSummary(exe);
+    EXPECT_EQ(KernelsComputing(exe, proto::MULTIPLY), 1) << KernelSummary(exe);
+    EXPECT_EQ(exe.kernels_size(), o.fusion ? 1 : 2) << KernelSummary(exe);
+    bool found = false;
+    for (const proto::Kernel& k : exe.kernels()) {
+      for (const proto::Step& s : k.program()) found = found || (!s.load() && s.opcode() == proto::CONSTANT && s.value() == 5);
+    }
+    EXPECT_TRUE(found) << "no constant 5 in\n" << KernelSummary(exe);
+    EXPECT_GE(PassChanges(exe, "constant_folding"), 3);
+    const std::vector<HostArray> out = Run(b.module(), o, {F32({4}, {1, 2, -1, 0.5})});
+    EXPECT_THAT(out[0].values<float>(), ElementsAre(5, 10, -5, 2.5));
+  }
+}
+
+TEST_F(PassesTest, WholeConstantProgramNeedsOnlyAConstantKernel) {
+  ModuleBuilder b;
+  const int64_t c = b.Constant(0.5, proto::F32, {3});
+  b.Output(b.Unary(proto::EXP, b.Unary(proto::LOG, b.Reshape(b.Transpose(b.Broadcast(c, {2, 3}, {1}), {1, 0}), {6}))));
+  const proto::Executable exe = CompileToProto(b.module(), kUnfused);
+  ASSERT_EQ(exe.kernels_size(), 1) << KernelSummary(exe);
+  ASSERT_EQ(exe.kernels(0).program_size(), 1);
+  EXPECT_EQ(exe.kernels(0).program(0).opcode(), proto::CONSTANT);
+  const std::vector<HostArray> out = Run(b.module(), kUnfused, {});
+  EXPECT_THAT(out[0].values<float>(), ::testing::Each(::testing::FloatNear(0.5f, 1e-7f)));
+}
+
+TEST_F(PassesTest, FoldingNeverChangesBits) {
+  // op(constants) folded at compile time must equal op computed by a kernel on the same constants.
+  // select(p, c, c) with p a parameter hides c from the folder while a kernel still computes it.
+  struct Case {
+    std::string name;
+    proto::Opcode op;
+    proto::ElementType in, out;
+    std::vector<double> args;
+    proto::CompareDirection direction = proto::EQ;
+    bool may_stay_unfolded = false;  // an s64 result a double constant cannot hold
+  };
+  const std::vector<Case> cases = {
+      {"convert f32 0.1 -> f64", proto::CONVERT, proto::F32, proto::F64, {0.1}},
+      {"convert bf16 0.1 -> f32", proto::CONVERT, proto::BF16, proto::F32, {0.1}},
+      {"convert f32 1e-50 -> pred", proto::CONVERT, proto::F32, proto::PRED, {1e-50}},
+      {"convert f32 -2.5 -> pred", proto::CONVERT, proto::F32, proto::PRED, {-2.5}},
+      {"convert f32 0.5 -> pred", proto::CONVERT, proto::F32, proto::PRED, {0.5}},
+      {"add s32 3e9 + 1", proto::ADD, proto::S32, proto::S32, {3e9, 1}},
+      {"add s32 2.5 + 2.5", proto::ADD, proto::S32, proto::S32, {2.5, 2.5}},
+      {"multiply s64 3037000500^2", proto::MULTIPLY, proto::S64, proto::S64, {3037000500.0, 3037000500.0}, proto::EQ, true},
+      {"add s64 2^53 + 1", proto::ADD, proto::S64, proto::S64, {9007199254740992.0, 1}, proto::EQ, true},
+      {"add s64 2^52 + 1", proto::ADD, proto::S64, proto::S64, {4503599627370496.0, 1}},
+      {"compare pred 2 == 1", proto::COMPARE, proto::PRED, proto::PRED, {2, 1}, proto::EQ},
+      {"and pred 2, 1", proto::AND, proto::PRED, proto::PRED, {2, 1}},
+      {"compare f32 0.1 == f32 0.1000000001", proto::COMPARE, proto::F32, proto::PRED, {0.1, 0.1000000001}},
+      {"exp bf16 0.1", proto::EXP, proto::BF16, proto::BF16, {0.1}},
+      {"exp f16 0.3", proto::EXP, proto::F16, proto::F16, {0.3}},
+      {"multiply bf16 1.1 * 1.3", proto::MULTIPLY, proto::BF16, proto::BF16, {1.1, 1.3}},
+      {"add f32 0.1 + 0.2", proto::ADD, proto::F32, proto::F32, {0.1, 0.2}},
+      {"divide s32 7 / 0", proto::DIVIDE, proto::S32, proto::S32, {7, 0}},
+      {"negate s32 -2^31", proto::NEGATE, proto::S32, proto::S32, {-2147483648.0}},
+      {"power s32 3^40", proto::POWER, proto::S32, proto::S32, {3, 40}},
+      {"tanh f64", proto::TANH, proto::F64, proto::F64, {0.7}},
+      {"convert s64 2^62 -> f32", proto::CONVERT, proto::S64, proto::F32, {4611686018427387904.0}},
+      {"convert f32 3e9 -> s32", proto::CONVERT, proto::F32, proto::S32, {3e9}},
+      {"maximum f32 NaN, 1", proto::MAXIMUM, proto::F32, proto::F32, {std::nan(""), 1}},
+  };
+  for (const Case& c : cases) {
+    for (bool folded : {true, false}) {
+      ModuleBuilder b;
+      const int64_t hide = b.Parameter(0, proto::PRED, {3});
+      std::vector<int64_t> operands;
+      for (double v : c.args) {
+        const int64_t k = b.Constant(v, c.in, {3});
+        operands.push_back(folded ? k : b.Select(hide, k, k));
+      }
+      b.Output(b.Op(c.op, operands, c.out, {3}, [&](proto::Instruction& i) { i.set_direction(c.direction); }));
+      const proto::Executable exe = CompileToProto(b.module(), kUnfused);
+      if (folded && !c.may_stay_unfolded) {
+        EXPECT_EQ(KernelsComputing(exe, c.op), 0) << c.name << " (not folded)\n" << KernelSummary(exe);
+      }
+      static std::vector<uint8_t> reference;
+      const std::vector<HostArray> out = Run(b.module(), kUnfused, {MakeArray<uint8_t>(PrimitiveType::kPred, {3}, {1, 1, 1})});
+      if (!folded) {
+        EXPECT_EQ(out[0].bytes, reference) << c.name << ": folding changed the bits";
+      }
+      reference = out[0].bytes;
+    }
+  }
+}
+
+TEST_F(PassesTest, FoldingLeavesReductionsAndRandomnessToKernels) {
+  ModuleBuilder b;
+  b.Output(b.Reduce(proto::REDUCE_MAX, b.Constant(7, proto::F32, {0, 3}), {0}));  // over nothing: -inf
+  b.Output(b.Reduce(proto::REDUCE_MAX, b.Constant(7, proto::F32, {4, 3}), {0}));
+  b.Output(b.Reduce(proto::REDUCE_SUM, b.Constant(0.5, proto::F32, {4, 3}), {0}));
+  b.Output(b.Rng(proto::RNG_UNIFORM, b.Constant(9, proto::S64), proto::F32, {16}, 0));
+  const proto::Executable exe = CompileToProto(b.module(), kUnfused);
+  EXPECT_EQ(CountKernels(exe, proto::Kernel::REDUCE), 2) << KernelSummary(exe);  // max over [0,3], the sum
+  EXPECT_EQ(KernelsComputing(exe, proto::RNG_UNIFORM), 1);
+  const std::vector<HostArray> out = Run(b.module(), kUnfused, {});
+  EXPECT_THAT(out[0].values<float>(), ::testing::Each(-std::numeric_limits<float>::infinity()));
+  EXPECT_THAT(out[1].values<float>(), ::testing::Each(7.0f));
+  EXPECT_THAT(out[2].values<float>(), ::testing::Each(2.0f));
+  std::set<float> distinct;
+  for (float v : out[3].values<float>()) distinct.insert(v);
+  EXPECT_GT(distinct.size(), 10u);
+}
+
+// --- fusion ---------------------------------------------------------------------------------------
+TEST_F(PassesTest, ElementwiseChainFusesIntoOneLoopKernel) {
+  const Dims d = {16, 9};
+  ModuleBuilder b;
+  const int64_t x = b.Parameter(0, proto::F32, d), y = b.Parameter(1, proto::F32, d);
+  int64_t v = x;
+  for (int i = 0; i < 10; ++i) v = b.Unary(i % 2 ? proto::TANH : proto::NEGATE, b.Add(v, y));
+  b.Output(v);
+  const proto::Executable fused = CompileToProto(b.module(), kFused);
+  ASSERT_EQ(fused.kernels_size(), 1) << KernelSummary(fused);
+  EXPECT_EQ(fused.kernels(0).kind(), proto::Kernel::LOOP);
+  EXPECT_EQ(fused.arena_bytes(), 0);  // nothing materialized in between
+  int loads = 0;
+  for (const proto::Step& s : fused.kernels(0).program()) loads += s.load();
+  EXPECT_EQ(loads, 2);  // x and y, each read once
+  EXPECT_EQ(PassChanges(fused, "fusion"), 19);
+  const proto::Executable unfused = CompileToProto(b.module(), kUnfused);
+  EXPECT_EQ(unfused.kernels_size(), 20) << KernelSummary(unfused);
+}
+
+TEST_F(PassesTest, ViewsFuseAsAffineLoads) {
+  // add(transpose(x), broadcast(row)): one kernel, the transposed load strided, the row load with
+  // stride 0 along the broadcast dim.
+  ModuleBuilder b;
+  const int64_t x = b.Parameter(0, proto::F32, {3, 4}), row = b.Parameter(1, proto::F32, {3});
+  b.Output(b.Add(b.Transpose(x, {1, 0}), b.Broadcast(row, {4, 3}, {1})));
+  const proto::Executable exe = CompileToProto(b.module(), kFused);
+  ASSERT_EQ(exe.kernels_size(), 1) << KernelSummary(exe);
+  std::vector<std::vector<int64_t>> strides;
+  for (const proto::Step& s : exe.kernels(0).program()) {
+    if (s.load()) strides.emplace_back(s.strides().begin(), s.strides().end());
+  }
+  EXPECT_THAT(strides, ::testing::UnorderedElementsAre(std::vector<int64_t>{1, 4}, std::vector<int64_t>{0, 1}));
+}
+
+TEST_F(PassesTest, ElementwiseValueWithSeveralReadersIsComputedOnce) {
+  ModuleBuilder b;
+  const int64_t x = b.Parameter(0, proto::F32, {5});
+  const int64_t e = b.Unary(proto::EXP, x);
+  b.Output(b.Add(b.Unary(proto::TANH, e), b.Unary(proto::NEGATE, e)));
+  b.Output(b.Mul(e, e));
+  const proto::Executable exe = CompileToProto(b.module(), kFused);
+  EXPECT_EQ(KernelsComputing(exe, proto::EXP), 1) << KernelSummary(exe);
+  EXPECT_EQ(exe.kernels_size(), 3) << KernelSummary(exe);
+}
+
+TEST_F(PassesTest, LongChainsAreCutAtTheStepLimit) {
+  ModuleBuilder b;
+  const int64_t x = b.Parameter(0, proto::F32, {7});
+  int64_t v = x;
+  for (int i = 0; i < 100; ++i) v = b.Unary(i % 2 ? proto::TANH : proto::NEGATE, v);
+  b.Output(v);
+  for (int64_t limit : {10, 48}) {
+    const proto::Executable exe = CompileToProto(b.module(), {.fusion = true, .autotune = false, .max_fusion_steps = limit});
+    EXPECT_GE(exe.kernels_size(), 100 / limit) << limit;
+    EXPECT_LE(exe.kernels_size(), 100 / limit + 2) << limit;
+    for (const proto::Kernel& k : exe.kernels()) {
+      int computed = 0;
+      for (const proto::Step& s : k.program()) computed += !s.load();
+      EXPECT_LE(computed, limit) << k.label();
+    }
+  }
+}
+
+TEST_F(PassesTest, ReduceInputFusionPutsExpIntoTheReduceKernel) {
+  // logsumexp: log(sum(exp(x - max))) + max. The whole exp(x - broadcast(max)) has one reader, the
+  // sum, so the REDUCE kernel computes it from x and max; nothing is materialized in between.
+  const Dims d = {8, 10};
+  ModuleBuilder b;
+  const int64_t x = b.Parameter(0, proto::F32, d);
+  const int64_t mx = b.Reduce(proto::REDUCE_MAX, x, {1});
+  const int64_t e = b.Unary(proto::EXP, b.Binary(proto::SUBTRACT, x, b.Broadcast(mx, d, {0})));
+  b.Output(b.Add(b.Unary(proto::LOG, b.Reduce(proto::REDUCE_SUM, e, {1})), mx));
+  const proto::Executable exe = CompileToProto(b.module(), kFused);
+  ASSERT_EQ(exe.kernels_size(), 3) << KernelSummary(exe);  // max, sum(exp(x - max)), log(.) + max
+  const proto::Kernel& sum = exe.kernels(1);
+  EXPECT_EQ(sum.kind(), proto::Kernel::REDUCE) << KernelSummary(exe);
+  EXPECT_EQ(sum.reduce_op(), proto::REDUCE_SUM);
+  EXPECT_TRUE(Computes(sum, proto::EXP)) << KernelSummary(exe);
+  EXPECT_TRUE(Computes(sum, proto::SUBTRACT)) << KernelSummary(exe);
+  EXPECT_EQ(KernelsComputing(exe, proto::EXP), 1);
+  // Unfused, the same work takes a kernel per instruction.
+  EXPECT_EQ(CompileToProto(b.module(), kUnfused).kernels_size(), 7);
+  std::vector<float> v(80);
+  for (size_t i = 0; i < v.size(); ++i) v[i] = static_cast<float>(i % 10) * 0.5f;
+  const std::vector<HostArray> out = Run(b.module(), kFused, {F32(d, v)});
+  double want = 0;
+  for (int c = 0; c < 10; ++c) want += std::exp(c * 0.5 - 4.5);
+  EXPECT_THAT(out[0].values<float>(), ::testing::Each(::testing::FloatNear(static_cast<float>(std::log(want) + 4.5), 1e-5f)));
+}
+
+TEST_F(PassesTest, LogSoftmaxFusesExpIntoTheReduceKernel) {
+  // x - max - log(sum(exp(x - max))): x - max has two readers and is materialized; exp, read only by
+  // the sum, is computed inside the REDUCE kernel.
+  const Dims d = {8, 10};
+  ModuleBuilder b;
+  const int64_t x = b.Parameter(0, proto::F32, d);
+  const int64_t shifted = b.Binary(proto::SUBTRACT, x, b.Broadcast(b.Reduce(proto::REDUCE_MAX, x, {1}), d, {0}));
+  const int64_t sum = b.Reduce(proto::REDUCE_SUM, b.Unary(proto::EXP, shifted), {1});
+  b.Output(b.Binary(proto::SUBTRACT, shifted, b.Broadcast(b.Unary(proto::LOG, sum), d, {0})));
+  const proto::Executable exe = CompileToProto(b.module(), kFused);
+  int reduce_with_exp = 0;
+  for (const proto::Kernel& k : exe.kernels()) {
+    if (k.kind() == proto::Kernel::REDUCE && k.reduce_op() == proto::REDUCE_SUM) reduce_with_exp += Computes(k, proto::EXP);
+  }
+  EXPECT_EQ(reduce_with_exp, 1) << KernelSummary(exe);
+  EXPECT_EQ(KernelsComputing(exe, proto::EXP), 1) << KernelSummary(exe);
+}
+
+TEST_F(PassesTest, SoftmaxComputesExpOnce) {
+  // softmax: exp(x - max) is read by both the sum and the division, so it is materialized once (a
+  // LOOP kernel) and the REDUCE kernel loads it, rather than computing exp twice.
+  const Dims d = {8, 10};
+  ModuleBuilder b;
+  const int64_t x = b.Parameter(0, proto::F32, d);
+  const int64_t e = b.Unary(proto::EXP, b.Binary(proto::SUBTRACT, x, b.Broadcast(b.Reduce(proto::REDUCE_MAX, x, {1}), d, {0})));
+  b.Output(b.Binary(proto::DIVIDE, e, b.Broadcast(b.Reduce(proto::REDUCE_SUM, e, {1}), d, {0})));
+  const proto::Executable exe = CompileToProto(b.module(), kFused);
+  EXPECT_EQ(KernelsComputing(exe, proto::EXP), 1) << KernelSummary(exe);
+  EXPECT_EQ(CountKernels(exe, proto::Kernel::REDUCE), 2) << KernelSummary(exe);
+  EXPECT_EQ(exe.kernels_size(), 4) << KernelSummary(exe);
+}
+
+TEST_F(PassesTest, ReduceDoesNotFuseAnOperandWithOtherReaders) {
+  ModuleBuilder b;
+  const int64_t x = b.Parameter(0, proto::F32, {4, 6});
+  const int64_t sq = b.Mul(x, x);
+  b.Output(b.Reduce(proto::REDUCE_SUM, sq, {1}));
+  b.Output(sq);
+  const proto::Executable exe = CompileToProto(b.module(), kFused);
+  EXPECT_EQ(KernelsComputing(exe, proto::MULTIPLY), 1) << KernelSummary(exe);
+  EXPECT_EQ(exe.kernels_size(), 2);
+}
+
+// --- pass bookkeeping -----------------------------------------------------------------------------
+TEST_F(PassesTest, PassTimingsListEveryPass) {
+  ModuleBuilder b;
+  const int64_t x = b.Parameter(0, proto::F32, {4});
+  b.Output(b.Add(x, x));
+  const int64_t before = CompilerPassesRun();
+  const proto::Executable with = CompileToProto(b.module(), {.fusion = true, .autotune = true});
+  std::vector<std::string> names;
+  for (const proto::PassTiming& t : with.pass_timings()) {
+    names.push_back(t.pass());
+    EXPECT_GE(t.ms(), 0) << t.pass();
+  }
+  EXPECT_THAT(names, ::testing::ElementsAre("verify", "dce", "algebraic_simplifier", "constant_folding", "cse",
+                                            "fusion", "buffer_assignment", "autotune"));
+  EXPECT_GE(CompilerPassesRun() - before, 8);
+  EXPECT_GT(with.compile_ms(), 0);
+  EXPECT_EQ(with.module_name(), "test");
+  EXPECT_EQ(with.op_histogram().at("parameter"), 1);
+  EXPECT_EQ(with.op_histogram().at("add"), 1);
+
+  const proto::Executable without = CompileToProto(b.module(), {.fusion = true, .autotune = false});
+  names.clear();
+  for (const proto::PassTiming& t : without.pass_timings()) names.push_back(t.pass());
+  EXPECT_THAT(names, ::testing::Not(::testing::Contains("autotune")));
+  EXPECT_THAT(names, ::testing::Contains("buffer_assignment"));
+}
+
+TEST_F(PassesTest, CompileOptionsFingerprintNamesEveryOption) {
+  const CompileOptions a{.fusion = true, .autotune = true, .max_fusion_steps = 48};
+  EXPECT_NE(a.Fingerprint(), (CompileOptions{.fusion = false, .autotune = true, .max_fusion_steps = 48}).Fingerprint());
+  EXPECT_NE(a.Fingerprint(), (CompileOptions{.fusion = true, .autotune = false, .max_fusion_steps = 48}).Fingerprint());
+  EXPECT_NE(a.Fingerprint(), (CompileOptions{.fusion = true, .autotune = true, .max_fusion_steps = 47}).Fingerprint());
+  EXPECT_EQ(a.Fingerprint(), CompileOptions{}.Fingerprint());
+}
+
+// --- buffer assignment ----------------------------------------------------------------------------
+// Checks that no two arena slots that are live at the same time share bytes. A slot is live from the
+// kernel that writes it to the last kernel that reads it (or to the end, when it is a result).
+void ExpectNoLiveOverlap(const proto::Executable& exe) {
+  const int n = exe.slots_size();
+  std::vector<int64_t> storage(static_cast<size_t>(n));
+  for (int s = 0; s < n; ++s) {
+    int64_t t = s;
+    while (exe.slots(static_cast<int>(t)).kind() == proto::Slot::ALIAS) t = exe.slots(static_cast<int>(t)).index();
+    storage[static_cast<size_t>(s)] = t;
+  }
+  const int64_t end = exe.kernels_size();
+  std::vector<int64_t> def(static_cast<size_t>(n), -1), last(static_cast<size_t>(n), -1);
+  for (int64_t k = 0; k < end; ++k) {
+    const proto::Kernel& kernel = exe.kernels(static_cast<int>(k));
+    for (int64_t in : kernel.inputs()) last[static_cast<size_t>(storage[static_cast<size_t>(in)])] = k;
+    if (def[static_cast<size_t>(kernel.output())] < 0) def[static_cast<size_t>(kernel.output())] = k;
+  }
+  for (int64_t out : exe.outputs()) last[static_cast<size_t>(storage[static_cast<size_t>(out)])] = end;
+  for (int a = 0; a < n; ++a) {
+    const proto::Slot& sa = exe.slots(a);
+    if (sa.kind() != proto::Slot::ARENA || def[static_cast<size_t>(a)] < 0) continue;
+    const int64_t a_end = std::max(last[static_cast<size_t>(a)], def[static_cast<size_t>(a)]);
+    const int64_t a_bytes = FromProto(sa.shape()).byte_size();
+    EXPECT_LE(sa.offset() + a_bytes, exe.arena_bytes());
+    for (int c = a + 1; c < n; ++c) {
+      const proto::Slot& sc = exe.slots(c);
+      if (sc.kind() != proto::Slot::ARENA || def[static_cast<size_t>(c)] < 0) continue;
+      const int64_t c_end = std::max(last[static_cast<size_t>(c)], def[static_cast<size_t>(c)]);
+      const bool live_together = def[static_cast<size_t>(a)] <= c_end && def[static_cast<size_t>(c)] <= a_end;
+      const int64_t c_bytes = FromProto(sc.shape()).byte_size();
+      const bool share = sa.offset() < sc.offset() + c_bytes && sc.offset() < sa.offset() + a_bytes;
+      EXPECT_FALSE(live_together && share && a_bytes > 0 && c_bytes > 0)
+          << "slots " << a << " and " << c << " are live together and overlap";
+    }
+  }
+}
+
+TEST_F(PassesTest, BufferAssignmentReusesArenaBytes) {
+  // A chain of 12 materialized f32[1024] intermediates: at most two are live at a time.
+  const int64_t n = 1024, count = 12;
+  ModuleBuilder b;
+  int64_t v = b.Parameter(0, proto::F32, {n});
+  for (int i = 0; i < count; ++i) v = b.Unary(i % 2 ? proto::NEGATE : proto::ABS, b.Add(v, b.Constant(1, proto::F32, {n})));
+  b.Output(v);
+  const proto::Executable exe = CompileToProto(b.module(), kUnfused);
+  int64_t intermediate_bytes = 0;
+  for (const proto::Slot& s : exe.slots()) {
+    if (s.kind() == proto::Slot::ARENA) intermediate_bytes += FromProto(s.shape()).byte_size();
+  }
+  EXPECT_GE(intermediate_bytes, (2 * count - 1) * n * 4);
+  EXPECT_LT(exe.arena_bytes(), intermediate_bytes);
+  EXPECT_LE(exe.arena_bytes(), 3 * n * 4);  // constants, the value and the next one
+  EXPECT_GT(PassChanges(exe, "buffer_assignment"), 0);  // bytes saved
+  ExpectNoLiveOverlap(exe);
+  // And the reused bytes still compute the right thing.
+  std::vector<float> in(static_cast<size_t>(n));
+  for (size_t i = 0; i < in.size(); ++i) in[i] = static_cast<float>(i % 7) - 3;
+  const std::vector<HostArray> out = Run(b.module(), kUnfused, {F32({n}, in)});
+  for (int64_t i = 0; i < n; ++i) {
+    float want = in[static_cast<size_t>(i)];
+    for (int k = 0; k < count; ++k) want = k % 2 ? -(want + 1) : std::fabs(want + 1);
+    ASSERT_EQ(out[0].at<float>(i), want) << i;
+  }
+}
+
+TEST_F(PassesTest, BufferAssignmentNeverOverlapsLiveValues) {
+  // Random graphs where values stay live for different spans.
+  std::mt19937_64 rng(99);
+  for (int it = 0; it < 60; ++it) {
+    ModuleBuilder b;
+    const int64_t len = 1 + static_cast<int64_t>(rng() % 300);
+    std::vector<int64_t> pool = {b.Parameter(0, proto::F32, {len})};
+    for (int i = 0; i < 25; ++i) {
+      const int64_t x = pool[rng() % pool.size()], y = pool[rng() % pool.size()];
+      switch (rng() % 4) {
+        case 0: pool.push_back(b.Add(x, y)); break;
+        case 1: pool.push_back(b.Unary(proto::TANH, x)); break;
+        case 2: pool.push_back(b.Broadcast(b.Reduce(proto::REDUCE_SUM, x, {0}), {len}, {})); break;
+        default: pool.push_back(b.Convert(b.Convert(x, proto::F64), proto::F32)); break;
+      }
+    }
+    b.Output(pool.back());
+    b.Output(pool[rng() % pool.size()]);
+    for (const CompileOptions& o : {kUnfused, kFused}) {
+      const proto::Executable exe = CompileToProto(b.module(), o);
+      ExpectNoLiveOverlap(exe);
+      if (HasFailure()) {
+        ADD_FAILURE() << b.module().DebugString() << KernelSummary(exe);
+        return;
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace lazyrt::pjrt

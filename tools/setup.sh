@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
-# Installs everything lazyrt needs on a fresh Debian machine (bookworm). Idempotent: packages already
+# Installs what lazyrt needs on a fresh Debian machine (bookworm). Idempotent: packages already
 # present are skipped, so a warm machine pays only for the dpkg query.
+#   tools/setup.sh           build, tests and examples (and clang for the fuzzers and ThreadSanitizer)
+#   tools/setup.sh --bench   also the peers of the comparison benchmarks (PyTorch, libtorch)
 set -euo pipefail
 
 packages=(
@@ -9,8 +11,15 @@ packages=(
   libxxhash-dev libzstd-dev nlohmann-json3-dev zlib1g-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   libopenblas-dev
+  clang-14 libclang-rt-14-dev
   dataset-fashion-mnist
 )
+if [ "${1:-}" = "--bench" ]; then
+  packages+=(python3-torch libtorch-dev libeigen3-dev)
+elif [ -n "${1:-}" ]; then
+  echo "usage: tools/setup.sh [--bench]" >&2
+  exit 2
+fi
 
 missing=()
 for p in "${packages[@]}"; do

@@ -53,22 +53,17 @@ struct Executor {
   std::unique_ptr<cache::Store> store;
 };
 
-// The version a cache entry must carry: the compiler's and the executable format's.
-std::string ProducerVersion() {
-  return absl::StrCat(pjrt::kCompilerVersion, "; executable format ", pjrt::Executable::kFormatVersion);
-}
-
 Executor& GetExecutor() {
   static Executor* e = [] {
     auto* ex = new Executor;
     const Options& options = Runtime::Get().options();
-    const std::string context = absl::StrCat(pjrt::Device::kKind, "|", ProducerVersion(), "|",
+    const std::string context = absl::StrCat(pjrt::Device::kKind, "|", pjrt::Executable::ProducerVersion(), "|",
                                              ex->compile_options.Fingerprint(), "|devices=", options.devices);
     ex->context_hash = ir::HashBytes(context.data(), context.size());
     if (options.persistent_cache) {
       absl::StatusOr<std::unique_ptr<cache::Store>> store = cache::Store::Open(
           {.dir = options.cache_dir,
-           .producer_version = ProducerVersion(),
+           .producer_version = pjrt::Executable::ProducerVersion(),
            .read_only = options.cache_read_only,
            .min_compile_ms = options.cache_min_compile_ms,
            .max_bytes = static_cast<uint64_t>(options.cache_max_bytes)});

@@ -51,6 +51,10 @@ absl::StatusOr<proto::Executable> Executable::Parse(absl::string_view bytes) {
   return exe;
 }
 
+std::string Executable::ProducerVersion() {
+  return absl::StrCat(kCompilerVersion, "; executable format ", kFormatVersion);
+}
+
 std::string Executable::Serialize() const {
   std::string body = proto_.SerializeAsString();
   std::string out(kHeaderBytes, '\0');
@@ -104,6 +108,8 @@ absl::StatusOr<std::shared_ptr<Executable>> Executable::Load(proto::Executable p
         if (slot.offset() < 0 || slot.offset() > e.arena_bytes() - shape.byte_size()) {
           return Invalid(absl::StrCat(what, ": outside the arena"));
         }
+        // Buffer assignment places every value on a 64-byte boundary; kernels rely on aligned elements.
+        if (slot.offset() % 64 != 0) return Invalid(absl::StrCat(what, ": misaligned arena offset ", slot.offset()));
         break;
       case proto::Slot::OUTPUT:
         if (slot.index() < 0 || slot.index() >= e.outputs_size() || e.outputs(static_cast<int>(slot.index())) != s ||

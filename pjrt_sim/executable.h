@@ -40,6 +40,9 @@ class Executable : public std::enable_shared_from_this<Executable> {
   std::vector<void*> SlotPointers(std::span<void* const> params, void* arena, std::span<void* const> outputs) const;
 
   static constexpr uint32_t kFormatVersion = 1;
+  // What a stored executable must have been produced by to be loadable here: the compiler's version
+  // and the format's ("lazyrt-sim-compiler/1; executable format 1"). The cache key of every entry.
+  static std::string ProducerVersion();
 
  private:
   explicit Executable(proto::Executable proto) : proto_(std::move(proto)) {}

@@ -1,0 +1,174 @@
+#include "tools/cli/diag_command.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <iostream>
+#include <map>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "cache/file_io.h"
+#include "nlohmann/json.hpp"
+
+namespace lazyrt::cli {
+namespace {
+
+// Keeps the report's own key order, so --json passes each finding through as written.
+using Json = nlohmann::ordered_json;
+
+// The optional fields a finding may carry about what changed, in the order they read best.
+constexpr const char* kDetailFields[] = {"cause", "what", "before", "now"};
+
+struct Finding {
+  std::string kind;
+  std::string location;
+  int64_t count = 0;
+  std::string message;
+  Json json;  // the finding as the report holds it
+};
+
+struct FindingGroup {
+  std::string kind;
+  int64_t total = 0;
+  std::vector<Finding> findings;
+};
+
+std::string StringField(const Json& object, const char* name) {
+  auto it = object.find(name);
+  if (it == object.end()) return "";
+  return it->is_string() ? it->get<std::string>() : it->dump();
+}
+
+absl::StatusOr<std::vector<Finding>> ReadFindings(const std::string& path) {
+  // The cache's file helpers: their errors name the path and the system's reason.
+  cache::UniqueFd fd(open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  struct stat info;
+  if (!fd.valid() || fstat(fd.get(), &info) != 0) {
+    return cache::ErrnoError(errno, "cannot read run report", path);
+  }
+  absl::StatusOr<std::string> text = cache::ReadRange(fd.get(), 0, static_cast<uint64_t>(info.st_size), path);
+  if (!text.ok()) return text.status();
+  const Json report = Json::parse(*text, nullptr, /*allow_exceptions=*/false);
+  if (report.is_discarded()) return absl::InvalidArgumentError(absl::StrCat(path, " is not JSON"));
+  if (!report.is_object() || !report.contains("findings") || !report.at("findings").is_array()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(path, " is not a run report: it has no \"findings\" array"));
+  }
+  std::vector<Finding> findings;
+  for (const Json& json : report.at("findings")) {
+    const size_t index = findings.size();
+    if (!json.is_object() || !json.contains("kind") || !json.at("kind").is_string() ||
+        !json.contains("count") || !json.at("count").is_number_integer()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          path, ": finding ", index, " needs a string \"kind\" and an integer \"count\": ", json.dump()));
+    }
+    findings.push_back(Finding{.kind = json.at("kind").get<std::string>(),
+                               .location = StringField(json, "location"),
+                               .count = json.at("count").get<int64_t>(),
+                               .message = StringField(json, "message"),
+                               .json = json});
+  }
+  return findings;
+}
+
+// Groups by kind. The worst first: groups by how often their kind occurred in all, findings within
+// a group by count; ties by name and location, so the order never depends on the report's.
+std::vector<FindingGroup> GroupWorstFirst(std::vector<Finding> findings) {
+  std::map<std::string, FindingGroup> by_kind;
+  for (Finding& finding : findings) {
+    FindingGroup& group = by_kind[finding.kind];
+    group.kind = finding.kind;
+    group.total += finding.count;
+    group.findings.push_back(std::move(finding));
+  }
+  std::vector<FindingGroup> groups;
+  for (auto& [kind, group] : by_kind) {
+    std::stable_sort(group.findings.begin(), group.findings.end(), [](const Finding& a, const Finding& b) {
+      return a.count != b.count ? a.count > b.count : a.location < b.location;
+    });
+    groups.push_back(std::move(group));
+  }
+  std::stable_sort(groups.begin(), groups.end(),
+                   [](const FindingGroup& a, const FindingGroup& b) { return a.total > b.total; });
+  return groups;
+}
+
+void PrintGroups(const std::string& path, const std::vector<FindingGroup>& groups, size_t count) {
+  std::cout << count << (count == 1 ? " finding" : " findings") << " in " << path << ", worst first\n";
+  for (const FindingGroup& group : groups) {
+    std::cout << '\n'
+              << group.kind << ": " << group.total << (group.total == 1 ? " time" : " times") << " at "
+              << group.findings.size() << (group.findings.size() == 1 ? " place" : " places") << '\n';
+    size_t location_width = 0, count_width = 0;
+    for (const Finding& finding : group.findings) {
+      location_width = std::max(location_width, finding.location.size());
+      count_width = std::max(count_width, absl::StrCat(finding.count).size());
+    }
+    for (const Finding& finding : group.findings) {
+      const std::string count_text = absl::StrCat(finding.count, "x");
+      std::cout << "  " << finding.location << std::string(location_width - finding.location.size(), ' ')
+                << std::string(count_width + 3 - count_text.size(), ' ') << count_text << "  "
+                << finding.message << '\n';
+      std::vector<std::string> details;
+      for (const char* field : kDetailFields) {
+        if (finding.json.contains(field)) {
+          details.push_back(absl::StrCat(field, ": ", StringField(finding.json, field)));
+        }
+      }
+      if (!details.empty()) {
+        std::cout << std::string(2 + location_width + count_width + 3 + 2, ' ')
+                  << absl::StrJoin(details, "; ") << '\n';
+      }
+    }
+  }
+}
+
+int RunDiag(const Args& args) {
+  const std::string& path = args.positionals()[0];
+  absl::StatusOr<std::vector<Finding>> findings = ReadFindings(path);
+  if (!findings.ok()) return Fail(findings.status());
+  const size_t count = findings->size();
+  const std::vector<FindingGroup> groups = GroupWorstFirst(*std::move(findings));
+
+  if (args.flag("--json")) {
+    Json sorted = Json::array();
+    for (const FindingGroup& group : groups) {
+      for (const Finding& finding : group.findings) sorted.push_back(finding.json);
+    }
+    std::cout << Json{{"findings", std::move(sorted)}}.dump(2) << '\n';
+  } else if (count == 0) {
+    std::cout << "no findings in " << path << '\n';
+  } else {
+    PrintGroups(path, groups, count);
+  }
+  return count == 0 ? kExitOk : kExitFindings;
+}
+
+}  // namespace
+
+Command DiagCommand() {
+  return {{.name = "diag",
+           .summary = "the findings of a run report (extra syncs, recompiles), worst first",
+           .usage =
+               "usage: lazyrt diag REPORT.json [--json]\n"
+               "\n"
+               "Reads a run report and prints its findings for a human: grouped by kind (extra_sync,\n"
+               "recompile, ...), the kind that occurred most often first, each finding with the\n"
+               "file:line it points at, how many times it occurred and what it means (and, when the\n"
+               "report says, what caused it and what changed). Exit status 1 when there are findings,\n"
+               "0 when there are none, 2 when the report cannot be read.\n"
+               "\n"
+               "  --json        {\"findings\": [...]}: the report's findings as written, in the same order\n",
+           .flags = {"--json"},
+           .arguments = {"REPORT.json"}},
+          RunDiag};
+}
+
+}  // namespace lazyrt::cli

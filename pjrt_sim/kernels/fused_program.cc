@@ -1,8 +1,10 @@
 #include "pjrt_sim/kernels/fused_program.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 
+#include "absl/container/inlined_vector.h"
 #include "absl/strings/str_cat.h"
 #include "pjrt_sim/element_ops.h"
 #include "pjrt_sim/hlo.h"
@@ -61,21 +63,47 @@ void Unravel(int64_t p, std::span<const int64_t> dims, int64_t* coords) {
   }
 }
 
+// Whether arrays of `type` hold exactly the compute type T (no conversion on load).
+template <typename T>
+bool Native(PrimitiveType type) {
+  switch (type) {
+    case PrimitiveType::kF32: return std::is_same_v<T, float>;
+    case PrimitiveType::kF64: return std::is_same_v<T, double>;
+    case PrimitiveType::kS32: return std::is_same_v<T, int32_t>;
+    case PrimitiveType::kS64: return std::is_same_v<T, int64_t>;
+    case PrimitiveType::kPred: return std::is_same_v<T, uint8_t>;
+    default: return false;
+  }
+}
+
+// Copies `run` elements at `index`, `index + stride`, ... into `out`.
+template <typename T>
+void LoadRun(const void* base, PrimitiveType type, int64_t index, int64_t stride, int64_t run, T* out) {
+  if (Native<T>(type)) {
+    const T* src = static_cast<const T*>(base) + index;
+    if (stride == 1) {
+      std::copy_n(src, run, out);
+    } else if (stride == 0) {
+      std::fill_n(out, run, *src);
+    } else {
+      for (int64_t j = 0; j < run; ++j) out[j] = src[j * stride];
+    }
+    return;
+  }
+  for (int64_t j = 0; j < run; ++j) out[j] = LoadAs<T>(base, type, index + j * stride);
+}
+
 template <typename T>
 void RunLoad(const Step& s, std::span<const int64_t> dims, const void* base, int64_t begin, int64_t n, T* out) {
   if (s.access == Step::Access::kScalar) {
     std::fill_n(out, n, LoadAs<T>(base, s.type, s.offset));
     return;
   }
-  if (s.access == Step::Access::kContiguous && s.type == PrimitiveType::kF32 && std::is_same_v<T, float>) {
-    std::memcpy(out, static_cast<const float*>(base) + s.offset + begin, static_cast<size_t>(n) * sizeof(float));
-    return;
-  }
   if (s.access == Step::Access::kContiguous) {
-    for (int64_t i = 0; i < n; ++i) out[i] = LoadAs<T>(base, s.type, s.offset + begin + i);
+    LoadRun<T>(base, s.type, s.offset + begin, 1, n, out);
     return;
   }
-  // Strided: walk the coordinates of the block like an odometer.
+  // Strided: walk the coordinates of the block like an odometer, a run of the innermost dim at a time.
   const size_t rank = dims.size();
   int64_t coords[16];
   Unravel(begin, dims, coords);
@@ -85,7 +113,7 @@ void RunLoad(const Step& s, std::span<const int64_t> dims, const void* base, int
   int64_t i = 0;
   while (i < n) {
     const int64_t run = std::min(n - i, inner_dim - coords[rank - 1]);
-    for (int64_t j = 0; j < run; ++j) out[i + j] = LoadAs<T>(base, s.type, index + j * inner_stride);
+    LoadRun<T>(base, s.type, index, inner_stride, run, out + i);
     i += run;
     index += run * inner_stride;
     coords[rank - 1] += run;
@@ -113,21 +141,27 @@ void RunGenerator(const Step& s, std::span<const int64_t> dims, uint64_t seed, i
       for (size_t d = static_cast<size_t>(s.axis) + 1; d < dims.size(); ++d) inner *= dims[d];
       const int64_t size = dims[static_cast<size_t>(s.axis)];
       for (int64_t i = 0; i < n; ++i) {
-        out[i] = static_cast<T>(s.start + s.step * (((begin + i) / inner) % size));
+        // Wrapping (unsigned) arithmetic: start and step come from the executable and may be anything.
+        const uint64_t coord = static_cast<uint64_t>(((begin + i) / inner) % size);
+        out[i] = static_cast<T>(static_cast<int64_t>(static_cast<uint64_t>(s.start) + static_cast<uint64_t>(s.step) * coord));
       }
       return;
     }
-    case proto::RNG_UNIFORM:
+    case proto::RNG_UNIFORM: {
+      // As many random bits as the stored type's significand holds (24 f32, 8 bf16, 11 f16, 53 f64):
+      // exactly representable, so rounding to the type can never reach 1.
+      const int kept = s.type == PrimitiveType::kBF16 ? 8 : (s.type == PrimitiveType::kF16 ? 11 : 24);
+      const float scale = std::ldexp(1.0f, -kept);
       for (int64_t i = 0; i < n; ++i) {
         const uint64_t bits = RandomBits(seed, s.stream, static_cast<uint64_t>(begin + i));
-        // 24 (f32) or 53 (f64) random bits: exactly representable and strictly below 1.
         if constexpr (std::is_same_v<T, float>) {
-          out[i] = static_cast<float>(bits >> 40) * 0x1.0p-24f;
+          out[i] = static_cast<float>(bits >> (64 - kept)) * scale;
         } else {
           out[i] = static_cast<T>(UniformFromBits(bits));
         }
       }
       return;
+    }
     case proto::RNG_NORMAL:
       for (int64_t i = 0; i < n; ++i) out[i] = static_cast<T>(RandomNormal(seed, s.stream, static_cast<uint64_t>(begin + i)));
       return;
@@ -204,6 +238,9 @@ absl::StatusOr<FusedProgram> FusedProgram::Build(const google::protobuf::Repeate
   const size_t rank = space.dims.size();
   if (steps.empty()) return absl::InvalidArgumentError("empty fused program");
   if (rank > 16) return absl::InvalidArgumentError("iteration space of rank > 16");
+  for (int64_t d : space.dims) {
+    if (d < 0) return absl::InvalidArgumentError("iteration space with a negative dimension");
+  }
   std::vector<int64_t> row_major(rank, 1);
   for (size_t d = rank; d-- > 1;) row_major[d - 1] = row_major[d] * space.dims[d];
 
@@ -225,13 +262,17 @@ absl::StatusOr<FusedProgram> FusedProgram::Build(const google::protobuf::Repeate
       s.offset = p.offset();
       s.strides.assign(p.strides().begin(), p.strides().end());
       // Bounds: the smallest and largest index reached over the whole space must be inside the input.
+      // Overflow-checked: huge strides must not wrap around to an index that looks in range.
       if (space.numel() > 0) {
         int64_t lo = s.offset, hi = s.offset;
+        bool overflow = false;
         for (size_t d = 0; d < rank; ++d) {
-          const int64_t reach = s.strides[d] * (space.dims[d] - 1);
-          (reach < 0 ? lo : hi) += reach;
+          int64_t reach = 0;
+          overflow = overflow || __builtin_mul_overflow(s.strides[d], space.dims[d] - 1, &reach);
+          int64_t& end = reach < 0 ? lo : hi;
+          overflow = overflow || __builtin_add_overflow(end, reach, &end);
         }
-        if (lo < 0 || hi >= in.numel()) return fail("load reaches outside its input");
+        if (overflow || lo < 0 || hi >= in.numel()) return fail("load reaches outside its input");
       }
       const bool scalar = std::all_of(s.strides.begin(), s.strides.end(), [](int64_t x) { return x == 0; });
       s.access = scalar ? Access::kScalar
@@ -296,16 +337,28 @@ absl::StatusOr<FusedProgram> FusedProgram::Build(const google::protobuf::Repeate
 const void* FusedProgram::Evaluate(std::span<const void* const> inputs, int64_t begin, int64_t n,
                                    void* scratch) const {
   auto reg = [scratch](size_t i) { return static_cast<char*>(scratch) + i * kBlock * 8; };
+  // Where each step's values are: its register, or (for a contiguous load needing no conversion) the
+  // input itself, read in place rather than copied.
+  absl::InlinedVector<const void*, 64> values(steps_.size());
+  auto at = [&values](int32_t step) { return values[static_cast<size_t>(step)]; };
   uint64_t seed = 0;
   for (size_t i = 0; i < steps_.size(); ++i) {
     const Step& s = steps_[i];
     void* out = reg(i);
+    values[i] = out;
     const ComputeType ct = ComputeTypeOf(s.type);
     // A bf16/f16 result is rounded to its type at once, exactly as if it had been stored and loaded:
     // fused and unfused programs give identical bits.
     const bool round16 = !s.load && (s.type == PrimitiveType::kBF16 || s.type == PrimitiveType::kF16);
     if (s.load) {
-      Dispatch(ct, [&]<typename T>() { RunLoad<T>(s, space_dims_, inputs[static_cast<size_t>(s.input)], begin, n, static_cast<T*>(out)); });
+      const void* input = inputs[static_cast<size_t>(s.input)];
+      Dispatch(ct, [&]<typename T>() {
+        if (s.access == Access::kContiguous && Native<T>(s.type)) {
+          values[i] = static_cast<const T*>(input) + s.offset + begin;
+        } else {
+          RunLoad<T>(s, space_dims_, input, begin, n, static_cast<T*>(out));
+        }
+      });
       continue;
     }
     switch (s.opcode) {
@@ -314,35 +367,35 @@ const void* FusedProgram::Evaluate(std::span<const void* const> inputs, int64_t 
       case proto::RNG_UNIFORM:
       case proto::RNG_NORMAL:
         if (s.opcode == proto::RNG_UNIFORM || s.opcode == proto::RNG_NORMAL) {
-          seed = static_cast<uint64_t>(*reinterpret_cast<const int64_t*>(reg(static_cast<size_t>(s.args[0]))));
+          seed = static_cast<uint64_t>(*reinterpret_cast<const int64_t*>(at(s.args[0])));
         }
         Dispatch(ct, [&]<typename T>() { RunGenerator<T>(s, space_dims_, seed, begin, n, static_cast<T*>(out)); });
         break;
       case proto::CONVERT:
-        Dispatch(ct, [&]<typename T>() { RunConvertFrom<T>(ComputeTypeOf(s.arg_type), reg(static_cast<size_t>(s.args[0])), n, static_cast<T*>(out)); });
+        Dispatch(ct, [&]<typename T>() { RunConvertFrom<T>(ComputeTypeOf(s.arg_type), at(s.args[0]), n, static_cast<T*>(out)); });
         break;
       case proto::COMPARE:
         Dispatch(ComputeTypeOf(s.arg_type), [&]<typename T>() {
-          RunCompare<T>(s.direction, reinterpret_cast<const T*>(reg(static_cast<size_t>(s.args[0]))),
-                        reinterpret_cast<const T*>(reg(static_cast<size_t>(s.args[1]))), n, static_cast<uint8_t*>(out));
+          RunCompare<T>(s.direction, reinterpret_cast<const T*>(at(s.args[0])),
+                        reinterpret_cast<const T*>(at(s.args[1])), n, static_cast<uint8_t*>(out));
         });
         break;
       case proto::SELECT:
         Dispatch(ct, [&]<typename T>() {
-          const uint8_t* c = reinterpret_cast<const uint8_t*>(reg(static_cast<size_t>(s.args[0])));
-          const T* a = reinterpret_cast<const T*>(reg(static_cast<size_t>(s.args[1])));
-          const T* b = reinterpret_cast<const T*>(reg(static_cast<size_t>(s.args[2])));
+          const uint8_t* c = reinterpret_cast<const uint8_t*>(at(s.args[0]));
+          const T* a = reinterpret_cast<const T*>(at(s.args[1]));
+          const T* b = reinterpret_cast<const T*>(at(s.args[2]));
           T* o = static_cast<T*>(out);
           for (int64_t k = 0; k < n; ++k) o[k] = c[k] ? a[k] : b[k];
         });
         break;
       default:
         if (IsUnary(s.opcode)) {
-          Dispatch(ct, [&]<typename T>() { RunUnary<T>(s.opcode, reinterpret_cast<const T*>(reg(static_cast<size_t>(s.args[0]))), n, static_cast<T*>(out)); });
+          Dispatch(ct, [&]<typename T>() { RunUnary<T>(s.opcode, reinterpret_cast<const T*>(at(s.args[0])), n, static_cast<T*>(out)); });
         } else {
           Dispatch(ct, [&]<typename T>() {
-            RunBinary<T>(s.opcode, reinterpret_cast<const T*>(reg(static_cast<size_t>(s.args[0]))),
-                         reinterpret_cast<const T*>(reg(static_cast<size_t>(s.args[1]))), n, static_cast<T*>(out));
+            RunBinary<T>(s.opcode, reinterpret_cast<const T*>(at(s.args[0])),
+                         reinterpret_cast<const T*>(at(s.args[1])), n, static_cast<T*>(out));
           });
         }
     }
@@ -353,7 +406,7 @@ const void* FusedProgram::Evaluate(std::span<const void* const> inputs, int64_t 
       }
     }
   }
-  return reg(steps_.size() - 1);
+  return values.back();
 }
 
 void StoreBlock(const void* block, ComputeType from, PrimitiveType to, void* dst, int64_t n) {

@@ -193,6 +193,9 @@ absl::StatusOr<std::shared_ptr<Executable>> Compile(const proto::Module& module,
       tuned = Autotune(exe, device);
       return static_cast<int64_t>(exe.autotune_size());
     });
+    // Probe buffers that do not fit beside what the device already holds cost only the tuning: the
+    // kernels as emitted are correct, so a graph that would run must not fail to compile for it.
+    if (absl::IsResourceExhausted(tuned)) tuned = absl::OkStatus();
     if (!tuned.ok()) return tuned;
   }
   exe.set_compile_ms(MsSince(start));

@@ -30,16 +30,17 @@ inline uint16_t FloatToBf16(float f) {
 inline float HalfToFloat(uint16_t h) { return static_cast<float>(std::bit_cast<_Float16>(h)); }
 inline uint16_t FloatToHalf(float f) { return std::bit_cast<uint16_t>(static_cast<_Float16>(f)); }
 
-// Float to integer, saturating; NaN becomes 0.
+// To pred: nonzero (and NaN) is true. Float to integer: saturating; NaN becomes 0.
 template <typename To, typename From>
 To SaturatingCast(From v) {
-  if constexpr (std::is_floating_point_v<From> && std::is_integral_v<To>) {
+  // Pred (uint8_t) is integral too, so it must be decided first: -2.5 and 0.5 are true, not 0.
+  if constexpr (std::is_same_v<To, uint8_t>) {
+    return v != From{0} ? 1 : 0;
+  } else if constexpr (std::is_floating_point_v<From> && std::is_integral_v<To>) {
     if (std::isnan(v)) return 0;
     if (v <= static_cast<From>(std::numeric_limits<To>::min())) return std::numeric_limits<To>::min();
     if (v >= static_cast<From>(std::numeric_limits<To>::max())) return std::numeric_limits<To>::max();
     return static_cast<To>(v);
-  } else if constexpr (std::is_same_v<To, uint8_t>) {  // to pred
-    return v != From{0} ? 1 : 0;
   } else {
     return static_cast<To>(v);
   }

@@ -192,11 +192,16 @@ class Emitter {
           step.set_value(inst.value);
           break;
         case proto::IOTA: {
-          const AxisMap& a = view[static_cast<size_t>(inst.axis)];
+          // A rank-0 iota has no axis to count along (the verifier allows axis 0): it is `start`.
+          const AxisMap a = static_cast<size_t>(inst.axis) < view.size() ? view[static_cast<size_t>(inst.axis)]
+                                                                         : AxisMap{-1, 0, 0};
           step.set_opcode(proto::IOTA);
           step.set_axis(a.src);
-          step.set_start(inst.start[0] + inst.stride[0] * a.offset);
-          step.set_step(inst.stride[0] * a.scale);
+          // Wrapping arithmetic, as the kernel's: the module's start and step are unbounded.
+          const auto wrap = [](uint64_t v) { return static_cast<int64_t>(v); };
+          step.set_start(wrap(static_cast<uint64_t>(inst.start[0]) +
+                              static_cast<uint64_t>(inst.stride[0]) * static_cast<uint64_t>(a.offset)));
+          step.set_step(wrap(static_cast<uint64_t>(inst.stride[0]) * static_cast<uint64_t>(a.scale)));
           break;
         }
         case proto::RNG_UNIFORM:
@@ -225,7 +230,9 @@ class Emitter {
         case proto::SLICE: {
           View v = view;
           for (size_t j = 0; j < v.size(); ++j) {
-            v[j] = {view[j].src, view[j].scale * inst.stride[j], inst.start[j] + inst.stride[j] * view[j].offset};
+            // Along a result dim of size <= 1 the stride never matters (and may be huge: x[::2^62]).
+            const int64_t stride = inst.shape.dims[j] <= 1 ? 1 : inst.stride[j];
+            v[j] = {view[j].src, view[j].scale * stride, inst.start[j] + stride * view[j].offset};
           }
           return Memo(b, key, Build(b, inst.operands[0], v, space_rank, false));
         }

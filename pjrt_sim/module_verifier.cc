@@ -129,6 +129,9 @@ class Verifier {
         return Fail(id, absl::StrCat("operands ", ShapeText(operand(0)), " and ", ShapeText(operand(1)),
                                      " do not match the result ", ShapeText(out)));
       }
+      const bool arithmetic = op == proto::ADD || op == proto::SUBTRACT || op == proto::MULTIPLY ||
+                              op == proto::DIVIDE || op == proto::POWER;
+      if (arithmetic && operand(0).type() == proto::PRED) return Fail(id, "arithmetic is not defined on pred");
       const bool to_pred = op == proto::COMPARE;
       if ((to_pred ? proto::PRED : operand(0).type()) != out.type()) return Fail(id, "wrong result type");
       if ((op == proto::AND || op == proto::OR) && out.type() != proto::PRED) return Fail(id, "needs pred");
@@ -190,7 +193,8 @@ class Verifier {
       }
       for (int i = 0; i < rank; ++i) {
         const int64_t s = inst.start(i), l = inst.limit(i), st = inst.stride(i);
-        if (st < 1 || s < 0 || l < s || l > in.dims(i) || (l - s + st - 1) / st != out.dims(i)) {
+        // ceil((l - s) / st), written so that a huge stride cannot overflow.
+        if (st < 1 || s < 0 || l < s || l > in.dims(i) || (l == s ? 0 : (l - s - 1) / st + 1) != out.dims(i)) {
           return Fail(id, absl::StrCat("slice of dimension ", i, " is out of range"));
         }
       }
@@ -242,6 +246,8 @@ class Verifier {
         dims = {inst.axis()};
       } else if (in.type() != out.type()) {
         return Fail(id, "operand and result types differ");
+      } else if (op == proto::REDUCE_SUM && in.type() == proto::PRED) {
+        return Fail(id, "a sum is not defined on pred (convert to an integer type first)");
       }
       for (size_t i = 0; i < dims.size(); ++i) {
         if (dims[i] < 0 || dims[i] >= in.dims_size() || (i > 0 && dims[i] <= dims[i - 1])) {

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <atomic>
+#include <bit>
+#include <cmath>
 #include <numeric>
 
 #include "absl/container/flat_hash_map.h"
@@ -93,8 +95,11 @@ int64_t EliminateCommonSubexpressions(HloModule& module) {
     HloInst& inst = module.insts[i];
     for (int64_t& op : inst.operands) op = forward[static_cast<size_t>(op)];
     if (inst.opcode == proto::PARAMETER) continue;
+    // The value by its bits: StrCat(double) keeps only 6 significant digits, which would merge
+    // constants 1 and 1.0000001.
     const std::string key = absl::StrCat(
-        inst.opcode, "|", absl::StrJoin(inst.operands, ","), "|", inst.shape.ToString(), "|", inst.value, "|",
+        inst.opcode, "|", absl::StrJoin(inst.operands, ","), "|", inst.shape.ToString(), "|",
+        std::bit_cast<uint64_t>(inst.value), "|",
         absl::StrJoin(inst.dims, ","), "|", absl::StrJoin(inst.start, ","), "|", absl::StrJoin(inst.limit, ","),
         "|", absl::StrJoin(inst.stride, ","), "|", inst.axis, "|", inst.direction, "|", inst.stream, "|",
         inst.transpose_lhs, inst.transpose_rhs);
@@ -215,8 +220,10 @@ int64_t FoldConstants(HloModule& module) {
     if (!all_splat || (inst.opcode == proto::REDUCE_MAX && module.insts[static_cast<size_t>(inst.operands[0])].shape.numel() == 0)) {
       continue;
     }
-    auto arg = [&](size_t k) { return module.insts[static_cast<size_t>(inst.operands[k])].value; };
     auto arg_type = [&](size_t k) { return module.insts[static_cast<size_t>(inst.operands[k])].shape.type; };
+    // An operand as a kernel would load it: a module constant's value need not be representable in its
+    // type (0.1 as f32 or bf16, 2 as pred, 3e9 as s32), and the kernel rounds it first.
+    auto arg = [&](size_t k) { return RoundTo(arg_type(k), module.insts[static_cast<size_t>(inst.operands[k])].value); };
     double value;
     if (IsUnary(inst.opcode) && inst.opcode != proto::CONVERT) {
       value = WithComputeType(inst.shape.type, [&]<typename T>() {
@@ -240,6 +247,9 @@ int64_t FoldConstants(HloModule& module) {
     } else {
       continue;  // sums of splats, dots, gathers...: left to the kernels
     }
+    // A constant holds a double: an s64 result of magnitude 2^53 or more may have lost its low bits
+    // already, so leave it to the kernel.
+    if (inst.shape.type == PrimitiveType::kS64 && std::fabs(value) >= 0x1p53) continue;
     inst.opcode = proto::CONSTANT;
     inst.value = RoundTo(inst.shape.type, value);
     inst.operands.clear();

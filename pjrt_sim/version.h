@@ -6,6 +6,6 @@
 
 namespace lazyrt::pjrt {
 
-inline constexpr absl::string_view kCompilerVersion = "lazyrt-sim-compiler/1";
+inline constexpr absl::string_view kCompilerVersion = "lazyrt-sim-compiler/2";
 
 }  // namespace lazyrt::pjrt

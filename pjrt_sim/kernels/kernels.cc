@@ -17,6 +17,16 @@ namespace lazyrt::pjrt {
 namespace {
 
 constexpr int64_t kBlock = FusedProgram::kBlock;
+constexpr int64_t kMaxElements = int64_t{1} << 40;  // as the module verifier allows
+
+// Whether `count` operands of `size` elements, `stride` apart, fit in `available` elements; no
+// product may overflow (a wrapped product could look small).
+bool BatchFits(int64_t count, int64_t stride, int64_t size, int64_t available) {
+  if (count == 0) return true;
+  int64_t last = 0;
+  return !__builtin_mul_overflow(count - 1, stride, &last) && !__builtin_add_overflow(last, size, &last) &&
+         last <= available;
+}
 
 // Per-thread scratch for fused programs: grown once, then reused by every kernel on that thread.
 void* Scratch(size_t bytes) {
@@ -281,8 +291,17 @@ class ArgmaxKernel final : public Kernel {
       for (int64_t i = 0; i < split_.inner; ++i) {
         int64_t best = 0;
         double best_value = 0;
+        int64_t best_s64 = 0;
         for (int64_t a = 0; a < split_.size; ++a) {
           const int64_t idx = (o * split_.size + a) * split_.inner + i;
+          if (input_.type == PrimitiveType::kS64) {  // exactly: as doubles, 2^53 + 1 would tie with 2^53
+            const int64_t w = static_cast<const int64_t*>(inputs[0])[idx];
+            if (a == 0 || w > best_s64) {
+              best = a;
+              best_s64 = w;
+            }
+            continue;
+          }
           double v;
           switch (input_.type) {
             case PrimitiveType::kF32: v = static_cast<const float*>(inputs[0])[idx]; break;
@@ -290,7 +309,6 @@ class ArgmaxKernel final : public Kernel {
             case PrimitiveType::kBF16: v = Bf16ToFloat(static_cast<const uint16_t*>(inputs[0])[idx]); break;
             case PrimitiveType::kF16: v = HalfToFloat(static_cast<const uint16_t*>(inputs[0])[idx]); break;
             case PrimitiveType::kS32: v = static_cast<const int32_t*>(inputs[0])[idx]; break;
-            case PrimitiveType::kS64: v = static_cast<double>(static_cast<const int64_t*>(inputs[0])[idx]); break;
             default: v = static_cast<const uint8_t*>(inputs[0])[idx]; break;
           }
           // The first maximum wins; NaN counts as the maximum, as in PyTorch.
@@ -421,8 +439,13 @@ absl::StatusOr<std::unique_ptr<Kernel>> BuildKernel(const proto::Kernel& k, std:
       bool sorted = std::is_sorted(dims.begin(), dims.end()) &&
                     std::adjacent_find(dims.begin(), dims.end()) == dims.end() &&
                     (dims.empty() || (dims.front() >= 0 && dims.back() < static_cast<int64_t>(space.dims.size())));
-      if (absl::Status s = Expect(sorted && kept == output.dims && space.type == output.type &&
-                                      space.dims.size() <= 16 &&
+      // The iteration space is not a slot's (already checked) shape: check its dims here.
+      bool space_ok = space.dims.size() <= 16;
+      int64_t elements = 1;
+      for (int64_t d : space.dims) {
+        space_ok = space_ok && d >= 0 && !__builtin_mul_overflow(elements, d, &elements) && elements <= kMaxElements;
+      }
+      if (absl::Status s = Expect(sorted && kept == output.dims && space.type == output.type && space_ok &&
                                       (k.reduce_op() == proto::REDUCE_SUM || k.reduce_op() == proto::REDUCE_MAX),
                                   k, "bad reduction");
           !s.ok()) {
@@ -435,13 +458,14 @@ absl::StatusOr<std::unique_ptr<Kernel>> BuildKernel(const proto::Kernel& k, std:
                                             k.grain());
     }
     case proto::Kernel::DOT: {
+      int64_t products = 0;
       const bool shapes_ok =
           inputs.size() == 2 && k.m() >= 0 && k.n() >= 0 && k.k() >= 0 && k.batch() >= 0 &&
           k.m() < (1 << 30) && k.n() < (1 << 30) && k.k() < (1 << 30) && inputs[0].type == output.type &&
-          inputs[1].type == output.type && output.numel() == k.batch() * k.m() * k.n() &&
-          k.lhs_batch_stride() >= 0 && k.rhs_batch_stride() >= 0 &&
-          (k.batch() == 0 || (k.batch() - 1) * k.lhs_batch_stride() + k.m() * k.k() <= inputs[0].numel()) &&
-          (k.batch() == 0 || (k.batch() - 1) * k.rhs_batch_stride() + k.k() * k.n() <= inputs[1].numel()) &&
+          inputs[1].type == output.type && !__builtin_mul_overflow(k.batch(), k.m() * k.n(), &products) &&
+          output.numel() == products && k.lhs_batch_stride() >= 0 && k.rhs_batch_stride() >= 0 &&
+          BatchFits(k.batch(), k.lhs_batch_stride(), k.m() * k.k(), inputs[0].numel()) &&
+          BatchFits(k.batch(), k.rhs_batch_stride(), k.k() * k.n(), inputs[1].numel()) &&
           (k.variant() == 0 || k.variant() == 1);
       if (absl::Status s = Expect(shapes_ok, k, "operands do not fit the product"); !s.ok()) return s;
       if (output.type == PrimitiveType::kF32 || output.type == PrimitiveType::kF64) {

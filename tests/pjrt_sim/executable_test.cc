@@ -3,6 +3,7 @@
 #include "pjrt_sim/executable.h"
 
 #include <gmock/gmock.h>
+#include <google/protobuf/stubs/logging.h>
 #include <google/protobuf/util/message_differencer.h>
 #include <gtest/gtest.h>
 
@@ -207,6 +208,7 @@ TEST_F(ExecutableTest, BitFlipsNeverCrash) {
   small.clear_pass_timings();  // fewer bytes that cannot matter
   const std::string bytes = Frame(small.SerializeAsString());
   std::unique_ptr<Client> tiny = testing::MakeClient(int64_t{1} << 20);  // bounds huge allocations
+  const google::protobuf::LogSilencer quiet;  // flipped bits in strings make protobuf log invalid UTF-8
   int loaded = 0, rejected = 0;
   for (size_t bit = 0; bit < bytes.size() * 8; ++bit) {
     std::string flipped = bytes;
@@ -268,6 +270,10 @@ TEST_F(ExecutableTest, RejectsSlotOutsideTheArena) {
     EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument) << offset;
     EXPECT_THAT(Message(st), HasSubstr(absl::StrCat("slot ", s, ": outside the arena"))) << offset;
   }
+  proto::Executable misaligned = good;
+  misaligned.mutable_slots(s)->set_offset(good.slots(s).offset() + 4);
+  misaligned.set_arena_bytes(good.arena_bytes() + 64);
+  EXPECT_THAT(Message(LoadBothWays(misaligned)), HasSubstr("misaligned arena offset"));
   int64_t end = 0;  // where the last arena slot ends
   for (const proto::Slot& slot : good.slots()) {
     if (slot.kind() == proto::Slot::ARENA) end = std::max(end, slot.offset() + FromProto(slot.shape()).byte_size());

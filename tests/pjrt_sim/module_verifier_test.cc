@@ -260,6 +260,10 @@ TEST(ModuleVerifier, RejectsSliceOutOfRange) {
   ExpectRejected(slice({0, 0}, {5, 6}, {1, 0}, {5, 6}).module(), {"%1 slice", "dimension 1"});
   ExpectRejected(slice({0, 0}, {5, 6}, {2, 1}, {3, 5}).module(), {"%1 slice", "dimension 1"});
   ExpectRejected(slice({0}, {5}, {1}, {5, 6}).module(), {"%1 slice", "a start, limit and stride per dimension"});
+  // A stride past the end is legal (x[1::huge] is one element), and must not overflow the check.
+  constexpr int64_t kMax = std::numeric_limits<int64_t>::max();
+  EXPECT_TRUE(VerifyModule(slice({1, 0}, {5, 6}, {kMax, kMax}, {1, 1}).module()).ok());
+  ExpectRejected(slice({1, 0}, {5, 6}, {kMax, kMax}, {2, 1}).module(), {"%1 slice", "dimension 0"});
 }
 
 TEST(ModuleVerifier, RejectsDotContractionMismatch) {
@@ -505,6 +509,17 @@ TEST(ModuleVerifier, CompileReportsTheVerifierError) {
   ASSERT_FALSE(exe.ok());
   EXPECT_EQ(exe.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(std::string(exe.status().message()), HasSubstr("%2 add"));
+}
+
+TEST(ModuleVerifier, RejectsArithmeticOnPred) {
+  ModuleBuilder add;
+  const int64_t p = add.Parameter(0, proto::PRED, {4});
+  add.Output(add.Binary(proto::ADD, p, p));
+  ExpectRejected(add.module(), {"add", "pred"});
+  ModuleBuilder total;
+  const int64_t q = total.Parameter(0, proto::PRED, {4});
+  total.Output(total.Reduce(proto::REDUCE_SUM, q, {0}));
+  ExpectRejected(total.module(), {"reduce_sum", "pred"});
 }
 
 }  // namespace

@@ -114,7 +114,7 @@ class ModuleBuilder {
   }
   int64_t Slice(int64_t x, const Dims& start, const Dims& limit, const Dims& stride) {
     Dims out;
-    for (size_t d = 0; d < start.size(); ++d) out.push_back((limit[d] - start[d] + stride[d] - 1) / stride[d]);
+    for (size_t d = 0; d < start.size(); ++d) out.push_back(limit[d] == start[d] ? 0 : (limit[d] - start[d] - 1) / stride[d] + 1);
     return Op(proto::SLICE, {x}, type(x), out, [&](proto::Instruction& i) {
       for (size_t d = 0; d < start.size(); ++d) {
         i.add_start(start[d]);

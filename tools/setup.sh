@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs what lazyrt needs on a fresh Debian machine (bookworm). Idempotent: packages already
 # present are skipped, so a warm machine pays only for the dpkg query.
-#   tools/setup.sh           build, tests and examples (and clang for the fuzzers and ThreadSanitizer)
+#   tools/setup.sh           build, tests and examples (and clang 16 with libFuzzer for the fuzzers)
 #   tools/setup.sh --bench   also the peers of the comparison benchmarks (PyTorch, libtorch)
 set -euo pipefail
 
@@ -11,7 +11,7 @@ packages=(
   libxxhash-dev libzstd-dev nlohmann-json3-dev zlib1g-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   libopenblas-dev
-  clang-14 libclang-rt-14-dev
+  clang-16 libclang-rt-16-dev
   dataset-fashion-mnist
 )
 if [ "${1:-}" = "--bench" ]; then

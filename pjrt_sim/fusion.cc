@@ -26,7 +26,6 @@ bool ReadsMaterializedOperands(Opcode op) {
 // coord = offset + scale * point[src] (src < 0: constant offset).
 struct AxisMap {
   int64_t src, scale, offset;
-  friend bool operator==(const AxisMap&, const AxisMap&) = default;
 };
 using View = std::vector<AxisMap>;
 

@@ -25,7 +25,6 @@ namespace {
 
 using Step = FusedProgram::CompiledStep;
 using Access = Step::Access;
-constexpr int64_t kBlock = FusedProgram::kBlock;
 
 // Calls f.template operator()<T>() with T the C++ type of compute type `t`.
 template <typename F>

@@ -14,6 +14,7 @@
 #include <cstring>
 #include <string>
 
+#include <google/protobuf/stubs/logging.h>
 #include <google/protobuf/util/field_comparator.h>
 #include <google/protobuf/util/message_differencer.h>
 
@@ -34,6 +35,11 @@ constexpr size_t kFrameBytes = 8 + 4 + 8;
 // Executables are run only below this estimated cost (elements and bytes touched).
 constexpr int64_t kMaxRunCost = int64_t{1} << 22;
 
+FuzzStats& Stats() {
+  static FuzzStats* stats = new FuzzStats(kName, {"parsed", "loaded", "ran", "ran without error"});
+  return *stats;
+}
+
 std::string Frame(const std::string& body) {
   std::string out(kFrameBytes, '\0');
   std::memcpy(out.data(), kMagic, 8);
@@ -45,8 +51,10 @@ std::string Frame(const std::string& body) {
 }
 
 void LoadAndRun(const pjrt::proto::Executable& proto) {
+  Stats().Count(0);
   absl::StatusOr<std::shared_ptr<pjrt::Executable>> loaded = pjrt::Executable::Load(proto);
   if (!loaded.ok()) return;
+  Stats().Count(1);
   // A loaded executable round-trips.
   const std::string bytes = (*loaded)->Serialize();
   absl::StatusOr<pjrt::proto::Executable> reparsed = pjrt::Executable::Parse(bytes);
@@ -63,12 +71,19 @@ void LoadAndRun(const pjrt::proto::Executable& proto) {
   }
   if (EstimatedCost(proto, kMaxRunCost) >= kMaxRunCost) return;
   // Errors (out of memory, an index out of range in the data) are fine; crashes are not.
-  RunWithFill(**loaded, 0x00).IgnoreError();
+  if (RunWithFill(**loaded, 0x00).ok()) Stats().Count(3);
   RunWithFill(**loaded, 0xff).IgnoreError();
+  Stats().Count(2);
 }
 
 }  // namespace
 }  // namespace lazyrt::fuzz
+
+extern "C" int LLVMFuzzerInitialize(int*, char***) {
+  // Mutated strings are often invalid UTF-8, which protobuf logs on every parse: noise, not news.
+  google::protobuf::SetLogHandler(nullptr);
+  return 0;
+}
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using namespace lazyrt;

@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -22,6 +23,31 @@ namespace lazyrt::fuzz {
   std::fprintf(stderr, "%s: property violated: %s\n", fuzzer, what.c_str());
   std::abort();
 }
+
+// How far the inputs of a run got, printed at exit ("<fuzzer> reached: parsed 100, verified 40, ...")
+// so that a run that never gets past the first check shows it.
+class FuzzStats {
+ public:
+  FuzzStats(const char* fuzzer, std::vector<std::string> stages)
+      : fuzzer_(fuzzer), stages_(std::move(stages)), counts_(stages_.size(), 0) {
+    static FuzzStats* self = this;
+    std::atexit([] { self->Print(); });
+  }
+  void Count(size_t stage) { ++counts_[stage]; }
+
+ private:
+  void Print() const {
+    std::string line = std::string(fuzzer_) + " reached:";
+    for (size_t i = 0; i < stages_.size(); ++i) {
+      line += (i == 0 ? " " : ", ") + stages_[i] + " " + std::to_string(counts_[i]);
+    }
+    std::fprintf(stderr, "%s\n", line.c_str());
+  }
+
+  const char* fuzzer_;
+  std::vector<std::string> stages_;
+  std::vector<int64_t> counts_;
+};
 
 // One device with little memory: an allocation a crafted program asks for beyond it fails cleanly.
 inline pjrt::Client& SmallClient() {

@@ -11,6 +11,8 @@
 #include <cstring>
 #include <string>
 
+#include <google/protobuf/stubs/logging.h>
+
 #include "absl/status/statusor.h"
 #include "pjrt_sim/compiler.h"
 #include "pjrt_sim/executable.h"
@@ -51,6 +53,11 @@ int64_t ModuleCost(const pjrt::proto::Module& module) {
   return cost;
 }
 
+FuzzStats& Stats() {
+  static FuzzStats* stats = new FuzzStats(kName, {"parsed", "verified", "compiled", "ran without error"});
+  return *stats;
+}
+
 std::string Describe(const absl::StatusOr<std::vector<std::string>>& r) {
   return r.ok() ? "ok" : std::string(r.status().message());
 }
@@ -60,6 +67,7 @@ void CompileAndRun(const pjrt::proto::Module& module) {
   absl::StatusOr<std::shared_ptr<pjrt::Executable>> compiled =
       pjrt::Compile(module, pjrt::CompileOptions{.autotune = false}, device);
   if (!compiled.ok()) return;
+  Stats().Count(2);
   absl::StatusOr<std::shared_ptr<pjrt::Executable>> reloaded =
       SmallClient().LoadSerializedExecutable((*compiled)->Serialize());
   if (!reloaded.ok()) {
@@ -68,6 +76,7 @@ void CompileAndRun(const pjrt::proto::Module& module) {
   for (unsigned char fill : {0x00, 0xff}) {
     absl::StatusOr<std::vector<std::string>> first = RunWithFill(**compiled, fill);
     absl::StatusOr<std::vector<std::string>> second = RunWithFill(**reloaded, fill);
+    if (first.ok()) Stats().Count(3);
     if (first.ok() != second.ok() || (first.ok() && *first != *second)) {
       Violation(kName, "the compiled and the reloaded executable differ: " + Describe(first) + " vs " + Describe(second));
     }
@@ -77,11 +86,19 @@ void CompileAndRun(const pjrt::proto::Module& module) {
 }  // namespace
 }  // namespace lazyrt::fuzz
 
+extern "C" int LLVMFuzzerInitialize(int*, char***) {
+  // Mutated strings are often invalid UTF-8, which protobuf logs on every parse: noise, not news.
+  google::protobuf::SetLogHandler(nullptr);
+  return 0;
+}
+
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using namespace lazyrt;
   pjrt::proto::Module module;
   if (!module.ParseFromArray(data, static_cast<int>(size))) return 0;
+  fuzz::Stats().Count(0);
   if (!pjrt::VerifyModule(module).ok()) return 0;
+  fuzz::Stats().Count(1);
   if (module.instructions_size() > fuzz::kMaxInstructions || fuzz::ModuleCost(module) >= fuzz::kMaxCost) return 0;
   fuzz::CompileAndRun(module);
   return 0;

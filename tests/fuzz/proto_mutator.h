@@ -94,16 +94,20 @@ class ProtoMutator {
     }
   }
 
+  // Wrapping arithmetic (through uint64_t): the mutator itself must not overflow.
+  static int64_t Wrap(uint64_t v) { return static_cast<int64_t>(v); }
+
   int64_t NewInt(int64_t old) {
+    const uint64_t u = static_cast<uint64_t>(old);
     switch (Below(10)) {
-      case 0: return old + 1;
-      case 1: return old - 1;
+      case 0: return Wrap(u + 1);
+      case 1: return Wrap(u - 1);
       case 2: return 0;
       case 3: return -1;
       case 4: return std::numeric_limits<int64_t>::max() - static_cast<int64_t>(Below(2));
       case 5: return std::numeric_limits<int64_t>::min() + static_cast<int64_t>(Below(2));
       case 6: return int64_t{1} << Below(63);
-      case 7: return old * 2 + static_cast<int64_t>(Below(2));
+      case 7: return Wrap(u * 2 + Below(2));
       case 8: return ints_.empty() ? old : ints_[Below(ints_.size())];
       default: return static_cast<int64_t>(Below(64)) - 8;
     }
@@ -117,7 +121,7 @@ class ProtoMutator {
       case 3: return std::numeric_limits<double>::infinity();
       case 4: return -std::numeric_limits<double>::infinity();
       case 5: return 1e300;
-      default: return old * 2 + 1;
+      default: return old * 2 + 1;  // doubles overflow to infinity, which is defined
     }
   }
 

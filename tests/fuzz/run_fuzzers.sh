@@ -1,18 +1,36 @@
 #!/usr/bin/env bash
-# Builds the fuzz targets with clang 14 (libFuzzer, AddressSanitizer, UndefinedBehaviorSanitizer, the
+# Builds the fuzz targets with clang (libFuzzer, AddressSanitizer, UndefinedBehaviorSanitizer, the
 # whole project instrumented) in build-fuzz/, makes the seed corpora, replays every saved regression
 # input and fuzzes each target for FUZZ_SECONDS (default 60). Exits non-zero on any crash; the
 # crashing inputs are copied to tests/fuzz/regressions/<target>/ to be committed with the fix.
 #   FUZZ_SECONDS=600 tests/fuzz/run_fuzzers.sh
-#   FUZZ_BUILD_DIR=/tmp/build-fuzz FUZZ_JOBS=2 tests/fuzz/run_fuzzers.sh
-# Needs clang-14 and libclang-rt-14-dev besides what tools/setup.sh installs.
+#   FUZZ_BUILD_DIR=/tmp/build-fuzz FUZZ_JOBS=2 FUZZ_CXX=clang++-16 tests/fuzz/run_fuzzers.sh
+# Needs clang-16 and libclang-rt-16-dev (Debian 12) besides what tools/setup.sh installs. Clang 14
+# cannot compile lazyrt: libstdc++ 12's <source_location> needs __builtin_source_location and x86
+# _Float16 needs clang 15; Debian 12 ships libFuzzer for clang 16 but not for 15.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 seconds=${FUZZ_SECONDS:-60}
 build=${FUZZ_BUILD_DIR:-build-fuzz}
 targets=(cache_entry_fuzzer executable_loader_fuzzer module_verifier_fuzzer)
+cxx=${FUZZ_CXX:-}
+if [ -z "$cxx" ]; then
+  for version in 19 18 17 16 15 14; do
+    if command -v "clang++-$version" > /dev/null; then cxx=clang++-$version; break; fi
+  done
+fi
+if [ -z "$cxx" ]; then
+  echo "run_fuzzers: no clang++ found; install clang-16 libclang-rt-16-dev" >&2
+  exit 1
+fi
+cc=${cxx/clang++/clang}
+unset LAZYRT_SANITIZE  # a build switch of tools/run_tests.sh; the runtime refuses unknown LAZYRT_*
 
-cmake -S . -B "$build" -G Ninja -DCMAKE_C_COMPILER=clang-14 -DCMAKE_CXX_COMPILER=clang++-14 \
+if [ -f "$build/CMakeCache.txt" ] && ! grep -q "^CMAKE_CXX_COMPILER:[A-Z]*=.*$cxx\$" "$build/CMakeCache.txt"; then
+  echo "run_fuzzers: $build was configured with another compiler; starting it afresh"
+  rm -rf "$build"
+fi
+cmake -S . -B "$build" -G Ninja -DCMAKE_C_COMPILER="$cc" -DCMAKE_CXX_COMPILER="$cxx" \
   -DCMAKE_BUILD_TYPE=RelWithDebInfo -DLAZYRT_SANITIZE=ON -DCMAKE_CXX_FLAGS=-fsanitize=fuzzer-no-link \
   -DLAZYRT_BUILD_BENCHMARKS=OFF -DLAZYRT_FUZZ_SECONDS="$seconds"
 if ! ninja -C "$build" -t targets all | grep -q '^cache_entry_fuzzer:'; then
@@ -22,7 +40,9 @@ fi
 ninja -C "$build" -j"${FUZZ_JOBS:-1}" train_mlp seed_corpus_tool "${targets[@]}"
 
 status=0
+rm -rf "$build/tests/fuzz/artifacts"  # only this run's failing inputs are news
 ctest --test-dir "$build" -L fuzz --output-on-failure || status=$?
+grep -h "regression input\|executions\|reached:" "$build/Testing/Temporary/LastTest.log" | sed 's/^-- /run_fuzzers: /' || true
 for target in "${targets[@]}"; do
   for input in "$build/tests/fuzz/artifacts/$target"/*; do
     [ -f "$input" ] || continue

@@ -51,7 +51,6 @@
 #include "cache/layout.h"
 #include "cache/store.h"
 #include "pjrt_sim/executable.h"
-#include "pjrt_sim/version.h"
 
 namespace lazyrt::cache {
 namespace {
@@ -97,6 +96,7 @@ std::string MakePayload(const std::string& key, uint64_t number, size_t size, st
     // a while to write.
     for (int i = 0; i < 8; ++i) payload.push_back(static_cast<char>((r >> (8 * i)) & (i < 4 ? 0xff : 0x0f)));
   }
+  payload.resize(size);
   const uint64_t sum = XXH3_64bits(payload.data(), payload.size());
   payload.append(reinterpret_cast<const char*>(&sum), 8);
   return payload;
@@ -175,6 +175,7 @@ int64_t Check(const std::string& dir, bool quiet = false) {
 }
 
 int SigkillRounds(const std::string& dir, int rounds, uint64_t seed) {
+  std::filesystem::remove_all(dir);
   std::filesystem::create_directories(dir);
   std::mt19937_64 rng(seed);
   int mid_write = 0, entries_seen = 0, stale_cleanups = 0;
@@ -229,10 +230,8 @@ int SigkillRounds(const std::string& dir, int rounds, uint64_t seed) {
 
 // ---- Damage to the runtime's entries ---------------------------------------------------------------
 
-std::string RuntimeProducerVersion() {
-  // As lazy/graph_executor.cc writes it.
-  return absl::StrCat(pjrt::kCompilerVersion, "; executable format ", pjrt::Executable::kFormatVersion);
-}
+// The producer version the runtime's entries carry.
+std::string RuntimeProducerVersion() { return pjrt::Executable::ProducerVersion(); }
 
 struct Damage {
   std::string name;

@@ -3,6 +3,8 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "google/protobuf/io/coded_stream.h"
+#include "google/protobuf/io/zero_copy_stream_impl_lite.h"
 #include "pjrt_sim/device.h"
 #include "pjrt_sim/hlo.h"
 #include "pjrt_sim/version.h"
@@ -56,7 +58,15 @@ std::string Executable::ProducerVersion() {
 }
 
 std::string Executable::Serialize() const {
-  std::string body = proto_.SerializeAsString();
+  // Deterministic, so that one executable always has the same bytes: protobuf otherwise writes map
+  // entries (the op histogram) in an order seeded per process.
+  std::string body;
+  {
+    google::protobuf::io::StringOutputStream stream(&body);
+    google::protobuf::io::CodedOutputStream coded(&stream);
+    coded.SetSerializationDeterministic(true);
+    proto_.SerializeToCodedStream(&coded);
+  }
   std::string out(kHeaderBytes, '\0');
   std::memcpy(out.data(), kMagic, 8);
   const uint32_t version = kFormatVersion;
@@ -222,7 +232,7 @@ absl::StatusOr<std::vector<std::shared_ptr<Buffer>>> Executable::Execute(
   for (const auto& r : results) done.push_back(r->ready());
   device->stream().Enqueue([self = shared_from_this(), arg_memory = std::move(arg_memory),
                             arg_ready = std::move(arg_ready), arena_memory, out_memory,
-                            done = std::move(done)]() {
+                            done = std::move(done)]() mutable {
     absl::Status status;
     for (const auto& ready : arg_ready) {
       if (status = ready->Wait(); !status.ok()) break;
@@ -241,6 +251,11 @@ absl::StatusOr<std::vector<std::shared_ptr<Buffer>>> Executable::Execute(
         }
       }
     }
+    // Memory goes back to the device before anyone waiting learns the execution ended, so that once
+    // the results are read and dropped, bytes in use is back where it was.
+    arena_memory.reset();
+    arg_memory.clear();
+    out_memory.clear();
     for (const auto& event : done) event->Set(status);
   });
   return results;

@@ -112,7 +112,9 @@ TEST_F(ExecutableTest, SerializeLoadExecuteIsBitIdentical) {
     EXPECT_EQ((*a)[7].bytes, (*a)[0].bytes);
     EXPECT_EQ((*a)[8].bytes, args[0].bytes);
     EXPECT_EQ((*a)[5].bytes, (*a)[0].bytes);  // the reshape has the same bytes
-    // Serializing the loaded executable gives a loadable copy again.
+    // Serializing the loaded executable gives the same bytes (serialization is deterministic, map
+    // fields included), which load again.
+    EXPECT_EQ((*loaded)->Serialize(), bytes);
     absl::StatusOr<std::shared_ptr<Executable>> again = client_->LoadSerializedExecutable((*loaded)->Serialize());
     ASSERT_TRUE(again.ok()) << again.status();
   }

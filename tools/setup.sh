@@ -15,7 +15,7 @@ packages=(
   dataset-fashion-mnist
 )
 if [ "${1:-}" = "--bench" ]; then
-  packages+=(python3-torch libtorch-dev libeigen3-dev)
+  packages+=(python3-torch python3-numpy libtorch-dev libopenblas0-pthread libeigen3-dev)
 elif [ -n "${1:-}" ]; then
   echo "usage: tools/setup.sh [--bench]" >&2
   exit 2

@@ -1,0 +1,143 @@
+#!/usr/bin/env bash
+# The Fashion-MNIST MLP step (784-256-128-10, batch 128, AdamW lr 1e-3, cross-entropy) in lazyrt and its
+# peers, one after the other on the same data, batches and initial weights, then one table:
+#   lazyrt      build/benchmarks/peer_lazyrt_mlp (C++), and examples/train_mlp as a cross-check
+#   libtorch    build/benchmarks/peer_libtorch_mlp (C++ eager; built only where libtorch-dev is installed)
+#   pytorch     benchmarks/peers/torch_mlp.py --backend eager
+#   torch-ltc   benchmarks/peers/torch_mlp.py --backend lazy (Lazy Tensor Core, TorchScript backend)
+# A peer that is not installed is skipped with a message. Each peer runs --repeats times as separate
+# processes; the table shows the median of those runs.
+#
+#   benchmarks/peers/run_peers.sh [--build DIR] [--steps N] [--warmup N] [--threads N] [--repeats N]
+#                                 [--data DIR] [--out FILE.jsonl] [--omp-wait-policy passive|active]
+set -euo pipefail
+
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+root="$(cd "$here/../.." && pwd)"
+build="$root/build"
+steps=200
+warmup=10
+threads=2
+repeats=3
+data=/usr/share/datasets/fashion-mnist
+out=""
+omp_wait_policy=passive
+# Debian's python3-torch lives in the system interpreter, not in a pyenv or venv one that may come first
+# in PATH.
+python="${PYTHON:-/usr/bin/python3}"
+
+usage() {
+  echo "usage: $0 [--build DIR] [--steps N] [--warmup N] [--threads N] [--repeats N] [--data DIR] [--out FILE]" \
+    "[--omp-wait-policy passive|active]" >&2
+  exit 2
+}
+while [[ $# -gt 0 ]]; do
+  [[ $# -ge 2 ]] || usage
+  case "$1" in
+    --build) build="$2" ;;
+    --steps) steps="$2" ;;
+    --warmup) warmup="$2" ;;
+    --threads) threads="$2" ;;
+    --repeats) repeats="$2" ;;
+    --data) data="$2" ;;
+    --out) out="$2" ;;
+    --omp-wait-policy) omp_wait_policy="$2" ;;
+    *) usage ;;
+  esac
+  shift 2
+done
+
+# The same thread count for every peer: PyTorch's intra-op pool (set_num_threads), OpenMP and the
+# OpenBLAS pool behind torch's GEMMs. lazyrt's device pool has one worker per core and runs its BLAS
+# single-threaded inside it.
+export OMP_NUM_THREADS="$threads" OPENBLAS_NUM_THREADS="$threads"
+# OpenMP workers that spin between parallel regions (the default, "active") lose their core to any other
+# process on a shared 2-core machine, and every barrier then waits out a scheduler time slice: libtorch's
+# step became two orders of magnitude slower (benchmarks/RESULTS.md). Passive waiting keeps the PyTorch
+# figures meaningful on a busy machine; use --omp-wait-policy active on an idle one. lazyrt does not
+# use OpenMP.
+export OMP_WAIT_POLICY="${omp_wait_policy^^}"
+
+scratch="$(mktemp -d "${TMPDIR:-/tmp}/lazyrt-peers-XXXXXX")"
+trap 'rm -rf "$scratch"' EXIT
+results="${out:-$scratch/results.jsonl}"
+: > "$results"
+common=(--data "$data" --steps "$steps" --warmup "$warmup" --threads "$threads")
+
+# Runs "$@" and appends its last stdout line (the JSON result) to the results, tagged with `extra`.
+record() {
+  local name="$1"; shift
+  local log="$scratch/$name.log"
+  if ! "$@" > "$log" 2> "$scratch/$name.err"; then
+    echo "run_peers: $name failed:" >&2
+    tail -n 20 "$scratch/$name.err" >&2
+    return 1
+  fi
+  tail -n 1 "$log" >> "$results"
+}
+
+echo "machine: $(nproc) cpus, $(lscpu | sed -n 's/^Model name: *//p'), load $(cut -d' ' -f1-3 /proc/loadavg)," \
+  "threads $threads, OMP_WAIT_POLICY=$OMP_WAIT_POLICY" >&2
+
+if [[ -x "$build/benchmarks/peer_lazyrt_mlp" ]]; then
+  for ((r = 1; r <= repeats; r++)); do
+    echo "lazyrt, run $r/$repeats" >&2
+    record "lazyrt-$r" "$build/benchmarks/peer_lazyrt_mlp" "${common[@]}"
+  done
+else
+  echo "run_peers: skipping lazyrt: no $build/benchmarks/peer_lazyrt_mlp (ninja -C $build peer_lazyrt_mlp)" >&2
+fi
+
+# train_mlp's own steady_step_ms (shuffled batches, mean over steps): the figure a user of the example
+# sees, next to the peer program's.
+if [[ -x "$build/examples/train_mlp" ]]; then
+  for ((r = 1; r <= repeats; r++)); do
+    echo "train_mlp, run $r/$repeats" >&2
+    mkdir -p "$scratch/cache-$r"
+    record "train_mlp-$r" "$build/examples/train_mlp" --steps "$steps" --epochs 1 \
+      --data "$data" --cache-dir "$scratch/cache-$r" || true
+  done
+else
+  echo "run_peers: skipping the train_mlp cross-check: no $build/examples/train_mlp" >&2
+fi
+
+if [[ -x "$build/benchmarks/peer_libtorch_mlp" ]]; then
+  for ((r = 1; r <= repeats; r++)); do
+    echo "libtorch, run $r/$repeats" >&2
+    record "libtorch-$r" "$build/benchmarks/peer_libtorch_mlp" "${common[@]}"
+  done
+else
+  echo "run_peers: skipping libtorch: peer_libtorch_mlp not built (configure with -DLAZYRT_BUILD_PEERS=ON; needs Debian's libtorch-dev)" >&2
+fi
+
+if "$python" -c "import torch, numpy" 2> /dev/null; then
+  for backend in eager lazy; do
+    if [[ $backend == lazy ]] && ! "$python" -c "import torch._lazy.ts_backend" 2> /dev/null; then
+      echo "run_peers: skipping torch-ltc: this torch has no torch._lazy.ts_backend" >&2
+      continue
+    fi
+    for ((r = 1; r <= repeats; r++)); do
+      echo "pytorch $backend, run $r/$repeats" >&2
+      record "torch-$backend-$r" "$python" "$here/torch_mlp.py" --backend "$backend" "${common[@]}"
+    done
+  done
+else
+  echo "run_peers: skipping pytorch and torch-ltc: $python cannot import torch and numpy (Debian's python3-torch)" >&2
+fi
+
+# lazyrt's per-op trace cost as micro measures it (Google Benchmark, the figure in RESULTS.md).
+if [[ -x "$build/benchmarks/micro" ]]; then
+  echo "micro BM_TraceElementwiseOp" >&2
+  "$build/benchmarks/micro" --benchmark_filter='^BM_TraceElementwiseOp$' --benchmark_repetitions="$repeats" \
+    --benchmark_report_aggregates_only=true --benchmark_format=json > "$scratch/micro.json" 2> /dev/null
+  "$python" - "$scratch/micro.json" >> "$results" << 'EOF'
+import json, sys
+runs = json.load(open(sys.argv[1]))["benchmarks"]
+median = next((b for b in runs if b.get("aggregate_name") == "median"), runs[0])  # no aggregates from one repetition
+scale = {"ns": 1, "us": 1e3, "ms": 1e6}[median["time_unit"]]
+print(json.dumps({"peer": "micro", "op_ns": median["cpu_time"] * scale, "op_kind": "BM_TraceElementwiseOp"}))
+EOF
+fi
+
+"$python" "$here/peers_table.py" "$results"
+echo "threads $threads, OMP_WAIT_POLICY=$OMP_WAIT_POLICY, load after the runs: $(cut -d' ' -f1-3 /proc/loadavg)"

@@ -1,5 +1,6 @@
 #include "pjrt_sim/executable.h"
 
+#include <algorithm>
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
@@ -136,6 +137,8 @@ absl::StatusOr<std::shared_ptr<Executable>> Executable::Load(proto::Executable p
     while (e.slots(static_cast<int>(s)).kind() == proto::Slot::ALIAS) s = e.slots(static_cast<int>(s)).index();
     return s;
   };
+  int64_t inline_cost = 0;  // elements times program steps, over all kernels
+  bool any_gemm = false;
   for (int k = 0; k < e.kernels_size(); ++k) {
     const proto::Kernel& kernel = e.kernels(k);
     std::vector<ArrayShape> inputs;
@@ -153,6 +156,10 @@ absl::StatusOr<std::shared_ptr<Executable>> Executable::Load(proto::Executable p
     }
     absl::StatusOr<std::unique_ptr<Kernel>> built = BuildKernel(kernel, inputs, slot_shapes[static_cast<size_t>(out)]);
     if (!built.ok()) return Invalid(std::string(built.status().message()));
+    const int64_t elements = kernel.has_iteration_shape() ? FromProto(kernel.iteration_shape()).numel()
+                                                          : slot_shapes[static_cast<size_t>(out)].numel();
+    inline_cost += std::clamp<int64_t>(elements, 1, kInlineCost + 1) * (kernel.program_size() + 1);
+    any_gemm = any_gemm || kernel.kind() == proto::Kernel::DOT;
     exe->kernels_.push_back(*std::move(built));
     written[static_cast<size_t>(out)] = true;
   }
@@ -163,6 +170,7 @@ absl::StatusOr<std::shared_ptr<Executable>> Executable::Load(proto::Executable p
     }
     exe->output_shapes_.push_back(slot_shapes[static_cast<size_t>(s)]);
   }
+  exe->runs_inline_ = !any_gemm && inline_cost <= kInlineCost;
   return exe;
 }
 
@@ -230,7 +238,12 @@ absl::StatusOr<std::vector<std::shared_ptr<Buffer>>> Executable::Execute(
   auto arena_memory = std::make_shared<DeviceMemory>(*std::move(arena));
   std::vector<std::shared_ptr<Event>> done;
   for (const auto& r : results) done.push_back(r->ready());
-  device->stream().Enqueue([self = shared_from_this(), arg_memory = std::move(arg_memory),
+  // A small executable whose arguments are ready runs on the calling thread when the stream is idle:
+  // waking the stream thread would cost more than the work (as PJRT's CPU client does for cheap
+  // computations). Anything else runs on the stream, in order.
+  bool inline_ok = runs_inline_;
+  for (const auto& ready : arg_ready) inline_ok = inline_ok && ready->IsReady();
+  device->stream().Submit(inline_ok, [self = shared_from_this(), arg_memory = std::move(arg_memory),
                             arg_ready = std::move(arg_ready), arena_memory, out_memory,
                             done = std::move(done)]() mutable {
     absl::Status status;

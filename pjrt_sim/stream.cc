@@ -11,13 +11,25 @@ Stream::~Stream() {
   if (thread_.joinable()) thread_.join();
 }
 
-void Stream::Enqueue(std::function<void()> work) {
-  {
-    std::lock_guard<std::mutex> lock(mu_);
+void Stream::Enqueue(std::function<void()> work) { Submit(/*inline_if_idle=*/false, std::move(work)); }
+
+void Stream::Submit(bool inline_if_idle, std::function<void()> work) {
+  std::unique_lock<std::mutex> lock(mu_);
+  if (!inline_if_idle || running_work_ || !queue_.empty()) {
     queue_.push_back(std::move(work));
     if (!thread_.joinable()) thread_ = std::thread([this] { Loop(); });
+    lock.unlock();
+    work_ready_.notify_one();
+    return;
   }
-  work_ready_.notify_one();
+  running_work_ = true;  // the stream thread leaves the queue alone meanwhile
+  lock.unlock();
+  work();
+  work = nullptr;  // release captured buffers before reporting idle
+  lock.lock();
+  running_work_ = false;
+  if (!queue_.empty() || stopping_) work_ready_.notify_one();
+  if (queue_.empty()) idle_.notify_all();
 }
 
 void Stream::Synchronize() {
@@ -28,7 +40,7 @@ void Stream::Synchronize() {
 void Stream::Loop() {
   std::unique_lock<std::mutex> lock(mu_);
   while (true) {
-    work_ready_.wait(lock, [this] { return stopping_ || !queue_.empty(); });
+    work_ready_.wait(lock, [this] { return !running_work_ && (stopping_ || !queue_.empty()); });
     if (queue_.empty()) return;  // stopping, and nothing left to run
     std::function<void()> work = std::move(queue_.front());
     queue_.pop_front();

@@ -20,6 +20,9 @@ class Stream {
 
   // Queues `work`; the stream thread starts on first use.
   void Enqueue(std::function<void()> work);
+  // With `inline_if_idle` and nothing queued or running, runs `work` on the calling thread before
+  // returning (work enqueued meanwhile waits for it); otherwise queues it like Enqueue.
+  void Submit(bool inline_if_idle, std::function<void()> work);
   // Blocks until everything enqueued so far has run.
   void Synchronize();
 
@@ -30,7 +33,7 @@ class Stream {
   std::condition_variable work_ready_;
   std::condition_variable idle_;
   std::deque<std::function<void()>> queue_;
-  bool running_work_ = false;
+  bool running_work_ = false;  // by the stream thread or inline on a caller's
   bool stopping_ = false;
   std::thread thread_;
 };

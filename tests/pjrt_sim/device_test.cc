@@ -3,7 +3,13 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <chrono>
+#include <mutex>
+#include <thread>
+#include <vector>
+
 #include "pjrt_sim/client.h"
+#include "pjrt_sim/stream.h"
 
 namespace lazyrt::pjrt {
 namespace {
@@ -68,6 +74,42 @@ TEST(Stream, RunsInOrderAndSynchronizes) {
   stream.Synchronize();
   ASSERT_EQ(order.size(), 100u);
   for (int i = 0; i < 100; ++i) EXPECT_EQ(order[static_cast<size_t>(i)], i);
+}
+
+TEST(Stream, SubmitRunsInlineOnlyWhenIdle) {
+  Stream stream;
+  const std::thread::id caller = std::this_thread::get_id();
+  std::thread::id ran_on;
+  stream.Submit(/*inline_if_idle=*/true, [&] { ran_on = std::this_thread::get_id(); });
+  EXPECT_EQ(ran_on, caller) << "an idle stream runs small work on the caller's thread";
+
+  // Busy: the submitted work queues behind what is running, and runs on the stream's thread, in order.
+  std::mutex gate;
+  gate.lock();
+  std::vector<int> order;
+  stream.Enqueue([&] { std::lock_guard<std::mutex> wait(gate); order.push_back(0); });
+  stream.Submit(/*inline_if_idle=*/true, [&] { order.push_back(1); ran_on = std::this_thread::get_id(); });
+  gate.unlock();
+  stream.Synchronize();
+  EXPECT_EQ(order, (std::vector<int>{0, 1}));
+  EXPECT_NE(ran_on, caller);
+}
+
+TEST(Stream, WorkEnqueuedDuringAnInlineRunWaitsForIt) {
+  Stream stream;
+  std::vector<int> order;
+  std::mutex order_mu;
+  std::thread other;
+  stream.Submit(/*inline_if_idle=*/true, [&] {
+    // Another thread enqueues while this runs inline: the stream thread must not start it meanwhile.
+    other = std::thread([&] { stream.Enqueue([&] { std::lock_guard<std::mutex> l(order_mu); order.push_back(2); }); });
+    other.join();
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));  // room for a wrongly started stream thread
+    std::lock_guard<std::mutex> l(order_mu);
+    order.push_back(1);
+  });
+  stream.Synchronize();
+  EXPECT_EQ(order, (std::vector<int>{1, 2}));
 }
 
 }  // namespace

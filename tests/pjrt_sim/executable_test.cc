@@ -120,6 +120,32 @@ TEST_F(ExecutableTest, SerializeLoadExecuteIsBitIdentical) {
   }
 }
 
+// Small executables run on the caller's thread (cheaper than a hand-off); GEMMs and large loops never.
+TEST_F(ExecutableTest, OnlySmallWorkWithoutGemmRunsInline) {
+  auto chain = [](int64_t elements) {
+    ModuleBuilder b("chain");
+    const int64_t x = b.Parameter(0, proto::F32, {elements});
+    b.Output(b.Unary(proto::TANH, b.Add(x, x)));
+    return b.module();
+  };
+  std::shared_ptr<Executable> small = CompileOrDie(chain(16));
+  std::shared_ptr<Executable> large = CompileOrDie(chain(1 << 16));
+  std::shared_ptr<Executable> gemm = CompileOrDie(EveryKernelKind());
+  ASSERT_TRUE(small && large && gemm);
+  EXPECT_TRUE(small->runs_inline());
+  EXPECT_FALSE(large->runs_inline());
+  EXPECT_FALSE(gemm->runs_inline());
+  // The same verdict after a round trip through bytes.
+  absl::StatusOr<std::shared_ptr<Executable>> loaded = client_->LoadSerializedExecutable(small->Serialize());
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  EXPECT_TRUE((*loaded)->runs_inline());
+  const std::vector<HostArray> args = {MakeArray(PrimitiveType::kF32, {16}, std::vector<float>(16, 0.5f))};
+  absl::StatusOr<std::vector<HostArray>> out = testing::ExecuteOnHost(*client_, **loaded, args);
+  ASSERT_TRUE(out.ok()) << out.status();
+  ASSERT_EQ(out->size(), 1u);
+  EXPECT_EQ((*out)[0].values<float>(), std::vector<float>(16, std::tanh(1.0f)));
+}
+
 TEST_F(ExecutableTest, CompiledFactsSurviveTheRoundTrip) {
   std::shared_ptr<Executable> exe = CompileOrDie(EveryKernelKind());
   ASSERT_NE(exe, nullptr);

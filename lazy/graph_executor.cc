@@ -143,6 +143,28 @@ std::shared_ptr<pjrt::Buffer> UploadScalar(double value, const Shape& shape, pjr
   return *std::move(buffer);
 }
 
+// Synced graphs go to the releaser thread in batches: waking it costs several microseconds, which a
+// small graph's sync should not pay every time. A batch goes once it holds kRetiredNodes nodes or
+// keeps kRetiredBytes of device memory alive through its leaves (a training step's graph holds the
+// previous parameters: those go at once), and at wait_device().
+constexpr int64_t kRetiredNodes = 1 << 16;
+constexpr int64_t kRetiredBytes = 1 << 20;
+
+void HandOverRetired(Runtime& rt, DeviceState& state) {
+  if (state.retired_graphs.empty()) return;
+  rt.releaser().Enqueue([graphs = std::move(state.retired_graphs)]() mutable { graphs.clear(); });
+  state.retired_graphs = {};
+  state.retired_nodes = 0;
+  state.retired_bytes = 0;
+}
+
+void Retire(Runtime& rt, DeviceState& state, std::vector<ir::Value> graph, int64_t nodes, int64_t leaf_bytes) {
+  state.retired_graphs.push_back(std::move(graph));
+  state.retired_nodes += nodes;
+  state.retired_bytes += leaf_bytes;
+  if (state.retired_nodes >= kRetiredNodes || state.retired_bytes >= kRetiredBytes) HandOverRetired(rt, state);
+}
+
 }  // namespace
 
 void Sync(Device device, SyncCause cause, const SourceLocation& loc) {
@@ -190,6 +212,8 @@ void Sync(Device device, SyncCause cause, const SourceLocation& loc) {
       Counter("transfers_to_device").fetch_add(1);
     }
   }
+  int64_t arg_bytes = 0;
+  for (const auto& a : args) arg_bytes += a->shape().byte_size();
   event.graph_key = key;
   event.nodes = static_cast<int64_t>(order.size());
   event.inputs = static_cast<int64_t>(args.size());
@@ -259,7 +283,7 @@ void Sync(Device device, SyncCause cause, const SourceLocation& loc) {
   const bool new_graph = event.outcome != SyncOutcome::kMemoryHit;
   RecordSync(std::move(event), new_graph ? &order : nullptr);
   // Last: `order` points into the graph, which may be freed as soon as it is handed over.
-  rt.releaser().Enqueue([graph = std::move(roots)]() mutable { graph.clear(); });
+  Retire(rt, state, std::move(roots), static_cast<int64_t>(order.size()), arg_bytes);
 }
 
 std::string PersistentCacheDir() {
@@ -287,6 +311,10 @@ void barrier(Device device, SourceLocation loc) { detail::Sync(device, SyncCause
 void wait_device(Device device) {
   detail::Runtime& rt = detail::Runtime::Get();
   rt.device_state(device, SourceLocation::current()).device->stream().Synchronize();
+  {
+    std::lock_guard<std::mutex> lock(detail::GetExecutor().mu);
+    detail::HandOverRetired(rt, rt.device_state(device, SourceLocation::current()));
+  }
   rt.releaser().Synchronize();  // buffers held only by released graphs are free too
 }
 

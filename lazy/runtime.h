@@ -98,6 +98,11 @@ struct DeviceState {
   int64_t traced_nodes = 0;
   // Completion of the executions launched and maybe not yet finished, oldest first (see Sync).
   std::deque<std::shared_ptr<pjrt::Event>> in_flight;
+  // Synced graphs waiting to go to the releaser together, with their node count and the device bytes
+  // their leaves keep alive (see Retire in graph_executor.cc; guarded by the executor's lock).
+  std::vector<std::vector<ir::Value>> retired_graphs;
+  int64_t retired_nodes = 0;
+  int64_t retired_bytes = 0;
 };
 
 class Runtime {

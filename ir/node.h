@@ -9,6 +9,7 @@
 #include "absl/container/inlined_vector.h"
 #include "ir/attributes.h"
 #include "ir/hash.h"
+#include "ir/node_arena.h"
 #include "ir/op_kind.h"
 #include "ir/shape.h"
 
@@ -83,7 +84,7 @@ class Node {
 template <typename... Args>
 NodePtr MakeNode(Args&&... args) {
   // Created non-const so that ~Node may move operands out of its (sole-owned) operand nodes.
-  return std::make_shared<Node>(std::forward<Args>(args)...);
+  return std::allocate_shared<Node>(NodeAllocator<Node>(), std::forward<Args>(args)...);
 }
 
 }  // namespace lazyrt::ir

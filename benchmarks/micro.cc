@@ -1,13 +1,32 @@
-// Micro-benchmarks of the runtime's per-op and per-sync overheads.
+// Micro-benchmarks of the runtime's per-op and per-sync overheads, of loading a compiled executable,
+// and of each kernel family. Some reach below the public API (lowering, the pjrt_sim client, the
+// runtime's live-tensor registry, the executable cache's LRU class), as benchmarks/ may.
 #include <benchmark/benchmark.h>
 
 #include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <memory>
+#include <random>
+#include <source_location>
+#include <span>
+#include <string>
 #include <vector>
 
+#include "absl/status/statusor.h"
+#include "ir/hash.h"
 #include "ir/node.h"
 #include "ir/post_order.h"
+#include "lazy/lru_cache.h"
+#include "lazy/nn.h"
+#include "lazy/optim.h"
+#include "lazy/runtime.h"
 #include "lazy/sync.h"
 #include "lazy/tensor.h"
+#include "lowering/lower.h"
+#include "pjrt_sim/client.h"
+#include "pjrt_sim/compiler.h"
+#include "pjrt_sim/executable.h"
 
 namespace {
 
@@ -96,6 +115,47 @@ void BM_SyncCacheHit(benchmark::State& state) {
 }
 BENCHMARK(BM_SyncCacheHit)->Arg(10)->Arg(100)->Arg(1000)->Arg(10000)->UseManualTime()->Unit(benchmark::kMicrosecond);
 
+// Steps 2-4 of a sync without the rest of it: post-order the graph of N nodes, combine its DAG hash
+// with the context into the graph key, find that key in an LRU of executables. The graph is the one
+// BM_SyncCacheHit syncs, so BM_SyncCacheHit minus this is what a cache hit spends elsewhere
+// (collecting the live tensors, gathering parameters, launching, recording the sync).
+// The GraphExecutor's own cache and context hash are private to lazy/graph_executor.cc, and the only
+// way into them is sync(), which also executes; so this runs the same components (ir::PostOrder,
+// ir::HashCombine, lazyrt::LruCache) on an LRU of its own, filled to the executor's capacity (1024): the
+// largest table a lookup can probe. Values are empty: a lookup never touches the value.
+void BM_GraphKeyLookup(benchmark::State& state) {
+  using lazyrt::ir::HashValue;
+  constexpr size_t kExecutorCacheCapacity = 1024;  // kExecutableCacheCapacity in lazy/graph_executor.cc
+  std::vector<float> one = {1.0f};
+  const std::vector<int64_t> dims = {1};
+  Tensor x = Tensor::FromData(one, dims);
+  Tensor c = Tensor::FromData(one, dims);
+  Tensor y = x;
+  for (int64_t i = 0; i < state.range(0) / 2; ++i) y = y * c + x;
+  const std::vector<lazyrt::ir::Value> roots = {y.ir_value()};
+  // Any fixed context works: the executor hashes device kind, compiler version and options into one.
+  const std::string context = "lazyrt-sim|" + lazyrt::pjrt::Executable::ProducerVersion();
+  const HashValue context_hash = lazyrt::ir::HashBytes(context.data(), context.size());
+
+  lazyrt::LruCache<HashValue, std::shared_ptr<lazyrt::pjrt::Executable>> cache(kExecutorCacheCapacity);
+  const HashValue key = lazyrt::ir::HashCombine(lazyrt::ir::PostOrder(roots).dag_hash(), context_hash);
+  for (HashValue other = 1; other < kExecutorCacheCapacity; ++other) cache.Put(lazyrt::ir::HashCombine(key, other), nullptr);
+  cache.Put(key, nullptr);
+  for (auto _ : state) {
+    const lazyrt::ir::PostOrder order(roots);
+    const HashValue graph_key = lazyrt::ir::HashCombine(order.dag_hash(), context_hash);
+    std::shared_ptr<lazyrt::pjrt::Executable>* hit = cache.Get(graph_key);
+    if (hit == nullptr) {
+      state.SkipWithError("graph key not found: the key of an unchanged graph changed");
+      break;
+    }
+    benchmark::DoNotOptimize(hit);
+  }
+  state.SetItemsProcessed(state.iterations() * state.range(0));
+  state.counters["nodes"] = static_cast<double>(state.range(0));
+}
+BENCHMARK(BM_GraphKeyLookup)->Arg(10)->Arg(100)->Arg(1000)->Arg(10000)->Unit(benchmark::kMicrosecond);
+
 Tensor Filled(std::vector<int64_t> dims, float value) {
   int64_t n = 1;
   for (int64_t d : dims) n *= d;
@@ -130,6 +190,122 @@ void BM_FusedElementwise(benchmark::State& state) {
                                               benchmark::Counter::kIsRate);
 }
 BENCHMARK(BM_FusedElementwise)->Arg(1 << 16)->Arg(1 << 22)->UseRealTime()->Unit(benchmark::kMicrosecond);
+
+enum class ReduceOp { kSum, kMax };
+
+// One reduction of an [n, n] f32 array through a whole sync (cache hit) and execution: GB/s of input
+// read + output written. `dim` 1 reduces each row to one value (contiguous reads), `dim` 0 each column
+// (the reduced dimension is strided), the two layouts a reduction kernel must both handle well.
+// Values vary so that max is not handed a constant.
+void BM_Reduce(benchmark::State& state, ReduceOp op, int64_t dim) {
+  const int64_t n = state.range(0);
+  std::vector<float> v(static_cast<size_t>(n * n));
+  for (size_t i = 0; i < v.size(); ++i) v[i] = static_cast<float>(i % 1021) * 0.001f - 0.5f;
+  Tensor x = Tensor::FromData(v, {n, n});
+  auto reduce = [&] { return op == ReduceOp::kSum ? lazyrt::sum(x, {dim}) : lazyrt::max(x, {dim}); };
+  // Compile outside the timed loop: a [4096, 4096] reduction runs few iterations, and the first
+  // sync's compile (with autotuning) would dominate them.
+  { Tensor warm = reduce(); lazyrt::sync(); lazyrt::wait_device(); }
+  for (auto _ : state) {
+    Tensor r = reduce();
+    lazyrt::sync();
+    lazyrt::wait_device();
+  }
+  state.counters["GB/s"] = benchmark::Counter(static_cast<double>((n * n + n) * 4) * static_cast<double>(state.iterations()) / 1e9,
+                                              benchmark::Counter::kIsRate);
+}
+// [1024, 1024] (4 MiB) stays in the 32 MiB L3; [4096, 4096] (64 MiB) does not.
+BENCHMARK_CAPTURE(BM_Reduce, sum_each_row, ReduceOp::kSum, 1)->Arg(1024)->Arg(4096)->UseRealTime()->Unit(benchmark::kMicrosecond);
+BENCHMARK_CAPTURE(BM_Reduce, sum_each_column, ReduceOp::kSum, 0)->Arg(1024)->Arg(4096)->UseRealTime()->Unit(benchmark::kMicrosecond);
+BENCHMARK_CAPTURE(BM_Reduce, max_each_row, ReduceOp::kMax, 1)->Arg(1024)->Arg(4096)->UseRealTime()->Unit(benchmark::kMicrosecond);
+BENCHMARK_CAPTURE(BM_Reduce, max_each_column, ReduceOp::kMax, 0)->Arg(1024)->Arg(4096)->UseRealTime()->Unit(benchmark::kMicrosecond);
+
+// The executable of one training step of the flagship model (examples/train_mlp: 784-256-128-10 MLP,
+// batch 128, cross-entropy, backward, AdamW), compiled once per process: what the persistent cache
+// stores and loads for real users. The graph is exactly what sync() would compile: every live tensor
+// with pending IR, collected from the runtime's registry as GraphExecutor does (step 1), post-ordered,
+// lowered and compiled with default options. The tensors are dropped afterwards, so no later
+// benchmark's sync sees them. Data are random: the executable depends on shapes, not values.
+struct CompiledStep {
+  std::shared_ptr<lazyrt::pjrt::Executable> executable;
+  int64_t nodes = 0;
+};
+
+[[noreturn]] void Fail(const std::string& what) {
+  std::fprintf(stderr, "micro: %s\n", what.c_str());
+  std::exit(1);
+}
+
+const CompiledStep& MlpTrainingStep() {
+  static const CompiledStep step = [] {
+    constexpr int64_t kBatch = 128;
+    const std::vector<int64_t> sizes = {784, 256, 128, 10};
+    std::mt19937_64 rng(0);
+    lazyrt::nn::MLP model(sizes, rng);
+    lazyrt::AdamW optimizer(model.parameters(), 1e-3);
+    std::uniform_real_distribution<float> pixel(-1.0f, 1.0f);
+    std::vector<float> images(static_cast<size_t>(kBatch * sizes[0]));
+    for (float& p : images) p = pixel(rng);
+    std::vector<int64_t> labels(static_cast<size_t>(kBatch));
+    for (size_t i = 0; i < labels.size(); ++i) labels[i] = static_cast<int64_t>(i % 10);
+    Tensor x = Tensor::FromData(images, {kBatch, sizes[0]});
+    Tensor y = Tensor::FromData(std::span<const int64_t>(labels), {kBatch});
+    Tensor loss = lazyrt::nn::cross_entropy(model(x), y);
+    loss.backward();
+    optimizer.step();
+    optimizer.zero_grad();
+
+    auto& device = lazyrt::detail::Runtime::Get().device_state(lazyrt::Device{}, std::source_location::current());
+    std::vector<lazyrt::ir::Value> roots;
+    for (const auto& t : device.LiveTensors()) {
+      if (t->ir && t->ir.node->op() != lazyrt::ir::OpKind::kDeviceData) roots.push_back(t->ir);
+    }
+    const lazyrt::ir::PostOrder order(roots);
+    absl::StatusOr<lazyrt::pjrt::proto::Module> module = lazyrt::lowering::LowerGraph(order, "mlp_training_step");
+    if (!module.ok()) Fail("lowering the MLP step: " + std::string(module.status().message()));
+    absl::StatusOr<std::shared_ptr<lazyrt::pjrt::Executable>> exe =
+        lazyrt::detail::Runtime::Get().client().Compile(*module, lazyrt::pjrt::CompileOptions{}, device.device);
+    if (!exe.ok()) Fail("compiling the MLP step: " + std::string(exe.status().message()));
+    return CompiledStep{*std::move(exe), static_cast<int64_t>(order.size())};
+  }();
+  return step;
+}
+
+// Executable::Serialize() of the MLP step: what a compile costs extra to fill the persistent cache
+// (before compression and the write, which cache/ does).
+void BM_ExecutableSerialize(benchmark::State& state) {
+  const CompiledStep& step = MlpTrainingStep();
+  size_t bytes = 0;
+  for (auto _ : state) {
+    std::string serialized = step.executable->Serialize();
+    bytes = serialized.size();
+    benchmark::DoNotOptimize(serialized.data());
+  }
+  state.SetBytesProcessed(static_cast<int64_t>(bytes) * state.iterations());
+  state.counters["bytes"] = static_cast<double>(bytes);
+  state.counters["nodes"] = static_cast<double>(step.nodes);
+}
+BENCHMARK(BM_ExecutableSerialize)->Unit(benchmark::kMicrosecond);
+
+// Client::LoadSerializedExecutable() of the MLP step's bytes: parse, validate every index and size,
+// build the kernels, run no compiler pass. A warm start pays this instead of lower + compile.
+void BM_ExecutableLoad(benchmark::State& state) {
+  const CompiledStep& step = MlpTrainingStep();
+  const std::string serialized = step.executable->Serialize();
+  lazyrt::pjrt::Client& client = lazyrt::detail::Runtime::Get().client();
+  for (auto _ : state) {
+    absl::StatusOr<std::shared_ptr<lazyrt::pjrt::Executable>> loaded = client.LoadSerializedExecutable(serialized);
+    if (!loaded.ok()) {
+      state.SkipWithError(std::string(loaded.status().message()).c_str());
+      break;
+    }
+    benchmark::DoNotOptimize(loaded->get());
+  }
+  state.SetBytesProcessed(static_cast<int64_t>(serialized.size()) * state.iterations());
+  state.counters["bytes"] = static_cast<double>(serialized.size());
+  state.counters["nodes"] = static_cast<double>(step.nodes);
+}
+BENCHMARK(BM_ExecutableLoad)->Unit(benchmark::kMicrosecond);
 
 }  // namespace
 

@@ -24,6 +24,8 @@ void EndStep();
 void RecordExecution(int64_t index, double start_ms, double end_ms);
 // The directory of the persistent cache in use ("" when off), for the run manifest.
 std::string PersistentCacheDir();
+// The device time of the loaded executables' kernels, most expensive first (LAZYRT_DEBUG >= 3).
+std::string KernelProfileText();
 // A line of debug output, to LAZYRT_DEBUG_FILE or stderr.
 void DebugLine(const std::string& line);
 // Writes what LAZYRT_DEBUG, LAZYRT_REPORT and LAZYRT_TRACE ask for; registered with atexit.

@@ -35,6 +35,11 @@ class LruCache {
     }
   }
   size_t size() const { return order_.size(); }
+  // Calls fn(key, value) for every entry, most recently used first.
+  template <typename Fn>
+  void ForEach(Fn&& fn) const {
+    for (const auto& [key, value] : order_) fn(key, value);
+  }
 
  private:
   size_t capacity_;

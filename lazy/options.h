@@ -40,7 +40,8 @@ struct Options {
   double cache_min_compile_ms = 0;
 
   // Diagnostics: 1 = an analysis at exit and a warning when a late step compiles a new graph;
-  // 2 = also a line per sync. Written to debug_file, or stderr.
+  // 2 = also a line per sync; 3 = also the device time of every kernel, at exit. Written to debug_file,
+  // or stderr.
   int debug = 0;
   std::string debug_file;
   // Write the run report (JSON) / a Chrome trace to this file at exit.

@@ -82,6 +82,7 @@ namespace detail {
 void WriteDiagnosticsAtExit() {
   const Options& o = lazyrt::options();
   if (o.debug >= 1) DebugLine(absl::StrCat("analysis at exit: ", diagnostics_summary()));
+  if (o.debug >= 3) DebugLine(KernelProfileText());
   if (!o.report.empty()) write_report(o.report);
   if (!o.trace.empty()) write_trace(o.trace);
 }

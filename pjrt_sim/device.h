@@ -1,6 +1,7 @@
 // A simulated accelerator: an id, a memory capacity with accounting, and an in-order stream.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <mutex>
@@ -66,6 +67,9 @@ class Device {
   MemoryStats memory_stats() const;
   // Work on this device runs in order on this stream.
   Stream& stream() { return stream_; }
+  // When on, executions time every kernel (Executable::kernel_times); two clock reads per kernel.
+  void set_kernel_profiling(bool on) { kernel_profiling_.store(on, std::memory_order_relaxed); }
+  bool kernel_profiling() const { return kernel_profiling_.load(std::memory_order_relaxed); }
 
  private:
   friend class DeviceMemory;
@@ -77,6 +81,7 @@ class Device {
   // Freed blocks by rounded size. Training steps allocate the same sizes every step; reusing blocks
   // spares the host's page faults and zeroing of fresh memory (as a device's pooling allocator does).
   std::unordered_map<size_t, std::vector<void*>> free_blocks_;
+  std::atomic<bool> kernel_profiling_{false};
   Stream stream_;
 };
 

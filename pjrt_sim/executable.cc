@@ -1,9 +1,12 @@
 #include "pjrt_sim/executable.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "google/protobuf/io/coded_stream.h"
 #include "google/protobuf/io/zero_copy_stream_impl_lite.h"
 #include "pjrt_sim/device.h"
@@ -171,6 +174,7 @@ absl::StatusOr<std::shared_ptr<Executable>> Executable::Load(proto::Executable p
     exe->output_shapes_.push_back(slot_shapes[static_cast<size_t>(s)]);
   }
   exe->runs_inline_ = !any_gemm && inline_cost <= kInlineCost;
+  exe->kernel_times_ = std::make_unique<AtomicKernelTime[]>(exe->kernels_.size());
   return exe;
 }
 
@@ -190,17 +194,41 @@ std::vector<void*> Executable::SlotPointers(std::span<void* const> params, void*
   return ptrs;
 }
 
-absl::Status Executable::RunKernels(std::span<void* const> slot_ptrs) const {
+absl::Status Executable::RunKernels(std::span<void* const> slot_ptrs, bool profile) const {
+  using Clock = std::chrono::steady_clock;
   std::vector<const void*> inputs;
   for (size_t k = 0; k < kernels_.size(); ++k) {
     const proto::Kernel& kernel = proto_.kernels(static_cast<int>(k));
     inputs.clear();
     for (int64_t in : kernel.inputs()) inputs.push_back(slot_ptrs[static_cast<size_t>(in)]);
+    const Clock::time_point start = profile ? Clock::now() : Clock::time_point{};
     if (absl::Status s = kernels_[k]->Run(inputs, slot_ptrs[static_cast<size_t>(kernel.output())]); !s.ok()) {
       return s;
     }
+    if (profile) {
+      kernel_times_[k].runs.fetch_add(1, std::memory_order_relaxed);
+      kernel_times_[k].total_ns.fetch_add(std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - start).count(),
+                                          std::memory_order_relaxed);
+    }
   }
   return absl::OkStatus();
+}
+
+std::vector<Executable::KernelTime> Executable::kernel_times() const {
+  std::vector<KernelTime> times(kernels_.size());
+  for (size_t k = 0; k < kernels_.size(); ++k) {
+    times[k] = {kernel_times_[k].runs.load(std::memory_order_relaxed),
+                kernel_times_[k].total_ns.load(std::memory_order_relaxed)};
+  }
+  return times;
+}
+
+std::string KernelIterationText(const proto::Kernel& kernel) {
+  if (kernel.kind() == proto::Kernel::DOT) {
+    return absl::StrFormat("%d x [%dx%d]x[%dx%d]", kernel.batch(), kernel.m(), kernel.k(), kernel.k(), kernel.n());
+  }
+  if (kernel.iteration_shape().dims().empty()) return "scalar";
+  return absl::StrJoin(kernel.iteration_shape().dims(), "x");
 }
 
 absl::StatusOr<std::vector<std::shared_ptr<Buffer>>> Executable::Execute(
@@ -241,11 +269,12 @@ absl::StatusOr<std::vector<std::shared_ptr<Buffer>>> Executable::Execute(
   // A small executable whose arguments are ready runs on the calling thread when the stream is idle:
   // waking the stream thread would cost more than the work (as PJRT's CPU client does for cheap
   // computations). Anything else runs on the stream, in order.
+  const bool profile = device->kernel_profiling();
   bool inline_ok = runs_inline_;
   for (const auto& ready : arg_ready) inline_ok = inline_ok && ready->IsReady();
   device->stream().Submit(inline_ok, [self = shared_from_this(), arg_memory = std::move(arg_memory),
                             arg_ready = std::move(arg_ready), arena_memory, out_memory,
-                            done = std::move(done)]() mutable {
+                            done = std::move(done), profile]() mutable {
     absl::Status status;
     for (const auto& ready : arg_ready) {
       if (status = ready->Wait(); !status.ok()) break;
@@ -255,7 +284,7 @@ absl::StatusOr<std::vector<std::shared_ptr<Buffer>>> Executable::Execute(
       for (const auto& m : arg_memory) params.push_back(m->data());
       for (const auto& m : out_memory) outs.push_back(m->data());
       const std::vector<void*> slots = self->SlotPointers(params, arena_memory->data(), outs);
-      status = self->RunKernels(slots);
+      status = self->RunKernels(slots, profile);
       // Results not written in place (a parameter, an alias, a repeated value) are copied.
       for (size_t j = 0; status.ok() && j < outs.size(); ++j) {
         void* src = slots[static_cast<size_t>(self->proto_.outputs(static_cast<int>(j)))];

@@ -3,6 +3,7 @@
 // never runs a compiler pass.
 #pragma once
 
+#include <atomic>
 #include <memory>
 #include <span>
 #include <string>
@@ -35,8 +36,17 @@ class Executable : public std::enable_shared_from_this<Executable> {
                                                               Device* device) const;
 
   // Runs the kernels in order on memory the caller provides: one pointer per slot (aliases and arena
-  // slots resolved by the caller through SlotPointers). Used by Execute and by autotuning.
-  absl::Status RunKernels(std::span<void* const> slot_ptrs) const;
+  // slots resolved by the caller through SlotPointers). Used by Execute and by autotuning. With
+  // `profile`, each kernel's time is added to kernel_times().
+  absl::Status RunKernels(std::span<void* const> slot_ptrs, bool profile = false) const;
+
+  // How often each kernel (in schedule order) ran and for how long, over the executions on devices
+  // with kernel profiling on: where an executable's device time goes.
+  struct KernelTime {
+    int64_t runs = 0;
+    int64_t total_ns = 0;
+  };
+  std::vector<KernelTime> kernel_times() const;
   // Pointers for every slot given parameter memory, the arena and result memory.
   std::vector<void*> SlotPointers(std::span<void* const> params, void* arena, std::span<void* const> outputs) const;
 
@@ -59,6 +69,14 @@ class Executable : public std::enable_shared_from_this<Executable> {
   std::vector<ArrayShape> output_shapes_;
   std::vector<ArrayShape> parameter_shapes_;
   bool runs_inline_ = false;
+  struct AtomicKernelTime {
+    std::atomic<int64_t> runs{0}, total_ns{0};
+  };
+  std::unique_ptr<AtomicKernelTime[]> kernel_times_;
 };
+
+// What a kernel iterates over, for people: "1 x [128x784]x[784x256]" for a GEMM (batch x [m x k] x
+// [k x n]), the iteration space ("128x256", "scalar") otherwise.
+std::string KernelIterationText(const proto::Kernel& kernel);
 
 }  // namespace lazyrt::pjrt

@@ -71,15 +71,6 @@ std::vector<std::pair<std::string, int64_t>> SortedOps(const proto::Executable& 
   return ops;
 }
 
-// What a kernel iterates over: the GEMM's sizes for a DOT, the iteration space otherwise.
-std::string IterationText(const proto::Kernel& kernel) {
-  if (kernel.kind() == proto::Kernel::DOT) {
-    return absl::StrFormat("%d x [%dx%d]x[%dx%d]", kernel.batch(), kernel.m(), kernel.k(), kernel.k(),
-                           kernel.n());
-  }
-  return FormatDims({kernel.iteration_shape().dims().begin(), kernel.iteration_shape().dims().end()});
-}
-
 std::string StateText(const std::optional<cache::Miss>& defect) {
   return defect ? std::string(cache::MissReasonName(defect->reason)) : "ok";
 }
@@ -227,7 +218,7 @@ void PrintExecutable(const proto::Executable& exe) {
                  {"LABEL"}});
   for (int i = 0; i < exe.kernels_size(); ++i) {
     const proto::Kernel& kernel = exe.kernels(i);
-    kernels.AddRow({absl::StrCat(i), proto::Kernel::Kind_Name(kernel.kind()), IterationText(kernel),
+    kernels.AddRow({absl::StrCat(i), proto::Kernel::Kind_Name(kernel.kind()), pjrt::KernelIterationText(kernel),
                     absl::StrCat(kernel.variant()), kernel.grain() == 0 ? "-" : absl::StrCat(kernel.grain()),
                     kernel.label()});
   }

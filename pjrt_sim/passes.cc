@@ -39,6 +39,26 @@ bool IsIdentityPermutation(const std::vector<int64_t>& perm) {
   return true;
 }
 
+// Whether a permutation swaps the last two dims and keeps the others: a matrix transpose (batched).
+bool SwapsLastTwoDims(const std::vector<int64_t>& perm) {
+  const size_t r = perm.size();
+  if (r < 2 || perm[r - 1] != static_cast<int64_t>(r - 2) || perm[r - 2] != static_cast<int64_t>(r - 1)) return false;
+  for (size_t d = 0; d + 2 < r; ++d) {
+    if (perm[d] != static_cast<int64_t>(d)) return false;
+  }
+  return true;
+}
+
+// How many operand and output references each instruction has.
+std::vector<int64_t> UseCounts(const HloModule& module) {
+  std::vector<int64_t> uses(module.insts.size(), 0);
+  for (const HloInst& inst : module.insts) {
+    for (int64_t op : inst.operands) ++uses[static_cast<size_t>(op)];
+  }
+  for (int64_t out : module.outputs) ++uses[static_cast<size_t>(out)];
+  return uses;
+}
+
 // Calls f.template operator()<T>() with T the type `type` computes in.
 template <typename F>
 decltype(auto) WithComputeType(PrimitiveType type, F&& f) {
@@ -115,6 +135,7 @@ int64_t EliminateCommonSubexpressions(HloModule& module) {
 
 int64_t SimplifyAlgebra(HloModule& module) {
   std::vector<int64_t> forward = Identity(module.insts.size());
+  const std::vector<int64_t> uses = UseCounts(module);
   int64_t changes = 0;
   for (size_t i = 0; i < module.insts.size(); ++i) {
     HloInst& inst = module.insts[i];
@@ -167,6 +188,17 @@ int64_t SimplifyAlgebra(HloModule& module) {
           inst.dims = composed;
           ++changes;
           if (IsIdentityPermutation(inst.dims)) forward[i] = inst.operands[0];
+        } else if (operand(0).opcode == proto::DOT && SwapsLastTwoDims(inst.dims) &&
+                   uses[static_cast<size_t>(inst.operands[0])] == 1) {
+          // (A B)^T = B^T A^T: the product computes the transposed result directly, written
+          // contiguously, instead of being written and then read back with a stride.
+          const HloInst dot = operand(0);
+          inst.opcode = proto::DOT;
+          inst.operands = {dot.operands[1], dot.operands[0]};
+          inst.transpose_lhs = !dot.transpose_rhs;
+          inst.transpose_rhs = !dot.transpose_lhs;
+          inst.dims.clear();
+          ++changes;
         }
         break;
       case proto::BROADCAST:
@@ -192,12 +224,7 @@ int64_t SimplifyAlgebra(HloModule& module) {
         // dot(transpose(a), b) with only the last two dims swapped reads a transposed instead.
         for (size_t k = 0; k < 2; ++k) {
           const HloInst& t = operand(k);
-          if (t.opcode != proto::TRANSPOSE) continue;
-          const size_t r = t.dims.size();
-          bool swaps_last_two = r >= 2 && t.dims[r - 1] == static_cast<int64_t>(r - 2) &&
-                                t.dims[r - 2] == static_cast<int64_t>(r - 1);
-          for (size_t d = 0; swaps_last_two && d + 2 < r; ++d) swaps_last_two = t.dims[d] == static_cast<int64_t>(d);
-          if (!swaps_last_two) continue;
+          if (t.opcode != proto::TRANSPOSE || !SwapsLastTwoDims(t.dims)) continue;
           inst.operands[k] = t.operands[0];
           (k == 0 ? inst.transpose_lhs : inst.transpose_rhs) ^= true;
           ++changes;

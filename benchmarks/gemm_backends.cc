@@ -1,9 +1,10 @@
-// OpenBLAS or Eigen for the device's GEMM? Both, single-threaded as the device runs them, on the
+// BLIS, OpenBLAS or Eigen for the device's GEMM? All three, single-threaded as the device runs them, on the
 // shapes of the flagship MLP step (forward, and the two products of each backward), row-major f32.
 #include <benchmark/benchmark.h>
 #include <cblas.h>
 
 #include <Eigen/Core>
+#include "pjrt_sim/kernels/gemm.h"  // BLIS, exactly as the device calls it
 #include <random>
 #include <vector>
 
@@ -47,6 +48,19 @@ void BM_OpenBlas(benchmark::State& state) {
   Counters(state, g);
 }
 
+void BM_Blis(benchmark::State& state) {
+  const Gemm g = kShapes[state.range(0)];
+  std::vector<float> a = Random(static_cast<size_t>(g.m) * g.k), b = Random(static_cast<size_t>(g.k) * g.n),
+                     c(static_cast<size_t>(g.m) * g.n);
+  const lazyrt::pjrt::MatrixView<const float> av{a.data(), g.ta ? 1 : g.k, g.ta ? g.m : 1},
+      bv{b.data(), g.tb ? 1 : g.n, g.tb ? g.k : 1};
+  for (auto _ : state) {
+    lazyrt::pjrt::Gemm(g.m, g.n, g.k, av, bv, lazyrt::pjrt::MatrixView<float>{c.data(), g.n, 1});
+    benchmark::DoNotOptimize(c.data());
+  }
+  Counters(state, g);
+}
+
 void BM_Eigen(benchmark::State& state) {
   Eigen::setNbThreads(1);
   const Gemm g = kShapes[state.range(0)];
@@ -68,6 +82,7 @@ void BM_Eigen(benchmark::State& state) {
   Counters(state, g);
 }
 
+BENCHMARK(BM_Blis)->DenseRange(0, 6);
 BENCHMARK(BM_OpenBlas)->DenseRange(0, 6);
 BENCHMARK(BM_Eigen)->DenseRange(0, 6);
 

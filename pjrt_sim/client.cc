@@ -1,7 +1,5 @@
 #include "pjrt_sim/client.h"
 
-#include <cblas.h>
-
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
@@ -22,10 +20,6 @@ absl::StatusOr<std::unique_ptr<Client>> Client::Create(ClientOptions options) {
 }
 
 Client::Client(ClientOptions options) {
-  // The device owns its threads: BLAS runs single-threaded inside kernels, and GEMMs are split over the
-  // device's own pool when autotuning finds that faster. OpenBLAS's own threads spin in sched_yield
-  // between calls, stealing the cores the pool and the host need.
-  openblas_set_num_threads(1);
   for (int i = 0; i < options.num_devices; ++i) {
     devices_.push_back(std::make_unique<Device>(i, options.device_memory_bytes));
     device_ptrs_.push_back(devices_.back().get());

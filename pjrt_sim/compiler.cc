@@ -94,9 +94,14 @@ absl::Status Autotune(proto::Executable& exe, Device* device) {
     if (kernel.kind() == proto::Kernel::DOT && kernel.m() * kernel.n() * kernel.k() >= (1 << 15) &&
         (exe.slots(static_cast<int>(kernel.output())).shape().type() == proto::F32 ||
          exe.slots(static_cast<int>(kernel.output())).shape().type() == proto::F64)) {
-      proto::Kernel split = kernel;
-      split.set_variant(1);
-      candidates = {{"blas", kernel}, {absl::StrCat("blas_column_panels_x", threads), split}};
+      candidates = {{"blas", kernel}};
+      if (threads > 1) {
+        proto::Kernel columns = kernel, rows = kernel;
+        columns.set_variant(kDotColumnPanels);
+        rows.set_variant(kDotRowPanels);
+        candidates.emplace_back(absl::StrCat("blas_column_panels_x", threads), columns);
+        candidates.emplace_back(absl::StrCat("blas_row_panels_x", threads), rows);
+      }
     } else if ((kernel.kind() == proto::Kernel::LOOP || kernel.kind() == proto::Kernel::REDUCE) && threads > 1 &&
                FromProto(kernel.iteration_shape()).numel() >= (1 << 15)) {
       const int64_t n = FromProto(kernel.iteration_shape()).numel();

@@ -88,9 +88,10 @@ T ApplyBinary(proto::Opcode op, T a, T b) {
       case proto::MULTIPLY: return a * b;
       case proto::DIVIDE: return a / b;
       case proto::POWER: return std::pow(a, b);
-      // NaN-propagating, as XLA's max/min.
-      case proto::MAXIMUM: return (std::isnan(a) || a > b) ? a : b;
-      case proto::MINIMUM: return (std::isnan(a) || a < b) ? a : b;
+      // NaN-propagating, as XLA's max/min. `|`, not `||`: no branch, so loops of it vectorize
+      // (a != a is the NaN test).
+      case proto::MAXIMUM: return ((a != a) | (a > b)) ? a : b;
+      case proto::MINIMUM: return ((a != a) | (a < b)) ? a : b;
       default: return a;
     }
   } else if constexpr (std::is_same_v<T, uint8_t>) {

@@ -6,6 +6,6 @@
 
 namespace lazyrt::pjrt {
 
-inline constexpr absl::string_view kCompilerVersion = "lazyrt-sim-compiler/2";
+inline constexpr absl::string_view kCompilerVersion = "lazyrt-sim-compiler/3";
 
 }  // namespace lazyrt::pjrt

@@ -4,7 +4,6 @@
 #include <cmath>
 #include <cstring>
 
-#include "absl/container/inlined_vector.h"
 #include "absl/strings/str_cat.h"
 #include "pjrt_sim/element_ops.h"
 #include "pjrt_sim/hlo.h"
@@ -21,10 +20,19 @@ ComputeType ComputeTypeOf(PrimitiveType type) {
   }
 }
 
+// What a step's loop needs besides its own description and its arguments' values.
+struct FusedProgram::Context {
+  std::span<const void* const> inputs;
+  std::span<const int64_t> space_dims;
+  int64_t begin, n;
+};
+
 namespace {
 
-using Step = FusedProgram::CompiledStep;
+using Step = FusedProgram::Step;
 using Access = Step::Access;
+using Context = FusedProgram::Context;
+using StepFn = FusedProgram::StepFn;
 
 // Calls f.template operator()<T>() with T the C++ type of compute type `t`.
 template <typename F>
@@ -94,11 +102,11 @@ void LoadRun(const void* base, PrimitiveType type, int64_t index, int64_t stride
 
 template <typename T>
 void RunLoad(const Step& s, std::span<const int64_t> dims, const void* base, int64_t begin, int64_t n, T* out) {
-  if (s.access == Step::Access::kScalar) {
+  if (s.access == Access::kScalar) {
     std::fill_n(out, n, LoadAs<T>(base, s.type, s.offset));
     return;
   }
-  if (s.access == Step::Access::kContiguous) {
+  if (s.access == Access::kContiguous) {
     LoadRun<T>(base, s.type, s.offset + begin, 1, n, out);
     return;
   }
@@ -125,97 +133,117 @@ void RunLoad(const Step& s, std::span<const int64_t> dims, const void* base, int
   }
 }
 
+// --- The loop of each kind of step: what Evaluate calls, chosen once by Build ----------------------
+
 template <typename T>
-void RunGenerator(const Step& s, std::span<const int64_t> dims, uint64_t seed, int64_t begin, int64_t n, T* out) {
-  switch (s.opcode) {
-    case proto::CONSTANT:
-      std::fill_n(out, n, SaturatingCast<T>(s.value));
-      return;
-    case proto::IOTA: {
-      if (s.axis < 0) {
-        std::fill_n(out, n, static_cast<T>(s.start));
-        return;
-      }
-      int64_t inner = 1;
-      for (size_t d = static_cast<size_t>(s.axis) + 1; d < dims.size(); ++d) inner *= dims[d];
-      const int64_t size = dims[static_cast<size_t>(s.axis)];
-      for (int64_t i = 0; i < n; ++i) {
-        // Wrapping (unsigned) arithmetic: start and step come from the executable and may be anything.
-        const uint64_t coord = static_cast<uint64_t>(((begin + i) / inner) % size);
-        out[i] = static_cast<T>(static_cast<int64_t>(static_cast<uint64_t>(s.start) + static_cast<uint64_t>(s.step) * coord));
-      }
-      return;
+const T* Arg(const Step& s, const void* const* values, int a) {
+  return static_cast<const T*>(values[s.args[a]]);
+}
+
+template <typename T>
+const void* LoadStep(const Step& s, const void* const*, const Context& c, void* out) {
+  const void* input = c.inputs[static_cast<size_t>(s.input)];
+  if (s.in_place) return static_cast<const T*>(input) + s.offset + c.begin;
+  RunLoad<T>(s, c.space_dims, input, c.begin, c.n, static_cast<T*>(out));
+  return out;
+}
+
+template <typename T>
+const void* ConstantStep(const Step& s, const void* const*, const Context& c, void* out) {
+  std::fill_n(static_cast<T*>(out), c.n, SaturatingCast<T>(s.value));
+  return out;
+}
+
+template <typename T>
+const void* IotaStep(const Step& s, const void* const*, const Context& c, void* out) {
+  T* o = static_cast<T*>(out);
+  if (s.axis < 0) {
+    std::fill_n(o, c.n, static_cast<T>(s.start));
+    return out;
+  }
+  int64_t inner = 1;
+  for (size_t d = static_cast<size_t>(s.axis) + 1; d < c.space_dims.size(); ++d) inner *= c.space_dims[d];
+  const int64_t size = c.space_dims[static_cast<size_t>(s.axis)];
+  for (int64_t i = 0; i < c.n; ++i) {
+    // Wrapping (unsigned) arithmetic: start and step come from the executable and may be anything.
+    const uint64_t coord = static_cast<uint64_t>(((c.begin + i) / inner) % size);
+    o[i] = static_cast<T>(static_cast<int64_t>(static_cast<uint64_t>(s.start) + static_cast<uint64_t>(s.step) * coord));
+  }
+  return out;
+}
+
+uint64_t Seed(const Step& s, const void* const* values) {
+  return static_cast<uint64_t>(*Arg<int64_t>(s, values, 0));
+}
+
+template <typename T>
+const void* UniformStep(const Step& s, const void* const* values, const Context& c, void* out) {
+  // As many random bits as the stored type's significand holds (24 f32, 8 bf16, 11 f16, 53 f64):
+  // exactly representable, so rounding to the type can never reach 1.
+  const int kept = s.type == PrimitiveType::kBF16 ? 8 : (s.type == PrimitiveType::kF16 ? 11 : 24);
+  const float scale = std::ldexp(1.0f, -kept);
+  const uint64_t seed = Seed(s, values);
+  T* o = static_cast<T*>(out);
+  for (int64_t i = 0; i < c.n; ++i) {
+    const uint64_t bits = RandomBits(seed, s.stream, static_cast<uint64_t>(c.begin + i));
+    if constexpr (std::is_same_v<T, float>) {
+      o[i] = static_cast<float>(bits >> (64 - kept)) * scale;
+    } else {
+      o[i] = static_cast<T>(UniformFromBits(bits));
     }
-    case proto::RNG_UNIFORM: {
-      // As many random bits as the stored type's significand holds (24 f32, 8 bf16, 11 f16, 53 f64):
-      // exactly representable, so rounding to the type can never reach 1.
-      const int kept = s.type == PrimitiveType::kBF16 ? 8 : (s.type == PrimitiveType::kF16 ? 11 : 24);
-      const float scale = std::ldexp(1.0f, -kept);
-      for (int64_t i = 0; i < n; ++i) {
-        const uint64_t bits = RandomBits(seed, s.stream, static_cast<uint64_t>(begin + i));
-        if constexpr (std::is_same_v<T, float>) {
-          out[i] = static_cast<float>(bits >> (64 - kept)) * scale;
-        } else {
-          out[i] = static_cast<T>(UniformFromBits(bits));
-        }
-      }
-      return;
-    }
-    case proto::RNG_NORMAL:
-      for (int64_t i = 0; i < n; ++i) out[i] = static_cast<T>(RandomNormal(seed, s.stream, static_cast<uint64_t>(begin + i)));
-      return;
-    default: return;
   }
+  return out;
 }
 
-#define LAZYRT_UNARY_CASE(OP) \
-  case proto::OP:             \
-    for (int64_t i = 0; i < n; ++i) out[i] = ApplyUnary<T>(proto::OP, x[i]); \
-    return;
-
 template <typename T>
-void RunUnary(proto::Opcode op, const T* x, int64_t n, T* out) {
-  switch (op) {
-    LAZYRT_UNARY_CASE(NEGATE)
-    LAZYRT_UNARY_CASE(ABS)
-    LAZYRT_UNARY_CASE(EXP)
-    LAZYRT_UNARY_CASE(LOG)
-    LAZYRT_UNARY_CASE(SQRT)
-    LAZYRT_UNARY_CASE(RSQRT)
-    LAZYRT_UNARY_CASE(TANH)
-    LAZYRT_UNARY_CASE(LOGISTIC)
-    LAZYRT_UNARY_CASE(SIGN)
-    LAZYRT_UNARY_CASE(NOT)
-    default: std::copy_n(x, n, out);
-  }
+const void* NormalStep(const Step& s, const void* const* values, const Context& c, void* out) {
+  const uint64_t seed = Seed(s, values);
+  T* o = static_cast<T*>(out);
+  for (int64_t i = 0; i < c.n; ++i) o[i] = static_cast<T>(RandomNormal(seed, s.stream, static_cast<uint64_t>(c.begin + i)));
+  return out;
 }
-#undef LAZYRT_UNARY_CASE
 
-#define LAZYRT_BINARY_CASE(OP) \
-  case proto::OP:              \
-    for (int64_t i = 0; i < n; ++i) out[i] = ApplyBinary<T>(proto::OP, a[i], b[i]); \
-    return;
-
-template <typename T>
-void RunBinary(proto::Opcode op, const T* a, const T* b, int64_t n, T* out) {
-  switch (op) {
-    LAZYRT_BINARY_CASE(ADD)
-    LAZYRT_BINARY_CASE(SUBTRACT)
-    LAZYRT_BINARY_CASE(MULTIPLY)
-    LAZYRT_BINARY_CASE(DIVIDE)
-    LAZYRT_BINARY_CASE(POWER)
-    LAZYRT_BINARY_CASE(MAXIMUM)
-    LAZYRT_BINARY_CASE(MINIMUM)
-    LAZYRT_BINARY_CASE(AND)
-    LAZYRT_BINARY_CASE(OR)
-    default: std::copy_n(a, n, out);
-  }
+// The opcode is a template argument: each loop is specialized and vectorized on its own. Loops count to
+// a local `n`, not to c.n: a pred store (uint8_t) may alias anything, so c.n would be reloaded every
+// iteration and the loop could not be vectorized.
+template <typename T, proto::Opcode kOp>
+const void* UnaryStep(const Step& s, const void* const* values, const Context& c, void* out) {
+  const int64_t n = c.n;
+  const T* x = Arg<T>(s, values, 0);
+  T* o = static_cast<T*>(out);
+  for (int64_t i = 0; i < n; ++i) o[i] = ApplyUnary<T>(kOp, x[i]);
+  return out;
 }
-#undef LAZYRT_BINARY_CASE
+
+template <typename T, proto::Opcode kOp>
+const void* BinaryStep(const Step& s, const void* const* values, const Context& c, void* out) {
+  const int64_t n = c.n;
+  const T* a = Arg<T>(s, values, 0);
+  const T* b = Arg<T>(s, values, 1);
+  T* o = static_cast<T*>(out);
+  for (int64_t i = 0; i < n; ++i) o[i] = ApplyBinary<T>(kOp, a[i], b[i]);
+  return out;
+}
+
+template <typename T, proto::CompareDirection kDirection>
+const void* CompareStep(const Step& s, const void* const* values, const Context& c, void* out) {
+  const int64_t n = c.n;
+  const T* a = Arg<T>(s, values, 0);
+  const T* b = Arg<T>(s, values, 1);
+  uint8_t* o = static_cast<uint8_t*>(out);
+  for (int64_t i = 0; i < n; ++i) o[i] = ApplyCompare<T>(kDirection, a[i], b[i]);
+  return out;
+}
 
 template <typename T>
-void RunCompare(proto::CompareDirection dir, const T* a, const T* b, int64_t n, uint8_t* out) {
-  for (int64_t i = 0; i < n; ++i) out[i] = ApplyCompare<T>(dir, a[i], b[i]);
+const void* SelectStep(const Step& s, const void* const* values, const Context& c, void* out) {
+  const int64_t n = c.n;
+  const uint8_t* p = Arg<uint8_t>(s, values, 0);
+  const T* a = Arg<T>(s, values, 1);
+  const T* b = Arg<T>(s, values, 2);
+  T* o = static_cast<T*>(out);
+  for (int64_t i = 0; i < n; ++i) o[i] = p[i] ? a[i] : b[i];
+  return out;
 }
 
 template <typename To, typename From>
@@ -223,10 +251,81 @@ void RunConvert(const From* x, int64_t n, To* out) {
   for (int64_t i = 0; i < n; ++i) out[i] = SaturatingCast<To>(x[i]);
 }
 
-template <typename To>
-void RunConvertFrom(ComputeType from, const void* x, int64_t n, To* out) {
-  Dispatch(from, [&]<typename From>() { RunConvert<To, From>(static_cast<const From*>(x), n, out); });
+template <typename To, typename From>
+const void* ConvertStep(const Step& s, const void* const* values, const Context& c, void* out) {
+  RunConvert<To, From>(Arg<From>(s, values, 0), c.n, static_cast<To*>(out));
+  return out;
 }
+
+#define LAZYRT_OPCODE_CASE(STEP, OP) \
+  case proto::OP: return &STEP<T, proto::OP>;
+
+// The loop that computes `s`, or null for an opcode Build rejects.
+StepFn ChooseStepFn(const Step& s) {
+  const ComputeType ct = ComputeTypeOf(s.type);
+  if (s.load) return Dispatch(ct, []<typename T>() -> StepFn { return &LoadStep<T>; });
+  switch (s.opcode) {
+    case proto::CONSTANT: return Dispatch(ct, []<typename T>() -> StepFn { return &ConstantStep<T>; });
+    case proto::IOTA: return Dispatch(ct, []<typename T>() -> StepFn { return &IotaStep<T>; });
+    case proto::RNG_UNIFORM: return Dispatch(ct, []<typename T>() -> StepFn { return &UniformStep<T>; });
+    case proto::RNG_NORMAL: return Dispatch(ct, []<typename T>() -> StepFn { return &NormalStep<T>; });
+    case proto::SELECT: return Dispatch(ct, []<typename T>() -> StepFn { return &SelectStep<T>; });
+    case proto::CONVERT:
+      return Dispatch(ct, [&]<typename To>() {
+        return Dispatch(ComputeTypeOf(s.arg_type), []<typename From>() -> StepFn { return &ConvertStep<To, From>; });
+      });
+    case proto::COMPARE:
+      return Dispatch(ComputeTypeOf(s.arg_type), [&]<typename T>() -> StepFn {
+        switch (s.direction) {
+          LAZYRT_OPCODE_CASE(CompareStep, EQ)
+          LAZYRT_OPCODE_CASE(CompareStep, NE)
+          LAZYRT_OPCODE_CASE(CompareStep, LT)
+          LAZYRT_OPCODE_CASE(CompareStep, LE)
+          LAZYRT_OPCODE_CASE(CompareStep, GT)
+          LAZYRT_OPCODE_CASE(CompareStep, GE)
+          default: return nullptr;
+        }
+      });
+    default:
+      return Dispatch(ct, [&]<typename T>() -> StepFn {
+        switch (s.opcode) {
+          LAZYRT_OPCODE_CASE(UnaryStep, NEGATE)
+          LAZYRT_OPCODE_CASE(UnaryStep, ABS)
+          LAZYRT_OPCODE_CASE(UnaryStep, EXP)
+          LAZYRT_OPCODE_CASE(UnaryStep, LOG)
+          LAZYRT_OPCODE_CASE(UnaryStep, SQRT)
+          LAZYRT_OPCODE_CASE(UnaryStep, RSQRT)
+          LAZYRT_OPCODE_CASE(UnaryStep, TANH)
+          LAZYRT_OPCODE_CASE(UnaryStep, LOGISTIC)
+          LAZYRT_OPCODE_CASE(UnaryStep, SIGN)
+          LAZYRT_OPCODE_CASE(UnaryStep, NOT)
+          LAZYRT_OPCODE_CASE(BinaryStep, ADD)
+          LAZYRT_OPCODE_CASE(BinaryStep, SUBTRACT)
+          LAZYRT_OPCODE_CASE(BinaryStep, MULTIPLY)
+          LAZYRT_OPCODE_CASE(BinaryStep, DIVIDE)
+          LAZYRT_OPCODE_CASE(BinaryStep, POWER)
+          LAZYRT_OPCODE_CASE(BinaryStep, MAXIMUM)
+          LAZYRT_OPCODE_CASE(BinaryStep, MINIMUM)
+          LAZYRT_OPCODE_CASE(BinaryStep, AND)
+          LAZYRT_OPCODE_CASE(BinaryStep, OR)
+          default: return nullptr;
+        }
+      });
+  }
+}
+#undef LAZYRT_OPCODE_CASE
+
+// Rounds f32 values to bf16/f16 and back, exactly as if they had been stored and loaded: fused and
+// unfused programs give identical bits.
+void Round16(PrimitiveType type, float* f, int64_t n) {
+  for (int64_t k = 0; k < n; ++k) {
+    f[k] = type == PrimitiveType::kBF16 ? Bf16ToFloat(FloatToBf16(f[k])) : HalfToFloat(FloatToHalf(f[k]));
+  }
+}
+
+// Scratch layout: the value pointer of every step, then the registers, each a block of 8-byte elements.
+constexpr size_t kRegisterBytes = FusedProgram::kBlock * 8;
+size_t PointerBytes(size_t steps) { return (steps * sizeof(void*) + 63) / 64 * 64; }
 
 }  // namespace
 
@@ -234,6 +333,7 @@ absl::StatusOr<FusedProgram> FusedProgram::Build(const google::protobuf::Repeate
                                                  std::span<const ArrayShape> inputs, const ArrayShape& space) {
   FusedProgram program;
   program.space_dims_ = space.dims;
+  program.space_numel_ = space.numel();
   const size_t rank = space.dims.size();
   if (steps.empty()) return absl::InvalidArgumentError("empty fused program");
   if (rank > 16) return absl::InvalidArgumentError("iteration space of rank > 16");
@@ -330,82 +430,87 @@ absl::StatusOr<FusedProgram> FusedProgram::Build(const google::protobuf::Repeate
     program.steps_.push_back(std::move(s));
   }
   program.result_type_ = program.steps_.back().type;
+  program.Assign();
+  for (size_t i = 0; i < program.steps_.size(); ++i) {
+    if (program.steps_[i].fn == nullptr) {
+      return absl::InvalidArgumentError(absl::StrCat("fused program step ", i, ": no loop computes it"));
+    }
+  }
   return program;
+}
+
+void FusedProgram::Assign() {
+  const size_t n = steps_.size();
+  std::vector<size_t> last_use(n, 0);
+  for (size_t i = 0; i < n; ++i) {
+    Step& s = steps_[i];
+    s.fn = ChooseStepFn(s);
+    const int arity = s.load || s.opcode == proto::CONSTANT || s.opcode == proto::IOTA ? 0
+                      : s.opcode == proto::SELECT                                        ? 3
+                      : IsBinary(s.opcode)                                               ? 2
+                                                                                         : 1;
+    const bool varies = s.load ? s.access != Access::kScalar
+                               : s.opcode == proto::RNG_UNIFORM || s.opcode == proto::RNG_NORMAL ||
+                                     (s.opcode == proto::IOTA && s.axis >= 0);
+    s.uniform = !varies;
+    for (int a = 0; a < arity; ++a) {
+      s.uniform = s.uniform && steps_[static_cast<size_t>(s.args[a])].uniform;
+      last_use[static_cast<size_t>(s.args[a])] = i;
+    }
+    s.in_place = s.load && s.access == Access::kContiguous &&
+                 Dispatch(ComputeTypeOf(s.type), [&]<typename T>() { return Native<T>(s.type); });
+    s.round16 = !s.load && (s.type == PrimitiveType::kBF16 || s.type == PrimitiveType::kF16);
+  }
+  last_use[n - 1] = n;  // the result outlives the program
+  // Registers: uniform values keep theirs for the whole run; a per-block value's register is free
+  // again after the last step that reads it (never before its own step has written: no aliasing).
+  std::vector<int32_t> free;
+  std::vector<std::vector<int32_t>> freed_after(n + 1);
+  for (size_t i = 0; i < n; ++i) {
+    Step& s = steps_[i];
+    if (!s.in_place) {
+      if (s.uniform || free.empty()) {
+        s.reg = registers_++;
+      } else {
+        s.reg = free.back();
+        free.pop_back();
+      }
+      if (!s.uniform) freed_after[last_use[i]].push_back(s.reg);
+    }
+    if (!s.uniform) per_block_.push_back(static_cast<int32_t>(i));
+    free.insert(free.end(), freed_after[i].begin(), freed_after[i].end());
+  }
+}
+
+size_t FusedProgram::scratch_bytes() const {
+  return PointerBytes(steps_.size()) + static_cast<size_t>(registers_) * kRegisterBytes;
+}
+
+void FusedProgram::Prepare(std::span<const void* const> inputs, void* scratch) const {
+  if (space_numel_ == 0) return;  // nothing to evaluate, and scalar loads may have nothing to read
+  const void** values = static_cast<const void**>(scratch);
+  char* registers = static_cast<char*>(scratch) + PointerBytes(steps_.size());
+  const Context context{inputs, space_dims_, 0, kBlock};
+  for (const Step& s : steps_) {
+    if (!s.uniform) continue;
+    void* out = registers + static_cast<size_t>(s.reg) * kRegisterBytes;
+    values[&s - steps_.data()] = s.fn(s, values, context, out);
+    if (s.round16) Round16(s.type, static_cast<float*>(out), kBlock);
+  }
 }
 
 const void* FusedProgram::Evaluate(std::span<const void* const> inputs, int64_t begin, int64_t n,
                                    void* scratch) const {
-  auto reg = [scratch](size_t i) { return static_cast<char*>(scratch) + i * kBlock * 8; };
-  // Where each step's values are: its register, or (for a contiguous load needing no conversion) the
-  // input itself, read in place rather than copied.
-  absl::InlinedVector<const void*, 64> values(steps_.size());
-  auto at = [&values](int32_t step) { return values[static_cast<size_t>(step)]; };
-  uint64_t seed = 0;
-  for (size_t i = 0; i < steps_.size(); ++i) {
-    const Step& s = steps_[i];
-    void* out = reg(i);
-    values[i] = out;
-    const ComputeType ct = ComputeTypeOf(s.type);
-    // A bf16/f16 result is rounded to its type at once, exactly as if it had been stored and loaded:
-    // fused and unfused programs give identical bits.
-    const bool round16 = !s.load && (s.type == PrimitiveType::kBF16 || s.type == PrimitiveType::kF16);
-    if (s.load) {
-      const void* input = inputs[static_cast<size_t>(s.input)];
-      Dispatch(ct, [&]<typename T>() {
-        if (s.access == Access::kContiguous && Native<T>(s.type)) {
-          values[i] = static_cast<const T*>(input) + s.offset + begin;
-        } else {
-          RunLoad<T>(s, space_dims_, input, begin, n, static_cast<T*>(out));
-        }
-      });
-      continue;
-    }
-    switch (s.opcode) {
-      case proto::CONSTANT:
-      case proto::IOTA:
-      case proto::RNG_UNIFORM:
-      case proto::RNG_NORMAL:
-        if (s.opcode == proto::RNG_UNIFORM || s.opcode == proto::RNG_NORMAL) {
-          seed = static_cast<uint64_t>(*reinterpret_cast<const int64_t*>(at(s.args[0])));
-        }
-        Dispatch(ct, [&]<typename T>() { RunGenerator<T>(s, space_dims_, seed, begin, n, static_cast<T*>(out)); });
-        break;
-      case proto::CONVERT:
-        Dispatch(ct, [&]<typename T>() { RunConvertFrom<T>(ComputeTypeOf(s.arg_type), at(s.args[0]), n, static_cast<T*>(out)); });
-        break;
-      case proto::COMPARE:
-        Dispatch(ComputeTypeOf(s.arg_type), [&]<typename T>() {
-          RunCompare<T>(s.direction, reinterpret_cast<const T*>(at(s.args[0])),
-                        reinterpret_cast<const T*>(at(s.args[1])), n, static_cast<uint8_t*>(out));
-        });
-        break;
-      case proto::SELECT:
-        Dispatch(ct, [&]<typename T>() {
-          const uint8_t* c = reinterpret_cast<const uint8_t*>(at(s.args[0]));
-          const T* a = reinterpret_cast<const T*>(at(s.args[1]));
-          const T* b = reinterpret_cast<const T*>(at(s.args[2]));
-          T* o = static_cast<T*>(out);
-          for (int64_t k = 0; k < n; ++k) o[k] = c[k] ? a[k] : b[k];
-        });
-        break;
-      default:
-        if (IsUnary(s.opcode)) {
-          Dispatch(ct, [&]<typename T>() { RunUnary<T>(s.opcode, reinterpret_cast<const T*>(at(s.args[0])), n, static_cast<T*>(out)); });
-        } else {
-          Dispatch(ct, [&]<typename T>() {
-            RunBinary<T>(s.opcode, reinterpret_cast<const T*>(at(s.args[0])),
-                         reinterpret_cast<const T*>(at(s.args[1])), n, static_cast<T*>(out));
-          });
-        }
-    }
-    if (round16) {
-      float* f = static_cast<float*>(out);
-      for (int64_t k = 0; k < n; ++k) {
-        f[k] = s.type == PrimitiveType::kBF16 ? Bf16ToFloat(FloatToBf16(f[k])) : HalfToFloat(FloatToHalf(f[k]));
-      }
-    }
+  const void** values = static_cast<const void**>(scratch);
+  char* registers = static_cast<char*>(scratch) + PointerBytes(steps_.size());
+  const Context context{inputs, space_dims_, begin, n};
+  for (int32_t i : per_block_) {
+    const Step& s = steps_[static_cast<size_t>(i)];
+    void* out = s.reg < 0 ? nullptr : registers + static_cast<size_t>(s.reg) * kRegisterBytes;
+    values[i] = s.fn(s, values, context, out);
+    if (s.round16) Round16(s.type, static_cast<float*>(out), n);
   }
-  return values.back();
+  return values[steps_.size() - 1];
 }
 
 void StoreBlock(const void* block, ComputeType from, PrimitiveType to, void* dst, int64_t n) {

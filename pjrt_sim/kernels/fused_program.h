@@ -1,6 +1,11 @@
 // A fused elementwise program, ready to run: evaluates one value per point of an iteration space,
 // a block of consecutive points at a time, each step a tight loop over the block. Built from the
 // executable's Steps at load time, after checking every reference and view bound.
+//
+// Building also prepares the run: every step gets the one loop that computes it (its opcode, types
+// and operand access resolved once, not per block), steps whose value is the same at every point
+// (constants, scalar loads and what is computed from them only) are computed once per run instead of
+// once per block, and steps share scratch registers once their value is dead.
 #pragma once
 
 #include <cstdint>
@@ -27,14 +32,22 @@ class FusedProgram {
                                             std::span<const ArrayShape> inputs, const ArrayShape& space);
 
   PrimitiveType result_type() const { return result_type_; }
-  // Scratch bytes Evaluate needs.
-  size_t scratch_bytes() const { return steps_.size() * kBlock * 8; }
+  // Scratch bytes Prepare and Evaluate need.
+  size_t scratch_bytes() const;
 
-  // Evaluates points [begin, begin + n) (n <= kBlock). Returns the result block, held in `scratch` in
-  // the result's compute type.
+  // Computes the values shared by every point into `scratch`. Call it once per run on each thread,
+  // before that thread's Evaluate calls on the same scratch.
+  void Prepare(std::span<const void* const> inputs, void* scratch) const;
+  // Evaluates points [begin, begin + n) (n <= kBlock). Returns the result block, held in `scratch` (or
+  // read in place from an input) in the result's compute type.
   const void* Evaluate(std::span<const void* const> inputs, int64_t begin, int64_t n, void* scratch) const;
 
-  struct CompiledStep {
+  struct Step;
+  struct Context;
+  // Computes one step over a block; returns where its values are (`out`, or an input read in place).
+  using StepFn = const void* (*)(const Step& step, const void* const* values, const Context& context, void* out);
+
+  struct Step {
     bool load = false;
     proto::Opcode opcode = proto::OPCODE_INVALID;
     PrimitiveType type = PrimitiveType::kF32;      // result element type
@@ -49,11 +62,22 @@ class FusedProgram {
     int64_t start = 0, step = 0;
     proto::CompareDirection direction = proto::EQ;
     uint64_t stream = 0;
+    // Prepared by Build:
+    StepFn fn = nullptr;
+    bool uniform = false;   // the same value at every point: computed by Prepare
+    bool in_place = false;  // a contiguous load needing no conversion: the input is read where it is
+    bool round16 = false;   // a bf16/f16 result, rounded to its type as soon as it is computed
+    int32_t reg = -1;       // scratch register of the values (-1: none, read in place)
   };
 
  private:
-  std::vector<CompiledStep> steps_;
+  void Assign();  // fn, uniform, in_place, round16 and registers of every step
+
+  std::vector<Step> steps_;
+  std::vector<int32_t> per_block_;  // the steps Evaluate computes, in order
+  int32_t registers_ = 0;
   std::vector<int64_t> space_dims_;
+  int64_t space_numel_ = 0;
   PrimitiveType result_type_ = PrimitiveType::kF32;
 };
 

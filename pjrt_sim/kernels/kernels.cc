@@ -1,7 +1,5 @@
 #include "pjrt_sim/kernels/kernels.h"
 
-#include <cblas.h>
-
 #include <algorithm>
 #include <cstring>
 #include <limits>
@@ -11,6 +9,7 @@
 #include "pjrt_sim/element_ops.h"
 #include "pjrt_sim/hlo.h"
 #include "pjrt_sim/kernels/fused_program.h"
+#include "pjrt_sim/kernels/gemm.h"
 #include "pjrt_sim/thread_pool.h"
 
 namespace lazyrt::pjrt {
@@ -55,6 +54,7 @@ class LoopKernel final : public Kernel {
     const ComputeType ct = ComputeTypeOf(program_.result_type());
     ForEachChunk(output_.numel(), grain_, [&](int64_t begin, int64_t end) {
       void* scratch = Scratch(program_.scratch_bytes());
+      program_.Prepare(inputs, scratch);
       for (int64_t b = begin; b < end; b += kBlock) {
         const int64_t n = std::min(kBlock, end - b);
         const void* block = program_.Evaluate(inputs, b, n, scratch);
@@ -82,7 +82,22 @@ T ReduceStep(proto::Opcode op, T acc, T x) {
   return op == proto::REDUCE_SUM ? ApplyBinary<T>(proto::ADD, acc, x) : ApplyBinary<T>(proto::MAXIMUM, acc, x);
 }
 
-// Reduces the values of a fused program over some dims of its iteration space.
+// acc[j] = acc[j] (+ or max) x[j]: the op a template argument, so that the loop vectorizes.
+template <typename T>
+void Accumulate(proto::Opcode op, T* acc, const T* x, int64_t n) {
+  if (op == proto::REDUCE_SUM) {
+    for (int64_t j = 0; j < n; ++j) acc[j] = ApplyBinary<T>(proto::ADD, acc[j], x[j]);
+  } else {
+    for (int64_t j = 0; j < n; ++j) acc[j] = ApplyBinary<T>(proto::MAXIMUM, acc[j], x[j]);
+  }
+}
+
+// Reduces the values of a fused program over some dims of its iteration space. Every output element
+// accumulates its values in the order of the points (so every path gives the same bits):
+//  - rows: the reduced dims form a suffix; each output element reduces one contiguous run, and rows
+//    are independent, so they are spread over the pool;
+//  - columns: the last dims are kept; each run of them adds elementwise into a run of outputs;
+//  - otherwise each value goes to its output element one at a time.
 class ReduceKernel final : public Kernel {
  public:
   ReduceKernel(FusedProgram program, ArrayShape space, std::vector<int64_t> reduce_dims, proto::Opcode op,
@@ -91,13 +106,16 @@ class ReduceKernel final : public Kernel {
     const size_t rank = space_.dims.size();
     std::vector<bool> reduced(rank, false);
     for (int64_t d : reduce_dims) reduced[static_cast<size_t>(d)] = true;
-    // Rows: the reduced dims form a suffix, so each output element reduces one contiguous run.
     size_t first_reduced = rank;
     while (first_reduced > 0 && reduced[first_reduced - 1]) --first_reduced;
     row_reduce_ = std::all_of(reduced.begin(), reduced.begin() + static_cast<long>(first_reduced),
                               [](bool r) { return !r; });
     row_length_ = 1;
     for (size_t d = first_reduced; d < rank; ++d) row_length_ *= space_.dims[d];
+    kept_suffix_ = rank;
+    while (kept_suffix_ > 0 && !reduced[kept_suffix_ - 1]) --kept_suffix_;
+    run_length_ = 1;
+    for (size_t d = kept_suffix_; d < rank; ++d) run_length_ *= space_.dims[d];
     out_strides_.assign(rank, 0);
     int64_t stride = 1;
     for (size_t d = rank; d-- > 0;) {
@@ -126,10 +144,10 @@ class ReduceKernel final : public Kernel {
     const int64_t outputs = output_.numel();
     thread_local std::vector<T> acc_storage;
     if (row_reduce_) {
-      // Each output element is independent: parallel over rows, each summed in order.
       const int64_t rows_per_task = grain_ <= 0 ? outputs : std::max<int64_t>(1, grain_ / std::max<int64_t>(1, row_length_));
       ForEachChunk(outputs, rows_per_task >= outputs ? 0 : rows_per_task, [&](int64_t r0, int64_t r1) {
         void* scratch = Scratch(program_.scratch_bytes());
+        program_.Prepare(inputs, scratch);
         std::vector<T>& acc = acc_storage;
         acc.assign(static_cast<size_t>(r1 - r0), ReduceInit<T>(op_));
         for (int64_t r = r0; r < r1; ++r) {
@@ -145,14 +163,33 @@ class ReduceKernel final : public Kernel {
       });
       return;
     }
-    // General: walk the space in order, sending each value to its output element.
     std::vector<T>& acc = acc_storage;
     acc.assign(static_cast<size_t>(outputs), ReduceInit<T>(op_));
     void* scratch = Scratch(program_.scratch_bytes());
+    program_.Prepare(inputs, scratch);
     const size_t rank = space_.dims.size();
     std::vector<int64_t> coords(rank, 0);
     int64_t out_index = 0;
     const int64_t total = space_.numel();
+    if (run_length_ > 1) {
+      // Columns: runs of the kept suffix, each added into the outputs at out_index; an odometer over
+      // the dims before the suffix finds the next run's outputs.
+      for (int64_t start = 0; start < total; start += run_length_) {
+        for (int64_t b = 0; b < run_length_; b += kBlock) {
+          const int64_t n = std::min(kBlock, run_length_ - b);
+          Accumulate<T>(op_, acc.data() + out_index + b,
+                        static_cast<const T*>(program_.Evaluate(inputs, start + b, n, scratch)), n);
+        }
+        for (size_t d = kept_suffix_; d-- > 0;) {
+          out_index += out_strides_[d];
+          if (++coords[d] < space_.dims[d]) break;
+          out_index -= out_strides_[d] * coords[d];
+          coords[d] = 0;
+        }
+      }
+      StoreBlockTyped(acc.data(), output, outputs);
+      return;
+    }
     for (int64_t b = 0; b < total; b += kBlock) {
       const int64_t n = std::min(kBlock, total - b);
       const T* x = static_cast<const T*>(program_.Evaluate(inputs, b, n, scratch));
@@ -185,52 +222,55 @@ class ReduceKernel final : public Kernel {
   int64_t grain_;
   bool row_reduce_ = false;
   int64_t row_length_ = 1;
+  size_t kept_suffix_ = 0;  // the first dim of the kept suffix
+  int64_t run_length_ = 1;  // points in one run of the kept suffix
   std::vector<int64_t> out_strides_;
 };
 
-// Batched GEMM through BLAS; variant 1 splits the columns of each product over the thread pool.
+// Batched GEMM through BLIS. Variant 0 runs each product on the calling thread; variant 1 splits its
+// columns (kDotColumnPanels), variant 2 its rows (kDotRowPanels), into one panel per pool thread.
 class DotKernel final : public Kernel {
  public:
   explicit DotKernel(const proto::Kernel& k, PrimitiveType type) : k_(k), type_(type) {}
 
   absl::Status Run(std::span<const void* const> inputs, void* output) const override {
-    const int64_t m = k_.m(), n = k_.n(), kk = k_.k();
-    const int64_t lda = k_.transpose_lhs() ? m : kk, ldb = k_.transpose_rhs() ? kk : n;
-    const int panels = k_.variant() == 1 ? ThreadPool::Get().size() : 1;
-    const int64_t panel = (n + panels - 1) / panels;
-    for (int64_t b = 0; b < k_.batch(); ++b) {
-      ThreadPool::Get().ParallelFor(panels, [&](int64_t p) {
-        const int64_t n0 = p * panel, n1 = std::min(n, n0 + panel);
-        if (n1 <= n0) return;
-        // Column panel [n0, n1) of B and C; A whole.
-        const int64_t b_off = k_.transpose_rhs() ? n0 * ldb : n0;
-        if (type_ == PrimitiveType::kF32) {
-          const float* a = static_cast<const float*>(inputs[0]) + b * k_.lhs_batch_stride();
-          const float* bb = static_cast<const float*>(inputs[1]) + b * k_.rhs_batch_stride() + b_off;
-          float* c = static_cast<float*>(output) + b * m * n + n0;
-          if (m > 0 && n1 > n0) {
-            cblas_sgemm(CblasRowMajor, k_.transpose_lhs() ? CblasTrans : CblasNoTrans,
-                        k_.transpose_rhs() ? CblasTrans : CblasNoTrans, static_cast<int>(m),
-                        static_cast<int>(n1 - n0), static_cast<int>(kk), 1.0f, a, static_cast<int>(lda), bb,
-                        static_cast<int>(ldb), 0.0f, c, static_cast<int>(n));
-          }
-        } else {
-          const double* a = static_cast<const double*>(inputs[0]) + b * k_.lhs_batch_stride();
-          const double* bb = static_cast<const double*>(inputs[1]) + b * k_.rhs_batch_stride() + b_off;
-          double* c = static_cast<double*>(output) + b * m * n + n0;
-          if (m > 0 && n1 > n0) {
-            cblas_dgemm(CblasRowMajor, k_.transpose_lhs() ? CblasTrans : CblasNoTrans,
-                        k_.transpose_rhs() ? CblasTrans : CblasNoTrans, static_cast<int>(m),
-                        static_cast<int>(n1 - n0), static_cast<int>(kk), 1.0, a, static_cast<int>(lda), bb,
-                        static_cast<int>(ldb), 0.0, c, static_cast<int>(n));
-          }
-        }
-      });
+    if (type_ == PrimitiveType::kF32) {
+      RunTyped<float>(inputs, output);
+    } else {
+      RunTyped<double>(inputs, output);
     }
     return absl::OkStatus();
   }
 
  private:
+  template <typename T>
+  void RunTyped(std::span<const void* const> inputs, void* output) const {
+    const int64_t m = k_.m(), n = k_.n(), kk = k_.k();
+    if (m == 0 || n == 0) return;
+    // Row-major operands, transposed in memory or not: only the strides differ.
+    const int64_t a_rs = k_.transpose_lhs() ? 1 : kk, a_cs = k_.transpose_lhs() ? m : 1;
+    const int64_t b_rs = k_.transpose_rhs() ? 1 : n, b_cs = k_.transpose_rhs() ? kk : 1;
+    const int panels = k_.variant() == kDotSerial ? 1 : ThreadPool::Get().size();
+    const int64_t split = k_.variant() == kDotRowPanels ? m : n;
+    const int64_t panel = (split + panels - 1) / panels;
+    for (int64_t b = 0; b < k_.batch(); ++b) {
+      const T* a = static_cast<const T*>(inputs[0]) + b * k_.lhs_batch_stride();
+      const T* bb = static_cast<const T*>(inputs[1]) + b * k_.rhs_batch_stride();
+      T* c = static_cast<T*>(output) + b * m * n;
+      ThreadPool::Get().ParallelFor(panels, [&](int64_t p) {
+        const int64_t lo = p * panel, hi = std::min(split, lo + panel);
+        if (hi <= lo) return;
+        if (k_.variant() == kDotRowPanels) {  // rows [lo, hi) of A and C; B whole
+          Gemm(hi - lo, n, kk, MatrixView<const T>{a + lo * a_rs, a_rs, a_cs}, MatrixView<const T>{bb, b_rs, b_cs},
+               MatrixView<T>{c + lo * n, n, 1});
+        } else {  // columns [lo, hi) of B and C; A whole
+          Gemm(m, hi - lo, kk, MatrixView<const T>{a, a_rs, a_cs}, MatrixView<const T>{bb + lo * b_cs, b_rs, b_cs},
+               MatrixView<T>{c + lo, n, 1});
+        }
+      });
+    }
+  }
+
   proto::Kernel k_;
   PrimitiveType type_;
 };
@@ -466,7 +506,7 @@ absl::StatusOr<std::unique_ptr<Kernel>> BuildKernel(const proto::Kernel& k, std:
           output.numel() == products && k.lhs_batch_stride() >= 0 && k.rhs_batch_stride() >= 0 &&
           BatchFits(k.batch(), k.lhs_batch_stride(), k.m() * k.k(), inputs[0].numel()) &&
           BatchFits(k.batch(), k.rhs_batch_stride(), k.k() * k.n(), inputs[1].numel()) &&
-          (k.variant() == 0 || k.variant() == 1);
+          (k.variant() == kDotSerial || k.variant() == kDotColumnPanels || k.variant() == kDotRowPanels);
       if (absl::Status s = Expect(shapes_ok, k, "operands do not fit the product"); !s.ok()) return s;
       if (output.type == PrimitiveType::kF32 || output.type == PrimitiveType::kF64) {
         return std::make_unique<DotKernel>(k, output.type);

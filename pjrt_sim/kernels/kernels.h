@@ -14,6 +14,11 @@
 
 namespace lazyrt::pjrt {
 
+// The variants of a DOT kernel (proto::Kernel::variant), chosen by autotuning.
+inline constexpr int64_t kDotSerial = 0;        // each product on one thread
+inline constexpr int64_t kDotColumnPanels = 1;  // columns of the product split over the device's pool
+inline constexpr int64_t kDotRowPanels = 2;     // rows split over the pool
+
 class Kernel {
  public:
   virtual ~Kernel() = default;

@@ -7,6 +7,7 @@
 
 #include <bit>
 #include <cmath>
+#include <numeric>
 #include <set>
 
 #include "pjrt_sim/fusion.h"
@@ -333,6 +334,59 @@ TEST_F(PassesTest, TransposeFoldsIntoDot) {
       EXPECT_NEAR(out[0].at<float>(i), acc, 1e-5) << what << " at " << i;
     }
   }
+}
+
+TEST_F(PassesTest, TransposedProductIsComputedTransposed) {
+  // transpose(dot(a, b)) = dot(b^T, a^T): one DOT kernel writes the transposed result contiguously,
+  // with the operands swapped and their flags flipped; batched products too (only the matrix dims swap).
+  struct Case {
+    Dims a, b;
+    bool tl, tr;
+  };
+  const std::vector<Case> cases = {
+      {{3, 5}, {5, 4}, false, false}, {{5, 3}, {5, 4}, true, false}, {{3, 5}, {4, 5}, false, true},
+      {{2, 3, 5}, {2, 5, 4}, false, false}, {{2, 3, 5}, {5, 4}, false, false}};
+  std::mt19937_64 rng(5);
+  for (const Case& c : cases) {
+    const std::string what = absl::StrCat(testing::DimsText(c.a), " x ", testing::DimsText(c.b));
+    const size_t r = std::max(c.a.size(), c.b.size());
+    Dims perm(r);
+    std::iota(perm.begin(), perm.end(), 0);
+    std::swap(perm[r - 1], perm[r - 2]);
+    ModuleBuilder transposed, plain;
+    for (ModuleBuilder* b : {&transposed, &plain}) {
+      const int64_t dot = b->Dot(b->Parameter(0, proto::F32, c.a), b->Parameter(1, proto::F32, c.b), c.tl, c.tr);
+      b->Output(b == &transposed ? b->Transpose(dot, perm) : dot);
+    }
+    const proto::Executable exe = CompileToProto(transposed.module(), kFused);
+    ASSERT_EQ(exe.kernels_size(), 1) << what << "\n" << KernelSummary(exe);
+    EXPECT_EQ(exe.kernels(0).kind(), proto::Kernel::DOT) << what;
+    EXPECT_EQ(exe.kernels(0).transpose_lhs(), !c.tr) << what;
+    EXPECT_EQ(exe.kernels(0).transpose_rhs(), !c.tl) << what;
+    // The same numbers as the product transposed by hand.
+    const HostArray ha = F32(c.a, testing::RandomFloats(rng, testing::NumElements(c.a), -1, 1));
+    const HostArray hb = F32(c.b, testing::RandomFloats(rng, testing::NumElements(c.b), -1, 1));
+    const HostArray got = Run(transposed.module(), kFused, {ha, hb})[0];
+    const HostArray want = Run(plain.module(), kFused, {ha, hb})[0];
+    const Dims& wd = want.shape.dims;
+    const int64_t m = wd[r - 2], n = wd[r - 1];
+    ASSERT_EQ(got.numel(), want.numel()) << what;
+    for (int64_t i = 0; i < want.numel(); ++i) {
+      const int64_t batch = i / (m * n), row = (i / n) % m, col = i % n;
+      EXPECT_NEAR(got.at<float>(batch * m * n + col * m + row), want.at<float>(i), 1e-5) << what << " at " << i;
+    }
+  }
+}
+
+TEST_F(PassesTest, TransposedProductWithOtherReadersIsNotDuplicated) {
+  // The product is also read untransposed: rewriting the transpose as a second product would double
+  // the GEMM work, so the transpose stays a (fused) view.
+  ModuleBuilder b;
+  const int64_t dot = b.Dot(b.Parameter(0, proto::F32, {3, 5}), b.Parameter(1, proto::F32, {5, 4}));
+  b.Output(dot);
+  b.Output(b.Transpose(dot, {1, 0}));
+  const proto::Executable exe = CompileToProto(b.module(), kFused);
+  EXPECT_EQ(CountKernels(exe, proto::Kernel::DOT), 1) << KernelSummary(exe);
 }
 
 TEST_F(PassesTest, TransposeOfBatchDimsDoesNotFoldIntoDot) {

@@ -224,6 +224,27 @@ BENCHMARK_CAPTURE(BM_Reduce, sum_each_column, ReduceOp::kSum, 0)->Arg(1024)->Arg
 BENCHMARK_CAPTURE(BM_Reduce, max_each_row, ReduceOp::kMax, 1)->Arg(1024)->Arg(4096)->UseRealTime()->Unit(benchmark::kMicrosecond);
 BENCHMARK_CAPTURE(BM_Reduce, max_each_column, ReduceOp::kMax, 0)->Arg(1024)->Arg(4096)->UseRealTime()->Unit(benchmark::kMicrosecond);
 
+// One AdamW update of an [N, 784] weight whose gradient is given (the flagship's first layer at N = 256):
+// the new moments and the new weight, a graph of elementwise work over 4 arrays read and 3 written.
+// GB/s of those 7 arrays.
+void BM_AdamWUpdate(benchmark::State& state) {
+  const int64_t rows = state.range(0), n = rows * 784;
+  Tensor weight = Filled({rows, 784}, 0.5f).requires_grad_();
+  lazyrt::AdamW optimizer({weight}, 1e-3);
+  const Tensor gradient = Filled({rows, 784}, 0.01f);
+  auto update = [&] {
+    weight.set_grad(gradient);
+    optimizer.step();
+    lazyrt::sync();
+    lazyrt::wait_device();
+  };
+  update();  // compile outside the timed loop
+  for (auto _ : state) update();
+  state.counters["GB/s"] = benchmark::Counter(static_cast<double>(7 * n * 4) * static_cast<double>(state.iterations()) / 1e9,
+                                              benchmark::Counter::kIsRate);
+}
+BENCHMARK(BM_AdamWUpdate)->Arg(256)->Arg(2048)->UseRealTime()->Unit(benchmark::kMicrosecond);
+
 // The executable of one training step of the flagship model (examples/train_mlp: 784-256-128-10 MLP,
 // batch 128, cross-entropy, backward, AdamW), compiled once per process: what the persistent cache
 // stores and loads for real users. The graph is exactly what sync() would compile: every live tensor

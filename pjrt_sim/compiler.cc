@@ -118,9 +118,21 @@ absl::Status Autotune(proto::Executable& exe, Device* device) {
       input_shapes.push_back(FromProto(exe.slots(static_cast<int>(in)).shape()));
       inputs.push_back(slots[static_cast<size_t>(in)]);
     }
+    // The kernel's outputs: what every candidate must compute bit for bit.
     const ArrayShape out_shape = FromProto(exe.slots(static_cast<int>(kernel.output())).shape());
-    const size_t out_bytes = static_cast<size_t>(out_shape.byte_size());
-    void* out = slots[static_cast<size_t>(kernel.output())];
+    std::vector<ArrayShape> extra_shapes;
+    std::vector<void*> outs = {slots[static_cast<size_t>(kernel.output())]};
+    for (int64_t extra : kernel.extra_outputs()) {
+      extra_shapes.push_back(FromProto(exe.slots(static_cast<int>(extra)).shape()));
+      outs.push_back(slots[static_cast<size_t>(extra)]);
+    }
+    auto output_bytes = [&] {
+      std::string bytes(static_cast<const char*>(outs[0]), static_cast<size_t>(out_shape.byte_size()));
+      for (size_t e = 0; e < extra_shapes.size(); ++e) {
+        bytes.append(static_cast<const char*>(outs[e + 1]), static_cast<size_t>(extra_shapes[e].byte_size()));
+      }
+      return bytes;
+    };
     // Every candidate runs once (warming caches) and must give the first one's bits; then they are
     // timed in rounds, one run of each per round, and each keeps its best time. A disturbance of the
     // shared machine (another process, the host tracing the next step) then slows the candidates
@@ -131,22 +143,23 @@ absl::Status Autotune(proto::Executable& exe, Device* device) {
       double us = 1e300;
     };
     std::vector<Trial> trials(candidates.size());
-    std::vector<char> reference(out_bytes);
+    std::string reference;
     for (size_t c = 0; c < candidates.size(); ++c) {
-      absl::StatusOr<std::unique_ptr<Kernel>> built = BuildKernel(candidates[c].second, input_shapes, out_shape);
+      absl::StatusOr<std::unique_ptr<Kernel>> built =
+          BuildKernel(candidates[c].second, input_shapes, out_shape, extra_shapes);
       if (!built.ok()) return built.status();
       Trial& t = trials[c];
       t.kernel = *std::move(built);
-      t.ok = t.kernel->Run(inputs, out).ok();
-      if (c == 0) std::memcpy(reference.data(), out, out_bytes);
-      t.identical = c == 0 || std::memcmp(reference.data(), out, out_bytes) == 0;
+      t.ok = t.kernel->Run(inputs, outs).ok();
+      if (c == 0) reference = output_bytes();
+      t.identical = c == 0 || output_bytes() == reference;
     }
     constexpr int kTimedRounds = 3;
     for (int round = 0; round < kTimedRounds; ++round) {
       for (Trial& t : trials) {
         if (!t.ok) continue;
         const Clock::time_point start = Clock::now();
-        t.ok = t.kernel->Run(inputs, out).ok();
+        t.ok = t.kernel->Run(inputs, outs).ok();
         t.us = std::min(t.us, MsSince(start) * 1000);
       }
     }

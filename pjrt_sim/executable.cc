@@ -151,13 +151,20 @@ absl::StatusOr<std::shared_ptr<Executable>> Executable::Load(proto::Executable p
       }
       inputs.push_back(slot_shapes[static_cast<size_t>(in)]);
     }
+    const auto writable = [&](int64_t slot) {
+      return slot >= 0 && slot < e.slots_size() &&
+             (e.slots(static_cast<int>(slot)).kind() == proto::Slot::ARENA ||
+              e.slots(static_cast<int>(slot)).kind() == proto::Slot::OUTPUT);
+    };
     const int64_t out = kernel.output();
-    if (out < 0 || out >= e.slots_size() ||
-        (e.slots(static_cast<int>(out)).kind() != proto::Slot::ARENA &&
-         e.slots(static_cast<int>(out)).kind() != proto::Slot::OUTPUT)) {
-      return Invalid(absl::StrCat("kernel ", k, " writes a slot it may not"));
+    if (!writable(out)) return Invalid(absl::StrCat("kernel ", k, " writes a slot it may not"));
+    std::vector<ArrayShape> extra_outputs;
+    for (int64_t extra : kernel.extra_outputs()) {
+      if (!writable(extra)) return Invalid(absl::StrCat("kernel ", k, " writes a slot it may not"));
+      extra_outputs.push_back(slot_shapes[static_cast<size_t>(extra)]);
     }
-    absl::StatusOr<std::unique_ptr<Kernel>> built = BuildKernel(kernel, inputs, slot_shapes[static_cast<size_t>(out)]);
+    absl::StatusOr<std::unique_ptr<Kernel>> built =
+        BuildKernel(kernel, inputs, slot_shapes[static_cast<size_t>(out)], extra_outputs);
     if (!built.ok()) return Invalid(std::string(built.status().message()));
     const int64_t elements = kernel.has_iteration_shape() ? FromProto(kernel.iteration_shape()).numel()
                                                           : slot_shapes[static_cast<size_t>(out)].numel();
@@ -165,6 +172,7 @@ absl::StatusOr<std::shared_ptr<Executable>> Executable::Load(proto::Executable p
     any_gemm = any_gemm || kernel.kind() == proto::Kernel::DOT;
     exe->kernels_.push_back(*std::move(built));
     written[static_cast<size_t>(out)] = true;
+    for (int64_t extra : kernel.extra_outputs()) written[static_cast<size_t>(extra)] = true;
   }
   for (int j = 0; j < e.outputs_size(); ++j) {
     const int64_t s = e.outputs(j);
@@ -197,14 +205,15 @@ std::vector<void*> Executable::SlotPointers(std::span<void* const> params, void*
 absl::Status Executable::RunKernels(std::span<void* const> slot_ptrs, bool profile) const {
   using Clock = std::chrono::steady_clock;
   std::vector<const void*> inputs;
+  std::vector<void*> outputs;
   for (size_t k = 0; k < kernels_.size(); ++k) {
     const proto::Kernel& kernel = proto_.kernels(static_cast<int>(k));
     inputs.clear();
     for (int64_t in : kernel.inputs()) inputs.push_back(slot_ptrs[static_cast<size_t>(in)]);
+    outputs.assign(1, slot_ptrs[static_cast<size_t>(kernel.output())]);
+    for (int64_t extra : kernel.extra_outputs()) outputs.push_back(slot_ptrs[static_cast<size_t>(extra)]);
     const Clock::time_point start = profile ? Clock::now() : Clock::time_point{};
-    if (absl::Status s = kernels_[k]->Run(inputs, slot_ptrs[static_cast<size_t>(kernel.output())]); !s.ok()) {
-      return s;
-    }
+    if (absl::Status s = kernels_[k]->Run(inputs, outputs); !s.ok()) return s;
     if (profile) {
       kernel_times_[k].runs.fetch_add(1, std::memory_order_relaxed);
       kernel_times_[k].total_ns.fetch_add(std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - start).count(),

@@ -56,7 +56,7 @@ class Executable : public std::enable_shared_from_this<Executable> {
   bool runs_inline() const { return runs_inline_; }
   static constexpr int64_t kInlineCost = 256;
 
-  static constexpr uint32_t kFormatVersion = 1;
+  static constexpr uint32_t kFormatVersion = 2;  // 2: multi-output loop kernels
   // What a stored executable must have been produced by to be loadable here: the compiler's version
   // and the format's ("lazyrt-sim-compiler/1; executable format 1"). The cache key of every entry.
   static std::string ProducerVersion();

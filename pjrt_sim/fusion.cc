@@ -50,7 +50,7 @@ class Emitter {
     AssignSlots();
     int64_t fused_away = 0;
     for (size_t i = 0; i < m_.insts.size(); ++i) {
-      if (!materialized_[i]) {
+      if (!materialized_[i] || absorbed_into_[i] >= 0) {
         ++fused_away;
         continue;
       }
@@ -67,10 +67,12 @@ class Emitter {
   void Classify() {
     const size_t n = m_.insts.size();
     materialized_.assign(n, false);
-    std::vector<int64_t> users(n, 0);
-    for (const HloInst& inst : m_.insts) {
-      for (int64_t op : inst.operands) ++users[static_cast<size_t>(op)];
+    readers_.assign(n, {});
+    for (size_t i = 0; i < n; ++i) {
+      for (int64_t op : m_.insts[i].operands) readers_[static_cast<size_t>(op)].push_back(static_cast<int64_t>(i));
     }
+    std::vector<int64_t> users(n, 0);
+    for (size_t i = 0; i < n; ++i) users[i] = static_cast<int64_t>(readers_[i].size());
     for (int64_t out : m_.outputs) materialized_[static_cast<size_t>(out)] = true;
     for (size_t i = 0; i < n; ++i) {
       const HloInst& inst = m_.insts[i];
@@ -90,7 +92,7 @@ class Emitter {
       }
     }
     // Cut programs that would grow past the step limit (also bounds the emitter's recursion).
-    std::vector<int64_t> steps(n, 0);
+    std::vector<int64_t> steps(n, 0), program_steps(n, 1);
     for (size_t i = 0; i < n; ++i) {
       const HloInst& inst = m_.insts[i];
       if (!IsFusable(inst.opcode) && inst.opcode != proto::REDUCE_SUM && inst.opcode != proto::REDUCE_MAX) continue;
@@ -108,8 +110,54 @@ class Emitter {
           }
         }
       }
+      program_steps[i] = s;
       steps[i] = materialized_[i] ? 1 : s;
     }
+    // Multi-output fusion: an elementwise value computed once for several readers that all sit in one
+    // later loop kernel of the same shape is computed by that kernel too, and written from there. Its
+    // own kernel would read the same inputs in a pass of its own (AdamW's new moments, for one: read
+    // again by the parameter update right after).
+    absorbed_into_.assign(n, -1);
+    if (!options_.enabled) return;
+    std::vector<bool> is_output(n, false);
+    for (int64_t out : m_.outputs) is_output[static_cast<size_t>(out)] = true;
+    for (size_t i = 0; i < n; ++i) {
+      const int64_t into = AbsorbingKernel(static_cast<int64_t>(i));
+      if (into < 0 || program_steps[static_cast<size_t>(into)] + program_steps[i] > options_.max_program_steps) continue;
+      program_steps[static_cast<size_t>(into)] += program_steps[i];
+      absorbed_into_[i] = into;
+      // A result is written by that kernel as an extra output; any other value is read by that kernel
+      // only, so it is computed there (once) and never stored.
+      if (!is_output[i]) materialized_[i] = false;
+    }
+  }
+
+  // The loop kernel that can compute materialized elementwise value `id` as an extra output: the one
+  // kernel (of the same shape) whose program reads every use of it, each through elementwise fused
+  // ops only (so at the same point). -1 if there is none.
+  int64_t AbsorbingKernel(int64_t id) const {
+    const HloInst& inst = Inst(id);
+    if (!materialized_[static_cast<size_t>(id)] || !IsElementwise(inst.opcode)) return -1;
+    int64_t kernel = -1;
+    for (int64_t reader : readers_[static_cast<size_t>(id)]) {
+      int64_t at = reader;
+      // A fused elementwise value has exactly one reader (more would have materialized it).
+      while (!materialized_[static_cast<size_t>(at)] && IsElementwise(Inst(at).opcode) &&
+             readers_[static_cast<size_t>(at)].size() == 1) {
+        at = readers_[static_cast<size_t>(at)][0];
+      }
+      if (!materialized_[static_cast<size_t>(at)] || !IsElementwise(Inst(at).opcode)) return -1;
+      if (kernel >= 0 && kernel != at) return -1;
+      kernel = at;
+    }
+    return kernel >= 0 && Inst(kernel).shape.dims == inst.shape.dims ? kernel : -1;
+  }
+
+  // The kernel that finally computes `id` (following absorptions), or -1 if `id` is not absorbed.
+  int64_t FinalKernel(int64_t id) const {
+    int64_t into = absorbed_into_[static_cast<size_t>(id)];
+    while (into >= 0 && absorbed_into_[static_cast<size_t>(into)] >= 0) into = absorbed_into_[static_cast<size_t>(into)];
+    return into;
   }
 
   void AssignSlots() {
@@ -148,6 +196,7 @@ class Emitter {
   // --- program building -------------------------------------------------------------------------
   struct ProgramBuilder {
     proto::Kernel* kernel;
+    int64_t root;  // the instruction the kernel computes
     std::map<std::pair<int64_t, std::vector<int64_t>>, int64_t> memo;  // (inst, flattened view) -> step
     absl::flat_hash_map<int64_t, int64_t> input_of_slot;
   };
@@ -171,7 +220,9 @@ class Emitter {
     const HloInst& inst = Inst(id);
     proto::Step step;
     step.set_type(ToProto(inst.shape.type));
-    if (materialized_[static_cast<size_t>(id)] && !is_root) {
+    // Readers reach an absorbed value through elementwise ops only, so at the kernel's own point.
+    const bool extra_result = !is_root && materialized_[static_cast<size_t>(id)] && FinalKernel(id) == b.root;
+    if (materialized_[static_cast<size_t>(id)] && !is_root && !extra_result) {
       // Read the value from memory through the view.
       const std::vector<int64_t> rs = RowMajorStrides(inst.shape.dims);
       std::vector<int64_t> strides(space_rank, 0);
@@ -242,7 +293,13 @@ class Emitter {
         }
       }
     }
-    return Memo(b, key, AddStep(b, std::move(step)));
+    const int64_t index = AddStep(b, std::move(step));
+    if (extra_result) {
+      b.kernel->add_extra_outputs(slot_[static_cast<size_t>(id)]);
+      b.kernel->add_extra_roots(index);
+      absl::StrAppend(b.kernel->mutable_label(), " & ", Label(inst));
+    }
+    return Memo(b, key, index);
   }
 
   int64_t Memo(ProgramBuilder& b, const std::pair<int64_t, std::vector<int64_t>>& key, int64_t step) {
@@ -265,7 +322,7 @@ class Emitter {
     proto::Kernel* k = exe_.add_kernels();
     k->set_output(slot_[static_cast<size_t>(id)]);
     k->set_label(Label(inst));
-    ProgramBuilder b{k, {}, {}};
+    ProgramBuilder b{k, id, {}, {}};
     switch (inst.opcode) {
       case proto::REDUCE_SUM:
       case proto::REDUCE_MAX: {
@@ -327,6 +384,8 @@ class Emitter {
   const FusionOptions& options_;
   proto::Executable& exe_;
   std::vector<bool> materialized_;
+  std::vector<std::vector<int64_t>> readers_;  // by instruction
+  std::vector<int64_t> absorbed_into_;        // the kernel computing a value as an extra output, or -1
   std::vector<int64_t> slot_;
 };
 
@@ -383,16 +442,20 @@ int64_t AssignBuffers(proto::Executable& exe) {
   };
   std::vector<std::vector<int64_t>> dies_after(static_cast<size_t>(end) + 1);
   for (int64_t k = 0; k < end; ++k) {
-    const int64_t out = exe.kernels(static_cast<int>(k)).output();
-    proto::Slot* slot = exe.mutable_slots(static_cast<int>(out));
-    if (slot->kind() != proto::Slot::ARENA) continue;
-    int64_t bytes = FromProto(slot->shape()).byte_size();
-    bytes = (bytes + 63) / 64 * 64;
-    naive += bytes;
-    slot->set_offset(allocate(bytes));
-    // A value nobody reads dies right after it is written.
-    const int64_t dies = std::max(last_use[static_cast<size_t>(out)], k);
-    if (dies < end) dies_after[static_cast<size_t>(dies)].push_back(out);
+    const proto::Kernel& kernel = exe.kernels(static_cast<int>(k));
+    std::vector<int64_t> outs = {kernel.output()};
+    outs.insert(outs.end(), kernel.extra_outputs().begin(), kernel.extra_outputs().end());
+    for (int64_t out : outs) {
+      proto::Slot* slot = exe.mutable_slots(static_cast<int>(out));
+      if (slot->kind() != proto::Slot::ARENA) continue;
+      int64_t bytes = FromProto(slot->shape()).byte_size();
+      bytes = (bytes + 63) / 64 * 64;
+      naive += bytes;
+      slot->set_offset(allocate(bytes));
+      // A value nobody reads dies right after it is written.
+      const int64_t dies = std::max(last_use[static_cast<size_t>(out)], k);
+      if (dies < end) dies_after[static_cast<size_t>(dies)].push_back(out);
+    }
     for (int64_t dead : dies_after[static_cast<size_t>(k)]) {
       const proto::Slot& d = exe.slots(static_cast<int>(dead));
       release(d.offset(), (FromProto(d.shape()).byte_size() + 63) / 64 * 64);

@@ -215,24 +215,62 @@ const void* UnaryStep(const Step& s, const void* const* values, const Context& c
   return out;
 }
 
-template <typename T, proto::Opcode kOp>
+// Which argument of a binary step is a uniform value held as one element (0: neither): the loop then
+// reads it once instead of a block of copies of it.
+enum ScalarArg : int { kNoScalarArg = 0, kFirstScalar = 1, kSecondScalar = 2 };
+
+template <typename T, proto::Opcode kOp, int kScalar>
 const void* BinaryStep(const Step& s, const void* const* values, const Context& c, void* out) {
   const int64_t n = c.n;
   const T* a = Arg<T>(s, values, 0);
   const T* b = Arg<T>(s, values, 1);
   T* o = static_cast<T*>(out);
-  for (int64_t i = 0; i < n; ++i) o[i] = ApplyBinary<T>(kOp, a[i], b[i]);
+  if constexpr (kScalar == kFirstScalar) {
+    const T x = a[0];
+    for (int64_t i = 0; i < n; ++i) o[i] = ApplyBinary<T>(kOp, x, b[i]);
+  } else if constexpr (kScalar == kSecondScalar) {
+    const T y = b[0];
+    for (int64_t i = 0; i < n; ++i) o[i] = ApplyBinary<T>(kOp, a[i], y);
+  } else {
+    for (int64_t i = 0; i < n; ++i) o[i] = ApplyBinary<T>(kOp, a[i], b[i]);
+  }
   return out;
 }
 
-template <typename T, proto::CompareDirection kDirection>
+template <typename T, proto::CompareDirection kDirection, int kScalar>
 const void* CompareStep(const Step& s, const void* const* values, const Context& c, void* out) {
   const int64_t n = c.n;
   const T* a = Arg<T>(s, values, 0);
   const T* b = Arg<T>(s, values, 1);
   uint8_t* o = static_cast<uint8_t*>(out);
-  for (int64_t i = 0; i < n; ++i) o[i] = ApplyCompare<T>(kDirection, a[i], b[i]);
+  if constexpr (kScalar == kFirstScalar) {
+    const T x = a[0];
+    for (int64_t i = 0; i < n; ++i) o[i] = ApplyCompare<T>(kDirection, x, b[i]);
+  } else if constexpr (kScalar == kSecondScalar) {
+    const T y = b[0];
+    for (int64_t i = 0; i < n; ++i) o[i] = ApplyCompare<T>(kDirection, a[i], y);
+  } else {
+    for (int64_t i = 0; i < n; ++i) o[i] = ApplyCompare<T>(kDirection, a[i], b[i]);
+  }
   return out;
+}
+
+template <typename T, proto::Opcode kOp>
+StepFn BinaryStepFor(int scalar) {
+  switch (scalar) {
+    case kFirstScalar: return &BinaryStep<T, kOp, kFirstScalar>;
+    case kSecondScalar: return &BinaryStep<T, kOp, kSecondScalar>;
+    default: return &BinaryStep<T, kOp, kNoScalarArg>;
+  }
+}
+
+template <typename T, proto::CompareDirection kDirection>
+StepFn CompareStepFor(int scalar) {
+  switch (scalar) {
+    case kFirstScalar: return &CompareStep<T, kDirection, kFirstScalar>;
+    case kSecondScalar: return &CompareStep<T, kDirection, kSecondScalar>;
+    default: return &CompareStep<T, kDirection, kNoScalarArg>;
+  }
 }
 
 template <typename T>
@@ -259,9 +297,12 @@ const void* ConvertStep(const Step& s, const void* const* values, const Context&
 
 #define LAZYRT_OPCODE_CASE(STEP, OP) \
   case proto::OP: return &STEP<T, proto::OP>;
+#define LAZYRT_SCALAR_FORM_CASE(STEP_FOR, OP) \
+  case proto::OP: return STEP_FOR<T, proto::OP>(scalar);
 
-// The loop that computes `s`, or null for an opcode Build rejects.
-StepFn ChooseStepFn(const Step& s) {
+// The loop that computes `s` (`scalar`: which argument a binary step reads as one element), or null
+// for an opcode Build rejects.
+StepFn ChooseStepFn(const Step& s, int scalar) {
   const ComputeType ct = ComputeTypeOf(s.type);
   if (s.load) return Dispatch(ct, []<typename T>() -> StepFn { return &LoadStep<T>; });
   switch (s.opcode) {
@@ -277,12 +318,12 @@ StepFn ChooseStepFn(const Step& s) {
     case proto::COMPARE:
       return Dispatch(ComputeTypeOf(s.arg_type), [&]<typename T>() -> StepFn {
         switch (s.direction) {
-          LAZYRT_OPCODE_CASE(CompareStep, EQ)
-          LAZYRT_OPCODE_CASE(CompareStep, NE)
-          LAZYRT_OPCODE_CASE(CompareStep, LT)
-          LAZYRT_OPCODE_CASE(CompareStep, LE)
-          LAZYRT_OPCODE_CASE(CompareStep, GT)
-          LAZYRT_OPCODE_CASE(CompareStep, GE)
+          LAZYRT_SCALAR_FORM_CASE(CompareStepFor, EQ)
+          LAZYRT_SCALAR_FORM_CASE(CompareStepFor, NE)
+          LAZYRT_SCALAR_FORM_CASE(CompareStepFor, LT)
+          LAZYRT_SCALAR_FORM_CASE(CompareStepFor, LE)
+          LAZYRT_SCALAR_FORM_CASE(CompareStepFor, GT)
+          LAZYRT_SCALAR_FORM_CASE(CompareStepFor, GE)
           default: return nullptr;
         }
       });
@@ -299,21 +340,22 @@ StepFn ChooseStepFn(const Step& s) {
           LAZYRT_OPCODE_CASE(UnaryStep, LOGISTIC)
           LAZYRT_OPCODE_CASE(UnaryStep, SIGN)
           LAZYRT_OPCODE_CASE(UnaryStep, NOT)
-          LAZYRT_OPCODE_CASE(BinaryStep, ADD)
-          LAZYRT_OPCODE_CASE(BinaryStep, SUBTRACT)
-          LAZYRT_OPCODE_CASE(BinaryStep, MULTIPLY)
-          LAZYRT_OPCODE_CASE(BinaryStep, DIVIDE)
-          LAZYRT_OPCODE_CASE(BinaryStep, POWER)
-          LAZYRT_OPCODE_CASE(BinaryStep, MAXIMUM)
-          LAZYRT_OPCODE_CASE(BinaryStep, MINIMUM)
-          LAZYRT_OPCODE_CASE(BinaryStep, AND)
-          LAZYRT_OPCODE_CASE(BinaryStep, OR)
+          LAZYRT_SCALAR_FORM_CASE(BinaryStepFor, ADD)
+          LAZYRT_SCALAR_FORM_CASE(BinaryStepFor, SUBTRACT)
+          LAZYRT_SCALAR_FORM_CASE(BinaryStepFor, MULTIPLY)
+          LAZYRT_SCALAR_FORM_CASE(BinaryStepFor, DIVIDE)
+          LAZYRT_SCALAR_FORM_CASE(BinaryStepFor, POWER)
+          LAZYRT_SCALAR_FORM_CASE(BinaryStepFor, MAXIMUM)
+          LAZYRT_SCALAR_FORM_CASE(BinaryStepFor, MINIMUM)
+          LAZYRT_SCALAR_FORM_CASE(BinaryStepFor, AND)
+          LAZYRT_SCALAR_FORM_CASE(BinaryStepFor, OR)
           default: return nullptr;
         }
       });
   }
 }
 #undef LAZYRT_OPCODE_CASE
+#undef LAZYRT_SCALAR_FORM_CASE
 
 // Rounds f32 values to bf16/f16 and back, exactly as if they had been stored and loaded: fused and
 // unfused programs give identical bits.
@@ -323,14 +365,16 @@ void Round16(PrimitiveType type, float* f, int64_t n) {
   }
 }
 
-// Scratch layout: the value pointer of every step, then the registers, each a block of 8-byte elements.
+// Scratch layout: the value pointer of every step, the scalars (uniform values held as one element),
+// then the registers, each a block of 8-byte elements.
 constexpr size_t kRegisterBytes = FusedProgram::kBlock * 8;
-size_t PointerBytes(size_t steps) { return (steps * sizeof(void*) + 63) / 64 * 64; }
+size_t RoundUp64(size_t bytes) { return (bytes + 63) / 64 * 64; }
 
 }  // namespace
 
 absl::StatusOr<FusedProgram> FusedProgram::Build(const google::protobuf::RepeatedPtrField<proto::Step>& steps,
-                                                 std::span<const ArrayShape> inputs, const ArrayShape& space) {
+                                                 std::span<const ArrayShape> inputs, const ArrayShape& space,
+                                                 std::span<const int64_t> extra_roots) {
   FusedProgram program;
   program.space_dims_ = space.dims;
   program.space_numel_ = space.numel();
@@ -430,6 +474,13 @@ absl::StatusOr<FusedProgram> FusedProgram::Build(const google::protobuf::Repeate
     program.steps_.push_back(std::move(s));
   }
   program.result_type_ = program.steps_.back().type;
+  program.roots_.push_back(steps.size() - 1);
+  for (int64_t root : extra_roots) {
+    if (root < 0 || root >= steps.size()) {
+      return absl::InvalidArgumentError(absl::StrCat("extra result step ", root, " is not a step"));
+    }
+    program.roots_.push_back(static_cast<int32_t>(root));
+  }
   program.Assign();
   for (size_t i = 0; i < program.steps_.size(); ++i) {
     if (program.steps_[i].fn == nullptr) {
@@ -441,19 +492,19 @@ absl::StatusOr<FusedProgram> FusedProgram::Build(const google::protobuf::Repeate
 
 void FusedProgram::Assign() {
   const size_t n = steps_.size();
+  std::vector<int> arity(n, 0);
   std::vector<size_t> last_use(n, 0);
   for (size_t i = 0; i < n; ++i) {
     Step& s = steps_[i];
-    s.fn = ChooseStepFn(s);
-    const int arity = s.load || s.opcode == proto::CONSTANT || s.opcode == proto::IOTA ? 0
-                      : s.opcode == proto::SELECT                                        ? 3
-                      : IsBinary(s.opcode)                                               ? 2
-                                                                                         : 1;
+    arity[i] = s.load || s.opcode == proto::CONSTANT || s.opcode == proto::IOTA ? 0
+               : s.opcode == proto::SELECT                                        ? 3
+               : IsBinary(s.opcode)                                               ? 2
+                                                                                  : 1;
     const bool varies = s.load ? s.access != Access::kScalar
                                : s.opcode == proto::RNG_UNIFORM || s.opcode == proto::RNG_NORMAL ||
                                      (s.opcode == proto::IOTA && s.axis >= 0);
     s.uniform = !varies;
-    for (int a = 0; a < arity; ++a) {
+    for (int a = 0; a < arity[i]; ++a) {
       s.uniform = s.uniform && steps_[static_cast<size_t>(s.args[a])].uniform;
       last_use[static_cast<size_t>(s.args[a])] = i;
     }
@@ -461,14 +512,35 @@ void FusedProgram::Assign() {
                  Dispatch(ComputeTypeOf(s.type), [&]<typename T>() { return Native<T>(s.type); });
     s.round16 = !s.load && (s.type == PrimitiveType::kBF16 || s.type == PrimitiveType::kF16);
   }
-  last_use[n - 1] = n;  // the result outlives the program
-  // Registers: uniform values keep theirs for the whole run; a per-block value's register is free
+  for (int32_t root : roots_) last_use[static_cast<size_t>(root)] = n;  // results outlive the program
+  // A uniform value is held as one element, unless something reads it a block at a time: a result
+  // (stored a block at a time), a select's argument, or an argument of a uniform value held as a block.
+  std::vector<bool> as_block(n, false);
+  for (int32_t root : roots_) as_block[static_cast<size_t>(root)] = true;
+  for (size_t i = n; i-- > 0;) {
+    const Step& s = steps_[i];
+    const bool reads_blocks = s.uniform ? as_block[i] : s.opcode == proto::SELECT;
+    for (int a = 0; a < arity[i] && reads_blocks; ++a) as_block[static_cast<size_t>(s.args[a])] = true;
+  }
+  for (size_t i = 0; i < n; ++i) {
+    Step& s = steps_[i];
+    s.scalar = s.uniform && !as_block[i];
+    int scalar_arg = kNoScalarArg;
+    if (!s.uniform && arity[i] == 2) {
+      if (steps_[static_cast<size_t>(s.args[0])].scalar) scalar_arg = kFirstScalar;
+      if (steps_[static_cast<size_t>(s.args[1])].scalar) scalar_arg = kSecondScalar;
+    }
+    s.fn = ChooseStepFn(s, scalar_arg);
+  }
+  // Registers: uniform blocks keep theirs for the whole run; a per-block value's register is free
   // again after the last step that reads it (never before its own step has written: no aliasing).
   std::vector<int32_t> free;
   std::vector<std::vector<int32_t>> freed_after(n + 1);
   for (size_t i = 0; i < n; ++i) {
     Step& s = steps_[i];
-    if (!s.in_place) {
+    if (s.scalar) {
+      s.reg = scalars_++;
+    } else if (!s.in_place) {
       if (s.uniform || free.empty()) {
         s.reg = registers_++;
       } else {
@@ -483,26 +555,37 @@ void FusedProgram::Assign() {
 }
 
 size_t FusedProgram::scratch_bytes() const {
-  return PointerBytes(steps_.size()) + static_cast<size_t>(registers_) * kRegisterBytes;
+  return RoundUp64(steps_.size() * sizeof(void*)) + RoundUp64(static_cast<size_t>(scalars_) * 8) +
+         static_cast<size_t>(registers_) * kRegisterBytes;
+}
+
+char* FusedProgram::Registers(void* scratch) const {
+  return static_cast<char*>(scratch) + RoundUp64(steps_.size() * sizeof(void*)) +
+         RoundUp64(static_cast<size_t>(scalars_) * 8);
 }
 
 void FusedProgram::Prepare(std::span<const void* const> inputs, void* scratch) const {
   if (space_numel_ == 0) return;  // nothing to evaluate, and scalar loads may have nothing to read
   const void** values = static_cast<const void**>(scratch);
-  char* registers = static_cast<char*>(scratch) + PointerBytes(steps_.size());
-  const Context context{inputs, space_dims_, 0, kBlock};
+  char* scalars = static_cast<char*>(scratch) + RoundUp64(steps_.size() * sizeof(void*));
+  char* registers = Registers(scratch);
   for (const Step& s : steps_) {
     if (!s.uniform) continue;
-    void* out = registers + static_cast<size_t>(s.reg) * kRegisterBytes;
-    values[&s - steps_.data()] = s.fn(s, values, context, out);
-    if (s.round16) Round16(s.type, static_cast<float*>(out), kBlock);
+    const int64_t n = s.scalar ? 1 : kBlock;
+    void* out = s.scalar ? scalars + static_cast<size_t>(s.reg) * 8 : registers + static_cast<size_t>(s.reg) * kRegisterBytes;
+    values[&s - steps_.data()] = s.fn(s, values, Context{inputs, space_dims_, 0, n}, out);
+    if (s.round16) Round16(s.type, static_cast<float*>(out), n);
   }
+}
+
+const void* FusedProgram::ResultBlock(const void* scratch, size_t r) const {
+  return static_cast<const void* const*>(scratch)[roots_[r]];
 }
 
 const void* FusedProgram::Evaluate(std::span<const void* const> inputs, int64_t begin, int64_t n,
                                    void* scratch) const {
   const void** values = static_cast<const void**>(scratch);
-  char* registers = static_cast<char*>(scratch) + PointerBytes(steps_.size());
+  char* registers = Registers(scratch);
   const Context context{inputs, space_dims_, begin, n};
   for (int32_t i : per_block_) {
     const Step& s = steps_[static_cast<size_t>(i)];

@@ -5,7 +5,8 @@
 // Building also prepares the run: every step gets the one loop that computes it (its opcode, types
 // and operand access resolved once, not per block), steps whose value is the same at every point
 // (constants, scalar loads and what is computed from them only) are computed once per run instead of
-// once per block, and steps share scratch registers once their value is dead.
+// once per block, and held as one element where their readers take one, and steps share scratch
+// registers once their value is dead.
 #pragma once
 
 #include <cstdint>
@@ -27,11 +28,18 @@ class FusedProgram {
   static constexpr int64_t kBlock = 256;
 
   // Checks `steps` against the kernel's inputs and iteration space: argument indices, types, and that
-  // every load stays inside its input for every point of the space.
+  // every load stays inside its input for every point of the space. The result is the last step's
+  // value; `extra_roots` name more steps whose values are results too (multi-output fusion).
   static absl::StatusOr<FusedProgram> Build(const google::protobuf::RepeatedPtrField<proto::Step>& steps,
-                                            std::span<const ArrayShape> inputs, const ArrayShape& space);
+                                            std::span<const ArrayShape> inputs, const ArrayShape& space,
+                                            std::span<const int64_t> extra_roots = {});
 
   PrimitiveType result_type() const { return result_type_; }
+  // Results: 0 is the last step's, 1... the extra roots' in order.
+  size_t num_results() const { return roots_.size(); }
+  PrimitiveType result_type(size_t r) const { return steps_[static_cast<size_t>(roots_[r])].type; }
+  // Where result `r` of the block the last Evaluate on `scratch` computed is.
+  const void* ResultBlock(const void* scratch, size_t r) const;
   // Scratch bytes Prepare and Evaluate need.
   size_t scratch_bytes() const;
 
@@ -65,17 +73,20 @@ class FusedProgram {
     // Prepared by Build:
     StepFn fn = nullptr;
     bool uniform = false;   // the same value at every point: computed by Prepare
+    bool scalar = false;    // uniform, and held as one element (else as a block of copies)
     bool in_place = false;  // a contiguous load needing no conversion: the input is read where it is
     bool round16 = false;   // a bf16/f16 result, rounded to its type as soon as it is computed
-    int32_t reg = -1;       // scratch register of the values (-1: none, read in place)
+    int32_t reg = -1;       // scratch register (or scalar) of the values (-1: none, read in place)
   };
 
  private:
-  void Assign();  // fn, uniform, in_place, round16 and registers of every step
+  void Assign();  // fn, uniform, scalar, in_place, round16 and registers of every step
+  char* Registers(void* scratch) const;
 
   std::vector<Step> steps_;
   std::vector<int32_t> per_block_;  // the steps Evaluate computes, in order
-  int32_t registers_ = 0;
+  std::vector<int32_t> roots_;      // the steps whose values are results: the last, then extra roots
+  int32_t registers_ = 0, scalars_ = 0;
   std::vector<int64_t> space_dims_;
   int64_t space_numel_ = 0;
   PrimitiveType result_type_ = PrimitiveType::kF32;

@@ -44,21 +44,26 @@ void ForEachChunk(int64_t n, int64_t grain, const std::function<void(int64_t, in
   ThreadPool::Get().ParallelFor(tasks, [&](int64_t t) { fn(t * grain, std::min(n, (t + 1) * grain)); });
 }
 
+// Evaluates a fused program over its output's shape and stores each of its results (the output, then
+// the extra outputs).
 class LoopKernel final : public Kernel {
  public:
-  LoopKernel(FusedProgram program, ArrayShape output, int64_t grain)
-      : program_(std::move(program)), output_(std::move(output)), grain_(grain) {}
+  LoopKernel(FusedProgram program, ArrayShape output, std::vector<PrimitiveType> result_types, int64_t grain)
+      : program_(std::move(program)), output_(std::move(output)), result_types_(std::move(result_types)),
+        grain_(grain) {}
 
-  absl::Status Run(std::span<const void* const> inputs, void* output) const override {
-    const int64_t width = ByteWidth(output_.type);
-    const ComputeType ct = ComputeTypeOf(program_.result_type());
+  absl::Status Run(std::span<const void* const> inputs, std::span<void* const> outputs) const override {
     ForEachChunk(output_.numel(), grain_, [&](int64_t begin, int64_t end) {
       void* scratch = Scratch(program_.scratch_bytes());
       program_.Prepare(inputs, scratch);
       for (int64_t b = begin; b < end; b += kBlock) {
         const int64_t n = std::min(kBlock, end - b);
-        const void* block = program_.Evaluate(inputs, b, n, scratch);
-        StoreBlock(block, ct, output_.type, static_cast<char*>(output) + b * width, n);
+        program_.Evaluate(inputs, b, n, scratch);
+        for (size_t r = 0; r < result_types_.size(); ++r) {
+          const PrimitiveType type = result_types_[r];
+          StoreBlock(program_.ResultBlock(scratch, r), ComputeTypeOf(program_.result_type(r)), type,
+                     static_cast<char*>(outputs[r]) + b * ByteWidth(type), n);
+        }
       }
     });
     return absl::OkStatus();
@@ -67,6 +72,7 @@ class LoopKernel final : public Kernel {
  private:
   FusedProgram program_;
   ArrayShape output_;
+  std::vector<PrimitiveType> result_types_;
   int64_t grain_;
 };
 
@@ -126,7 +132,8 @@ class ReduceKernel final : public Kernel {
     }
   }
 
-  absl::Status Run(std::span<const void* const> inputs, void* output) const override {
+  absl::Status Run(std::span<const void* const> inputs, std::span<void* const> outputs) const override {
+    void* output = outputs[0];
     const ComputeType ct = ComputeTypeOf(output_.type);
     switch (ct) {
       case ComputeType::kF32: RunTyped<float>(inputs, output); break;
@@ -233,7 +240,8 @@ class DotKernel final : public Kernel {
  public:
   explicit DotKernel(const proto::Kernel& k, PrimitiveType type) : k_(k), type_(type) {}
 
-  absl::Status Run(std::span<const void* const> inputs, void* output) const override {
+  absl::Status Run(std::span<const void* const> inputs, std::span<void* const> outputs) const override {
+    void* output = outputs[0];
     if (type_ == PrimitiveType::kF32) {
       RunTyped<float>(inputs, output);
     } else {
@@ -280,7 +288,8 @@ class HalfDotKernel final : public Kernel {
  public:
   explicit HalfDotKernel(const proto::Kernel& k, PrimitiveType type) : k_(k), type_(type) {}
 
-  absl::Status Run(std::span<const void* const> inputs, void* output) const override {
+  absl::Status Run(std::span<const void* const> inputs, std::span<void* const> outputs) const override {
+    void* output = outputs[0];
     const int64_t m = k_.m(), n = k_.n(), kk = k_.k();
     auto load = [this](const void* p, int64_t i) {
       const uint16_t h = static_cast<const uint16_t*>(p)[i];
@@ -325,7 +334,8 @@ struct AxisSplit {
 class ArgmaxKernel final : public Kernel {
  public:
   ArgmaxKernel(ArrayShape input, int64_t axis) : input_(std::move(input)), split_(input_.dims, axis) {}
-  absl::Status Run(std::span<const void* const> inputs, void* output) const override {
+  absl::Status Run(std::span<const void* const> inputs, std::span<void* const> outputs) const override {
+    void* output = outputs[0];
     int64_t* out = static_cast<int64_t*>(output);
     for (int64_t o = 0; o < split_.outer; ++o) {
       for (int64_t i = 0; i < split_.inner; ++i) {
@@ -377,7 +387,8 @@ class IndexSelectKernel final : public Kernel {
  public:
   IndexSelectKernel(ArrayShape input, ArrayShape index, int64_t axis)
       : input_(std::move(input)), index_(std::move(index)), split_(input_.dims, axis) {}
-  absl::Status Run(std::span<const void* const> inputs, void* output) const override {
+  absl::Status Run(std::span<const void* const> inputs, std::span<void* const> outputs) const override {
+    void* output = outputs[0];
     const int64_t width = ByteWidth(input_.type), count = index_.numel();
     const size_t row = static_cast<size_t>(split_.inner * width);
     for (int64_t o = 0; o < split_.outer; ++o) {
@@ -400,7 +411,8 @@ class GatherKernel final : public Kernel {
  public:
   GatherKernel(ArrayShape input, ArrayShape index, int64_t axis)
       : input_(std::move(input)), index_(std::move(index)), axis_(axis) {}
-  absl::Status Run(std::span<const void* const> inputs, void* output) const override {
+  absl::Status Run(std::span<const void* const> inputs, std::span<void* const> outputs) const override {
+    void* output = outputs[0];
     const size_t rank = index_.dims.size();
     const int64_t width = ByteWidth(input_.type), total = index_.numel();
     std::vector<int64_t> in_strides(rank, 1), coords(rank, 0);
@@ -430,7 +442,8 @@ class ConcatKernel final : public Kernel {
  public:
   ConcatKernel(std::vector<ArrayShape> inputs, ArrayShape output, int64_t axis)
       : inputs_(std::move(inputs)), output_(std::move(output)), axis_(axis) {}
-  absl::Status Run(std::span<const void* const> inputs, void* output) const override {
+  absl::Status Run(std::span<const void* const> inputs, std::span<void* const> outputs) const override {
+    void* output = outputs[0];
     const AxisSplit out(output_.dims, axis_);
     const int64_t width = ByteWidth(output_.type);
     int64_t at = 0;
@@ -461,13 +474,26 @@ absl::Status Expect(bool ok, const proto::Kernel& k, const std::string& what) {
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<Kernel>> BuildKernel(const proto::Kernel& k, std::span<const ArrayShape> inputs,
-                                                    const ArrayShape& output) {
+                                                    const ArrayShape& output, std::span<const ArrayShape> extra_outputs) {
+  if (k.extra_outputs_size() != static_cast<int>(extra_outputs.size()) || k.extra_roots_size() != k.extra_outputs_size() ||
+      (k.extra_outputs_size() > 0 && k.kind() != proto::Kernel::LOOP)) {
+    return Expect(false, k, "extra outputs need a LOOP kernel and a result step each");
+  }
   switch (k.kind()) {
     case proto::Kernel::LOOP: {
       if (!(FromProto(k.iteration_shape()) == output)) return Expect(false, k, "iteration space must be the output");
-      absl::StatusOr<FusedProgram> program = FusedProgram::Build(k.program(), inputs, output);
+      absl::StatusOr<FusedProgram> program =
+          FusedProgram::Build(k.program(), inputs, output, std::span<const int64_t>(k.extra_roots().data(), static_cast<size_t>(k.extra_roots_size())));
       if (!program.ok()) return program.status();
-      return std::make_unique<LoopKernel>(*std::move(program), output, k.grain());
+      std::vector<PrimitiveType> result_types = {output.type};
+      for (size_t r = 0; r < extra_outputs.size(); ++r) {
+        if (extra_outputs[r].dims != output.dims || program->result_type(r + 1) != extra_outputs[r].type) {
+          return Expect(false, k, absl::StrCat("extra output ", r, " is not a ", PrimitiveTypeName(program->result_type(r + 1)),
+                                               " array of the output's dims"));
+        }
+        result_types.push_back(extra_outputs[r].type);
+      }
+      return std::make_unique<LoopKernel>(*std::move(program), output, std::move(result_types), k.grain());
     }
     case proto::Kernel::REDUCE: {
       const ArrayShape space = FromProto(k.iteration_shape());

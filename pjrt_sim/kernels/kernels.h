@@ -22,13 +22,16 @@ inline constexpr int64_t kDotRowPanels = 2;     // rows split over the pool
 class Kernel {
  public:
   virtual ~Kernel() = default;
-  // Computes the output from the inputs (device memory of the shapes given at build time).
-  virtual absl::Status Run(std::span<const void* const> inputs, void* output) const = 0;
+  // Computes the outputs from the inputs (device memory of the shapes given at build time): the
+  // kernel's output, then its extra outputs in order.
+  virtual absl::Status Run(std::span<const void* const> inputs, std::span<void* const> outputs) const = 0;
 };
 
-// Validates `kernel` against the shapes of its input and output slots and builds it.
+// Validates `kernel` against the shapes of its input and output slots (`extra_outputs`: those of
+// kernel.extra_outputs()) and builds it.
 absl::StatusOr<std::unique_ptr<Kernel>> BuildKernel(const proto::Kernel& kernel,
                                                     std::span<const ArrayShape> inputs,
-                                                    const ArrayShape& output);
+                                                    const ArrayShape& output,
+                                                    std::span<const ArrayShape> extra_outputs = {});
 
 }  // namespace lazyrt::pjrt

@@ -192,7 +192,7 @@ TEST_F(ExecutableTest, RejectsEveryTruncationAndTrailingBytes) {
 
 TEST_F(ExecutableTest, RejectsOtherFormatVersions) {
   const std::string body = CompileOrDie(EveryKernelKind())->proto().SerializeAsString();
-  for (uint32_t v : {0u, 2u, 0xffffffffu}) {
+  for (uint32_t v : {0u, Executable::kFormatVersion - 1, Executable::kFormatVersion + 1, 0xffffffffu}) {
     absl::StatusOr<std::shared_ptr<Executable>> r = client_->LoadSerializedExecutable(Frame(body, v));
     ASSERT_FALSE(r.ok());
     EXPECT_EQ(r.status().code(), absl::StatusCode::kFailedPrecondition);
@@ -406,6 +406,45 @@ TEST_F(ExecutableTest, RejectsMalformedProgramsAndKernels) {
   // A kernel writing a parameter, an alias, or nothing that exists.
   EXPECT_THAT(tamper([&](proto::Executable& p) { p.mutable_kernels(0)->set_output(0); }), HasSubstr("writes a slot it may not"));
   EXPECT_THAT(tamper([&](proto::Executable& p) { p.mutable_kernels(0)->set_output(99); }), HasSubstr("writes a slot it may not"));
+  // Extra outputs: to a writable slot of the output's dims and the result step's type, one per result
+  // step, and from a loop kernel only.
+  const int64_t out = good.kernels(0).output();
+  const auto extra = [&](int64_t slot, int64_t root) {
+    return [=](proto::Executable& p) {
+      p.mutable_kernels(0)->add_extra_outputs(slot);
+      p.mutable_kernels(0)->add_extra_roots(root);
+    };
+  };
+  EXPECT_THAT(tamper(extra(0, last)), HasSubstr("writes a slot it may not"));
+  EXPECT_THAT(tamper(extra(99, last)), HasSubstr("writes a slot it may not"));
+  EXPECT_THAT(tamper(extra(out, last + 1)), HasSubstr("is not a step"));
+  EXPECT_THAT(tamper(extra(out, -1)), HasSubstr("is not a step"));
+  EXPECT_THAT(tamper([&](proto::Executable& p) { p.mutable_kernels(0)->add_extra_outputs(out); }),
+              HasSubstr("a result step each"));
+  EXPECT_THAT(tamper([&](proto::Executable& p) {
+                proto::Step* wide = p.mutable_kernels(0)->add_program();  // f64, into an f32 slot
+                wide->set_opcode(proto::CONVERT);
+                wide->set_type(proto::F64);
+                wide->add_args(last);
+                extra(out, last + 1)(p);
+              }),
+              HasSubstr("extra output 0 is not a f64 array"));
+  EXPECT_THAT(tamper([&](proto::Executable& p) {
+                proto::Slot* other = p.add_slots();
+                other->set_kind(proto::Slot::ARENA);
+                other->mutable_shape()->set_type(proto::F32);
+                other->mutable_shape()->add_dims(1);
+                p.set_arena_bytes(p.arena_bytes() + 64);
+                other->set_offset(p.arena_bytes() - 64);
+                extra(p.slots_size() - 1, last)(p);
+              }),
+              HasSubstr("of the output's dims"));
+  EXPECT_TRUE(LoadBothWays([&] {
+                proto::Executable p = good;
+                extra(out, last)(p);  // the output written twice: pointless, but within bounds
+                return p;
+              }())
+                  .ok());
   // Slots and results.
   EXPECT_THAT(tamper([&](proto::Executable& p) { p.mutable_slots(0)->set_index(5); }), HasSubstr("bad parameter"));
   EXPECT_THAT(tamper([&](proto::Executable& p) { p.mutable_slots(0)->mutable_shape()->set_dims(0, 9); }),

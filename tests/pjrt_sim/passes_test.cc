@@ -569,6 +569,63 @@ TEST_F(PassesTest, ElementwiseValueWithSeveralReadersIsComputedOnce) {
   EXPECT_EQ(exe.kernels_size(), 3) << KernelSummary(exe);
 }
 
+TEST_F(PassesTest, OptimizerUpdateIsOneMultiOutputKernel) {
+  // An AdamW-like update: the new moment m' is a result and is read again by the new weight p'. One
+  // loop kernel computes both and writes m' as an extra output; nothing reads m' back from memory.
+  ModuleBuilder b;
+  const Dims d = {7, 33};
+  const int64_t p = b.Parameter(0, proto::F32, d), g = b.Parameter(1, proto::F32, d), m = b.Parameter(2, proto::F32, d);
+  const int64_t c = b.Constant(0.9, proto::F32, d), lr = b.Constant(0.01, proto::F32, d);
+  const int64_t m2 = b.Add(b.Mul(m, c), b.Mul(g, lr));
+  const int64_t p2 = b.Binary(proto::SUBTRACT, p, b.Mul(b.Unary(proto::SQRT, b.Unary(proto::ABS, m2)), lr));
+  b.Output(p2);
+  b.Output(m2);
+  const proto::Executable exe = CompileToProto(b.module(), kFused);
+  ASSERT_EQ(exe.kernels_size(), 1) << KernelSummary(exe);
+  const proto::Kernel& k = exe.kernels(0);
+  EXPECT_EQ(k.kind(), proto::Kernel::LOOP);
+  ASSERT_EQ(k.extra_outputs_size(), 1);
+  EXPECT_EQ(k.extra_outputs(0), exe.outputs(1));
+  EXPECT_EQ(k.output(), exe.outputs(0));
+  for (int64_t in : k.inputs()) EXPECT_NE(in, k.extra_outputs(0)) << "m' is read back";
+  // The same bits as computing each value in a kernel of its own.
+  std::mt19937_64 rng(11);
+  std::vector<HostArray> args;
+  for (int i = 0; i < 3; ++i) args.push_back(F32(d, testing::RandomFloats(rng, testing::NumElements(d), -1, 1)));
+  const std::vector<HostArray> fused = Run(b.module(), kFused, args), unfused = Run(b.module(), kUnfused, args);
+  for (size_t r = 0; r < 2; ++r) {
+    for (int64_t i = 0; i < fused[r].numel(); ++i) {
+      ASSERT_EQ(std::bit_cast<uint32_t>(fused[r].at<float>(i)), std::bit_cast<uint32_t>(unfused[r].at<float>(i)))
+          << "result " << r << " at " << i;
+    }
+  }
+}
+
+TEST_F(PassesTest, ValueReadTwiceByOneKernelIsNeitherStoredNorRecomputed) {
+  ModuleBuilder b;
+  const int64_t x = b.Parameter(0, proto::F32, {9});
+  const int64_t e = b.Unary(proto::EXP, x);
+  b.Output(b.Add(b.Unary(proto::TANH, e), b.Unary(proto::NEGATE, e)));
+  const proto::Executable exe = CompileToProto(b.module(), kFused);
+  ASSERT_EQ(exe.kernels_size(), 1) << KernelSummary(exe);
+  EXPECT_EQ(exe.kernels(0).extra_outputs_size(), 0);
+  int exps = 0;
+  for (const proto::Step& step : exe.kernels(0).program()) exps += !step.load() && step.opcode() == proto::EXP;
+  EXPECT_EQ(exps, 1);
+}
+
+TEST_F(PassesTest, ValueReadByTwoKernelsKeepsItsOwn) {
+  // e is read by a loop kernel and by a reduction: neither can compute it for the other.
+  ModuleBuilder b;
+  const int64_t x = b.Parameter(0, proto::F32, {4, 6});
+  const int64_t e = b.Unary(proto::EXP, x);
+  b.Output(b.Unary(proto::TANH, e));
+  b.Output(b.Reduce(proto::REDUCE_SUM, e, {1}));
+  const proto::Executable exe = CompileToProto(b.module(), kFused);
+  EXPECT_EQ(KernelsComputing(exe, proto::EXP), 1) << KernelSummary(exe);
+  for (const proto::Kernel& k : exe.kernels()) EXPECT_EQ(k.extra_outputs_size(), 0) << KernelSummary(exe);
+}
+
 TEST_F(PassesTest, LongChainsAreCutAtTheStepLimit) {
   ModuleBuilder b;
   const int64_t x = b.Parameter(0, proto::F32, {7});

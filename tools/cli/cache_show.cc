@@ -103,6 +103,8 @@ Json ExecutableJson(const proto::Executable& exe) {
     }
     k["variant"] = kernel.variant();
     k["grain"] = kernel.grain();
+    k["program_steps"] = kernel.program_size();
+    k["results"] = 1 + kernel.extra_outputs_size();  // more than one: a multi-output loop
     kernels.push_back(std::move(k));
   }
   json["kernels"] = std::move(kernels);

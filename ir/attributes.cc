@@ -1,5 +1,7 @@
 #include "ir/attributes.h"
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 
@@ -23,14 +25,18 @@ absl::string_view AttrKeyName(AttrKey key) {
   return "?";
 }
 
+Attributes::Attributes(std::initializer_list<Entry> entries) {
+  for (const Entry& e : entries) Set(e.key, e.value);
+}
+
 Attributes& Attributes::Set(AttrKey key, AttrValue value) {
-  for (Entry& e : entries_) {
-    if (e.key == key) {
-      e.value = std::move(value);
-      return *this;
-    }
+  auto it = std::lower_bound(entries_.begin(), entries_.end(), key,
+                             [](const Entry& e, AttrKey k) { return e.key < k; });
+  if (it != entries_.end() && it->key == key) {
+    it->value = std::move(value);
+  } else {
+    entries_.insert(it, {key, std::move(value)});
   }
-  entries_.push_back({key, std::move(value)});
   return *this;
 }
 

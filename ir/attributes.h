@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstdint>
+#include <initializer_list>
 #include <string>
 #include "absl/strings/string_view.h"
 #include <variant>
@@ -39,7 +40,7 @@ class Attributes {
   };
 
   Attributes() = default;
-  Attributes(std::initializer_list<Entry> entries) : entries_(entries) {}
+  Attributes(std::initializer_list<Entry> entries);
 
   Attributes& Set(AttrKey key, AttrValue value);
   // The value under `key`, which must be present with type T (a programming error otherwise).
@@ -63,7 +64,9 @@ class Attributes {
 
  private:
   const Entry* Lookup(AttrKey key) const;
-  std::vector<Entry> entries_;  // in insertion order; callers set keys in a fixed order per op
+  // Sorted by key, each once: equal attributes hash, print and compare alike whatever the order they
+  // were set in.
+  std::vector<Entry> entries_;
 };
 
 std::string AttrValueToString(const AttrValue& value);

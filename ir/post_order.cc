@@ -6,7 +6,7 @@ namespace lazyrt::ir {
 namespace {
 
 std::mutex& TraversalMutex() {
-  static std::mutex mu;
+  static auto& mu = *new std::mutex;  // never destroyed, as the vectors below
   return mu;
 }
 
@@ -29,8 +29,9 @@ PostOrder::PostOrder(std::span<const Value> roots) {
   // Working vectors are locals, so the compiler keeps their ends in registers (members and statics
   // would be stored and reloaded around every write through a node); the statics only keep their
   // capacity from one traversal to the next.
-  static std::vector<Entry> spare_stack;     // guarded by TraversalMutex
-  static std::vector<uint64_t> spare_words;  // likewise: what the DAG hash hashes
+  // (Never destroyed: a sync may run from an exit handler, after function statics are gone.)
+  static auto& spare_stack = *new std::vector<Entry>;     // guarded by TraversalMutex
+  static auto& spare_words = *new std::vector<uint64_t>;  // likewise: what the DAG hash hashes
   std::vector<Entry> stack = std::move(spare_stack);
   std::vector<uint64_t> words = std::move(spare_words);
   std::vector<const Node*> nodes;

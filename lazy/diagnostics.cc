@@ -26,6 +26,8 @@ constexpr size_t kMaxEvents = 100000;
 // A step position whose graph changes this many times is a recompilation storm worth a finding (a
 // single change, such as an evaluation phase, is not).
 constexpr int64_t kRecompileFindingThreshold = 2;
+// Graph structures kept to explain recompiles; beyond this, those no step position last ran go.
+constexpr size_t kMaxSignatures = 256;
 // Steps after which a new graph is unexpected enough to warn about at once (LAZYRT_DEBUG >= 1).
 constexpr int64_t kWarmupSteps = 2;
 
@@ -45,7 +47,9 @@ struct State {
   std::vector<uint64_t> key_at_position;
   absl::flat_hash_map<uint64_t, ir::GraphSignature> signatures;
   std::map<std::string, Recompile> recompiles;  // by location + what
-  absl::flat_hash_map<int64_t, int64_t> graphs_per_step;
+  // Graphs run: in all, in the step in progress, and at most in one step (running totals: a run of
+  // millions of steps keeps no per-step table).
+  int64_t graphs = 0, graphs_this_step = 0, max_graphs_per_step = 0;
   bool warned_late_compile = false;
 };
 
@@ -125,7 +129,8 @@ void RecordSync(SyncEvent e, const ir::PostOrder* order) {
   e.index = s.next_index++;
   e.step = s.step;
   e.position = s.position;
-  s.graphs_per_step[e.step]++;
+  ++s.graphs;
+  s.max_graphs_per_step = std::max(s.max_graphs_per_step, ++s.graphs_this_step);
   if (e.cause != SyncCause::kMarkStep) s.extra_syncs[{e.cause, e.location}]++;
 
   // Recompiles: this step position ran a graph new to the process, and it ran another one before.
@@ -158,6 +163,18 @@ void RecordSync(SyncEvent e, const ir::PostOrder* order) {
       }
     }
     s.signatures[e.graph_key] = std::move(signature);
+    if (s.signatures.size() > kMaxSignatures) {
+      // A recompilation storm makes a new graph every step: keep the structures of the graphs some
+      // step position last ran (what the next recompile is compared with), drop others.
+      const absl::flat_hash_set<uint64_t> current(s.key_at_position.begin(), s.key_at_position.end());
+      for (auto it = s.signatures.begin(); it != s.signatures.end() && s.signatures.size() > kMaxSignatures;) {
+        if (it->first != e.graph_key && !current.contains(it->first)) {
+          s.signatures.erase(it++);
+        } else {
+          ++it;
+        }
+      }
+    }
   }
   if (static_cast<size_t>(e.position) >= s.key_at_position.size()) s.key_at_position.resize(static_cast<size_t>(e.position) + 1);
   s.key_at_position[static_cast<size_t>(e.position)] = e.graph_key;
@@ -170,6 +187,7 @@ void RecordSync(SyncEvent e, const ir::PostOrder* order) {
   if (e.cause == SyncCause::kMarkStep) {
     ++s.step;
     s.position = 0;
+    s.graphs_this_step = 0;
   } else {
     ++s.position;
   }
@@ -183,6 +201,7 @@ void EndStep() {
   std::lock_guard<std::mutex> lock(s.mu);
   ++s.step;
   s.position = 0;
+  s.graphs_this_step = 0;
 }
 
 int64_t PeekNextSyncIndex() {
@@ -253,10 +272,8 @@ std::string diagnostics_summary() {
   {
     std::lock_guard<std::mutex> lock(s.mu);
     steps = s.step;
-    for (const auto& [step, n] : s.graphs_per_step) {
-      graphs += n;
-      max_graphs = std::max(max_graphs, n);
-    }
+    graphs = s.graphs;
+    max_graphs = s.max_graphs_per_step;
   }
   std::string out = absl::StrFormat("%d graph(s) run over %d step(s); at most %d in one step; %d finding(s)\n",
                                     graphs, steps, max_graphs, found.size());

@@ -58,7 +58,10 @@ Executor& GetExecutor() {
   static Executor* e = [] {
     auto* ex = new Executor;
     const Options& options = Runtime::Get().options();
-    const std::string context = absl::StrCat(pjrt::Device::kKind, "|", pjrt::Executable::ProducerVersion(), "|",
+    // The runtime's and the lowering rules' versions too: the same IR lowered by other rules is
+    // another program.
+    const std::string context = absl::StrCat("lazyrt ", LAZYRT_VERSION, "|", lowering::kLoweringVersion, "|",
+                                             pjrt::Device::kKind, "|", pjrt::Executable::ProducerVersion(), "|",
                                              ex->compile_options.Fingerprint(), "|devices=", options.devices);
     ex->context_hash = ir::HashBytes(context.data(), context.size());
     if (options.persistent_cache) {

@@ -14,6 +14,7 @@
 #include "lazy/diagnostics_internal.h"
 #include "lazy/metrics.h"
 #include "lazy/runtime.h"
+#include "lowering/lower.h"
 #include "pjrt_sim/executable.h"
 #include "pjrt_sim/version.h"
 
@@ -26,6 +27,7 @@ using nlohmann::json;
 json Manifest() {
   json m;
   m["lazyrt_version"] = LAZYRT_VERSION;
+  m["lowering_version"] = std::string(lowering::kLoweringVersion);
   m["compiler_version"] = std::string(pjrt::kCompilerVersion);
   m["executable_format_version"] = pjrt::Executable::kFormatVersion;
   m["cache_format_version"] = cache::kEntryFormatVersion;

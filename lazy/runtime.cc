@@ -2,6 +2,7 @@
 
 #include <atomic>
 
+#include <cstdio>
 #include <cstdlib>
 
 #include "absl/strings/str_cat.h"
@@ -95,14 +96,29 @@ void DeviceState::Seed(uint64_t seed) {
   seed_value = {};
 }
 
+// At process exit: tensors still pending (in static storage: main's locals are gone) are synced
+// with cause `exit`, every device finishes its work, then the diagnostics asked for are written.
+void Runtime::AtExit() {
+  Runtime* rt = g_runtime.load(std::memory_order_acquire);
+  if (rt == nullptr) return;
+  for (int d = 0; d < rt->num_devices(); ++d) {
+    try {
+      Sync(Device{d}, SyncCause::kExit, SourceLocation{});
+      rt->devices_[static_cast<size_t>(d)]->device->stream().Synchronize();
+    } catch (const Error& e) {
+      std::fprintf(stderr, "lazyrt: warning: at exit, lazy:%d: %s\n", d, e.what());
+    }
+  }
+  const Options& o = rt->options();
+  if (o.debug > 0 || !o.report.empty() || !o.trace.empty()) WriteDiagnosticsAtExit();
+}
+
 Runtime::Runtime(Options options) : options_(std::move(options)) {
   absl::StatusOr<std::unique_ptr<pjrt::Client>> client = pjrt::Client::Create(
       {.num_devices = options_.devices, .device_memory_bytes = options_.device_memory_bytes});
   if (!client.ok()) throw Error(absl::StrCat("cannot create the device client: ", client.status().message()));
   client_ = *std::move(client);
-  if (options_.debug > 0 || !options_.report.empty() || !options_.trace.empty()) {
-    std::atexit(&WriteDiagnosticsAtExit);
-  }
+  std::atexit(&AtExit);
   for (pjrt::Device* d : client_->devices()) {
     auto state = std::make_unique<DeviceState>();
     state->device = d;
@@ -141,6 +157,9 @@ void configure(const Options& options) {
   if (detail::g_runtime.load() != nullptr) {
     throw Error("configure() must be called before the runtime is first used");
   }
+  // The options in code win over the environment, but a LAZYRT_* variable that names no setting (or
+  // holds no valid value) is still a mistake to report: a typo must not pass unnoticed.
+  if (absl::StatusOr<Options> env = Options::FromEnvironment(); !env.ok()) throw Error(std::string(env.status().message()));
   detail::g_runtime.store(new detail::Runtime(options), std::memory_order_release);
 }
 

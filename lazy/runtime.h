@@ -121,6 +121,7 @@ class Runtime {
  private:
   explicit Runtime(Options options);
   friend void lazyrt::configure(const Options&);
+  static void AtExit();
 
   Options options_;
   std::unique_ptr<pjrt::Client> client_;

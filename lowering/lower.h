@@ -6,11 +6,16 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "ir/node.h"
 #include "ir/post_order.h"
 #include "pjrt_sim/module.pb.h"
 
 namespace lazyrt::lowering {
+
+// The lowering rules' version: part of every graph key, so that an executable compiled from what an
+// older rule emitted is never found for the same IR. Bump it whenever a rule changes its output.
+inline constexpr absl::string_view kLoweringVersion = "lazyrt-lowering/1";
 
 // The Module computing the roots of `order`. Parameter i is the i-th DeviceData leaf of `order`
 // (order.parameter_positions()[i]); output j is root j. Fails only on an op with no lowering rule.

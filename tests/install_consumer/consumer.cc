@@ -1,4 +1,5 @@
-// A program outside the lazyrt tree, built against the installed package.
+// A program outside the lazyrt tree, built against the installed package: it traces a graph, then
+// compiles and runs it on the device (the whole runtime, through the installed headers and libraries).
 #include <cstdio>
 
 #include "lazy/tensor.h"
@@ -7,6 +8,12 @@ int main() {
   lazyrt::Tensor x = lazyrt::Tensor::FromData({1, 2, 3, 4}, {2, 2});
   lazyrt::Tensor y = lazyrt::relu(x * 2.0 - 3.0);
   if (y.shape().ToString() != "f32[2,2]") return 1;
-  std::printf("consumer ok %016llx\n", static_cast<unsigned long long>(lazyrt::graph_hash({y})));
+  const unsigned long long hash = lazyrt::graph_hash({y});
+  const double total = lazyrt::sum(y).item();  // relu(-1, 1, 3, 5) sums to 9
+  if (total != 9) {
+    std::printf("consumer computed %g, not 9\n", total);
+    return 1;
+  }
+  std::printf("consumer ok %016llx sum %g\n", hash, total);
   return 0;
 }

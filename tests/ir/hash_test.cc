@@ -49,6 +49,19 @@ TEST(NodeHash, ChangesWithAttribute) {
   EXPECT_NE(s0.hash(), s0k.hash());
 }
 
+TEST(NodeHash, AttributeOrderDoesNotMatter) {
+  Value x = Leaf(kF32_2x3);
+  Shape out(DType::kF32, {1, 3});
+  const Attributes dims_first = {{AttrKey::kDims, std::vector<int64_t>{0}}, {AttrKey::kKeepDim, true}};
+  const Attributes keepdim_first = {{AttrKey::kKeepDim, true}, {AttrKey::kDims, std::vector<int64_t>{0}}};
+  Attributes set_one_by_one;
+  set_one_by_one.Set(AttrKey::kKeepDim, true).Set(AttrKey::kDims, std::vector<int64_t>{0});
+  EXPECT_EQ(Op(OpKind::kReduceSum, {x}, out, dims_first).hash(), Op(OpKind::kReduceSum, {x}, out, keepdim_first).hash());
+  EXPECT_EQ(Op(OpKind::kReduceSum, {x}, out, dims_first).hash(), Op(OpKind::kReduceSum, {x}, out, set_one_by_one).hash());
+  EXPECT_TRUE(dims_first == keepdim_first);
+  EXPECT_EQ(dims_first.ToString(), keepdim_first.ToString());
+}
+
 TEST(NodeHash, ChangesWithConstantValue) {
   Shape scalar(DType::kF32, {});
   EXPECT_NE(Op(OpKind::kConstant, {}, scalar, {{AttrKey::kValue, 0.5}}).hash(),

@@ -5,7 +5,7 @@
 // The runtime reads the environment once per process, so the cases that need an environment of
 // their own skip themselves unless it is set; tests/reliability/CMakeLists.txt runs each of them
 // as a separate process with that environment (BadInputTwoDevices.*: LAZYRT_DEVICES=2;
-// BadInputEnvironment.UnknownSetting: LAZYRT_NO_SUCH_SETTING=1;
+// BadInputEnvironment.UnknownSetting*: LAZYRT_NO_SUCH_SETTING=1;
 // BadInputEnvironment.UnparsableValue: LAZYRT_DEVICES=two).
 #include <cstdlib>
 #include <span>
@@ -139,6 +139,17 @@ TEST(BadInputEnvironment, UnknownSetting) {
       EXPECT_THAT(e.what(), AllOf(HasSubstr("unknown setting LAZYRT_NO_SUCH_SETTING"), HasSubstr("LAZYRT_DEVICES"),
                                   HasSubstr("LAZYRT_CACHE_DIR")));
     }
+  }
+}
+
+TEST(BadInputEnvironment, UnknownSettingWithOptionsInCode) {
+  if (!EnvIs("LAZYRT_NO_SUCH_SETTING", "1")) GTEST_SKIP() << "runs with LAZYRT_NO_SUCH_SETTING=1";
+  // Options given in code win over the environment, but a typo in it is still refused.
+  try {
+    configure(Options{});
+    FAIL() << "configure() accepted an unknown LAZYRT_* setting";
+  } catch (const Error& e) {
+    EXPECT_THAT(e.what(), AllOf(HasSubstr("unknown setting LAZYRT_NO_SUCH_SETTING"), HasSubstr("LAZYRT_DEVICES")));
   }
 }
 

@@ -1,7 +1,8 @@
 cmake_minimum_required(VERSION 3.25)
 # Runs the trace example in two processes; their printed graph hashes must be equal.
-execute_process(COMMAND ${EXAMPLE} OUTPUT_VARIABLE first RESULT_VARIABLE rc1)
-execute_process(COMMAND ${EXAMPLE} OUTPUT_VARIABLE second RESULT_VARIABLE rc2)
+# (No persistent cache: a test must not write into the user's ~/.cache.)
+execute_process(COMMAND ${CMAKE_COMMAND} -E env LAZYRT_PERSISTENT_CACHE=0 ${EXAMPLE} OUTPUT_VARIABLE first RESULT_VARIABLE rc1)
+execute_process(COMMAND ${CMAKE_COMMAND} -E env LAZYRT_PERSISTENT_CACHE=0 ${EXAMPLE} OUTPUT_VARIABLE second RESULT_VARIABLE rc2)
 if(NOT rc1 EQUAL 0 OR NOT rc2 EQUAL 0)
   message(FATAL_ERROR "trace_graph failed: ${rc1} ${rc2}")
 endif()

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Sets up a fresh Debian machine, builds lazyrt and runs the whole test suite:
-#   release  the Release build and every test                                  (build/)
+#   release  the Release build (warnings are errors) and every test             (build/)
 #   asan     every test again under AddressSanitizer + UndefinedBehaviorSanitizer (build-asan/)
 #   tsan     the concurrent parts (device streams, async execution, the cache under threads and
 #            processes) under ThreadSanitizer                                  (build-tsan/)
@@ -25,7 +25,7 @@ run_stage() {
 
 for stage in $stages; do
   case $stage in
-    release) run_stage release build "" "" "" ;;
+    release) run_stage release build "-DLAZYRT_WERROR=ON" "" "" ;;
     asan) run_stage asan build-asan "-DLAZYRT_SANITIZE=address -DCMAKE_BUILD_TYPE=RelWithDebInfo \
             -DLAZYRT_BUILD_BENCHMARKS=OFF" "" "" ;;
     tsan) run_stage tsan build-tsan "-DLAZYRT_SANITIZE=thread -DCMAKE_BUILD_TYPE=RelWithDebInfo \

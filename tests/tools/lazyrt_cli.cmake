@@ -1,8 +1,8 @@
 cmake_minimum_required(VERSION 3.25)
 # Runs the `lazyrt` tool as a process against a real cache, filled by examples/train_mlp, and
 # against hand-written run reports; checks its output, its JSON and its exit codes.
-#   -DLAZYRT=path/to/lazyrt -DTRAIN=path/to/train_mlp -DWORK=dir
-foreach(var LAZYRT TRAIN WORK)
+#   -DLAZYRT=path/to/lazyrt -DTRAIN=path/to/train_mlp -DFRAGMENTED=path/to/fragmented_step -DWORK=dir
+foreach(var LAZYRT TRAIN FRAGMENTED WORK)
   if(NOT DEFINED ${var})
     message(FATAL_ERROR "pass -D${var}=...")
   endif()
@@ -97,10 +97,11 @@ expect_json("${default_ls}" EQUAL 2 LENGTH entries)
 lazyrt(0 stats cache stats --dir ${DIR} --json)
 expect_json("${stats}" EQUAL 2 GET entries)
 expect_json("${stats}" GREATER 0 GET bytes)
-expect_json("${stats}" GREATER_EQUAL 2 GET hits)
-expect_json("${stats}" GREATER_EQUAL 2 GET misses)
-expect_json("${stats}" GREATER_EQUAL 2 GET writes)
-expect_json("${stats}" GREATER_EQUAL 2 GET misses_by_reason not_found)
+# Two graphs (the step and the evaluation): the first run missed and wrote both, the second hit both.
+expect_json("${stats}" EQUAL 2 GET hits)
+expect_json("${stats}" EQUAL 2 GET misses)
+expect_json("${stats}" EQUAL 2 GET writes)
+expect_json("${stats}" EQUAL 2 GET misses_by_reason not_found)
 string(JSON hits_before GET "${stats}" hits)
 lazyrt(0 stats_text cache stats --dir ${DIR})
 expect_match("${stats_text}" "hits +[0-9]+ \\([0-9]+%\\)")
@@ -200,6 +201,30 @@ expect_json("${diag_json}" EQUAL 3 GET findings 1 count)
 file(WRITE ${WORK}/clean.json [[{"manifest": {}, "steps": [], "findings": []}]])
 lazyrt(0 clean diag ${WORK}/clean.json)
 expect_match("${clean}" "no findings")
+
+# --- diag on the run report of examples/fragmented_step: its three traps, each at its line -----------
+foreach(variant trapped fixed)
+  set(flag "")
+  if(variant STREQUAL fixed)
+    set(flag --fixed)
+  endif()
+  execute_process(COMMAND ${FRAGMENTED} ${flag} --report ${WORK}/${variant}.json --cache-dir ${WORK}/fragmented-cache
+                  OUTPUT_VARIABLE out ERROR_VARIABLE err RESULT_VARIABLE rc)
+  if(NOT rc EQUAL 0)
+    message(FATAL_ERROR "fragmented_step ${flag} failed (${rc}): ${err}")
+  endif()
+endforeach()
+lazyrt(1 trapped diag ${WORK}/trapped.json)
+expect_match("${trapped}" "extra_sync")
+expect_match("${trapped}" "recompile")
+expect_match("${trapped}" "examples/fragmented_step.cpp:[0-9]+")
+lazyrt(1 trapped_json diag ${WORK}/trapped.json --json)
+string(JSON found LENGTH "${trapped_json}" findings)
+if(found LESS 3)
+  message(FATAL_ERROR "expected a finding per trap (3), got ${found}:\n${trapped_json}")
+endif()
+lazyrt(0 fixed diag ${WORK}/fixed.json)
+expect_match("${fixed}" "no findings")
 
 # --- usage and I/O errors exit 2 with the reason on stderr ------------------------------------------
 file(WRITE ${WORK}/not_a_report.json [[{"steps": []}]])

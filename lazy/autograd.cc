@@ -12,12 +12,17 @@ thread_local bool g_grad_mode = true;
 
 bool GradModeEnabled() { return g_grad_mode; }
 
+bool NeedsGrad(std::span<const Tensor> inputs) {
+  if (!g_grad_mode) return false;
+  for (const Tensor& t : inputs) {
+    if (t.defined() && t.impl()->requires_grad) return true;
+  }
+  return false;
+}
+
 Tensor Record(Tensor output, const char* name, std::vector<Tensor> inputs, BackwardFn backward,
               const SourceLocation& loc) {
-  if (!g_grad_mode) return output;
-  bool any = false;
-  for (const Tensor& t : inputs) any = any || (t.defined() && t.impl()->requires_grad);
-  if (!any) return output;
+  if (!NeedsGrad(inputs)) return output;
   TensorImpl& impl = *output.impl();
   impl.requires_grad = true;
   impl.is_leaf = false;

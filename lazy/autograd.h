@@ -3,6 +3,8 @@
 #pragma once
 
 #include <functional>
+#include <initializer_list>
+#include <span>
 #include <vector>
 
 #include "lazy/runtime.h"
@@ -23,10 +25,22 @@ struct GradFn {
 
 bool GradModeEnabled();
 
-// If grad mode is on and any input requires grad, makes `output` require grad with `backward` as the
-// function that produced it. Returns `output`.
+// Whether grad mode is on and any of `inputs` requires grad: an op on them records its backward.
+bool NeedsGrad(std::span<const Tensor> inputs);
+
+// If NeedsGrad(inputs), makes `output` require grad with `backward` as the function that produced it.
+// Returns `output`.
 Tensor Record(Tensor output, const char* name, std::vector<Tensor> inputs, BackwardFn backward,
               const SourceLocation& loc);
+
+// The same for a fixed list of inputs, building the list and the backward function only when they
+// are needed: tracing without autograd (an optimizer update, an evaluation) allocates neither.
+template <typename Backward>
+Tensor Record(Tensor output, const char* name, std::initializer_list<Tensor> inputs, Backward&& backward,
+              const SourceLocation& loc) {
+  if (!NeedsGrad(std::span<const Tensor>(inputs.begin(), inputs.size()))) return output;
+  return Record(std::move(output), name, std::vector<Tensor>(inputs), BackwardFn(std::forward<Backward>(backward)), loc);
+}
 
 // Sums `grad` down to `shape`, undoing NumPy broadcasting (leading dims and size-1 dims).
 Tensor SumToShape(const Tensor& grad, const Shape& shape, const SourceLocation& loc);

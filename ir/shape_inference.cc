@@ -43,6 +43,14 @@ absl::StatusOr<Shape> InferElementwise(OpKind op, std::span<const Shape> operand
                                                      operands[i].ToString()));
     }
   }
+  // Arithmetic on truth values has no single meaning (PyTorch: + is or, - an error): refused.
+  const bool arithmetic = op == OpKind::kAdd || op == OpKind::kSub || op == OpKind::kMul || op == OpKind::kDiv ||
+                          op == OpKind::kPow || op == OpKind::kNeg;
+  if (arithmetic && dtype == DType::kBool) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "arithmetic on bool values (", operands[first_value].ToString(),
+        "); cast to an integer or floating dtype first, or use logical_and/logical_or/logical_not"));
+  }
   if (op == OpKind::kSelect && operands[0].dtype() != DType::kBool) {
     return absl::InvalidArgumentError(
         absl::StrCat("the condition must be bool, got ", operands[0].ToString()));

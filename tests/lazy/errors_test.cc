@@ -48,6 +48,23 @@ TEST(Errors, ScalarOperatorCapturesCallerLine) {
   }
 }
 
+TEST(Errors, ArithmeticOnBoolIsRefused) {
+  Tensor p = gt(Input({3}), Input({3})), q = lt(Input({3}), Input({3}));
+  const int line = __LINE__ + 1;
+  try { Tensor r = add(p, q); FAIL() << "bool + bool computed something"; } catch (const Error& e) {
+    EXPECT_THAT(e.what(), AllOf(HasSubstr("arithmetic on bool"), HasSubstr("logical_or"),
+                                HasSubstr(":" + std::to_string(line))));
+  }
+  EXPECT_THROW(mul(p, q), Error);
+  EXPECT_THROW(sub(p, q), Error);
+  EXPECT_THROW(p * 2, Error);
+  EXPECT_THROW(neg(p), Error);
+  // Logic and comparisons on bool, and arithmetic after a cast, are fine.
+  EXPECT_NO_THROW(logical_or(p, q));
+  EXPECT_NO_THROW(eq(p, q));
+  EXPECT_EQ(sum(add(cast(p, DType::kI64), cast(q, DType::kI64))).item(), 0);
+}
+
 TEST(Errors, Others) {
   Tensor x = Input({2, 3});
   EXPECT_THROW(reshape(x, {4, 2}), Error);

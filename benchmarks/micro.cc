@@ -20,6 +20,7 @@
 #include "lazy/lru_cache.h"
 #include "lazy/nn.h"
 #include "lazy/optim.h"
+#include "lazy/options.h"
 #include "lazy/runtime.h"
 #include "lazy/sync.h"
 #include "lazy/tensor.h"
@@ -334,4 +335,19 @@ BENCHMARK(BM_ExecutableLoad)->Unit(benchmark::kMicrosecond);
 
 }  // namespace
 
-BENCHMARK_MAIN();
+int main(int argc, char** argv) {
+  absl::StatusOr<lazyrt::Options> options = lazyrt::Options::FromEnvironment();
+  if (!options.ok()) {
+    std::fprintf(stderr, "micro: %s\n", std::string(options.status().message()).c_str());
+    return 2;
+  }
+  // Compiles happen outside the timed loops, in memory: nothing comes from, or goes to, a user's cache
+  // directory.
+  options->persistent_cache = false;
+  lazyrt::configure(*options);
+  benchmark::Initialize(&argc, argv);
+  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
+}

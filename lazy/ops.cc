@@ -330,8 +330,12 @@ Tensor lt(const Tensor& a, const Tensor& b, SourceLocation loc) { return Binary(
 Tensor le(const Tensor& a, const Tensor& b, SourceLocation loc) { return Binary(OpKind::kLe, a, b, loc); }
 Tensor gt(const Tensor& a, const Tensor& b, SourceLocation loc) { return Binary(OpKind::kGt, a, b, loc); }
 Tensor ge(const Tensor& a, const Tensor& b, SourceLocation loc) { return Binary(OpKind::kGe, a, b, loc); }
-Tensor gt(const Tensor& a, Scalar b, SourceLocation loc) { return BinaryScalar(OpKind::kGt, a, b, false, loc); }
+Tensor eq(const Tensor& a, Scalar b, SourceLocation loc) { return BinaryScalar(OpKind::kEq, a, b, false, loc); }
+Tensor ne(const Tensor& a, Scalar b, SourceLocation loc) { return BinaryScalar(OpKind::kNe, a, b, false, loc); }
 Tensor lt(const Tensor& a, Scalar b, SourceLocation loc) { return BinaryScalar(OpKind::kLt, a, b, false, loc); }
+Tensor le(const Tensor& a, Scalar b, SourceLocation loc) { return BinaryScalar(OpKind::kLe, a, b, false, loc); }
+Tensor gt(const Tensor& a, Scalar b, SourceLocation loc) { return BinaryScalar(OpKind::kGt, a, b, false, loc); }
+Tensor ge(const Tensor& a, Scalar b, SourceLocation loc) { return BinaryScalar(OpKind::kGe, a, b, false, loc); }
 
 namespace {
 Tensor Logical(OpKind op, std::initializer_list<const Tensor*> xs, const SourceLocation& loc) {

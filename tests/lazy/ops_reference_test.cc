@@ -602,6 +602,14 @@ TEST(OpsReference, ScalarOperands) {
              Map1(kBool, x, [sd](double v) { return v > sd ? 1.0 : 0.0; }));
     k.Expect(Call("lt(x, s)", x), [&] { return lt(x.t, Scalar(s)); },
              Map1(kBool, x, [sd](double v) { return v < sd ? 1.0 : 0.0; }));
+    k.Expect(Call("ge(x, s)", x), [&] { return ge(x.t, Scalar(s)); },
+             Map1(kBool, x, [sd](double v) { return v >= sd ? 1.0 : 0.0; }));
+    k.Expect(Call("le(x, s)", x), [&] { return le(x.t, Scalar(s)); },
+             Map1(kBool, x, [sd](double v) { return v <= sd ? 1.0 : 0.0; }));
+    k.Expect(Call("eq(x, si)", xi), [&] { return eq(xi.t, Scalar(si)); },
+             Map1(kBool, xi, [sid](double v) { return v == sid ? 1.0 : 0.0; }));
+    k.Expect(Call("ne(x, si)", xi), [&] { return ne(xi.t, Scalar(si)); },
+             Map1(kBool, xi, [sid](double v) { return v != sid ? 1.0 : 0.0; }));
     // An integer tensor keeps its dtype with an integral scalar; a fractional one (or division) is f32.
     k.Expect(Call("x + si", xi), [&] { return xi.t + si; }, Map1(kI64, xi, [sid](double v) { return v + sid; }));
     k.Expect(Call("x * si", xi), [&] { return xi.t * si; }, Map1(kI64, xi, [sid](double v) { return v * sid; }));

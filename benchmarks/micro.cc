@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "benchmarks/configure_without_cache.h"
 #include "ir/hash.h"
 #include "ir/node.h"
 #include "ir/post_order.h"
@@ -336,15 +337,7 @@ BENCHMARK(BM_ExecutableLoad)->Unit(benchmark::kMicrosecond);
 }  // namespace
 
 int main(int argc, char** argv) {
-  absl::StatusOr<lazyrt::Options> options = lazyrt::Options::FromEnvironment();
-  if (!options.ok()) {
-    std::fprintf(stderr, "micro: %s\n", std::string(options.status().message()).c_str());
-    return 2;
-  }
-  // Compiles happen outside the timed loops, in memory: nothing comes from, or goes to, a user's cache
-  // directory.
-  options->persistent_cache = false;
-  lazyrt::configure(*options);
+  if (!lazyrt::bench::ConfigureWithoutPersistentCache("micro")) return 2;
   benchmark::Initialize(&argc, argv);
   if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
   benchmark::RunSpecifiedBenchmarks();

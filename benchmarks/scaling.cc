@@ -24,6 +24,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/string_view.h"
+#include "benchmarks/configure_without_cache.h"
 #include "ir/hash.h"
 #include "ir/post_order.h"
 #include "lazy/metrics.h"
@@ -124,14 +125,7 @@ struct Row {
 
 int main(int argc, char** argv) {
   const Flags flags = ParseFlags(argc, argv);
-  absl::StatusOr<lazyrt::Options> options = lazyrt::Options::FromEnvironment();
-  if (!options.ok()) {
-    std::fprintf(stderr, "scaling: %s\n", std::string(options.status().message()).c_str());
-    return 2;
-  }
-  // Every compile here is a measurement: nothing may come from, or go to, a user's cache directory.
-  options->persistent_cache = false;
-  lazyrt::configure(*options);
+  if (!lazyrt::bench::ConfigureWithoutPersistentCache("scaling")) return 2;
   absl::StatusOr<std::unique_ptr<lazyrt::pjrt::Client>> client = lazyrt::pjrt::Client::Create();
   if (!client.ok()) {
     std::fprintf(stderr, "scaling: %s\n", std::string(client.status().message()).c_str());

@@ -14,6 +14,7 @@
 #include <thread>
 #include <vector>
 
+#include "benchmarks/configure_without_cache.h"
 #include "benchmarks/peers/mlp_common.h"
 #include "lazy/nn.h"
 #include "lazy/optim.h"
@@ -41,13 +42,7 @@ double TraceOpNs(int64_t iterations) {
 int main(int argc, char** argv) {
   const peers::Flags flags = peers::ParseFlags(argc, argv);
   try {
-    absl::StatusOr<lazyrt::Options> options = lazyrt::Options::FromEnvironment();
-    if (!options.ok()) {
-      std::fprintf(stderr, "lazyrt_mlp: %s\n", std::string(options.status().message()).c_str());
-      return 2;
-    }
-    options->persistent_cache = false;
-    lazyrt::configure(*options);
+    if (!lazyrt::bench::ConfigureWithoutPersistentCache("lazyrt_mlp")) return 2;
 
     const peers::Dataset train = peers::LoadTrain(flags.data);
     std::vector<lazyrt::Tensor> weights, biases, params;

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <type_traits>
 
 #include "absl/strings/str_cat.h"
 #include "pjrt_sim/element_ops.h"
@@ -219,57 +220,41 @@ const void* UnaryStep(const Step& s, const void* const* values, const Context& c
 // reads it once instead of a block of copies of it.
 enum ScalarArg : int { kNoScalarArg = 0, kFirstScalar = 1, kSecondScalar = 2 };
 
-template <typename T, proto::Opcode kOp, int kScalar>
-const void* BinaryStep(const Step& s, const void* const* values, const Context& c, void* out) {
+// A binary step: an arithmetic opcode (the result is a T) or a comparison direction (a pred). The
+// scalar argument, if any, is read once.
+template <typename T, auto kOp, int kScalar>
+const void* PairStep(const Step& s, const void* const* values, const Context& c, void* out) {
+  constexpr bool kCompare = std::is_same_v<decltype(kOp), proto::CompareDirection>;
+  using Out = std::conditional_t<kCompare, uint8_t, T>;
+  const auto apply = [](T x, T y) -> Out {
+    if constexpr (kCompare) {
+      return ApplyCompare<T>(kOp, x, y);
+    } else {
+      return ApplyBinary<T>(kOp, x, y);
+    }
+  };
   const int64_t n = c.n;
   const T* a = Arg<T>(s, values, 0);
   const T* b = Arg<T>(s, values, 1);
-  T* o = static_cast<T*>(out);
+  Out* o = static_cast<Out*>(out);
   if constexpr (kScalar == kFirstScalar) {
     const T x = a[0];
-    for (int64_t i = 0; i < n; ++i) o[i] = ApplyBinary<T>(kOp, x, b[i]);
+    for (int64_t i = 0; i < n; ++i) o[i] = apply(x, b[i]);
   } else if constexpr (kScalar == kSecondScalar) {
     const T y = b[0];
-    for (int64_t i = 0; i < n; ++i) o[i] = ApplyBinary<T>(kOp, a[i], y);
+    for (int64_t i = 0; i < n; ++i) o[i] = apply(a[i], y);
   } else {
-    for (int64_t i = 0; i < n; ++i) o[i] = ApplyBinary<T>(kOp, a[i], b[i]);
+    for (int64_t i = 0; i < n; ++i) o[i] = apply(a[i], b[i]);
   }
   return out;
 }
 
-template <typename T, proto::CompareDirection kDirection, int kScalar>
-const void* CompareStep(const Step& s, const void* const* values, const Context& c, void* out) {
-  const int64_t n = c.n;
-  const T* a = Arg<T>(s, values, 0);
-  const T* b = Arg<T>(s, values, 1);
-  uint8_t* o = static_cast<uint8_t*>(out);
-  if constexpr (kScalar == kFirstScalar) {
-    const T x = a[0];
-    for (int64_t i = 0; i < n; ++i) o[i] = ApplyCompare<T>(kDirection, x, b[i]);
-  } else if constexpr (kScalar == kSecondScalar) {
-    const T y = b[0];
-    for (int64_t i = 0; i < n; ++i) o[i] = ApplyCompare<T>(kDirection, a[i], y);
-  } else {
-    for (int64_t i = 0; i < n; ++i) o[i] = ApplyCompare<T>(kDirection, a[i], b[i]);
-  }
-  return out;
-}
-
-template <typename T, proto::Opcode kOp>
-StepFn BinaryStepFor(int scalar) {
+template <typename T, auto kOp>
+StepFn PairStepFor(int scalar) {
   switch (scalar) {
-    case kFirstScalar: return &BinaryStep<T, kOp, kFirstScalar>;
-    case kSecondScalar: return &BinaryStep<T, kOp, kSecondScalar>;
-    default: return &BinaryStep<T, kOp, kNoScalarArg>;
-  }
-}
-
-template <typename T, proto::CompareDirection kDirection>
-StepFn CompareStepFor(int scalar) {
-  switch (scalar) {
-    case kFirstScalar: return &CompareStep<T, kDirection, kFirstScalar>;
-    case kSecondScalar: return &CompareStep<T, kDirection, kSecondScalar>;
-    default: return &CompareStep<T, kDirection, kNoScalarArg>;
+    case kFirstScalar: return &PairStep<T, kOp, kFirstScalar>;
+    case kSecondScalar: return &PairStep<T, kOp, kSecondScalar>;
+    default: return &PairStep<T, kOp, kNoScalarArg>;
   }
 }
 
@@ -318,12 +303,12 @@ StepFn ChooseStepFn(const Step& s, int scalar) {
     case proto::COMPARE:
       return Dispatch(ComputeTypeOf(s.arg_type), [&]<typename T>() -> StepFn {
         switch (s.direction) {
-          LAZYRT_SCALAR_FORM_CASE(CompareStepFor, EQ)
-          LAZYRT_SCALAR_FORM_CASE(CompareStepFor, NE)
-          LAZYRT_SCALAR_FORM_CASE(CompareStepFor, LT)
-          LAZYRT_SCALAR_FORM_CASE(CompareStepFor, LE)
-          LAZYRT_SCALAR_FORM_CASE(CompareStepFor, GT)
-          LAZYRT_SCALAR_FORM_CASE(CompareStepFor, GE)
+          LAZYRT_SCALAR_FORM_CASE(PairStepFor, EQ)
+          LAZYRT_SCALAR_FORM_CASE(PairStepFor, NE)
+          LAZYRT_SCALAR_FORM_CASE(PairStepFor, LT)
+          LAZYRT_SCALAR_FORM_CASE(PairStepFor, LE)
+          LAZYRT_SCALAR_FORM_CASE(PairStepFor, GT)
+          LAZYRT_SCALAR_FORM_CASE(PairStepFor, GE)
           default: return nullptr;
         }
       });
@@ -340,15 +325,15 @@ StepFn ChooseStepFn(const Step& s, int scalar) {
           LAZYRT_OPCODE_CASE(UnaryStep, LOGISTIC)
           LAZYRT_OPCODE_CASE(UnaryStep, SIGN)
           LAZYRT_OPCODE_CASE(UnaryStep, NOT)
-          LAZYRT_SCALAR_FORM_CASE(BinaryStepFor, ADD)
-          LAZYRT_SCALAR_FORM_CASE(BinaryStepFor, SUBTRACT)
-          LAZYRT_SCALAR_FORM_CASE(BinaryStepFor, MULTIPLY)
-          LAZYRT_SCALAR_FORM_CASE(BinaryStepFor, DIVIDE)
-          LAZYRT_SCALAR_FORM_CASE(BinaryStepFor, POWER)
-          LAZYRT_SCALAR_FORM_CASE(BinaryStepFor, MAXIMUM)
-          LAZYRT_SCALAR_FORM_CASE(BinaryStepFor, MINIMUM)
-          LAZYRT_SCALAR_FORM_CASE(BinaryStepFor, AND)
-          LAZYRT_SCALAR_FORM_CASE(BinaryStepFor, OR)
+          LAZYRT_SCALAR_FORM_CASE(PairStepFor, ADD)
+          LAZYRT_SCALAR_FORM_CASE(PairStepFor, SUBTRACT)
+          LAZYRT_SCALAR_FORM_CASE(PairStepFor, MULTIPLY)
+          LAZYRT_SCALAR_FORM_CASE(PairStepFor, DIVIDE)
+          LAZYRT_SCALAR_FORM_CASE(PairStepFor, POWER)
+          LAZYRT_SCALAR_FORM_CASE(PairStepFor, MAXIMUM)
+          LAZYRT_SCALAR_FORM_CASE(PairStepFor, MINIMUM)
+          LAZYRT_SCALAR_FORM_CASE(PairStepFor, AND)
+          LAZYRT_SCALAR_FORM_CASE(PairStepFor, OR)
           default: return nullptr;
         }
       });

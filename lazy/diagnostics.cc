@@ -28,6 +28,8 @@ constexpr size_t kMaxEvents = 100000;
 constexpr int64_t kRecompileFindingThreshold = 2;
 // Graph structures kept to explain recompiles; beyond this, those no step position last ran go.
 constexpr size_t kMaxSignatures = 256;
+// Step positions (syncs within one step) whose graphs are compared with the previous step's.
+constexpr size_t kMaxPositions = 64;
 // Steps after which a new graph is unexpected enough to warn about at once (LAZYRT_DEBUG >= 1).
 constexpr int64_t kWarmupSteps = 2;
 
@@ -134,7 +136,10 @@ void RecordSync(SyncEvent e, const ir::PostOrder* order) {
   if (e.cause != SyncCause::kMarkStep) s.extra_syncs[{e.cause, e.location}]++;
 
   // Recompiles: this step position ran a graph new to the process, and it ran another one before.
-  if (order != nullptr) {
+  // (Positions past kMaxPositions, in a program that syncs without ever ending a step, are not
+  // compared: the table of graphs by position must stay bounded.)
+  const bool tracked = static_cast<size_t>(e.position) < kMaxPositions;
+  if (order != nullptr && tracked) {
     ir::GraphSignature signature = ir::SignatureOf(*order);
     if (static_cast<size_t>(e.position) < s.key_at_position.size()) {
       const uint64_t previous = s.key_at_position[static_cast<size_t>(e.position)];
@@ -176,8 +181,10 @@ void RecordSync(SyncEvent e, const ir::PostOrder* order) {
       }
     }
   }
-  if (static_cast<size_t>(e.position) >= s.key_at_position.size()) s.key_at_position.resize(static_cast<size_t>(e.position) + 1);
-  s.key_at_position[static_cast<size_t>(e.position)] = e.graph_key;
+  if (tracked) {
+    if (static_cast<size_t>(e.position) >= s.key_at_position.size()) s.key_at_position.resize(static_cast<size_t>(e.position) + 1);
+    s.key_at_position[static_cast<size_t>(e.position)] = e.graph_key;
+  }
 
   if (Opts().debug >= 2) {
     DebugLine(absl::StrFormat("sync #%d step %d.%d %s at %s: %d nodes, %d in, %d out, %s, key %.3f ms, compile %.2f ms, load %.2f ms",

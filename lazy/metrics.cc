@@ -47,7 +47,9 @@ class Timer {
 
   static size_t BucketOf(double ms) {
     if (!(ms > kSmallestMs)) return 0;
-    return std::min(kBuckets - 1, static_cast<size_t>(std::log2(ms / kSmallestMs) * kPerDoubling));
+    // Clamped as a double: an infinite or huge duration must not overflow the conversion.
+    return static_cast<size_t>(
+        std::min(static_cast<double>(kBuckets - 1), std::log2(ms / kSmallestMs) * kPerDoubling));
   }
 
   // The sample of rank p*count, as the middle of its bucket (clamped to what was seen).

@@ -2,8 +2,12 @@
 
 #include <atomic>
 
+#include <unistd.h>
+
 #include <cstdio>
 #include <cstdlib>
+#include <exception>
+#include <thread>
 
 #include "absl/strings/str_cat.h"
 #include "lazy/diagnostics_internal.h"
@@ -98,19 +102,24 @@ void DeviceState::Seed(uint64_t seed) {
 
 // At process exit: tensors still pending (in static storage: main's locals are gone) are synced
 // with cause `exit`, every device finishes its work, then the diagnostics asked for are written.
+// All on a thread of its own: by the time exit handlers run, the exiting thread's thread_local
+// objects (the kernels' scratch among them) are already destroyed, and compiling or running a kernel
+// on it would use freed memory. Skipped in a fork()ed child, which has none of the runtime's threads.
 void Runtime::AtExit() {
   Runtime* rt = g_runtime.load(std::memory_order_acquire);
-  if (rt == nullptr) return;
-  for (int d = 0; d < rt->num_devices(); ++d) {
-    try {
-      Sync(Device{d}, SyncCause::kExit, SourceLocation{});
-      rt->devices_[static_cast<size_t>(d)]->device->stream().Synchronize();
-    } catch (const Error& e) {
-      std::fprintf(stderr, "lazyrt: warning: at exit, lazy:%d: %s\n", d, e.what());
+  if (rt == nullptr || getpid() != rt->creator_pid_) return;
+  std::thread([rt] {
+    for (int d = 0; d < rt->num_devices(); ++d) {
+      try {
+        Sync(Device{d}, SyncCause::kExit, SourceLocation{});
+        rt->devices_[static_cast<size_t>(d)]->device->stream().Synchronize();
+      } catch (const std::exception& e) {
+        std::fprintf(stderr, "lazyrt: warning: at exit, lazy:%d: %s\n", d, e.what());
+      }
     }
-  }
-  const Options& o = rt->options();
-  if (o.debug > 0 || !o.report.empty() || !o.trace.empty()) WriteDiagnosticsAtExit();
+    const Options& o = rt->options();
+    if (o.debug > 0 || !o.report.empty() || !o.trace.empty()) WriteDiagnosticsAtExit();
+  }).join();
 }
 
 Runtime::Runtime(Options options) : options_(std::move(options)) {

@@ -2,6 +2,8 @@
 // the registry of live tensors and the random-number state. Internal to lazy/.
 #pragma once
 
+#include <unistd.h>
+
 #include <cstdint>
 #include <deque>
 #include <memory>
@@ -124,6 +126,7 @@ class Runtime {
   static void AtExit();
 
   Options options_;
+  const pid_t creator_pid_ = getpid();  // a fork()ed child has none of this runtime's threads
   std::unique_ptr<pjrt::Client> client_;
   std::vector<std::unique_ptr<DeviceState>> devices_;
   pjrt::Stream releaser_;

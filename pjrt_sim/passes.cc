@@ -135,7 +135,7 @@ int64_t EliminateCommonSubexpressions(HloModule& module) {
 
 int64_t SimplifyAlgebra(HloModule& module) {
   std::vector<int64_t> forward = Identity(module.insts.size());
-  const std::vector<int64_t> uses = UseCounts(module);
+  std::vector<int64_t> uses = UseCounts(module);
   int64_t changes = 0;
   for (size_t i = 0; i < module.insts.size(); ++i) {
     HloInst& inst = module.insts[i];
@@ -143,6 +143,9 @@ int64_t SimplifyAlgebra(HloModule& module) {
     auto operand = [&](size_t k) -> HloInst& { return module.insts[static_cast<size_t>(inst.operands[k])]; };
     auto replace_with = [&](int64_t id) {
       forward[i] = id;
+      // Its readers read `id` now, and it (dead) no longer does.
+      const bool reads_id = std::find(inst.operands.begin(), inst.operands.end(), id) != inst.operands.end();
+      uses[static_cast<size_t>(id)] += uses[i] - (reads_id ? 1 : 0);
       ++changes;
     };
     const bool same_as_operand0 = !inst.operands.empty() && operand(0).shape == inst.shape;

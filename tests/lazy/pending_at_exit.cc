@@ -12,7 +12,10 @@ lazyrt::Tensor g_pending;
 
 int main() {
   const lazyrt::Tensor x = lazyrt::Tensor::FromData(std::vector<float>{1, 2, 3}, {3});
-  g_pending = x * 2.0 + 1.0;  // traced, never synced
-  std::printf("traced\n");
+  // Compile and run a graph on this thread first (autotuning runs kernels here), so that the kernels'
+  // thread-local scratch exists, and is destroyed with this thread's other thread_locals before the
+  // exit handler runs: the exit sync must not use it.
+  std::printf("sum %g\n", lazyrt::sum(lazyrt::exp(x) * 3.0).item());
+  g_pending = lazyrt::sum(lazyrt::tanh(x * 2.0 + 1.0));  // traced, never synced
   return 0;
 }

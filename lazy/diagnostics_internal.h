@@ -28,7 +28,7 @@ std::string PersistentCacheDir();
 std::string KernelProfileText();
 // A line of debug output, to LAZYRT_DEBUG_FILE or stderr.
 void DebugLine(const std::string& line);
-// Writes what LAZYRT_DEBUG, LAZYRT_REPORT and LAZYRT_TRACE ask for; registered with atexit.
+// Writes what LAZYRT_DEBUG, LAZYRT_REPORT and LAZYRT_TRACE ask for (nothing if none); at exit.
 void WriteDiagnosticsAtExit();
 
 }  // namespace lazyrt::detail

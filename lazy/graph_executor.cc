@@ -213,7 +213,8 @@ void Sync(Device device, SyncCause cause, const SourceLocation& loc) {
     } else {
       const auto& s = static_cast<const ScalarLeaf&>(*leaf->leaf_data());
       args.push_back(UploadScalar(s.value, leaf->shape(), rt.client(), state.device, loc));
-      Counter("transfers_to_device").fetch_add(1);
+      static std::atomic<int64_t>& transfers = Counter("transfers_to_device");  // looked up once
+      transfers.fetch_add(1);
     }
   }
   int64_t arg_bytes = 0;

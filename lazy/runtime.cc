@@ -1,9 +1,8 @@
 #include "lazy/runtime.h"
 
-#include <atomic>
-
 #include <unistd.h>
 
+#include <atomic>
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
@@ -117,8 +116,7 @@ void Runtime::AtExit() {
         std::fprintf(stderr, "lazyrt: warning: at exit, lazy:%d: %s\n", d, e.what());
       }
     }
-    const Options& o = rt->options();
-    if (o.debug > 0 || !o.report.empty() || !o.trace.empty()) WriteDiagnosticsAtExit();
+    WriteDiagnosticsAtExit();  // whichever of LAZYRT_DEBUG, LAZYRT_REPORT, LAZYRT_TRACE asks
   }).join();
 }
 

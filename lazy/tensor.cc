@@ -103,7 +103,8 @@ Tensor FromHost(std::span<const T> values, const std::vector<int64_t>& dims, DTy
   absl::StatusOr<std::shared_ptr<pjrt::Buffer>> buffer = rt.client().BufferFromHost(
       values.data(), pjrt::ArrayShape{type, std::vector<int64_t>(dims.begin(), dims.end())}, state.device);
   ThrowIfError(buffer.status(), "FromData", loc);
-  Counter("transfers_to_device").fetch_add(1);
+  static std::atomic<int64_t>& transfers = Counter("transfers_to_device");  // looked up once
+  transfers.fetch_add(1);
   auto impl = std::make_shared<TensorImpl>(std::move(shape), device.index, loc);
   impl->buffer = *std::move(buffer);
   return Tensor(std::move(impl));

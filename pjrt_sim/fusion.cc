@@ -71,8 +71,6 @@ class Emitter {
     for (size_t i = 0; i < n; ++i) {
       for (int64_t op : m_.insts[i].operands) readers_[static_cast<size_t>(op)].push_back(static_cast<int64_t>(i));
     }
-    std::vector<int64_t> users(n, 0);
-    for (size_t i = 0; i < n; ++i) users[i] = static_cast<int64_t>(readers_[i].size());
     for (int64_t out : m_.outputs) materialized_[static_cast<size_t>(out)] = true;
     for (size_t i = 0; i < n; ++i) {
       const HloInst& inst = m_.insts[i];
@@ -80,14 +78,14 @@ class Emitter {
       if (!options_.enabled || !IsFusable(op) || IsRng(op)) materialized_[i] = true;
       // Elementwise work with several readers is computed once; views and generators are cheap to
       // recompute in each reader.
-      if (IsElementwise(op) && users[i] > 1) materialized_[i] = true;
+      if (IsElementwise(op) && readers_[i].size() > 1) materialized_[i] = true;
       if (ReadsMaterializedOperands(op)) {
         for (int64_t operand : inst.operands) materialized_[static_cast<size_t>(operand)] = true;
       }
       // A reduction takes its operand fused only if it is the operand's sole reader (or the operand is
       // free to recompute).
       if ((op == proto::REDUCE_SUM || op == proto::REDUCE_MAX) && IsElementwise(Inst(inst.operands[0]).opcode) &&
-          users[static_cast<size_t>(inst.operands[0])] > 1) {
+          readers_[static_cast<size_t>(inst.operands[0])].size() > 1) {
         materialized_[static_cast<size_t>(inst.operands[0])] = true;
       }
     }
@@ -385,7 +383,8 @@ class Emitter {
   proto::Executable& exe_;
   std::vector<bool> materialized_;
   std::vector<std::vector<int64_t>> readers_;  // by instruction
-  std::vector<int64_t> absorbed_into_;        // the kernel computing a value as an extra output, or -1
+  // The loop kernel that computes a value (as an extra output if it is a result), or -1.
+  std::vector<int64_t> absorbed_into_;
   std::vector<int64_t> slot_;
 };
 

@@ -458,7 +458,6 @@ absl::StatusOr<FusedProgram> FusedProgram::Build(const google::protobuf::Repeate
     }
     program.steps_.push_back(std::move(s));
   }
-  program.result_type_ = program.steps_.back().type;
   program.roots_.push_back(steps.size() - 1);
   for (int64_t root : extra_roots) {
     if (root < 0 || root >= steps.size()) {

@@ -34,10 +34,8 @@ class FusedProgram {
                                             std::span<const ArrayShape> inputs, const ArrayShape& space,
                                             std::span<const int64_t> extra_roots = {});
 
-  PrimitiveType result_type() const { return result_type_; }
   // Results: 0 is the last step's, 1... the extra roots' in order.
-  size_t num_results() const { return roots_.size(); }
-  PrimitiveType result_type(size_t r) const { return steps_[static_cast<size_t>(roots_[r])].type; }
+  PrimitiveType result_type(size_t r = 0) const { return steps_[static_cast<size_t>(roots_[r])].type; }
   // Where result `r` of the block the last Evaluate on `scratch` computed is.
   const void* ResultBlock(const void* scratch, size_t r) const;
   // Scratch bytes Prepare and Evaluate need.
@@ -89,7 +87,6 @@ class FusedProgram {
   int32_t registers_ = 0, scalars_ = 0;
   std::vector<int64_t> space_dims_;
   int64_t space_numel_ = 0;
-  PrimitiveType result_type_ = PrimitiveType::kF32;
 };
 
 // Stores a block in compute type `from` as elements of `to` (rounding to bf16/f16 as needed).

@@ -88,7 +88,7 @@ T ReduceStep(proto::Opcode op, T acc, T x) {
   return op == proto::REDUCE_SUM ? ApplyBinary<T>(proto::ADD, acc, x) : ApplyBinary<T>(proto::MAXIMUM, acc, x);
 }
 
-// acc[j] = acc[j] (+ or max) x[j]: the op a template argument, so that the loop vectorizes.
+// acc[j] = acc[j] (+ or max) x[j]: the op chosen outside the loop, so that each loop vectorizes.
 template <typename T>
 void Accumulate(proto::Opcode op, T* acc, const T* x, int64_t n) {
   if (op == proto::REDUCE_SUM) {

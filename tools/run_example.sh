@@ -5,8 +5,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash tools/setup.sh
-cmake -S . -B build -G Ninja
-cmake --build build
+cmake --preset release
+cmake --build --preset release
 
 cache=build/quickstart-cache
 rm -rf "$cache"

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs what lazyrt needs on a fresh Debian machine (bookworm). Idempotent: packages already
 # present are skipped, so a warm machine pays only for the dpkg query.
-#   tools/setup.sh           build, tests and examples (and clang 16 with libFuzzer for the fuzzers)
+#   tools/setup.sh           build, tests and examples (and clang 16 with libFuzzer for the fuzzers, and
+#                            clang-format/clang-tidy 16 for tools/lint.sh)
 #   tools/setup.sh --bench   also the peers of the comparison benchmarks (PyTorch, libtorch)
 set -euo pipefail
 
@@ -11,7 +12,7 @@ packages=(
   libxxhash-dev libzstd-dev nlohmann-json3-dev zlib1g-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   libblis-serial-dev
-  clang-16 libclang-rt-16-dev
+  clang-16 libclang-rt-16-dev clang-format-16 clang-tidy-16
   dataset-fashion-mnist
 )
 if [ "${1:-}" = "--bench" ]; then

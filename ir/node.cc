@@ -1,8 +1,16 @@
 #include "ir/node.h"
 
+#include <atomic>
+
 #include "absl/strings/str_cat.h"
 
 namespace lazyrt::ir {
+
+namespace {
+std::atomic<CreationContextHook> creation_context_hook{nullptr};
+}  // namespace
+
+void SetCreationContextHook(CreationContextHook hook) { creation_context_hook.store(hook, std::memory_order_release); }
 
 const Shape& Value::shape() const { return node->shape(index); }
 
@@ -17,6 +25,7 @@ Node::Node(OpKind op, OperandList operands, ShapeList shapes, Attributes attrs,
       attrs_(std::move(attrs)),
       leaf_data_(std::move(leaf_data)),
       created_at_(created_at) {
+  if (CreationContextHook hook = creation_context_hook.load(std::memory_order_acquire)) creation_context_ = hook();
   Hasher h;
   h.Add(static_cast<uint64_t>(op_) | (static_cast<uint64_t>(operands_.size()) << 16) |
         (static_cast<uint64_t>(shapes_.size()) << 32));

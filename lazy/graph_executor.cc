@@ -285,8 +285,7 @@ void Sync(Device device, SyncCause cause, const SourceLocation& loc) {
   event.launch_ms = MsSince(exec_start);
   RecordTime("launch", event.launch_ms);
   RecordTime("sync", MsSince(start));
-  const bool new_graph = event.outcome != SyncOutcome::kMemoryHit;
-  RecordSync(std::move(event), new_graph ? &order : nullptr);
+  RecordSync(std::move(event), &order);
   // Last: `order` points into the graph, which may be freed as soon as it is handed over.
   Retire(rt, state, std::move(roots), static_cast<int64_t>(order.size()), arg_bytes);
 }

@@ -220,13 +220,6 @@ GraphComparison CompareGraphs(const GraphSignature& before, const GraphSignature
       break;
     }
   }
-  // A changed shape also changes the constants computed from it (a mean's 1/n): when shapes changed,
-  // constants are not listed as causes of their own unless they are the only change.
-  const bool shapes_changed = std::any_of(result.causes.begin(), result.causes.end(),
-                                          [](const GraphDifference& d) { return d.kind == DifferenceKind::kShape; });
-  if (shapes_changed) {
-    std::erase_if(result.causes, [](const GraphDifference& d) { return d.kind == DifferenceKind::kConstantValue; });
-  }
   const size_t larger = std::max(before.size(), now.size());
   result.similarity = larger == 0 ? 1.0 : static_cast<double>(paired) / static_cast<double>(larger);
   return result;

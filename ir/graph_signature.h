@@ -54,7 +54,9 @@ struct GraphDifference {
 
 struct GraphComparison {
   // The root causes: nodes that differ themselves while every operand is unchanged (nodes that only
-  // inherit a change are not listed), in post-order. Empty when the graphs are equal.
+  // inherit a change are not listed), in post-order. Empty when the graphs are equal. A changed shape
+  // also changes constants computed from it (a mean's 1/n): both are listed; telling which follows
+  // from which needs more graphs than two (see lazy/diagnostics.cc).
   std::vector<GraphDifference> causes;
   // Nodes of `now` paired with a node of `before` (created at the same place by the same op), over the
   // larger graph's size: 1 for graphs that differ only in values or shapes, near 0 for unrelated programs.

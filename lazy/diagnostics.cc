@@ -215,8 +215,13 @@ void RecordNewGraph(State& s, Site& site, const SyncEvent& e, const ir::PostOrde
     for (const ir::GraphDifference& d : best.causes) variant.explained_by.push_back(d.id);
     if (Opts().debug >= 1 && e.step > kWarmupSteps && s.late_warnings < kMaxLateWarnings) {
       ++s.late_warnings;
+      // With two graphs alone, a constant that changed with a shape most likely follows from it.
+      const bool shapes = std::any_of(best.causes.begin(), best.causes.end(),
+                                      [](const ir::GraphDifference& d) { return d.kind == ir::DifferenceKind::kShape; });
       std::vector<std::string> causes;
-      for (const ir::GraphDifference& d : best.causes) causes.push_back(DifferenceText(d));
+      for (const ir::GraphDifference& d : best.causes) {
+        if (!shapes || d.kind != ir::DifferenceKind::kConstantValue) causes.push_back(DifferenceText(d));
+      }
       DebugLine(absl::StrCat("warning: step ", e.step, " compiled a new graph at ", e.location, ": ",
                              causes.empty() ? "an unexplained difference" : absl::StrJoin(causes, "; "),
                              s.late_warnings == kMaxLateWarnings
@@ -538,9 +543,11 @@ void AddRecompileFindings(const State& s, std::vector<Finding>& out) {
         out_f.what = std::string(ir::DifferenceKindName(f.kind));
         out_f.before = f.base;
         out_f.now = ValuesText(f, n, /*with_base=*/false);
+        const std::string place = PlaceText(f, out_f.location, out_f.stack);
         for (size_t i : members) {
           if (i == primary) continue;
           const std::string other = PlaceText(*factors[i], factors[i]->created_at, UserFrames(factors[i]->context));
+          if (other == place) continue;
           if (std::find(out_f.also_at.begin(), out_f.also_at.end(), other) == out_f.also_at.end()) {
             out_f.also_at.push_back(other);
           }
@@ -548,7 +555,6 @@ void AddRecompileFindings(const State& s, std::vector<Finding>& out) {
         out_f.sync_site = site_text;
         out_f.variants = static_cast<int64_t>(n);
         out_f.site_syncs = program.syncs;
-        const std::string place = PlaceText(f, out_f.location, out_f.stack);
         out_f.message = absl::StrCat("the sync at ", site_text, " ran ", n, " distinct graphs over ", program.syncs,
                                      " syncs; ", out_f.count, " of them differ from the closest earlier one in ",
                                      CauseText(f, place, n));

@@ -25,7 +25,6 @@ Node::Node(OpKind op, OperandList operands, ShapeList shapes, Attributes attrs,
       attrs_(std::move(attrs)),
       leaf_data_(std::move(leaf_data)),
       created_at_(created_at) {
-  if (CreationContextHook hook = creation_context_hook.load(std::memory_order_acquire)) creation_context_ = hook();
   Hasher h;
   h.Add(static_cast<uint64_t>(op_) | (static_cast<uint64_t>(operands_.size()) << 16) |
         (static_cast<uint64_t>(shapes_.size()) << 32));
@@ -39,6 +38,7 @@ Node::Node(OpKind op, OperandList operands, ShapeList shapes, Attributes attrs,
   }
   attrs_.HashInto(h);
   hash_ = h.Finish();
+  if (CreationContextHook hook = creation_context_hook.load(std::memory_order_acquire)) creation_context_ = hook(*this);
 }
 
 Node::~Node() {

@@ -39,10 +39,12 @@ class LeafData {
 using OperandList = absl::InlinedVector<Value, 2>;
 using ShapeList = absl::InlinedVector<Shape, 1>;
 
-// Diagnostics may tag every new node with a small id for the call stack that created it (the
-// runtime above installs the hook only when diagnostics are on; 0 means "no stack"). The id lets two
-// calls of one helper from different places be told apart; ir/ never looks inside it.
-using CreationContextHook = uint16_t (*)();
+class Node;
+// Diagnostics may tag a new node with a small id for the call stack that created it (the runtime
+// above installs the hook only when diagnostics are on; 0 means "no stack"). The id lets two calls of
+// one helper from different places be told apart; ir/ never looks inside it. The hook sees the node
+// with every field but the id set.
+using CreationContextHook = uint16_t (*)(const Node& node);
 void SetCreationContextHook(CreationContextHook hook);
 
 class Node {

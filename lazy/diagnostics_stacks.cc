@@ -20,9 +20,9 @@
 namespace lazyrt::detail {
 namespace {
 
-// Frames captured per stack: the runtime's own frames (op, tracing helpers, node construction) come
-// first, so this leaves room for several user frames above them.
-constexpr int kCapturedFrames = 24;
+// Frames captured per stack: the runtime's own frames (op, tracing helpers, node construction; about
+// six) come first, so this leaves room for several user frames above them.
+constexpr int kCapturedFrames = 16;
 // Distinct stacks kept; a program creating more (generated code, deep recursion) gets id 0 beyond.
 constexpr size_t kMaxStacks = 65535;
 
@@ -52,6 +52,8 @@ Table& GetTable() {
 // A frame in lazyrt's own sources (built with its source root mapped away, so paths are relative and
 // start with a layer's folder) or in a system header or library: not the user's.
 bool IsUserFile(std::string_view file) {
+  // A compiler cache may have rewritten the path relative to the build directory.
+  while (file.substr(0, 3) == "../" || file.substr(0, 2) == "./") file.remove_prefix(file[1] == '/' ? 2 : 3);
   for (std::string_view layer : {"lazy/", "ir/", "pjrt_sim/", "lowering/", "cache/"}) {
     if (file.substr(0, layer.size()) == layer) return false;
   }
@@ -128,7 +130,16 @@ const std::vector<std::string>& Symbolize(Table& t, void* pc) {
   return t.lines.emplace(pc, std::move(places)).first->second;
 }
 
-uint16_t CaptureForNode() { return CaptureCallStack(); }
+// Unwinding costs microseconds per node (a few times the cost of tracing it), so only the nodes a
+// finding can point at get a stack: inputs and constants (whose creation site a recompile names, and
+// which tell a helper's callers apart), and nodes lazyrt created inside its own helpers (nn layers),
+// whose file:line is lazyrt's and whose stack leads to the user's. Other nodes are named by the
+// user's file:line already and are paired by it.
+uint16_t CaptureForNode(const ir::Node& node) {
+  if (node.op() == ir::OpKind::kDeviceData || node.op() == ir::OpKind::kConstant) return CaptureCallStack();
+  const char* file = node.created_at().file_name();
+  return file != nullptr && !IsUserFile(file) ? CaptureCallStack() : 0;
+}
 
 }  // namespace
 

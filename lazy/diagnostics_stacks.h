@@ -9,8 +9,9 @@
 
 namespace lazyrt::detail {
 
-// Starts tagging every new IR node with its call stack. Called once when the runtime starts with
-// diagnostics on (LAZYRT_DEBUG, LAZYRT_REPORT or LAZYRT_TRACE); without it, ids are 0.
+// Starts tagging new IR nodes (inputs, constants, nodes made inside lazyrt's helpers) with their call
+// stacks. Called once when the runtime starts with diagnostics on (LAZYRT_DEBUG, LAZYRT_REPORT or
+// LAZYRT_TRACE); without it, ids are 0.
 void EnableCallStacks();
 // The interned id of the calling thread's call stack; 0 when capture is off or the table is full.
 uint16_t CaptureCallStack();

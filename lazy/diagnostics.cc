@@ -6,6 +6,7 @@
 #include <deque>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <tuple>
 
@@ -94,8 +95,10 @@ struct State {
   int64_t signatures = 0, factor_order = 0;
   // Keyed by cause, location and the sync's call stack.
   std::map<std::tuple<SyncCause, std::string, uint16_t>, ExtraSync> extra_syncs;
-  // The extra syncs of the step in progress, and whether a graph ran after the last of them.
-  std::vector<std::tuple<SyncCause, std::string, uint16_t>> step_extra_syncs;
+  // The last extra sync of the step in progress (the earlier ones cut it: a graph ran after them), and
+  // whether a graph ran after it.
+  std::optional<std::tuple<SyncCause, std::string, uint16_t>> last_extra_sync;
+  int64_t extra_syncs_this_step = 0;
   bool graph_after_extra_sync = false;
   // Graphs run: in all, in the step in progress, and at most in one step (running totals: a run of
   // millions of steps keeps no per-step table).
@@ -146,20 +149,16 @@ namespace {
 // Ends the step in progress: its extra syncs either cut it (a graph ran after them) or only made the
 // host wait (the step's work was all done by then).
 void EndStepLocked(State& s) {
-  for (size_t i = 0; i < s.step_extra_syncs.size(); ++i) {
-    ExtraSync& x = s.extra_syncs[s.step_extra_syncs[i]];
-    const bool last = i + 1 == s.step_extra_syncs.size();
-    if (last && !s.graph_after_extra_sync) {
-      ++x.waited;
-    } else {
-      ++x.cut;
-    }
+  if (s.last_extra_sync) {
+    ExtraSync& x = s.extra_syncs[*s.last_extra_sync];
+    ++(s.graph_after_extra_sync ? x.cut : x.waited);
   }
   if (Opts().debug >= 2 && s.graphs_this_step > 0) {
     DebugLine(absl::StrFormat("step %d: %d graph(s), %d new, %d extra sync(s)", s.step, s.graphs_this_step,
-                              s.compiled_this_step, s.step_extra_syncs.size()));
+                              s.compiled_this_step, s.extra_syncs_this_step));
   }
-  s.step_extra_syncs.clear();
+  s.last_extra_sync.reset();
+  s.extra_syncs_this_step = 0;
   s.graph_after_extra_sync = false;
   ++s.step;
   s.position = 0;
@@ -265,7 +264,9 @@ void RecordSync(SyncEvent e, const ir::PostOrder* order) {
   if (e.outcome != SyncOutcome::kMemoryHit) ++s.compiled_this_step;
   s.graph_after_extra_sync = true;
   if (e.cause != SyncCause::kMarkStep && e.cause != SyncCause::kExit) {
-    s.step_extra_syncs.emplace_back(e.cause, e.location, stack);
+    if (s.last_extra_sync) ++s.extra_syncs[*s.last_extra_sync].cut;  // this graph runs after it
+    s.last_extra_sync.emplace(e.cause, e.location, stack);
+    ++s.extra_syncs_this_step;
     s.graph_after_extra_sync = false;
   }
 
@@ -360,7 +361,13 @@ std::string SyncWhat(SyncCause cause) {
 }
 
 void AddExtraSyncFindings(const State& s, std::vector<Finding>& out) {
-  for (const auto& [key, x] : s.extra_syncs) {
+  // The step in progress counts as if it ended now (a program may never call mark_step()).
+  std::map<std::tuple<SyncCause, std::string, uint16_t>, ExtraSync> extra_syncs = s.extra_syncs;
+  if (s.last_extra_sync) {
+    ExtraSync& x = extra_syncs[*s.last_extra_sync];
+    ++(s.graph_after_extra_sync ? x.cut : x.waited);
+  }
+  for (const auto& [key, x] : extra_syncs) {
     const SyncCause cause = std::get<0>(key);
     const std::string& location = std::get<1>(key);
     const uint16_t stack = std::get<2>(key);

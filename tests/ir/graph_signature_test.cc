@@ -100,6 +100,29 @@ TEST(CompareGraphs, UnrelatedGraphsAreDissimilar) {
   EXPECT_LT(c.similarity, 0.5);
 }
 
+// The sum of `n` inputs made by one line in a loop (as an update per parameter would be).
+GraphSignature SumOfInputs(int n) {
+  const Shape s(DType::kF32, {4});
+  Value total;
+  for (int i = 0; i < n; ++i) {
+    Value x{MakeNode(OpKind::kDeviceData, OperandList{}, ShapeList{s}, Attributes{}, nullptr, std::source_location::current())};
+    total = i == 0 ? x : Value{MakeNode(OpKind::kAdd, OperandList{total, x}, ShapeList{s}, Attributes{}, nullptr,
+                                        std::source_location::current())};
+  }
+  std::vector<Value> roots{total};
+  return SignatureOf(PostOrder(roots));
+}
+
+TEST(CompareGraphs, ALoopMakingMoreNodesIsOneCountNotOneCausePerNode) {
+  // Which of a line's nodes is which cannot be told: the cause is how many there are, once.
+  GraphComparison c = CompareGraphs(SumOfInputs(3), SumOfInputs(5));
+  ASSERT_EQ(c.causes.size(), 1u);
+  EXPECT_EQ(c.causes[0].kind, DifferenceKind::kPresence);
+  EXPECT_TRUE(c.causes[0].repeated);
+  EXPECT_EQ(c.causes[0].before, "3 nodes");
+  EXPECT_EQ(c.causes[0].now, "5 nodes");
+}
+
 TEST(DisplayPath, RelativeToTheWorkingDirectory) {
   char buffer[4096];
   ASSERT_NE(getcwd(buffer, sizeof buffer), nullptr);

@@ -82,7 +82,9 @@ struct Site {
 };
 
 struct ExtraSync {
-  int64_t cut = 0, waited = 0;  // syncs followed by another graph in their step, and those that ended it
+  int64_t cut = 0;     // followed by another graph in its step
+  int64_t waited = 0;  // the last graph of a step that mark_step() then ended with nothing left to run
+  int64_t looped = 0;  // the only graph between two syncs at the same place, with no mark_step() anywhere
 };
 
 struct State {
@@ -100,10 +102,16 @@ struct State {
   std::optional<std::tuple<SyncCause, std::string, uint16_t>> last_extra_sync;
   int64_t extra_syncs_this_step = 0;
   bool graph_after_extra_sync = false;
+  // The last extra sync repeated the one before it: the last iteration of such a loop cuts nothing
+  // either, whatever runs next.
+  bool extra_sync_looping = false;
   // Graphs run: in all, in the step in progress, and at most in one step (running totals: a run of
   // millions of steps keeps no per-step table).
   int64_t graphs = 0, graphs_this_step = 0, compiled_this_step = 0, max_graphs_per_step = 0;
   int64_t late_warnings = 0;
+  // Call stacks by what the user sees of them: the first stack id with each text, for every id.
+  absl::flat_hash_map<uint16_t, uint16_t> canonical_stack;
+  absl::flat_hash_map<std::string, uint16_t> stack_by_text;
 };
 
 State& Get() {
@@ -151,8 +159,9 @@ namespace {
 void EndStepLocked(State& s) {
   if (s.last_extra_sync) {
     ExtraSync& x = s.extra_syncs[*s.last_extra_sync];
-    ++(s.graph_after_extra_sync ? x.cut : x.waited);
+    ++(s.extra_sync_looping ? x.looped : s.graph_after_extra_sync ? x.cut : x.waited);
   }
+  s.extra_sync_looping = false;
   if (Opts().debug >= 2 && s.graphs_this_step > 0) {
     DebugLine(absl::StrFormat("step %d: %d graph(s), %d new, %d extra sync(s)", s.step, s.graphs_this_step,
                               s.compiled_this_step, s.extra_syncs_this_step));
@@ -169,6 +178,18 @@ void EndStepLocked(State& s) {
 std::string DifferenceText(const ir::GraphDifference& d) {
   return absl::StrCat("the ", ir::DifferenceKindName(d.kind), " of the node created at ", d.created_at, " (", d.before,
                       " -> ", d.now, ")");
+}
+
+// The first stack with the same user frames as `stack`. Two return addresses can be one place to the
+// user: a loop the compiler unrolled, a call duplicated by inlining. Without debug information every
+// stack reads the same, and a site is its file:line alone.
+uint16_t CanonicalStack(State& s, uint16_t stack) {
+  if (stack == 0) return 0;
+  auto it = s.canonical_stack.find(stack);
+  if (it != s.canonical_stack.end()) return it->second;
+  const uint16_t canonical = s.stack_by_text.try_emplace(StackText(UserFrames(stack, 8)), stack).first->second;
+  s.canonical_stack.emplace(stack, canonical);
+  return canonical;
 }
 
 // A graph new to its sync site: another program there, or a variant of one explained by its root
@@ -253,19 +274,29 @@ double TraceMsSince() {
 void RecordSync(SyncEvent e, const ir::PostOrder* order) {
   // The sync's call stack (outside the lock: capture is the costly part), to tell a helper's callers
   // apart; 0 when diagnostics are off.
-  const uint16_t stack = TimingEnabled() ? CaptureCallStack() : 0;
+  const uint16_t captured = TimingEnabled() ? CaptureCallStack() : 0;
   State& s = Get();
   std::lock_guard<std::mutex> lock(s.mu);
+  const uint16_t stack = CanonicalStack(s, captured);
   e.index = s.next_index++;
   e.step = s.step;
   e.position = s.position;
   ++s.graphs;
   s.max_graphs_per_step = std::max(s.max_graphs_per_step, ++s.graphs_this_step);
   if (e.outcome != SyncOutcome::kMemoryHit) ++s.compiled_this_step;
+  const bool graph_between = s.graph_after_extra_sync;
   s.graph_after_extra_sync = true;
   if (e.cause != SyncCause::kMarkStep && e.cause != SyncCause::kExit) {
-    if (s.last_extra_sync) ++s.extra_syncs[*s.last_extra_sync].cut;  // this graph runs after it
-    s.last_extra_sync.emplace(e.cause, e.location, stack);
+    std::tuple<SyncCause, std::string, uint16_t> key{e.cause, e.location, stack};
+    if (s.last_extra_sync) {
+      // A graph runs after it: it cut its step, unless this is the same sync again with nothing in
+      // between (a loop that syncs by item() each iteration, an evaluation without mark_step()).
+      ExtraSync& last = s.extra_syncs[*s.last_extra_sync];
+      const bool again = *s.last_extra_sync == key && !graph_between;
+      ++(again || s.extra_sync_looping ? last.looped : last.cut);
+      s.extra_sync_looping = again;
+    }
+    s.last_extra_sync = std::move(key);
     ++s.extra_syncs_this_step;
     s.graph_after_extra_sync = false;
   }
@@ -365,7 +396,7 @@ void AddExtraSyncFindings(const State& s, std::vector<Finding>& out) {
   std::map<std::tuple<SyncCause, std::string, uint16_t>, ExtraSync> extra_syncs = s.extra_syncs;
   if (s.last_extra_sync) {
     ExtraSync& x = extra_syncs[*s.last_extra_sync];
-    ++(s.graph_after_extra_sync ? x.cut : x.waited);
+    ++(s.graph_after_extra_sync && !s.extra_sync_looping ? x.cut : x.looped);
   }
   for (const auto& [key, x] : extra_syncs) {
     const SyncCause cause = std::get<0>(key);
@@ -373,12 +404,12 @@ void AddExtraSyncFindings(const State& s, std::vector<Finding>& out) {
     const uint16_t stack = std::get<2>(key);
     const std::vector<std::string> frames = UserFrames(stack);
     const std::string where = SiteText(location, frames);
-    auto add = [&](FindingKind kind, int64_t count, std::string text) {
+    auto add = [&](FindingKind kind, int64_t count, bool repeats, std::string text) {
       if (count == 0) return;
       Finding f;
       f.kind = kind;
       // One sync is a one-off; a barrier is what the user asked for.
-      f.severity = count >= 2 && cause != SyncCause::kBarrier ? Severity::kWarning : Severity::kInfo;
+      f.severity = repeats && cause != SyncCause::kBarrier ? Severity::kWarning : Severity::kInfo;
       f.location = location;
       f.stack = frames;
       f.count = count;
@@ -386,14 +417,21 @@ void AddExtraSyncFindings(const State& s, std::vector<Finding>& out) {
       f.message = absl::StrCat(std::move(text), " ", ExtraSyncAdvice(cause));
       out.push_back(std::move(f));
     };
-    add(FindingKind::kExtraSync, x.cut,
+    add(FindingKind::kExtraSync, x.cut, x.cut >= 2,
         absl::StrCat(SyncWhat(cause), " at ", where, " synced ", x.cut,
                      " time(s) inside a step: each cuts the step's graph in two (two smaller graphs, less fusion) "
                      "and the host waits for the device."));
-    add(FindingKind::kHostWait, x.waited,
-        absl::StrCat(SyncWhat(cause), " at ", where, " synced ", x.waited,
-                     " time(s) at the end of a step: nothing was cut, but each time the host waits for the device "
-                     "instead of tracing the next step while it runs."));
+    // Waiting before a mark_step() that then has nothing to run is the trap (logging a value each
+    // step); a loop that has no mark_step() at all can only run by such syncs: information.
+    add(FindingKind::kHostWait, x.waited + x.looped, x.waited >= 2,
+        x.waited > 0
+            ? absl::StrCat(SyncWhat(cause), " at ", where, " synced ", x.waited + x.looped,
+                           " time(s) at the end of a step: nothing was cut, but each time the host waits for the "
+                           "device instead of tracing the next step while it runs.")
+            : absl::StrCat(SyncWhat(cause), " at ", where, " synced ", x.looped,
+                           " time(s) in a loop without mark_step(): nothing was cut, but each time the host waits "
+                           "for the device. If a value per iteration is not needed, accumulate on the device and "
+                           "read once after the loop."));
   }
 }
 

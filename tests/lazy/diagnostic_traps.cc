@@ -8,8 +8,9 @@
 //   optional_inputs  three optional inputs given or not from step to step (8 variants), through a
 //                    helper called from two places
 //   last_batch       epochs whose last batch is smaller: one recompile, information only
-//   eval_switch      training steps with an evaluation every few steps, one at a sync line of its own
-//                    and one through the same helper as training: other programs, not recompiles
+//   eval_switch      training steps with an evaluation every few steps, one at a sync line of its own,
+//                    one through the same helper as training, one reading item() batch by batch: other
+//                    programs, not recompiles (the last is information: the host waits per batch)
 //   host_syncs       five host syncs at once: a uniformity check in a helper, a branch on a reduction,
 //                    a pad value from max().item() + 1, an always-true test, and to_vector() logging
 //   storm            a static scalar new every step (LAZYRT_DEBUG=1 warns a bounded number of times)
@@ -150,6 +151,16 @@ double EvaluateThroughHelper(const Tensor& w) {
   return score.item();
 }
 
+// An evaluation that reads each batch's score as it goes: every item() is the batch's only sync.
+double EvaluateBatchByBatch(const Tensor& w) {
+  double total = 0;
+  for (int batch = 0; batch < 4; ++batch) {
+    const Tensor x = Tensor::FromData(RandomData(kBatch * kFeatures), {kBatch, kFeatures});
+    total += lazyrt::mean(lazyrt::matmul(x, w)).item();  // TRAP: eval item
+  }
+  return total;
+}
+
 void EvalSwitch(int64_t steps, bool clean) {
   Tensor w = Parameter(kFeatures, kClasses);
   double total = 0;
@@ -162,6 +173,7 @@ void EvalSwitch(int64_t steps, bool clean) {
     total += loss.item();  // after the step's sync: computed already
     if (step % 4 == 3) total += Evaluate(w);
     if (!clean && step % 4 == 1) total += EvaluateThroughHelper(w);
+    if (!clean && step % 8 == 5) total += EvaluateBatchByBatch(w);
   }
   std::printf("total %.3f\n", total);
 }

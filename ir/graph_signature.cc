@@ -8,6 +8,8 @@
 #include <set>
 #include <tuple>
 
+#include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 
 namespace lazyrt::ir {
@@ -33,7 +35,7 @@ PairKey KeyOf(const NodeSignature& n) { return {n.op, n.created_at, n.context}; 
 
 // Rank of each node among the nodes of its graph sharing its PairKey, in post-order.
 std::vector<uint32_t> Ranks(const GraphSignature& g) {
-  std::map<PairKey, uint32_t> seen;
+  absl::flat_hash_map<PairKey, uint32_t> seen;
   std::vector<uint32_t> rank(g.size());
   for (size_t i = 0; i < g.size(); ++i) rank[i] = seen[KeyOf(g[i])]++;
   return rank;
@@ -92,7 +94,8 @@ GraphSignature SignatureOf(const PostOrder& order) {
 GraphComparison CompareGraphs(const GraphSignature& before, const GraphSignature& now) {
   // Pair nodes by (op, site, stack, rank).
   const std::vector<uint32_t> rank_before = Ranks(before), rank_now = Ranks(now);
-  std::map<std::pair<PairKey, uint32_t>, uint32_t> index_before;
+  absl::flat_hash_map<std::pair<PairKey, uint32_t>, uint32_t> index_before;
+  index_before.reserve(before.size());
   for (size_t i = 0; i < before.size(); ++i) index_before[{KeyOf(before[i]), rank_before[i]}] = static_cast<uint32_t>(i);
   std::vector<uint32_t> match_now(now.size(), kUnmatched), match_before(before.size(), kUnmatched);
   for (size_t j = 0; j < now.size(); ++j) {
@@ -103,10 +106,10 @@ GraphComparison CompareGraphs(const GraphSignature& before, const GraphSignature
   }
 
   // Places whose node count differs: their nodes pair by rank, which then says nothing.
-  std::map<PairKey, std::pair<uint32_t, uint32_t>> counts;
+  absl::flat_hash_map<PairKey, std::pair<uint32_t, uint32_t>> counts;
   for (const NodeSignature& n : before) ++counts[KeyOf(n)].first;
   for (const NodeSignature& n : now) ++counts[KeyOf(n)].second;
-  std::set<PairKey> repeated_reported;
+  absl::flat_hash_set<PairKey> repeated_reported;
 
   GraphComparison result;
   auto presence = [&](const GraphSignature& g, const std::vector<uint32_t>& rank, size_t i, bool in_now) {

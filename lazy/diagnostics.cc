@@ -32,6 +32,8 @@ constexpr size_t kMaxSites = 256;
 // Graph structures kept per program and in all, to explain a new graph against its closest variant.
 constexpr size_t kMaxSignaturesPerProgram = 32;
 constexpr size_t kMaxSignatures = 512;
+// Of those, a new graph is compared with the program's first few and its latest few.
+constexpr size_t kComparedFirst = 4, kComparedLast = 8;
 // Variants per program whose differences are tracked one by one (a storm beyond is only counted).
 constexpr size_t kMaxTrackedVariants = 4096;
 // A new graph sharing less than this fraction of its nodes with every graph of a sync site is another
@@ -199,7 +201,12 @@ void RecordNewGraph(State& s, Site& site, const SyncEvent& e, const ir::PostOrde
   size_t best_program = site.programs.size(), best_variant = 0;
   ir::GraphComparison best;
   for (size_t p = 0; p < site.programs.size(); ++p) {
-    for (const auto& [v, known] : site.programs[p].signatures) {
+    const std::vector<std::pair<size_t, ir::GraphSignature>>& signatures = site.programs[p].signatures;
+    for (size_t k = 0; k < signatures.size(); ++k) {
+      // The first graphs and the latest: comparing with every kept graph would cost a large graph's
+      // recompilation storm seconds per step.
+      if (k >= kComparedFirst && k + kComparedLast < signatures.size()) continue;
+      const auto& [v, known] = signatures[k];
       ir::GraphComparison c = ir::CompareGraphs(known, signature);
       if (c.similarity < kSameProgramSimilarity) continue;
       if (best_program == site.programs.size() || c.causes.size() < best.causes.size() ||
@@ -253,6 +260,10 @@ void RecordNewGraph(State& s, Site& site, const SyncEvent& e, const ir::PostOrde
   if (program.signatures.size() < kMaxSignaturesPerProgram && s.signatures < static_cast<int64_t>(kMaxSignatures)) {
     program.signatures.emplace_back(index, std::move(signature));
     ++s.signatures;
+  } else if (program.signatures.size() > kComparedFirst) {
+    // Full: the first graphs stay (the base of the factors' values), the oldest of the others goes.
+    program.signatures.erase(program.signatures.begin() + kComparedFirst);
+    program.signatures.emplace_back(index, std::move(signature));
   }
 }
 

@@ -1,6 +1,7 @@
 #include "pjrt_sim/compiler.h"
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstring>
 #include <functional>
@@ -26,9 +27,11 @@ double MsSince(Clock::time_point start) {
   return std::chrono::duration<double, std::milli>(Clock::now() - start).count();
 }
 
+std::atomic<int64_t> g_passes_run{0};
+
 // Runs one pass, recording its time and changes (summed over repeated runs of the same pass).
 int64_t RunPass(proto::Executable& exe, const std::string& name, const std::function<int64_t()>& pass) {
-  CountPassRun();
+  g_passes_run.fetch_add(1, std::memory_order_relaxed);
   const Clock::time_point start = Clock::now();
   const int64_t changes = pass();
   const double ms = MsSince(start);
@@ -57,7 +60,8 @@ void FillProbeData(const ArrayShape& shape, void* data, std::mt19937_64& rng) {
       case PrimitiveType::kS32: static_cast<int32_t*>(data)[i] = 0; break;
       case PrimitiveType::kS64: static_cast<int64_t*>(data)[i] = 0; break;
       case PrimitiveType::kPred: static_cast<uint8_t*>(data)[i] = static_cast<uint8_t>(rng() & 1); break;
-      default: static_cast<uint16_t*>(data)[i] = 0x3c00; break;  // 1.0 in f16; ~1.0 in bf16
+      case PrimitiveType::kBF16:
+      case PrimitiveType::kF16: static_cast<uint16_t*>(data)[i] = 0x3c00; break;  // 1.0 in f16; ~1.0 in bf16
     }
   }
 }
@@ -191,6 +195,8 @@ absl::Status Autotune(proto::Executable& exe, Device* device) {
 std::string CompileOptions::Fingerprint() const {
   return absl::StrCat("fusion=", fusion, ";autotune=", autotune, ";max_fusion_steps=", max_fusion_steps);
 }
+
+int64_t CompilerPassesRun() { return g_passes_run.load(std::memory_order_relaxed); }
 
 absl::StatusOr<std::shared_ptr<Executable>> Compile(const proto::Module& module, const CompileOptions& options,
                                                     Device* device) {

@@ -612,7 +612,8 @@ void AddRecompileFindings(const State& s, std::vector<Finding>& out) {
         out_f.variants = static_cast<int64_t>(n);
         out_f.site_syncs = program.syncs;
         out_f.message = absl::StrCat("the sync at ", site_text, " ran ", n, " distinct graphs over ", program.syncs,
-                                     " syncs; ", out_f.count, " of them differ from the closest earlier one in ",
+                                     " syncs; ", out_f.count, out_f.count == 1 ? " of them differs" : " of them differ",
+                                     " from the closest earlier one in ",
                                      CauseText(f, place, n));
         if (!out_f.also_at.empty()) {
           absl::StrAppend(&out_f.message, " Varies together with what was created at ", absl::StrJoin(out_f.also_at, ", "),

@@ -1,5 +1,6 @@
 // A training loop with the three classic lazy-tensor traps, for the diagnostics to find:
-//   1. an item() inside the step (a host sync that cuts the step's graph),
+//   1. an item() inside the step, before its mark_step() (a host sync: the host waits for the device
+//      every step instead of tracing the next one while it runs),
 //   2. a host scalar marked static that changes every step (a new constant, so a new graph, each step),
 //   3. a batch whose size changes (a new input shape, so a new graph).
 // With --fixed, the same loop without them: the loss is read after the step's barrier, the changing

@@ -1,8 +1,16 @@
 #include "ir/node.h"
 
+#include <atomic>
+
 #include "absl/strings/str_cat.h"
 
 namespace lazyrt::ir {
+
+namespace {
+std::atomic<CreationContextHook> creation_context_hook{nullptr};
+}  // namespace
+
+void SetCreationContextHook(CreationContextHook hook) { creation_context_hook.store(hook, std::memory_order_release); }
 
 const Shape& Value::shape() const { return node->shape(index); }
 
@@ -30,6 +38,7 @@ Node::Node(OpKind op, OperandList operands, ShapeList shapes, Attributes attrs,
   }
   attrs_.HashInto(h);
   hash_ = h.Finish();
+  if (CreationContextHook hook = creation_context_hook.load(std::memory_order_acquire)) creation_context_ = hook(*this);
 }
 
 Node::~Node() {

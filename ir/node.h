@@ -39,6 +39,14 @@ class LeafData {
 using OperandList = absl::InlinedVector<Value, 2>;
 using ShapeList = absl::InlinedVector<Shape, 1>;
 
+class Node;
+// Diagnostics may tag a new node with a small id for the call stack that created it (the runtime
+// above installs the hook only when diagnostics are on; 0 means "no stack"). The id lets two calls of
+// one helper from different places be told apart; ir/ never looks inside it. The hook sees the node
+// with every field but the id set.
+using CreationContextHook = uint16_t (*)(const Node& node);
+void SetCreationContextHook(CreationContextHook hook);
+
 class Node {
  public:
   // Computes the node's hash from op, attributes, output shapes and operand hashes.
@@ -60,6 +68,8 @@ class Node {
   HashValue hash() const { return hash_; }
   // Where the user's code created this node (for diagnostics).
   const std::source_location& created_at() const { return created_at_; }
+  // The creation hook's id for the call stack that created this node (0 when none was captured).
+  uint16_t creation_context() const { return creation_context_; }
   const std::shared_ptr<const LeafData>& leaf_data() const { return leaf_data_; }
 
   // "Mul(%0, %1) : f32[2,3]" without the operand names.
@@ -70,6 +80,7 @@ class Node {
 
   // Fields a traversal touches come first, so visiting a node costs one cache line.
   OpKind op_;
+  uint16_t creation_context_ = 0;  // fits beside op_ in the first word
   // Scratch state of the traversal in progress (see PostOrder), guarded by its lock.
   mutable uint32_t position_ = 0;
   mutable uint64_t visit_epoch_ = 0;

@@ -33,19 +33,51 @@ struct SyncEvent {
   double execute_start_ms = 0;
 };
 
+// What a finding is about.
+enum class FindingKind : uint8_t {
+  kExtraSync,  // a host sync inside a step that cut the step's graph in two
+  kHostWait,   // a host sync that cut nothing but made the host wait for the device (logging a value)
+  kRecompile,  // one cause of the distinct graphs a sync site ran (a static scalar, a shape, ...)
+};
+absl::string_view FindingKindName(FindingKind kind);  // "extra_sync", "host_wait", "recompile"
+
+// How much a finding costs: a warning repeats (every step, or a storm of graphs); information is a
+// one-off (a single recompile, an intended barrier).
+enum class Severity : uint8_t { kInfo, kWarning };
+absl::string_view SeverityName(Severity severity);  // "info", "warning"
+
 struct Finding {
-  std::string kind;      // "extra_sync" or "recompile"
-  std::string location;  // file:line
-  int64_t count = 0;
-  std::string message;
-  // extra_sync: the cause. recompile: what changed, before -> now.
-  std::string cause, what, before, now;
+  FindingKind kind = FindingKind::kExtraSync;
+  Severity severity = Severity::kWarning;
+  std::string location;            // file:line of the cause: the sync, or where the differing node was created
+  std::vector<std::string> stack;  // the user's frames of that place, innermost first (when captured)
+  int64_t count = 0;               // syncs, or new graphs this cause compiled
+  std::string message;             // what happened and what to do about it
+  // extra_sync, host_wait: the sync's cause ("item", "to_host", ...).
+  std::string cause;
+  // recompile: what differs ("constant value", "shape", "presence", "attribute", "structure"), the first
+  // graph's value and the others' (" / "-separated), other places that vary with it, and the sync site.
+  std::string what, before, now;
+  std::vector<std::string> also_at;
+  std::string sync_site;
+  int64_t variants = 0, site_syncs = 0;
+};
+
+// A sync site (the file:line and call stack of a sync) and the graphs it ran.
+struct SyncSiteSummary {
+  std::string location;
+  std::vector<std::string> stack;
+  int64_t syncs = 0;
+  int64_t programs = 0;  // unrelated graphs (a training step and an evaluation) count apart
+  int64_t graphs = 0;    // distinct graphs, all programs
 };
 
 // The recorded syncs (the most recent ones, if there were very many).
 std::vector<SyncEvent> sync_events();
-// The fragmentation analysis of the syncs so far, worst first.
+// The fragmentation analysis of the syncs so far: warnings before information, each by count.
 std::vector<Finding> findings();
+// Every sync site, in order of first use.
+std::vector<SyncSiteSummary> sync_sites();
 // A few lines for a human: graphs per step, the findings.
 std::string diagnostics_summary();
 // The run report (JSON: manifest, counters, timers, sync events, per-step summary, findings).

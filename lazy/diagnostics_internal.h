@@ -13,8 +13,8 @@ double NowMs();
 bool TimingEnabled();
 // Milliseconds of tracing since the previous sync ended.
 double TraceMsSince();
-// Records a finished sync. `order` is the graph's traversal when the graph is new to this process
-// (compiled or loaded from disk): its structure is kept to explain a later recompile.
+// Records a finished sync. `order` is the graph's traversal: when the graph is new to the sync's site
+// (file:line and call stack) its structure is compared with the site's earlier graphs and kept.
 void RecordSync(SyncEvent event, const ir::PostOrder* order);
 // The index the next RecordSync will give (syncs are serialized, so it cannot be taken meanwhile).
 int64_t PeekNextSyncIndex();

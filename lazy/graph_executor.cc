@@ -212,48 +212,9 @@ void Sync(Device device, SyncCause cause, const SourceLocation& loc) {
   event.launch_ms = MsSince(launch_start);
   RecordTime("launch", event.launch_ms);
   RecordTime("sync", MsSince(start));
-  const bool new_graph = event.outcome != SyncOutcome::kMemoryHit;
-  RecordSync(std::move(event), new_graph ? &order : nullptr);
+  RecordSync(std::move(event), &order);
   // Last: `order` points into the graph, which may be freed as soon as it is handed over.
   Retire(rt, state, std::move(pending.roots), static_cast<int64_t>(order.size()), arg_bytes);
-}
-
-std::string KernelProfileText() {
-  struct Row {
-    std::string graph, kind, iteration, label;
-    int kernel = 0;
-    pjrt::Executable::KernelTime time;
-  };
-  std::vector<Row> rows;
-  int64_t total_ns = 0;
-  {
-    ExecutableCache::Get().ForEachLoaded([&](const ir::HashValue& key, const std::shared_ptr<pjrt::Executable>& exe) {
-      const std::vector<pjrt::Executable::KernelTime> times = exe->kernel_times();
-      for (size_t k = 0; k < times.size(); ++k) {
-        if (times[k].runs == 0) continue;
-        const pjrt::proto::Kernel& kernel = exe->proto().kernels(static_cast<int>(k));
-        rows.push_back({ir::HashToHex(key), pjrt::proto::Kernel::Kind_Name(kernel.kind()),
-                        pjrt::KernelIterationText(kernel), kernel.label(), static_cast<int>(k), times[k]});
-        total_ns += times[k].total_ns;
-      }
-    });
-  }
-  std::sort(rows.begin(), rows.end(), [](const Row& a, const Row& b) { return a.time.total_ns > b.time.total_ns; });
-  constexpr size_t kShown = 30;
-  std::string out = absl::StrFormat("device time by kernel: %.1f ms in %d kernels of the loaded executables%s\n",
-                                    static_cast<double>(total_ns) / 1e6, rows.size(),
-                                    rows.size() > kShown ? absl::StrCat(", the ", kShown, " longest") : "");
-  absl::StrAppend(&out, absl::StrFormat("  %-16s %4s  %-6s  %-24s %7s %10s %9s %6s  %s\n", "GRAPH", "#", "KIND",
-                                        "ITERATION", "RUNS", "TOTAL ms", "MEAN us", "SHARE", "LABEL"));
-  for (size_t i = 0; i < rows.size() && i < kShown; ++i) {
-    const Row& r = rows[i];
-    absl::StrAppend(&out, absl::StrFormat("  %-16s %4d  %-6s  %-24s %7d %10.2f %9.1f %5.1f%%  %s\n", r.graph,
-                                          r.kernel, r.kind, r.iteration, r.time.runs, r.time.total_ns / 1e6,
-                                          r.time.total_ns / 1e3 / static_cast<double>(r.time.runs),
-                                          100.0 * static_cast<double>(r.time.total_ns) / static_cast<double>(std::max<int64_t>(1, total_ns)),
-                                          r.label));
-  }
-  return out;
 }
 
 std::string PersistentCacheDir() { return ExecutableCache::Get().PersistentCacheDir(); }

@@ -72,6 +72,27 @@ json EventJson(const SyncEvent& e) {
               {"execute_ms", e.execute_ms}};
 }
 
+// A finding as the report holds it (tools/cli/diag_command.cc reads these fields).
+json FindingJson(const Finding& f) {
+  json j{{"kind", std::string(FindingKindName(f.kind))},
+         {"severity", std::string(SeverityName(f.severity))},
+         {"location", f.location},
+         {"stack", f.stack},
+         {"count", f.count},
+         {"message", f.message}};
+  if (!f.cause.empty()) j["cause"] = f.cause;
+  if (f.kind == FindingKind::kRecompile) {
+    j["what"] = f.what;
+    j["before"] = f.before;
+    j["now"] = f.now;
+    j["also_at"] = f.also_at;
+    j["sync_site"] = f.sync_site;
+    j["variants"] = f.variants;
+    j["site_syncs"] = f.site_syncs;
+  }
+  return j;
+}
+
 void WriteFile(const std::string& path, const std::string& text, absl::string_view what) {
   std::ofstream out(path, std::ios::trunc);
   out << text;
@@ -119,17 +140,14 @@ void write_report(const std::string& path) {
   }
   report["sync_events"] = event_list;
   report["steps"] = steps;
-  json found = json::array();
-  for (const Finding& f : findings()) {
-    json j{{"kind", f.kind}, {"location", f.location}, {"count", f.count}, {"message", f.message}};
-    if (!f.cause.empty()) j["cause"] = f.cause;
-    if (!f.what.empty()) {
-      j["what"] = f.what;
-      j["before"] = f.before;
-      j["now"] = f.now;
-    }
-    found.push_back(std::move(j));
+  json sites = json::array();
+  for (const SyncSiteSummary& site : sync_sites()) {
+    sites.push_back(json{{"location", site.location}, {"stack", site.stack}, {"syncs", site.syncs},
+                         {"programs", site.programs}, {"graphs", site.graphs}});
   }
+  report["sync_sites"] = sites;
+  json found = json::array();
+  for (const Finding& f : findings()) found.push_back(FindingJson(f));
   report["findings"] = found;
   WriteFile(path, report.dump(2) + "\n", "run report");
 }

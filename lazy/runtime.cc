@@ -10,6 +10,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "lazy/diagnostics_internal.h"
+#include "lazy/diagnostics_stacks.h"
 
 namespace lazyrt {
 namespace detail {
@@ -126,6 +127,8 @@ Runtime::Runtime(Options options) : options_(std::move(options)) {
   if (!client.ok()) throw Error(absl::StrCat("cannot create the device client: ", client.status().message()));
   client_ = *std::move(client);
   std::atexit(&AtExit);
+  // Call stacks cost a few microseconds per op: only when someone will read the diagnostics.
+  if (options_.debug > 0 || !options_.report.empty() || !options_.trace.empty()) EnableCallStacks();
   for (pjrt::Device* d : client_->devices()) {
     auto state = std::make_unique<DeviceState>();
     state->device = d;

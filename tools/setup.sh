@@ -9,7 +9,7 @@ set -euo pipefail
 packages=(
   build-essential cmake ninja-build pkg-config
   libabsl-dev libprotobuf-dev protobuf-compiler
-  libxxhash-dev libzstd-dev nlohmann-json3-dev zlib1g-dev
+  libxxhash-dev libzstd-dev libdw-dev nlohmann-json3-dev zlib1g-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   libblis-serial-dev
   clang-16 libclang-rt-16-dev clang-format-16 clang-tidy-16

@@ -191,13 +191,38 @@ string(FIND "${diag}" "train.cpp:42" better_at)
 if(worse_at EQUAL -1 OR better_at EQUAL -1 OR NOT worse_at LESS better_at)
   message(FATAL_ERROR "diag must print model.cpp:88 (17x) before train.cpp:42 (3x):\n${diag}")
 endif()
-expect_match("${diag}" "recompile: 17 times at 1 place")
+expect_match("${diag}" "recompile \\(warning\\): 17 times at 1 place")
 expect_match("${diag}" "17x +the step graph recompiled")
 expect_match("${diag}" "before: 0.1; now: 0.01")
 lazyrt(1 diag_json diag ${WORK}/report.json --json)
 expect_json("${diag_json}" EQUAL 2 LENGTH findings)
-expect_json("${diag_json}" STREQUAL model.cpp:88 GET findings 0 location)
-expect_json("${diag_json}" EQUAL 3 GET findings 1 count)
+# --json keeps the report's order, as its help says.
+expect_json("${diag_json}" STREQUAL train.cpp:42 GET findings 0 location)
+expect_json("${diag_json}" EQUAL 17 GET findings 1 count)
+# Information alone (a single recompile) is shown, and is not a failure; a warning is, whatever its order.
+file(WRITE ${WORK}/info.json [[
+{"findings": [
+  {"kind": "recompile", "severity": "info", "location": "train.cpp:50", "count": 1, "stack": ["train.cpp:50", "main.cpp:9"],
+   "message": "the last batch is smaller", "what": "shape", "before": "f32[64,8]", "now": "f32[6,8]",
+   "sync_site": "train.cpp:60"}
+]}
+]])
+lazyrt(0 info diag ${WORK}/info.json)
+expect_match("${info}" "recompile \\(information\\): 1 time at 1 place")
+expect_match("${info}" "stack: train.cpp:50 <- main.cpp:9")
+expect_match("${info}" "sync_site: train.cpp:60")
+file(WRITE ${WORK}/mixed.json [[
+{"findings": [
+  {"kind": "recompile", "severity": "info", "location": "train.cpp:50", "count": 1, "message": "one"},
+  {"kind": "host_wait", "severity": "warning", "location": "train.cpp:70", "count": 9, "message": "waits"}
+]}
+]])
+lazyrt(1 mixed diag ${WORK}/mixed.json)
+string(FIND "${mixed}" "train.cpp:70" warning_at)
+string(FIND "${mixed}" "train.cpp:50" info_at)
+if(NOT warning_at LESS info_at)
+  message(FATAL_ERROR "diag must print the warning before the information:\n${mixed}")
+endif()
 file(WRITE ${WORK}/clean.json [[{"manifest": {}, "steps": [], "findings": []}]])
 lazyrt(0 clean diag ${WORK}/clean.json)
 expect_match("${clean}" "no findings")
@@ -215,7 +240,7 @@ foreach(variant trapped fixed)
   endif()
 endforeach()
 lazyrt(1 trapped diag ${WORK}/trapped.json)
-expect_match("${trapped}" "extra_sync")
+expect_match("${trapped}" "host_wait")
 expect_match("${trapped}" "recompile")
 expect_match("${trapped}" "examples/fragmented_step.cpp:[0-9]+")
 lazyrt(1 trapped_json diag ${WORK}/trapped.json --json)

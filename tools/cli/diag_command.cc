@@ -24,7 +24,11 @@ namespace {
 using Json = nlohmann::ordered_json;
 
 // The optional fields a finding may carry about what changed, in the order they read best.
-constexpr const char* kDetailFields[] = {"cause", "what", "before", "now"};
+constexpr const char* kDetailFields[] = {"cause", "what", "before", "now", "sync_site", "stack", "also_at"};
+
+// How bad a finding is; a report written before findings had a severity says nothing, and every
+// finding of it counts as a warning.
+enum class Severity { kInfo, kWarning };
 
 struct Finding {
   std::string kind;
@@ -35,6 +39,7 @@ struct Finding {
 };
 
 struct FindingGroup {
+  Severity severity = Severity::kWarning;
   std::string kind;
   int64_t total = 0;
   std::vector<Finding> findings;
@@ -43,7 +48,17 @@ struct FindingGroup {
 std::string StringField(const Json& object, const char* name) {
   auto it = object.find(name);
   if (it == object.end()) return "";
+  if (it->is_array()) {
+    // A list of places (a call stack, other sites): innermost or first first.
+    std::vector<std::string> items;
+    for (const Json& item : *it) items.push_back(item.is_string() ? item.get<std::string>() : item.dump());
+    return absl::StrJoin(items, " <- ");
+  }
   return it->is_string() ? it->get<std::string>() : it->dump();
+}
+
+Severity SeverityOf(const Finding& finding) {
+  return StringField(finding.json, "severity") == "info" ? Severity::kInfo : Severity::kWarning;
 }
 
 absl::StatusOr<std::vector<Finding>> ReadFindings(const std::string& path) {
@@ -78,25 +93,29 @@ absl::StatusOr<std::vector<Finding>> ReadFindings(const std::string& path) {
   return findings;
 }
 
-// Groups by kind. The worst first: groups by how often their kind occurred in all, findings within
-// a group by count; ties by name and location, so the order never depends on the report's.
+// Groups by severity and kind. The worst first: warnings before information, then groups by how often
+// their kind occurred in all, findings within a group by count; ties by name and location, so the order
+// never depends on the report's.
 std::vector<FindingGroup> GroupWorstFirst(std::vector<Finding> findings) {
-  std::map<std::string, FindingGroup> by_kind;
+  std::map<std::pair<Severity, std::string>, FindingGroup> by_kind;
   for (Finding& finding : findings) {
-    FindingGroup& group = by_kind[finding.kind];
+    const Severity severity = SeverityOf(finding);
+    FindingGroup& group = by_kind[{severity, finding.kind}];
+    group.severity = severity;
     group.kind = finding.kind;
     group.total += finding.count;
     group.findings.push_back(std::move(finding));
   }
   std::vector<FindingGroup> groups;
-  for (auto& [kind, group] : by_kind) {
+  for (auto& [key, group] : by_kind) {
     std::stable_sort(group.findings.begin(), group.findings.end(), [](const Finding& a, const Finding& b) {
       return a.count != b.count ? a.count > b.count : a.location < b.location;
     });
     groups.push_back(std::move(group));
   }
-  std::stable_sort(groups.begin(), groups.end(),
-                   [](const FindingGroup& a, const FindingGroup& b) { return a.total > b.total; });
+  std::stable_sort(groups.begin(), groups.end(), [](const FindingGroup& a, const FindingGroup& b) {
+    return a.severity != b.severity ? a.severity > b.severity : a.total > b.total;
+  });
   return groups;
 }
 
@@ -104,7 +123,8 @@ void PrintGroups(const std::string& path, const std::vector<FindingGroup>& group
   std::cout << count << (count == 1 ? " finding" : " findings") << " in " << path << ", worst first\n";
   for (const FindingGroup& group : groups) {
     std::cout << '\n'
-              << group.kind << ": " << group.total << (group.total == 1 ? " time" : " times") << " at "
+              << group.kind << (group.severity == Severity::kWarning ? " (warning)" : " (information)") << ": "
+              << group.total << (group.total == 1 ? " time" : " times") << " at "
               << group.findings.size() << (group.findings.size() == 1 ? " place" : " places") << '\n';
     size_t location_width = 0, count_width = 0;
     for (const Finding& finding : group.findings) {
@@ -118,7 +138,7 @@ void PrintGroups(const std::string& path, const std::vector<FindingGroup>& group
                 << finding.message << '\n';
       std::vector<std::string> details;
       for (const char* field : kDetailFields) {
-        if (finding.json.contains(field)) {
+        if (!StringField(finding.json, field).empty()) {
           details.push_back(absl::StrCat(field, ": ", StringField(finding.json, field)));
         }
       }
@@ -135,20 +155,21 @@ int RunDiag(const Args& args) {
   absl::StatusOr<std::vector<Finding>> findings = ReadFindings(path);
   if (!findings.ok()) return Fail(findings.status());
   const size_t count = findings->size();
-  const std::vector<FindingGroup> groups = GroupWorstFirst(*std::move(findings));
+  const bool warnings = std::any_of(findings->begin(), findings->end(),
+                                    [](const Finding& f) { return SeverityOf(f) == Severity::kWarning; });
 
   if (args.flag("--json")) {
-    Json sorted = Json::array();
-    for (const FindingGroup& group : groups) {
-      for (const Finding& finding : group.findings) sorted.push_back(finding.json);
-    }
-    std::cout << Json{{"findings", std::move(sorted)}}.dump(2) << '\n';
+    // As documented: the report's findings as written, in the report's order.
+    Json list = Json::array();
+    for (const Finding& finding : *findings) list.push_back(finding.json);
+    std::cout << Json{{"findings", std::move(list)}}.dump(2) << '\n';
   } else if (count == 0) {
     std::cout << "no findings in " << path << '\n';
   } else {
-    PrintGroups(path, groups, count);
+    PrintGroups(path, GroupWorstFirst(*std::move(findings)), count);
   }
-  return count == 0 ? kExitOk : kExitFindings;
+  // Information alone (a single recompile, an intended barrier) is not a failure.
+  return warnings ? kExitFindings : kExitOk;
 }
 
 }  // namespace
@@ -159,11 +180,12 @@ Command DiagCommand() {
            .usage =
                "usage: lazyrt diag REPORT.json [--json]\n"
                "\n"
-               "Reads a run report and prints its findings for a human: grouped by kind (extra_sync,\n"
-               "recompile, ...), the kind that occurred most often first, each finding with the\n"
-               "file:line it points at, how many times it occurred and what it means (and, when the\n"
-               "report says, what caused it and what changed). Exit status 1 when there are findings,\n"
-               "0 when there are none, 2 when the report cannot be read.\n"
+               "Reads a run report and prints its findings for a human: warnings first, then information;\n"
+               "within each, grouped by kind (extra_sync, host_wait, recompile), the kind that occurred\n"
+               "most often first, each finding with the file:line it points at, how many times it\n"
+               "occurred and what it means (and, when the report says, what caused it, what changed, the\n"
+               "sync site and the call stack). Exit status 1 when there is a warning, 0 when there are\n"
+               "only information findings or none, 2 when the report cannot be read.\n"
                "\n"
                "  --json        {\"findings\": [...]}: the report's findings as written, in the same order\n",
            .flags = {"--json"},

@@ -63,7 +63,8 @@ T ApplyUnary(proto::Opcode op, T x) {
       case proto::RSQRT: return T{1} / std::sqrt(x);
       case proto::TANH: return std::tanh(x);
       case proto::LOGISTIC: return T{1} / (T{1} + std::exp(-x));
-      case proto::SIGN: return std::isnan(x) ? x : static_cast<T>((x > 0) - (x < 0));
+      // sign(NaN) is 0, as PyTorch's (both comparisons are false).
+      case proto::SIGN: return static_cast<T>((x > 0) - (x < 0));
       default: return x;
     }
   } else if constexpr (std::is_same_v<T, uint8_t>) {

@@ -18,7 +18,10 @@ import torch
 SIZES = [64, 48, 32, 10]
 BATCH = 32
 STEPS = 120
-LR, BETAS, EPS, WEIGHT_DECAY = 1e-3, (0.9, 0.999), 1e-8, 1e-2
+# beta2 close to 1 makes 1 - beta2^t cancel the most, so an inaccurate bias correction shows in the loss
+# within the run (an f32 1 - exp(t ln beta2) leaves this reference at step ~25); PyTorch f32 and f64 stay
+# within 1e-4 of each other for all 120 steps.
+LR, BETAS, EPS, WEIGHT_DECAY = 1e-2, (0.9, 0.99999), 1e-8, 1e-2
 MASK = (1 << 64) - 1
 
 

@@ -163,7 +163,7 @@ T RefUnary(proto::Opcode op, T x) {
       case proto::RSQRT: return static_cast<T>(1.0 / std::sqrt(d));
       case proto::TANH: return static_cast<T>(std::tanh(d));
       case proto::LOGISTIC: return static_cast<T>(1.0 / (1.0 + std::exp(-d)));
-      case proto::SIGN: return std::isnan(x) ? x : (x > 0 ? T{1} : (x < 0 ? T{-1} : x));
+      case proto::SIGN: return std::isnan(x) ? T{0} : (x > 0 ? T{1} : (x < 0 ? T{-1} : x));  // as PyTorch
       default: ADD_FAILURE() << "no reference for " << op; return x;
     }
   } else if constexpr (std::is_same_v<T, uint8_t>) {

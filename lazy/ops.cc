@@ -149,7 +149,8 @@ Tensor UnaryGrad(OpKind op, const Tensor& g, const Tensor& x, const Tensor& y, c
     case OpKind::kRsqrt: return g * c(-0.5) * t(y * t(y) * t(y));
     case OpKind::kTanh: return g * t(c(1) - y * t(y));
     case OpKind::kSigmoid: return g * t(y * t(c(1) - y));
-    case OpKind::kRelu: return where(gt(x, Scalar::Static(0), loc), g, zeros({}, g.dtype(), g.device(), loc), loc);
+    // Zero where the result is <= 0, as PyTorch's threshold_backward: a NaN input passes its gradient on.
+    case OpKind::kRelu: return where(le(y, Scalar::Static(0), loc), zeros({}, g.dtype(), g.device(), loc), g, loc);
     case OpKind::kGelu: {
       // y = 0.5 x (1 + tanh(u)), u = k (x + 0.044715 x^3), k = sqrt(2/pi)
       const double k = std::sqrt(2.0 / M_PI);
@@ -157,7 +158,9 @@ Tensor UnaryGrad(OpKind op, const Tensor& g, const Tensor& x, const Tensor& y, c
       Tensor du = (x * t(x) * c(3 * 0.044715) + c(1)) * c(k);
       return g * t((th + c(1)) * c(0.5) + x * c(0.5) * t(c(1) - th * t(th)) * t(du));
     }
-    default: return Tensor();  // sign: zero almost everywhere
+    // sign: zero everywhere (as PyTorch, a tensor of zeros rather than no gradient at all).
+    case OpKind::kSign: return zeros(std::vector<int64_t>(x.dims().begin(), x.dims().end()), g.dtype(), g.device(), loc);
+    default: return Tensor();
   }
 }
 

@@ -238,6 +238,21 @@ TEST(Conformance, SignOfNaNIsZero) {
   EXPECT_THAT(sign(I64({-4, 0, 9}, {3})).to_vector<int64_t>(), ElementsAre(-1, 0, 1));
 }
 
+// Gradients at the edges found by tests/numerics/compare_with_torch.py: sign's is a tensor of zeros (not
+// none), and relu passes the gradient of a NaN input on (PyTorch masks where the result is <= 0).
+TEST(Conformance, SignAndReluGradients) {
+  Tensor x = F32({-2.0f, 0.0f, 3.0f, static_cast<float>(kNaN)}, {4});
+  x.requires_grad_();
+  sum(sign(x) + relu(x) * 2.0).backward();
+  ASSERT_TRUE(x.grad().defined());
+  EXPECT_THAT(x.grad().to_vector<float>(), ElementsAre(0.0f, 0.0f, 2.0f, 2.0f));
+  Tensor y = F32({1.0f, -1.0f}, {2});
+  y.requires_grad_();
+  sum(sign(y)).backward();
+  ASSERT_TRUE(y.grad().defined()) << "sign's gradient is zeros, as PyTorch's";
+  EXPECT_THAT(y.grad().to_vector<float>(), ElementsAre(0.0f, 0.0f));
+}
+
 // Float to integer truncates toward zero and saturates; NaN becomes 0 (README "Semantics": PyTorch's
 // result there is the CPU's, undefined behaviour in C++). To bool: nonzero and NaN are true.
 TEST(Conformance, FloatToIntegerCastsSaturateAndMapNaNToZero) {

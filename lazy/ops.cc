@@ -650,12 +650,15 @@ Tensor cat(const std::vector<Tensor>& tensors, int64_t dim, SourceLocation loc) 
   if (tensors.empty()) throw Error("cat: needs at least one tensor", loc);
   const detail::TensorImpl& first = ImplOf(tensors[0], "cat", loc);
   const int64_t d = Check(ir::NormalizeDim(dim, first.shape.rank()), "cat", loc);
+  // As torch.cat, the tensors' dtypes promote (f32 with f64 is f64, i32 with f32 is f32).
+  DType dtype = first.shape.dtype();
+  for (const Tensor& t : tensors) dtype = ir::PromoteTypes(dtype, ImplOf(t, "cat", loc).shape.dtype());
   std::vector<Shape> shapes;
   ir::OperandList operands;
   for (const Tensor& t : tensors) {
     CommonDevice({&tensors[0], &t}, "cat", loc);
-    shapes.push_back(t.shape());
-    operands.push_back(ValueOf(t));
+    shapes.push_back(t.shape().WithDType(dtype));
+    operands.push_back(Converted(ValueOf(t), dtype, loc));
   }
   if (tensors.size() == 1) return tensors[0];
   Shape out = Check(ir::InferConcat(shapes, d), "cat", loc);
@@ -665,7 +668,7 @@ Tensor cat(const std::vector<Tensor>& tensors, int64_t dim, SourceLocation loc) 
     Grads out;
     int64_t at = 0;
     for (const Tensor& t : in) {
-      out.push_back(slice(g, d, at, at + t.dim(d), 1, loc));
+      out.push_back(cast(slice(g, d, at, at + t.dim(d), 1, loc), t.dtype(), loc));
       at += t.dim(d);
     }
     return out;

@@ -120,6 +120,22 @@ TEST(Conformance, HostScalarsFollowTheTensor) {
   EXPECT_THAT((I32({1, 2}, {2}) * 2.5).to_vector<float>(), ElementsAre(2.5f, 5.0f));
 }
 
+// torch.cat promotes its tensors' dtypes; each gradient comes back in its tensor's dtype.
+TEST(Conformance, CatPromotes) {
+  Tensor a = F32({1.0f, 2.0f}, {2});
+  Tensor b = F64({0.1}, {1});
+  a.requires_grad_();
+  b.requires_grad_();
+  const Tensor c = cat({a, b, I32({7}, {1})}, 0);
+  EXPECT_TRUE(c.dtype() == DType::kF64);
+  EXPECT_THAT(c.to_vector<double>(), ElementsAre(1.0, 2.0, 0.1, 7.0));
+  sum(c * F64({1.0, 2.0, 3.0, 4.0}, {4})).backward();
+  EXPECT_TRUE(a.grad().dtype() == DType::kF32);
+  EXPECT_THAT(a.grad().to_vector<float>(), ElementsAre(1.0f, 2.0f));
+  EXPECT_THAT(b.grad().to_vector<double>(), ElementsAre(3.0));
+  EXPECT_TRUE(cat({I32({1}, {1}), F32({2.0f}, {1})}, 0).dtype() == DType::kF32);
+}
+
 // ---- one_hot ----------------------------------------------------------------------------------------
 
 TEST(Conformance, OneHotIsI64AndRefusesIndicesOutOfRange) {

@@ -6,7 +6,8 @@ Run by hand, not in CI (it needs PyTorch: `tools/setup.sh --bench` installs pyth
     /usr/bin/python3 tests/numerics/compare_with_torch.py [--driver build/tests/torch_compare_driver]
         [--cases N] [--seed S] [--rtol 1e-5] [--atol 1e-6] [--ops add,pow,...]
 
-Each case is random: ranks 0-4, broadcasting, size-0 and size-1 dimensions, values chosen per op (positive
+The optimizers (sgd, adamw) run up to 30 steps on fixed random gradients; their parameters after every
+step are compared. Each case is random: ranks 0-4, broadcasting, size-0 and size-1 dimensions, values chosen per op (positive
 where the op needs it, ties and exact zeros sometimes). Results and gradients (of sum(y * w) for a random
 w) must agree within rtol * |torch| + atol, NaN with NaN and infinities exactly; an error must come from
 both sides or neither. Prints one line per op and every mismatch; exits 1 if any.
@@ -237,6 +238,34 @@ def make_cases(g, op, count):
             inputs = [tensor_in("f32", [n, c], g.values(n * c, -5, 5), True),
                       tensor_in("i64", [n], [g.r.randint(0, c - 1) for _ in range(n)])]
             torch_fn = lambda x: F.cross_entropy(x[0], x[1])
+        elif op in ("sgd", "adamw"):
+            d = g.dims(max_rank=2, allow_empty=False)
+            n = numel(d)
+            steps = [g.values(n, -2, 2) for _ in range(g.r.randint(1, 30))]
+            steps = [[float(torch.tensor(v, dtype=torch.float32)) for v in step] for step in steps]
+            lr = g.r.choice([1e-3, 1e-2, 0.1])
+            wd = g.r.choice([0.0, 1e-2, 0.1])
+            if op == "sgd":
+                attrs = {"lr": lr, "momentum": g.r.choice([0.0, 0.9]), "weight_decay": wd}
+            else:
+                attrs = {"lr": lr, "beta1": 0.9, "beta2": g.r.choice([0.999, 0.99999]), "eps": 1e-8, "weight_decay": wd}
+            attrs["grads"] = steps
+            inputs = [tensor_in("f32", d, g.values(n, -2, 2))]
+
+            def torch_fn(x, op=op, attrs=attrs):
+                p = x[0].clone().requires_grad_()
+                if op == "sgd":
+                    opt = torch.optim.SGD([p], lr=attrs["lr"], momentum=attrs["momentum"],
+                                          weight_decay=attrs["weight_decay"])
+                else:
+                    opt = torch.optim.AdamW([p], lr=attrs["lr"], betas=(attrs["beta1"], attrs["beta2"]),
+                                            eps=attrs["eps"], weight_decay=attrs["weight_decay"])
+                trajectory = []
+                for step in attrs["grads"]:
+                    p.grad = torch.tensor(step, dtype=torch.float32).reshape(p.shape)
+                    opt.step()
+                    trajectory.append(p.detach().clone().reshape(-1))
+                return torch.cat(trajectory)
         else:
             raise ValueError(f"no generator for {op}")
         cases.append(({"op": op, "inputs": inputs, "attrs": attrs}, torch_fn))
@@ -246,7 +275,7 @@ def make_cases(g, op, count):
 OPS = ["neg", "abs", "exp", "log", "sqrt", "rsqrt", "tanh", "sigmoid", "relu", "gelu", "sign", "add", "sub", "mul",
        "div", "pow", "maximum", "minimum", "eq", "lt", "ge", "pow_scalar", "mul_scalar", "rdiv_scalar", "rsub_scalar",
        "where", "cast", "matmul", "sum", "mean", "amax", "argmax", "softmax", "log_softmax", "transpose", "permute",
-       "reshape", "expand", "slice", "cat", "index_select", "gather", "one_hot", "cross_entropy"]
+       "reshape", "expand", "slice", "cat", "index_select", "gather", "one_hot", "cross_entropy", "sgd", "adamw"]
 
 
 def torch_side(case, torch_fn, g):

@@ -12,6 +12,7 @@
 #include <iostream>
 #include <limits>
 #include <map>
+#include <memory>
 #include <span>
 #include <stdexcept>
 #include <string>
@@ -20,6 +21,7 @@
 #include <nlohmann/json.hpp>
 
 #include "lazy/nn.h"
+#include "lazy/optim.h"
 #include "lazy/sync.h"
 #include "lazy/tensor.h"
 
@@ -140,12 +142,42 @@ const std::map<std::string, OpFn>& Ops() {
   return ops;
 }
 
+// {"op": "sgd" or "adamw", "inputs": [the parameter], "attrs": {hyperparameters, "grads": [[...] per
+// step]}}: the parameter after every step, concatenated.
+json RunOptimizer(const std::string& op, const Inputs& inputs, const json& a) {
+  Tensor p = inputs[0];
+  p.requires_grad_();
+  std::unique_ptr<Optimizer> opt;
+  if (op == "sgd") {
+    opt = std::make_unique<SGD>(std::vector<Tensor>{p}, a.at("lr").get<double>(), a.value("momentum", 0.0),
+                                a.value("weight_decay", 0.0));
+  } else {
+    opt = std::make_unique<AdamW>(std::vector<Tensor>{p}, a.at("lr").get<double>(), a.at("beta1").get<double>(),
+                                  a.at("beta2").get<double>(), a.at("eps").get<double>(),
+                                  a.at("weight_decay").get<double>());
+  }
+  json values = json::array();
+  const std::vector<int64_t> dims(p.dims().begin(), p.dims().end());
+  for (const json& step : a.at("grads")) {
+    std::vector<float> g;
+    for (const json& v : step) g.push_back(static_cast<float>(Number(v)));
+    p.set_grad(Tensor::FromData(std::span<const float>(g), dims));
+    opt->step();
+    opt->zero_grad();
+    sync();
+    for (double v : p.to_vector<double>()) values.push_back(ToJson(v));
+  }
+  return json{{"dtype", "f32"}, {"dims", json::array({static_cast<int64_t>(values.size())})}, {"values", values},
+              {"grads", json::array()}};
+}
+
 json RunCase(const json& c) {
   json out;
   try {
     Inputs inputs;
     for (const json& in : c.at("inputs")) inputs.push_back(MakeInput(in));
     const std::string op = c.at("op").get<std::string>();
+    if (op == "sgd" || op == "adamw") return RunOptimizer(op, inputs, c.at("attrs"));
     auto it = Ops().find(op);
     if (it == Ops().end()) throw std::runtime_error("unknown op " + op);
     const Tensor y = it->second(inputs, c.value("attrs", json::object()));

@@ -6,6 +6,6 @@
 
 namespace lazyrt::pjrt {
 
-inline constexpr absl::string_view kCompilerVersion = "lazyrt-sim-compiler/3";
+inline constexpr absl::string_view kCompilerVersion = "lazyrt-sim-compiler/4";
 
 }  // namespace lazyrt::pjrt

@@ -92,13 +92,14 @@ def make_cases(g, op, count):
     cases = []
     for _ in range(count):
         attrs = {}
-        if op in ("neg", "abs", "exp", "tanh", "sigmoid", "relu", "gelu", "sign", "log", "sqrt", "rsqrt"):
+        if op in ("neg", "abs", "exp", "tanh", "sigmoid", "relu", "gelu", "sign", "log", "sqrt", "rsqrt", "erf", "sin",
+                  "cos"):
             d = g.dims()
             positive = op in ("log", "sqrt", "rsqrt")
             inputs = [tensor_in("f32", d, g.values(numel(d), 0.1 if positive else -4, 4, "real" if positive else "mixed"), True)]
             fn = {"neg": torch.neg, "abs": torch.abs, "exp": torch.exp, "tanh": torch.tanh, "sigmoid": torch.sigmoid,
                   "relu": torch.relu, "gelu": F.gelu, "sign": torch.sign, "log": torch.log, "sqrt": torch.sqrt,
-                  "rsqrt": torch.rsqrt}[op]
+                  "rsqrt": torch.rsqrt, "erf": torch.erf, "sin": torch.sin, "cos": torch.cos}[op]
             torch_fn = lambda x, fn=fn: fn(x[0])
         elif op in ("add", "sub", "mul", "div", "pow", "maximum", "minimum", "eq", "lt", "ge"):
             a, b = g.broadcast_pair()
@@ -132,7 +133,9 @@ def make_cases(g, op, count):
         elif op == "cast":
             d = g.dims()
             to = g.r.choice(["i32", "i64", "f64", "bool"])
-            inputs = [tensor_in("f32", d, g.values(numel(d), -100, 100, "mixed"), to == "f64")]
+            # Finite values only: NaN and +-inf differ on purpose (README "Semantics"; pinned by
+            # Conformance.FloatToIntegerCastsSaturateAndMapNaNToZero).
+            inputs = [tensor_in("f32", d, g.values(numel(d), -100, 100), to == "f64")]
             attrs = {"dtype": to}
             torch_fn = lambda x, to=to: x[0].to(TORCH_DTYPES[to])
         elif op == "matmul":
@@ -143,18 +146,19 @@ def make_cases(g, op, count):
             inputs = [tensor_in("f32", shape_a, g.values(numel(shape_a), -2, 2), True),
                       tensor_in("f32", shape_b, g.values(numel(shape_b), -2, 2), True)]
             torch_fn = lambda x: torch.matmul(x[0], x[1])
-        elif op in ("sum", "mean", "amax"):
+        elif op in ("sum", "mean", "amax", "amin", "prod"):
             d = g.dims()
             rank = len(d)
             dims = sorted(g.r.sample(range(rank), g.r.randint(0, rank)))
             dims = [x - rank if g.r.random() < 0.3 else x for x in dims]
             keep = g.r.random() < 0.5
-            if op == "amax" and (numel(d) == 0 and not dims or any(d[x] == 0 for x in dims)):
+            if op in ("amax", "amin") and (numel(d) == 0 and not dims or any(d[x] == 0 for x in dims)):
                 dims = [x for x in range(rank) if d[x] > 0] if numel(d) > 0 else dims
-            inputs = [tensor_in("f32", d, g.values(numel(d), -4, 4, "mixed"), True)]
+            values = g.values(numel(d), 0.8, 1.25) if op == "prod" else g.values(numel(d), -4, 4, "mixed")
+            inputs = [tensor_in("f32", d, values, True)]
             attrs = {"dims": dims, "keepdim": keep}
             tdims = dims if dims else list(range(rank))
-            fn = {"sum": torch.sum, "mean": torch.mean, "amax": torch.amax}[op]
+            fn = {"sum": torch.sum, "mean": torch.mean, "amax": torch.amax, "amin": torch.amin, "prod": prod_dims}[op]
             def torch_fn(x, fn=fn, tdims=tdims, keep=keep):
                 return fn(x[0], dim=tdims, keepdim=keep) if tdims else fn(x[0])  # no dims: a 0-dim input
         elif op in ("argmax", "softmax", "log_softmax"):
@@ -272,9 +276,18 @@ def make_cases(g, op, count):
     return cases
 
 
-OPS = ["neg", "abs", "exp", "log", "sqrt", "rsqrt", "tanh", "sigmoid", "relu", "gelu", "sign", "add", "sub", "mul",
+def prod_dims(x, dim=None, keepdim=False):
+    """torch.prod over several dims (torch's takes one)."""
+    if dim is None:
+        return torch.prod(x)
+    for d in sorted((d % x.dim() for d in dim), reverse=True):
+        x = torch.prod(x, d, keepdim=keepdim)
+    return x
+
+
+OPS = ["neg", "abs", "exp", "log", "sqrt", "rsqrt", "tanh", "sigmoid", "relu", "gelu", "erf", "sin", "cos", "sign", "add", "sub", "mul",
        "div", "pow", "maximum", "minimum", "eq", "lt", "ge", "pow_scalar", "mul_scalar", "rdiv_scalar", "rsub_scalar",
-       "where", "cast", "matmul", "sum", "mean", "amax", "argmax", "softmax", "log_softmax", "transpose", "permute",
+       "where", "cast", "matmul", "sum", "mean", "amax", "amin", "prod", "argmax", "softmax", "log_softmax", "transpose", "permute",
        "reshape", "expand", "slice", "cat", "index_select", "gather", "one_hot", "cross_entropy", "sgd", "adamw"]
 
 

@@ -246,7 +246,7 @@ int main(int argc, char** argv) {
   }
   std::printf("wrote %s\n", flags.csv.c_str());
   // A graph-size limit (LAZYRT_GRAPH_LIMIT) would cut the chains into pieces: every figure above wrong.
-  if (lazyrt::CounterValue("sync_graph_limit") != 0) {
+  if (lazyrt::CounterValue(lazyrt::counters::kSyncGraphLimit) != 0) {
     std::fprintf(stderr, "scaling: the runtime split graphs at a size limit; unset LAZYRT_GRAPH_LIMIT\n");
     return 1;
   }

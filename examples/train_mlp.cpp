@@ -230,9 +230,9 @@ int main(int argc, char** argv) {
         "\"persistent_cache_hits\": %lld, \"persistent_cache_misses\": %lld, \"mode\": \"%s\"}\n",
         test_accuracy, loss.item(), static_cast<long long>(step), startup_ms, first_step_ms,
         steady_steps > 0 ? steady_total_ms / static_cast<double>(steady_steps) : 0.0,
-        static_cast<long long>(lazyrt::CounterValue("graphs_compiled")),
-        static_cast<long long>(lazyrt::CounterValue("persistent_cache_hit")),
-        static_cast<long long>(lazyrt::CounterValue("persistent_cache_miss")), flags.mode.c_str());
+        static_cast<long long>(lazyrt::CounterValue(lazyrt::counters::kGraphsCompiled)),
+        static_cast<long long>(lazyrt::CounterValue(lazyrt::counters::kPersistentCacheHit)),
+        static_cast<long long>(lazyrt::CounterValue(lazyrt::counters::kPersistentCacheMiss)), flags.mode.c_str());
   } catch (const lazyrt::Error& e) {
     std::fprintf(stderr, "train_mlp: %s\n", e.what());
     return 1;

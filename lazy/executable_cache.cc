@@ -68,7 +68,7 @@ FoundExecutable ExecutableCache::FindOrCompile(ir::HashValue key, const ir::Post
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (std::shared_ptr<pjrt::Executable>* hit = executables_.Get(key)) {
-      static std::atomic<int64_t>& hits = Counter("executable_cache_hit");  // looked up once
+      static std::atomic<int64_t>& hits = Counter(counters::kExecutableCacheHit);  // looked up once
       hits.fetch_add(1);
       found.executable = *hit;
       return found;
@@ -95,7 +95,7 @@ FoundExecutable ExecutableCache::FindOrCompile(ir::HashValue key, const ir::Post
     found.compile_ms = MsSince(compile_start);
     RecordTime("compile", found.compile_ms);
     found.executable = *std::move(compiled);
-    Counter("graphs_compiled").fetch_add(1);
+    Counter(counters::kGraphsCompiled).fetch_add(1);
     StoreOnDisk(disk_key, *found.executable, order, outputs, found.compile_ms);
   }
   std::lock_guard<std::mutex> lock(mu_);
@@ -110,20 +110,20 @@ std::shared_ptr<pjrt::Executable> ExecutableCache::LoadFromDisk(pjrt::Client& cl
   const Clock::time_point start = Clock::now();
   cache::LookupResult found = store_->Lookup(disk_key);
   if (const cache::Miss* miss = std::get_if<cache::Miss>(&found)) {
-    Counter("persistent_cache_miss").fetch_add(1);
-    Counter(absl::StrCat("persistent_cache_miss_", cache::MissReasonName(miss->reason))).fetch_add(1);
+    Counter(counters::kPersistentCacheMiss).fetch_add(1);
+    Counter(PersistentCacheMissCounter(cache::MissReasonName(miss->reason))).fetch_add(1);
     return nullptr;
   }
   const cache::Entry& entry = std::get<cache::Entry>(found);
   absl::StatusOr<std::shared_ptr<pjrt::Executable>> loaded = client.LoadSerializedExecutable(entry.payload);
   if (!loaded.ok()) {
     store_->ReportUnloadable(disk_key, loaded.status().message());
-    Counter("persistent_cache_miss").fetch_add(1);
-    Counter("persistent_cache_miss_unloadable").fetch_add(1);
+    Counter(counters::kPersistentCacheMiss).fetch_add(1);
+    Counter(PersistentCacheMissCounter(cache::MissReasonName(cache::MissReason::kUnloadable))).fetch_add(1);
     WarnOnce(absl::StrCat("cache entry ", disk_key, " did not load (", loaded.status().message(), "); compiling"));
     return nullptr;
   }
-  Counter("persistent_cache_hit").fetch_add(1);
+  Counter(counters::kPersistentCacheHit).fetch_add(1);
   RecordTime("persistent_cache_load", MsSince(start));
   RecordTime("persistent_cache_compile_ms_saved", entry.header.compile_ms);
   return *std::move(loaded);
@@ -138,10 +138,10 @@ void ExecutableCache::StoreOnDisk(const std::string& disk_key, const pjrt::Execu
                    ", \"outputs\": ", outputs, ", \"module\": \"", exe.proto().module_name(), "\"}");
   absl::StatusOr<cache::PutOutcome> put = store_->Put(disk_key, exe.Serialize(), compile_ms, metadata);
   if (!put.ok()) {
-    Counter("persistent_cache_write_failure").fetch_add(1);
+    Counter(counters::kPersistentCacheWriteFailure).fetch_add(1);
     WarnOnce(absl::StrCat("could not store a compiled graph in the persistent cache: ", put.status().message()));
   } else if (*put == cache::PutOutcome::kWritten) {
-    Counter("persistent_cache_write").fetch_add(1);
+    Counter(counters::kPersistentCacheWrite).fetch_add(1);
   }
 }
 

@@ -38,12 +38,12 @@ std::mutex& ExecutorMutex() {
 
 std::atomic<int64_t>& SyncCounter(SyncCause cause) {
   switch (cause) {
-    case SyncCause::kMarkStep: { static std::atomic<int64_t>& c = Counter("sync_mark_step"); return c; }
-    case SyncCause::kItem: { static std::atomic<int64_t>& c = Counter("sync_item"); return c; }
-    case SyncCause::kToHost: { static std::atomic<int64_t>& c = Counter("sync_to_host"); return c; }
-    case SyncCause::kBarrier: { static std::atomic<int64_t>& c = Counter("sync_barrier"); return c; }
-    case SyncCause::kGraphLimit: { static std::atomic<int64_t>& c = Counter("sync_graph_limit"); return c; }
-    case SyncCause::kExit: { static std::atomic<int64_t>& c = Counter("sync_exit"); return c; }
+    case SyncCause::kMarkStep: { static std::atomic<int64_t>& c = Counter(counters::kSyncMarkStep); return c; }
+    case SyncCause::kItem: { static std::atomic<int64_t>& c = Counter(counters::kSyncItem); return c; }
+    case SyncCause::kToHost: { static std::atomic<int64_t>& c = Counter(counters::kSyncToHost); return c; }
+    case SyncCause::kBarrier: { static std::atomic<int64_t>& c = Counter(counters::kSyncBarrier); return c; }
+    case SyncCause::kGraphLimit: { static std::atomic<int64_t>& c = Counter(counters::kSyncGraphLimit); return c; }
+    case SyncCause::kExit: { static std::atomic<int64_t>& c = Counter(counters::kSyncExit); return c; }
   }
   std::abort();  // unreachable: the switch covers every cause
 }
@@ -77,7 +77,7 @@ std::shared_ptr<pjrt::Buffer> UploadScalar(double value, const Shape& shape, pjr
 // Step 2: the graph's parameters in post-order: the leaves' buffers, host scalars uploaded.
 std::vector<std::shared_ptr<pjrt::Buffer>> BuildArguments(const ir::PostOrder& order, Runtime& rt,
                                                           DeviceState& state, const SourceLocation& loc) {
-  static std::atomic<int64_t>& transfers = Counter("transfers_to_device");  // looked up once
+  static std::atomic<int64_t>& transfers = Counter(counters::kTransfersToDevice);  // looked up once
   std::vector<std::shared_ptr<pjrt::Buffer>> args;
   args.reserve(order.parameter_positions().size());
   for (uint32_t pos : order.parameter_positions()) {

@@ -10,7 +10,11 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "cache/miss_reason.h"
+#include "lazy/error.h"
 
 namespace lazyrt {
 namespace {
@@ -94,7 +98,26 @@ std::atomic<int64_t>& Counter(absl::string_view name) {
   return *it->second;
 }
 
-int64_t CounterValue(absl::string_view name) {
+std::string PersistentCacheMissCounter(absl::string_view reason_name) {
+  return absl::StrCat(counters::kPersistentCacheMiss, "_", reason_name);
+}
+
+int64_t CounterValue(absl::string_view name, std::source_location loc) {
+  static const auto* known = [] {
+    auto* names = new std::vector<std::string>;
+#define LAZYRT_X(constant, counter_name) names->emplace_back(counter_name);
+    LAZYRT_COUNTERS(LAZYRT_X)
+#undef LAZYRT_X
+    for (cache::MissReason reason : cache::kAllMissReasons) {
+      names->push_back(PersistentCacheMissCounter(cache::MissReasonName(reason)));
+    }
+    return names;
+  }();
+  if (std::find(known->begin(), known->end(), name) == known->end()) {
+    throw Error(absl::StrCat("CounterValue: no counter is named '", name, "'; the counters are ",
+                             absl::StrJoin(*known, ", ")),
+                loc);
+  }
   Registry& r = Get();
   std::lock_guard<std::mutex> lock(r.mu);
   auto it = r.counters.find(name);

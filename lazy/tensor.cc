@@ -104,7 +104,7 @@ Tensor FromHost(std::span<const T> values, const std::vector<int64_t>& dims, DTy
   absl::StatusOr<std::shared_ptr<pjrt::Buffer>> buffer = rt.client().BufferFromHost(
       values.data(), pjrt::ArrayShape{lowering::DeviceType(dtype), std::vector<int64_t>(dims.begin(), dims.end())}, state.device);
   ThrowIfError(buffer.status(), "FromData", loc);
-  static std::atomic<int64_t>& transfers = Counter("transfers_to_device");  // looked up once
+  static std::atomic<int64_t>& transfers = Counter(counters::kTransfersToDevice);  // looked up once
   transfers.fetch_add(1);
   auto impl = std::make_shared<TensorImpl>(std::move(shape), device.index, loc);
   impl->buffer = *std::move(buffer);
@@ -184,7 +184,7 @@ std::vector<T> ReadBack(const Tensor& t, SyncCause cause, const SourceLocation& 
   if (!status.ok()) {
     throw Error(absl::StrCat(op, ": computing ", shape.ToString(), " failed: ", status.message()), loc);
   }
-  Counter("transfers_to_host").fetch_add(1);
+  Counter(counters::kTransfersToHost).fetch_add(1);
   std::vector<T> out(static_cast<size_t>(shape.numel()));
   const pjrt::PrimitiveType type = lowering::DeviceType(shape.dtype());
   for (size_t i = 0; i < out.size(); ++i) {

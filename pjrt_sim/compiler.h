@@ -24,6 +24,9 @@ struct CompileOptions {
   std::string Fingerprint() const;
 };
 
+// Compiler passes this process has run (a metric; loading or running an executable runs none).
+int64_t CompilerPassesRun();
+
 // Compiles `module` for `device` (autotuning measures on it).
 absl::StatusOr<std::shared_ptr<Executable>> Compile(const proto::Module& module, const CompileOptions& options,
                                                     Device* device);

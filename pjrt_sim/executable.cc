@@ -196,7 +196,8 @@ std::vector<void*> Executable::SlotPointers(std::span<void* const> params, void*
       case proto::Slot::ALIAS: ptrs[static_cast<size_t>(s)] = ptrs[static_cast<size_t>(slot.index())]; break;
       case proto::Slot::ARENA: ptrs[static_cast<size_t>(s)] = static_cast<char*>(arena) + slot.offset(); break;
       case proto::Slot::OUTPUT: ptrs[static_cast<size_t>(s)] = outputs[static_cast<size_t>(slot.index())]; break;
-      default: break;
+      case proto::Slot_Kind_Slot_Kind_INT_MIN_SENTINEL_DO_NOT_USE_:
+      case proto::Slot_Kind_Slot_Kind_INT_MAX_SENTINEL_DO_NOT_USE_: break;  // Load refused them
     }
   }
   return ptrs;

@@ -1,7 +1,6 @@
 #include "pjrt_sim/passes.h"
 
 #include <algorithm>
-#include <atomic>
 #include <bit>
 #include <cmath>
 #include <numeric>
@@ -14,8 +13,6 @@
 
 namespace lazyrt::pjrt {
 namespace {
-
-std::atomic<int64_t> g_passes_run{0};
 
 // Points every use of an instruction at forward[id] (which is never later than id).
 void ForwardUses(HloModule& module, const std::vector<int64_t>& forward) {
@@ -89,9 +86,6 @@ bool IsSelective(Combiner combiner) {
 }
 
 }  // namespace
-
-int64_t CompilerPassesRun() { return g_passes_run.load(); }
-void CountPassRun() { g_passes_run.fetch_add(1); }
 
 int64_t EliminateDeadCode(HloModule& module) {
   const size_t n = module.insts.size();

@@ -20,8 +20,4 @@ int64_t SimplifyAlgebra(HloModule& module);
 // Evaluates instructions whose operands are all splat constants, with the kernels' own arithmetic.
 int64_t FoldConstants(HloModule& module);
 
-// Increments on every pass run, so a test can prove that loading an executable runs none.
-int64_t CompilerPassesRun();
-void CountPassRun();
-
 }  // namespace lazyrt::pjrt

@@ -1,6 +1,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include "lazy/metrics.h"
 #include "lazy/tensor.h"
 
 namespace lazyrt {
@@ -84,6 +85,18 @@ TEST(Errors, Others) {
     reshape(x, {4, 2});
   } catch (const Error& e) {
     EXPECT_THAT(e.what(), AllOf(HasSubstr("f32[2,3]"), HasSubstr("[4,2]")));
+  }
+}
+
+TEST(Metrics, ReadingAnUnknownCounterIsAnErrorNamingTheKnownOnes) {
+  EXPECT_GE(CounterValue(counters::kGraphsCompiled), 0);
+  EXPECT_GE(CounterValue(PersistentCacheMissCounter("payload_checksum")), 0);
+  try {
+    CounterValue("graphs_compield");
+    FAIL() << "a misspelt counter read as a number";
+  } catch (const Error& e) {
+    EXPECT_THAT(e.what(), ::testing::HasSubstr("no counter is named 'graphs_compield'"));
+    EXPECT_THAT(e.what(), ::testing::HasSubstr("graphs_compiled"));
   }
 }
 

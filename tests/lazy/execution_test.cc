@@ -86,11 +86,11 @@ TEST(Execution, SameStepTwiceCompilesOnceEvenWhenScalarsChange) {
     sync();
   };
   step(0.1);  // first time: compiles
-  const int64_t compiled = CounterValue("graphs_compiled");
-  const int64_t hits = CounterValue("executable_cache_hit");
+  const int64_t compiled = CounterValue(counters::kGraphsCompiled);
+  const int64_t hits = CounterValue(counters::kExecutableCacheHit);
   for (int i = 0; i < 5; ++i) step(0.01 * i);
-  EXPECT_EQ(CounterValue("graphs_compiled"), compiled);
-  EXPECT_EQ(CounterValue("executable_cache_hit"), hits + 5);
+  EXPECT_EQ(CounterValue(counters::kGraphsCompiled), compiled);
+  EXPECT_EQ(CounterValue(counters::kExecutableCacheHit), hits + 5);
   EXPECT_FALSE(w.is_pending());
   EXPECT_TRUE(std::isfinite(w.to_vector<float>()[0]));
 }
@@ -98,18 +98,18 @@ TEST(Execution, SameStepTwiceCompilesOnceEvenWhenScalarsChange) {
 TEST(Execution, ItemIsAnImplicitSyncOfThePendingGraph) {
   Tensor x = Range({3});
   Tensor other = x * 3.0;  // pending too: the implicit sync computes it as well
-  const int64_t before = CounterValue("sync_item");
+  const int64_t before = CounterValue(counters::kSyncItem);
   EXPECT_EQ(sum(x).item(), -1.5);
-  EXPECT_EQ(CounterValue("sync_item"), before + 1);
+  EXPECT_EQ(CounterValue(counters::kSyncItem), before + 1);
   EXPECT_FALSE(other.is_pending());
   EXPECT_THROW(x.item(), Error);  // three elements
 }
 
 TEST(Execution, RandomNumbersChangeEveryStepWithoutRecompiling) {
   std::vector<float> first = rand({256}).to_vector<float>();
-  const int64_t compiled = CounterValue("graphs_compiled");
+  const int64_t compiled = CounterValue(counters::kGraphsCompiled);
   std::vector<float> second = rand({256}).to_vector<float>();
-  EXPECT_EQ(CounterValue("graphs_compiled"), compiled);
+  EXPECT_EQ(CounterValue(counters::kGraphsCompiled), compiled);
   EXPECT_NE(first, second);
   for (float v : first) EXPECT_TRUE(v >= 0.0f && v < 1.0f);
   std::vector<float> n = randn({4096}, 2.0, 3.0).to_vector<float>();

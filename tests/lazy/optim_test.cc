@@ -84,7 +84,7 @@ TEST(Optim, SgdMatchesReferenceStepByStep) {
       p.set_grad(F32(g, dims));
       opt.step();
       sync();
-      if (step == 1) compiled_after_first = CounterValue("graphs_compiled");
+      if (step == 1) compiled_after_first = CounterValue(counters::kGraphsCompiled);
 
       const std::vector<float> got = p.to_vector<float>();
       ASSERT_EQ(got.size(), init.size());
@@ -101,7 +101,7 @@ TEST(Optim, SgdMatchesReferenceStepByStep) {
       opt.zero_grad();
       EXPECT_FALSE(p.grad().defined()) << "zero_grad left a gradient after step " << step;
     }
-    EXPECT_EQ(CounterValue("graphs_compiled"), compiled_after_first)
+    EXPECT_EQ(CounterValue(counters::kGraphsCompiled), compiled_after_first)
         << "SGD steps 2..5 (with a learning-rate change at step 4) compiled a new graph";
     EXPECT_THAT(frozen.to_vector<float>(), ElementsAre(1.0f, 2.0f));
   }
@@ -307,17 +307,17 @@ TEST(Optim, AdamWTrainingStepCompilesOnceWhileTheLearningRateChanges) {
     return loss.item();
   };
   const double first_loss = train_step();  // warm-up: compiles the step (or finds it in a cache)
-  const int64_t compiled = CounterValue("graphs_compiled");
-  const int64_t hits = CounterValue("executable_cache_hit");
+  const int64_t compiled = CounterValue(counters::kGraphsCompiled);
+  const int64_t hits = CounterValue(counters::kExecutableCacheHit);
   constexpr int kSteps = 6;
   double last_loss = first_loss;
   for (int s = 1; s <= kSteps; ++s) {
     lr *= 0.8;  // a decay schedule: a new device value each step, never 0 or 1
     opt.set_lr(lr);
     last_loss = train_step();
-    EXPECT_EQ(CounterValue("graphs_compiled"), compiled) << "step " << s + 1 << " compiled a new graph";
+    EXPECT_EQ(CounterValue(counters::kGraphsCompiled), compiled) << "step " << s + 1 << " compiled a new graph";
   }
-  EXPECT_EQ(CounterValue("executable_cache_hit"), hits + kSteps)
+  EXPECT_EQ(CounterValue(counters::kExecutableCacheHit), hits + kSteps)
       << "every step after the first should be one in-memory cache hit";
   EXPECT_EQ(opt.step_count().item(), 1.0 + kSteps);
   EXPECT_TRUE(std::isfinite(last_loss));
@@ -353,12 +353,12 @@ TEST(Optim, SetLrChangesTheUpdateButNotTheGraph) {
       return std::make_pair(std::move(before), p.to_vector<float>());
     };
     step();  // warm-up at the initial rate
-    const int64_t compiled = CounterValue("graphs_compiled");
+    const int64_t compiled = CounterValue(counters::kGraphsCompiled);
     for (const double lr : {0.01, 0.04, 0.0025}) {
       opt->set_lr(lr);
       EXPECT_EQ(opt->lr(), lr);
       const auto [before, after] = step();
-      EXPECT_EQ(CounterValue("graphs_compiled"), compiled) << "set_lr(" << lr << ") compiled a new graph";
+      EXPECT_EQ(CounterValue(counters::kGraphsCompiled), compiled) << "set_lr(" << lr << ") compiled a new graph";
       for (size_t i = 0; i < init.size(); ++i) {
         const double b = before[i], g = grad[i];
         const double expected = adamw ? lr * (wd * b + g / (std::abs(g) + eps)) : lr * g;

@@ -165,7 +165,7 @@ TEST(RuntimeFaults, GraphCompilesOnADeviceTooFullToAutotune) {
 // error names the graph (its size, the instruction and what is wrong) and the caller's line.
 TEST(RuntimeFaults, FailedCompileNamesTheGraphAndCachesNothing) {
   Configure();
-  const int64_t compiled_before = CounterValue("graphs_compiled");
+  const int64_t compiled_before = CounterValue(counters::kGraphsCompiled);
   const int entries_before = CacheEntries();
   for (int attempt = 0; attempt < 2; ++attempt) {  // the second attempt must not find anything cached
     Tensor enormous = zeros({int64_t{1} << 21, int64_t{1} << 21}) + 1.0;
@@ -176,11 +176,11 @@ TEST(RuntimeFaults, FailedCompileNamesTheGraphAndCachesNothing) {
                                   HasSubstr("runtime_faults_test.cc:" + std::to_string(line))));
     }
   }
-  EXPECT_EQ(CounterValue("graphs_compiled"), compiled_before);
+  EXPECT_EQ(CounterValue(counters::kGraphsCompiled), compiled_before);
   EXPECT_EQ(CacheEntries(), entries_before) << "a graph that failed to compile left a cache entry";
   // The runtime goes on: a good graph compiles, runs and is stored.
   EXPECT_EQ((Values({4}, 1.0f) * 2.0).to_vector<float>(), (std::vector<float>{-12, -10, -8, -6}));
-  EXPECT_EQ(CounterValue("graphs_compiled"), compiled_before + 1);
+  EXPECT_EQ(CounterValue(counters::kGraphsCompiled), compiled_before + 1);
   EXPECT_EQ(CacheEntries(), entries_before + 1);
 }
 

@@ -1,0 +1,211 @@
+// Fusion: which values become kernels of their own and which are computed inside their readers'
+// programs (elementwise chains, views as affine loads, producers into reductions, multi-output loops).
+#include "pjrt_sim/fusion.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <bit>
+#include <cmath>
+#include <numeric>
+#include <set>
+
+#include "tests/pjrt_sim/compiler_test_util.h"
+
+namespace lazyrt::pjrt {
+namespace {
+
+class FusionTest : public CompilerTest {};
+
+TEST_F(FusionTest, ElementwiseChainFusesIntoOneLoopKernel) {
+  const Dims d = {16, 9};
+  ModuleBuilder b;
+  const int64_t x = b.Parameter(0, proto::F32, d), y = b.Parameter(1, proto::F32, d);
+  int64_t v = x;
+  for (int i = 0; i < 10; ++i) v = b.Unary(i % 2 ? Opcode::kTanh : Opcode::kNegate, b.Add(v, y));
+  b.Output(v);
+  const proto::Executable fused = CompileToProto(b.module(), kFused);
+  ASSERT_EQ(fused.kernels_size(), 1) << KernelSummary(fused);
+  EXPECT_EQ(fused.kernels(0).kind(), proto::Kernel::LOOP);
+  EXPECT_EQ(fused.arena_bytes(), 0);  // nothing materialized in between
+  int loads = 0;
+  for (const proto::Step& s : fused.kernels(0).program()) loads += s.load();
+  EXPECT_EQ(loads, 2);  // x and y, each read once
+  EXPECT_EQ(PassChanges(fused, "fusion"), 19);
+  const proto::Executable unfused = CompileToProto(b.module(), kUnfused);
+  EXPECT_EQ(unfused.kernels_size(), 20) << KernelSummary(unfused);
+}
+
+TEST_F(FusionTest, ViewsFuseAsAffineLoads) {
+  // add(transpose(x), broadcast(row)): one kernel, the transposed load strided, the row load with
+  // stride 0 along the broadcast dim.
+  ModuleBuilder b;
+  const int64_t x = b.Parameter(0, proto::F32, {3, 4}), row = b.Parameter(1, proto::F32, {3});
+  b.Output(b.Add(b.Transpose(x, {1, 0}), b.Broadcast(row, {4, 3}, {1})));
+  const proto::Executable exe = CompileToProto(b.module(), kFused);
+  ASSERT_EQ(exe.kernels_size(), 1) << KernelSummary(exe);
+  std::vector<std::vector<int64_t>> strides;
+  for (const proto::Step& s : exe.kernels(0).program()) {
+    if (s.load()) strides.emplace_back(s.strides().begin(), s.strides().end());
+  }
+  EXPECT_THAT(strides, ::testing::UnorderedElementsAre(std::vector<int64_t>{1, 4}, std::vector<int64_t>{0, 1}));
+}
+
+TEST_F(FusionTest, ElementwiseValueWithSeveralReadersIsComputedOnce) {
+  ModuleBuilder b;
+  const int64_t x = b.Parameter(0, proto::F32, {5});
+  const int64_t e = b.Unary(Opcode::kExp, x);
+  b.Output(b.Add(b.Unary(Opcode::kTanh, e), b.Unary(Opcode::kNegate, e)));
+  b.Output(b.Mul(e, e));
+  const proto::Executable exe = CompileToProto(b.module(), kFused);
+  EXPECT_EQ(KernelsComputing(exe, Opcode::kExp), 1) << KernelSummary(exe);
+  EXPECT_EQ(exe.kernels_size(), 3) << KernelSummary(exe);
+}
+
+TEST_F(FusionTest, OptimizerUpdateIsOneMultiOutputKernel) {
+  // An AdamW-like update: the new moment m' is a result and is read again by the new weight p'. One
+  // loop kernel computes both and writes m' as an extra output; nothing reads m' back from memory.
+  ModuleBuilder b;
+  const Dims d = {7, 33};
+  const int64_t p = b.Parameter(0, proto::F32, d), g = b.Parameter(1, proto::F32, d), m = b.Parameter(2, proto::F32, d);
+  const int64_t c = b.Constant(0.9, proto::F32, d), lr = b.Constant(0.01, proto::F32, d);
+  const int64_t m2 = b.Add(b.Mul(m, c), b.Mul(g, lr));
+  const int64_t p2 = b.Binary(Opcode::kSubtract, p, b.Mul(b.Unary(Opcode::kSqrt, b.Unary(Opcode::kAbs, m2)), lr));
+  b.Output(p2);
+  b.Output(m2);
+  const proto::Executable exe = CompileToProto(b.module(), kFused);
+  ASSERT_EQ(exe.kernels_size(), 1) << KernelSummary(exe);
+  const proto::Kernel& k = exe.kernels(0);
+  EXPECT_EQ(k.kind(), proto::Kernel::LOOP);
+  ASSERT_EQ(k.extra_outputs_size(), 1);
+  EXPECT_EQ(k.extra_outputs(0), exe.outputs(1));
+  EXPECT_EQ(k.output(), exe.outputs(0));
+  for (int64_t in : k.inputs()) EXPECT_NE(in, k.extra_outputs(0)) << "m' is read back";
+  // The same bits as computing each value in a kernel of its own.
+  std::mt19937_64 rng(11);
+  std::vector<HostArray> args;
+  for (int i = 0; i < 3; ++i) args.push_back(F32(d, testing::RandomFloats(rng, testing::NumElements(d), -1, 1)));
+  const std::vector<HostArray> fused = Run(b.module(), kFused, args), unfused = Run(b.module(), kUnfused, args);
+  for (size_t r = 0; r < 2; ++r) {
+    for (int64_t i = 0; i < fused[r].numel(); ++i) {
+      ASSERT_EQ(std::bit_cast<uint32_t>(fused[r].at<float>(i)), std::bit_cast<uint32_t>(unfused[r].at<float>(i)))
+          << "result " << r << " at " << i;
+    }
+  }
+}
+
+TEST_F(FusionTest, ValueReadTwiceByOneKernelIsNeitherStoredNorRecomputed) {
+  ModuleBuilder b;
+  const int64_t x = b.Parameter(0, proto::F32, {9});
+  const int64_t e = b.Unary(Opcode::kExp, x);
+  b.Output(b.Add(b.Unary(Opcode::kTanh, e), b.Unary(Opcode::kNegate, e)));
+  const proto::Executable exe = CompileToProto(b.module(), kFused);
+  ASSERT_EQ(exe.kernels_size(), 1) << KernelSummary(exe);
+  EXPECT_EQ(exe.kernels(0).extra_outputs_size(), 0);
+  int exps = 0;
+  for (const proto::Step& step : exe.kernels(0).program()) exps += !step.load() && step.opcode() == static_cast<int32_t>(Opcode::kExp);
+  EXPECT_EQ(exps, 1);
+}
+
+TEST_F(FusionTest, ValueReadByTwoKernelsKeepsItsOwn) {
+  // e is read by a loop kernel and by a reduction: neither can compute it for the other.
+  ModuleBuilder b;
+  const int64_t x = b.Parameter(0, proto::F32, {4, 6});
+  const int64_t e = b.Unary(Opcode::kExp, x);
+  b.Output(b.Unary(Opcode::kTanh, e));
+  b.Output(b.Reduce(Combiner::kSum, e, {1}));
+  const proto::Executable exe = CompileToProto(b.module(), kFused);
+  EXPECT_EQ(KernelsComputing(exe, Opcode::kExp), 1) << KernelSummary(exe);
+  for (const proto::Kernel& k : exe.kernels()) EXPECT_EQ(k.extra_outputs_size(), 0) << KernelSummary(exe);
+}
+
+TEST_F(FusionTest, LongChainsAreCutAtTheStepLimit) {
+  ModuleBuilder b;
+  const int64_t x = b.Parameter(0, proto::F32, {7});
+  int64_t v = x;
+  for (int i = 0; i < 100; ++i) v = b.Unary(i % 2 ? Opcode::kTanh : Opcode::kNegate, v);
+  b.Output(v);
+  for (int64_t limit : {10, 48}) {
+    const proto::Executable exe = CompileToProto(b.module(), {.fusion = true, .autotune = false, .max_fusion_steps = limit});
+    EXPECT_GE(exe.kernels_size(), 100 / limit) << limit;
+    EXPECT_LE(exe.kernels_size(), 100 / limit + 2) << limit;
+    for (const proto::Kernel& k : exe.kernels()) {
+      int computed = 0;
+      for (const proto::Step& s : k.program()) computed += !s.load();
+      EXPECT_LE(computed, limit) << k.label();
+    }
+  }
+}
+
+TEST_F(FusionTest, ReduceInputFusionPutsExpIntoTheReduceKernel) {
+  // logsumexp: log(sum(exp(x - max))) + max. The whole exp(x - broadcast(max)) has one reader, the
+  // sum, so the REDUCE kernel computes it from x and max; nothing is materialized in between.
+  const Dims d = {8, 10};
+  ModuleBuilder b;
+  const int64_t x = b.Parameter(0, proto::F32, d);
+  const int64_t mx = b.Reduce(Combiner::kMax, x, {1});
+  const int64_t e = b.Unary(Opcode::kExp, b.Binary(Opcode::kSubtract, x, b.Broadcast(mx, d, {0})));
+  b.Output(b.Add(b.Unary(Opcode::kLog, b.Reduce(Combiner::kSum, e, {1})), mx));
+  const proto::Executable exe = CompileToProto(b.module(), kFused);
+  ASSERT_EQ(exe.kernels_size(), 3) << KernelSummary(exe);  // max, sum(exp(x - max)), log(.) + max
+  const proto::Kernel& sum = exe.kernels(1);
+  EXPECT_EQ(sum.kind(), proto::Kernel::REDUCE) << KernelSummary(exe);
+  EXPECT_EQ(sum.combiner(), static_cast<int32_t>(Combiner::kSum));
+  EXPECT_TRUE(Computes(sum, Opcode::kExp)) << KernelSummary(exe);
+  EXPECT_TRUE(Computes(sum, Opcode::kSubtract)) << KernelSummary(exe);
+  EXPECT_EQ(KernelsComputing(exe, Opcode::kExp), 1);
+  // Unfused, the same work takes a kernel per instruction.
+  EXPECT_EQ(CompileToProto(b.module(), kUnfused).kernels_size(), 7);
+  std::vector<float> v(80);
+  for (size_t i = 0; i < v.size(); ++i) v[i] = static_cast<float>(i % 10) * 0.5f;
+  const std::vector<HostArray> out = Run(b.module(), kFused, {F32(d, v)});
+  double want = 0;
+  for (int c = 0; c < 10; ++c) want += std::exp(c * 0.5 - 4.5);
+  EXPECT_THAT(out[0].values<float>(), ::testing::Each(::testing::FloatNear(static_cast<float>(std::log(want) + 4.5), 1e-5f)));
+}
+
+TEST_F(FusionTest, LogSoftmaxFusesExpIntoTheReduceKernel) {
+  // x - max - log(sum(exp(x - max))): x - max has two readers and is materialized; exp, read only by
+  // the sum, is computed inside the REDUCE kernel.
+  const Dims d = {8, 10};
+  ModuleBuilder b;
+  const int64_t x = b.Parameter(0, proto::F32, d);
+  const int64_t shifted = b.Binary(Opcode::kSubtract, x, b.Broadcast(b.Reduce(Combiner::kMax, x, {1}), d, {0}));
+  const int64_t sum = b.Reduce(Combiner::kSum, b.Unary(Opcode::kExp, shifted), {1});
+  b.Output(b.Binary(Opcode::kSubtract, shifted, b.Broadcast(b.Unary(Opcode::kLog, sum), d, {0})));
+  const proto::Executable exe = CompileToProto(b.module(), kFused);
+  int reduce_with_exp = 0;
+  for (const proto::Kernel& k : exe.kernels()) {
+    if (k.kind() == proto::Kernel::REDUCE && k.combiner() == static_cast<int32_t>(Combiner::kSum)) reduce_with_exp += Computes(k, Opcode::kExp);
+  }
+  EXPECT_EQ(reduce_with_exp, 1) << KernelSummary(exe);
+  EXPECT_EQ(KernelsComputing(exe, Opcode::kExp), 1) << KernelSummary(exe);
+}
+
+TEST_F(FusionTest, SoftmaxComputesExpOnce) {
+  // softmax: exp(x - max) is read by both the sum and the division, so it is materialized once (a
+  // LOOP kernel) and the REDUCE kernel loads it, rather than computing exp twice.
+  const Dims d = {8, 10};
+  ModuleBuilder b;
+  const int64_t x = b.Parameter(0, proto::F32, d);
+  const int64_t e = b.Unary(Opcode::kExp, b.Binary(Opcode::kSubtract, x, b.Broadcast(b.Reduce(Combiner::kMax, x, {1}), d, {0})));
+  b.Output(b.Binary(Opcode::kDivide, e, b.Broadcast(b.Reduce(Combiner::kSum, e, {1}), d, {0})));
+  const proto::Executable exe = CompileToProto(b.module(), kFused);
+  EXPECT_EQ(KernelsComputing(exe, Opcode::kExp), 1) << KernelSummary(exe);
+  EXPECT_EQ(CountKernels(exe, proto::Kernel::REDUCE), 2) << KernelSummary(exe);
+  EXPECT_EQ(exe.kernels_size(), 4) << KernelSummary(exe);
+}
+
+TEST_F(FusionTest, ReduceDoesNotFuseAnOperandWithOtherReaders) {
+  ModuleBuilder b;
+  const int64_t x = b.Parameter(0, proto::F32, {4, 6});
+  const int64_t sq = b.Mul(x, x);
+  b.Output(b.Reduce(Combiner::kSum, sq, {1}));
+  b.Output(sq);
+  const proto::Executable exe = CompileToProto(b.module(), kFused);
+  EXPECT_EQ(KernelsComputing(exe, Opcode::kMultiply), 1) << KernelSummary(exe);
+  EXPECT_EQ(exe.kernels_size(), 2);
+}
+
+}  // namespace
+}  // namespace lazyrt::pjrt

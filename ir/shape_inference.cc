@@ -32,6 +32,21 @@ absl::StatusOr<Dims> BroadcastDims(std::span<const int64_t> a, std::span<const i
   return out;
 }
 
+namespace {
+int Category(DType d) {
+  if (d == DType::kBool) return 0;
+  return IsIntegral(d) ? 1 : 2;
+}
+}  // namespace
+
+DType ResultType(const Shape& a, const Shape& b) {
+  const bool a_zero_dim = a.rank() == 0, b_zero_dim = b.rank() == 0;
+  if (a_zero_dim == b_zero_dim) return PromoteTypes(a.dtype(), b.dtype());
+  const DType dimensioned = a_zero_dim ? b.dtype() : a.dtype();
+  const DType zero_dim = a_zero_dim ? a.dtype() : b.dtype();
+  return Category(zero_dim) > Category(dimensioned) ? PromoteTypes(dimensioned, zero_dim) : dimensioned;
+}
+
 absl::StatusOr<Shape> InferElementwise(OpKind op, std::span<const Shape> operands) {
   // Select's condition is bool; its value operands decide the dtype.
   const size_t first_value = op == OpKind::kSelect ? 1 : 0;

@@ -16,6 +16,12 @@ absl::StatusOr<int64_t> NormalizeDim(int64_t dim, int64_t rank);
 // NumPy broadcasting of two dimension lists.
 absl::StatusOr<Dims> BroadcastDims(std::span<const int64_t> a, std::span<const int64_t> b);
 
+// The dtype PyTorch computes a binary op on two tensors in (torch.result_type): a 0-dim tensor takes
+// part in promotion only when its category (bool < integer < floating) is higher than the other
+// operand's, so f32[3] + f64[] is f32, i32[3] + i64[] is i32 and i32[3] + f64[] is f64. Two operands of
+// the same kind (both 0-dim or both not) promote as PromoteTypes.
+DType ResultType(const Shape& a, const Shape& b);
+
 // Elementwise ops with NumPy broadcasting. Binary ops require equal dtypes (the caller promotes);
 // comparisons yield bool.
 absl::StatusOr<Shape> InferElementwise(OpKind op, std::span<const Shape> operands);

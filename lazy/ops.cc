@@ -2,6 +2,8 @@
 // dtype conversions where operands must be promoted).
 #include <algorithm>
 #include <cmath>
+#include <cstring>
+#include <optional>
 
 #include "absl/strings/str_cat.h"
 #include "ir/shape_inference.h"
@@ -35,9 +37,10 @@ Tensor Elementwise(OpKind op, ir::OperandList operands, int device, const Source
   return MakeTensor(op, std::move(operands), std::move(out), device, loc);
 }
 
-// The dtype a binary op computes in: both tensor dtypes promoted; true division of integers in f32.
-DType ComputeType(OpKind op, DType a, DType b) {
-  DType t = ir::PromoteTypes(a, b);
+// The dtype a binary op computes in: PyTorch's result type of the two tensors (a 0-dim tensor promotes
+// only across categories); true division of integers in f32.
+DType ComputeType(OpKind op, const Shape& a, const Shape& b) {
+  DType t = ir::ResultType(a, b);
   if (op == OpKind::kDiv && !ir::IsFloating(t)) return DType::kF32;
   return t;
 }
@@ -45,7 +48,7 @@ DType ComputeType(OpKind op, DType a, DType b) {
 Tensor Binary(OpKind op, const Tensor& a, const Tensor& b, const SourceLocation& loc) {
   const absl::string_view name = ir::OpKindName(op);
   const int device = CommonDevice({&a, &b}, name, loc);
-  const DType t = ComputeType(op, a.dtype(), b.dtype());
+  const DType t = ComputeType(op, a.shape(), b.shape());
   Tensor out = Elementwise(op, {Converted(ValueOf(a), t, loc), Converted(ValueOf(b), t, loc)}, device, loc);
   if (!ir::IsFloating(t) || ir::IsComparison(op)) return out;
   return Record(out, "binary", {a, b}, [op, loc](const Tensor& g, const Tensor& y, const Grads& x) -> Grads {
@@ -57,17 +60,27 @@ Tensor Binary(OpKind op, const Tensor& a, const Tensor& b, const SourceLocation&
       case OpKind::kSub: ga = g; gb = neg(g, loc); break;
       case OpKind::kMul: ga = g * TensorArg(b, loc); gb = g * TensorArg(a, loc); break;
       case OpKind::kDiv: ga = g / TensorArg(b, loc); gb = neg(g * TensorArg(y, loc) / TensorArg(b, loc), loc); break;
-      case OpKind::kPow:
-        ga = g * TensorArg(b, loc) * TensorArg(pow(a, b - ScalarArg(Scalar::Static(1), loc), loc), loc);
-        gb = g * TensorArg(y, loc) * TensorArg(log(a, loc), loc);
+      case OpKind::kPow: {
+        // As PyTorch (pow_backward_self / pow_backward_exponent): d/da is 0 where b == 0 (b a^(b-1) would
+        // be 0 * inf = NaN at a = 0), and d/db is 0 where a == 0 and b >= 0 (y ln a would be 0 * -inf).
+        Tensor zero = zeros({}, g.dtype(), g.device(), loc);
+        Tensor power = b * TensorArg(pow(a, b - ScalarArg(Scalar::Static(1), loc), loc), loc);
+        ga = where(eq(b, Scalar::Static(0), loc), zero, g * TensorArg(power, loc), loc);
+        Tensor flat = logical_and(eq(a, Scalar::Static(0), loc), ge(b, Scalar::Static(0), loc), loc);
+        gb = g * TensorArg(where(flat, zero, y * TensorArg(log(a, loc), loc), loc), loc);
         break;
+      }
       case OpKind::kMaximum:
       case OpKind::kMinimum: {
-        // Ties send the gradient to `a`, as PyTorch's clamp-style max does for its first operand.
-        Tensor pick_a = op == OpKind::kMaximum ? ge(a, b, loc) : le(a, b, loc);
+        // As PyTorch: ties split the gradient in halves; otherwise it goes to the operand picked. Where
+        // either is NaN, neither comparison holds and both receive it (PyTorch does the same).
         Tensor zero = zeros({}, g.dtype(), g.device(), loc);
-        ga = where(pick_a, g, zero, loc);
-        gb = where(pick_a, zero, g, loc);
+        Tensor tie = eq(a, b, loc);
+        Tensor half = g * ScalarArg(Scalar::Static(0.5), loc);
+        Tensor a_loses = op == OpKind::kMaximum ? lt(a, b, loc) : gt(a, b, loc);
+        Tensor b_loses = op == OpKind::kMaximum ? gt(a, b, loc) : lt(a, b, loc);
+        ga = where(tie, half, where(a_loses, zero, g, loc), loc);
+        gb = where(tie, half, where(b_loses, zero, g, loc), loc);
         break;
       }
       default: return {};
@@ -101,9 +114,17 @@ Tensor BinaryScalar(OpKind op, const Tensor& a, Scalar s, bool scalar_first, con
       case OpKind::kPow:
         if (scalar_first) {  // s^a: y ln s
           ga = g * TensorArg(y, loc) * ScalarArg(Scalar(std::log(s.value())), loc);
-        } else {  // a^s: s a^(s-1)
+        } else {  // a^s: s a^(s-1), and 0 for s == 0 (PyTorch; not 0 * inf = NaN at a = 0)
+          if (s.is_static() && s.value() == 0) {
+            return {zeros(std::vector<int64_t>(a.dims().begin(), a.dims().end()), a.dtype(), a.device(), loc)};
+          }
           const Scalar s_minus_1 = s.is_static() ? Scalar::Static(s.value() - 1) : Scalar(s.value() - 1);
-          ga = g * ScalarArg(s, loc) * TensorArg(pow(a, s_minus_1, loc), loc);
+          ga = g * TensorArg(ScalarArg(s, loc) * pow(a, s_minus_1, loc), loc);
+          if (!s.is_static()) {
+            // A device parameter: decided on the device, so a changing exponent never changes the graph.
+            Tensor exponent = full({}, s, g.dtype(), g.device(), loc);
+            ga = where(eq(exponent, Scalar::Static(0), loc), zeros({}, g.dtype(), g.device(), loc), ga, loc);
+          }
         }
         break;
       case OpKind::kMaximum:
@@ -180,8 +201,11 @@ Tensor FloatUnaryGrad<OpKind::kCos>(const Tensor& g, const Tensor& x, const Tens
 Tensor UnaryGrad(OpKind op, const Tensor& g, const Tensor& x, const SourceLocation& loc) {
   if (op == OpKind::kNeg) return neg(g, loc);
   if (op == OpKind::kAbs) return g * TensorArg(sign(x, loc), loc);
-  if (op == OpKind::kRelu) return where(gt(x, Scalar::Static(0), loc), g, zeros({}, g.dtype(), g.device(), loc), loc);
-  return Tensor();  // sign: zero almost everywhere
+  // Zero where x <= 0, as PyTorch's threshold_backward (result <= 0): a NaN input passes its gradient on.
+  if (op == OpKind::kRelu) return where(le(x, Scalar::Static(0), loc), zeros({}, g.dtype(), g.device(), loc), g, loc);
+  // sign: zero everywhere (as PyTorch, a tensor of zeros rather than no gradient at all).
+  if (op == OpKind::kSign) return zeros(std::vector<int64_t>(x.dims().begin(), x.dims().end()), g.dtype(), g.device(), loc);
+  return Tensor();
 }
 
 using GradFormula = Tensor (*)(const Tensor& g, const Tensor& x, const Tensor& y, const SourceLocation& loc);
@@ -213,6 +237,22 @@ void RequireFloating(const Tensor& x, absl::string_view op, const SourceLocation
     throw Error(absl::StrCat(op, ": needs a floating-point tensor, got ", x.shape().ToString(),
                              " (cast it first)"),
                 loc);
+  }
+}
+
+// A reduction without an identity (max, min) over no elements has no value: PyTorch refuses it, and so do we.
+void RequireNonEmptyReduction(const Shape& shape, const std::vector<int64_t>& dims, absl::string_view op,
+                              const SourceLocation& loc) {
+  if (dims.empty()) {
+    if (shape.numel() == 0) throw Error(absl::StrCat(op, ": cannot reduce ", shape.ToString(), ", which is empty"), loc);
+    return;
+  }
+  for (int64_t dim : dims) {
+    const int64_t d = Check(ir::NormalizeDim(dim, shape.rank()), op, loc);
+    if (shape.dim(d) == 0) {
+      throw Error(absl::StrCat(op, ": cannot reduce over dimension ", d, " of ", shape.ToString(), ", which is empty"),
+                  loc);
+    }
   }
 }
 
@@ -310,6 +350,12 @@ Tensor full(std::vector<int64_t> dims, Scalar value, DType dtype, Device device,
 
 Tensor arange(int64_t start, int64_t end, int64_t step, DType dtype, Device device, SourceLocation loc) {
   if (step == 0) throw Error("arange: step must not be 0", loc);
+  if ((step > 0 && end < start) || (step < 0 && end > start)) {
+    // PyTorch refuses this too: an empty range here is usually a sign error in the caller's bounds.
+    throw Error(absl::StrCat("arange: the bounds [", start, ", ", end, ") are inconsistent with the sign of step ",
+                             step),
+                loc);
+  }
   detail::Runtime::Get().device_state(device, loc);
   const int64_t n = std::max<int64_t>(0, (end - start + step + (step > 0 ? -1 : 1)) / step);
   return MakeTensor(OpKind::kIota, {}, Shape(dtype, {n}), device.index, loc,
@@ -375,6 +421,13 @@ Tensor mul(const Tensor& a, const Tensor& b, SourceLocation loc) { return Binary
 Tensor div(const Tensor& a, const Tensor& b, SourceLocation loc) { return Binary(OpKind::kDiv, a, b, loc); }
 Tensor pow(const Tensor& a, const Tensor& b, SourceLocation loc) { return Binary(OpKind::kPow, a, b, loc); }
 Tensor pow(const Tensor& a, Scalar exponent, SourceLocation loc) {
+  const DType base = ImplOf(a, "pow", loc).shape.dtype();
+  if (ir::IsIntegral(base) && exponent.is_integral() && exponent.value() < 0) {
+    // The exact result is a fraction (0 for |a| > 1): PyTorch refuses it, and so do we.
+    throw Error(absl::StrCat("pow: integers to negative integer powers are not allowed (", a.shape().ToString(),
+                             " ** ", exponent.value(), "); cast the base to a floating dtype first"),
+                loc);
+  }
   return BinaryScalar(OpKind::kPow, a, exponent, false, loc);
 }
 Tensor maximum(const Tensor& a, const Tensor& b, SourceLocation loc) {
@@ -424,7 +477,7 @@ Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b, SourceLocatio
   if (cond.dtype() != DType::kBool) {
     throw Error(absl::StrCat("where: the condition must be bool, got ", cond.shape().ToString()), loc);
   }
-  const DType t = ir::PromoteTypes(a.dtype(), b.dtype());
+  const DType t = ir::ResultType(a.shape(), b.shape());
   Tensor out = Elementwise(OpKind::kSelect, {ValueOf(cond), Converted(ValueOf(a), t, loc), Converted(ValueOf(b), t, loc)},
                            device, loc);
   if (!ir::IsFloating(t)) return out;
@@ -529,12 +582,14 @@ Tensor mean(const Tensor& x, std::vector<int64_t> dims, bool keepdim, SourceLoca
 Tensor max(const Tensor& x, std::vector<int64_t> dims, bool keepdim, SourceLocation loc) {
   const DType in = ImplOf(x, "max", loc).shape.dtype();
   if (in == DType::kBool) throw Error("max: not defined for bool tensors", loc);
+  RequireNonEmptyReduction(x.shape(), dims, "max", loc);
   return Reduce(OpKind::kReduceMax, x, std::move(dims), keepdim, in, loc);
 }
 
 Tensor min(const Tensor& x, std::vector<int64_t> dims, bool keepdim, SourceLocation loc) {
   const DType in = ImplOf(x, "min", loc).shape.dtype();
   if (in == DType::kBool) throw Error("min: not defined for bool tensors", loc);
+  RequireNonEmptyReduction(x.shape(), dims, "min", loc);
   return Reduce(OpKind::kReduceMin, x, std::move(dims), keepdim, in, loc);
 }
 
@@ -545,6 +600,11 @@ Tensor prod(const Tensor& x, std::vector<int64_t> dims, bool keepdim, SourceLoca
 
 Tensor argmax(const Tensor& x, int64_t dim, bool keepdim, SourceLocation loc) {
   const detail::TensorImpl& impl = ImplOf(x, "argmax", loc);
+  if (impl.shape.rank() == 0) {
+    // As PyTorch: a 0-dim tensor has one position, dim 0 (or -1), and its argmax is 0.
+    Check(ir::NormalizeDim(dim, 1), "argmax", loc);
+    return argmax(reshape(x, {1}, loc), 0, false, loc);
+  }
   const int64_t d = Check(ir::NormalizeDim(dim, impl.shape.rank()), "argmax", loc);
   if (impl.shape.dim(d) == 0) throw Error(absl::StrCat("argmax: dimension ", d, " of ", impl.shape.ToString(), " is empty"), loc);
   const int64_t dims[] = {d};
@@ -557,6 +617,11 @@ Tensor SoftmaxLike(OpKind op, const Tensor& x, int64_t dim, const SourceLocation
   const absl::string_view name = ir::OpKindName(op);
   RequireFloating(x, name, loc);
   const detail::TensorImpl& impl = ImplOf(x, name, loc);
+  if (impl.shape.rank() == 0) {
+    // As PyTorch: dim 0 (or -1) of a 0-dim tensor is its one element (softmax 1, log_softmax 0).
+    Check(ir::NormalizeDim(dim, 1), name, loc);
+    return reshape(SoftmaxLike(op, reshape(x, {1}, loc), 0, loc), {}, loc);
+  }
   const int64_t d = Check(ir::NormalizeDim(dim, impl.shape.rank()), name, loc);
   Tensor out = MakeTensor(op, {ValueOf(x)}, impl.shape, impl.device, loc, ir::Attributes{{AttrKey::kAxis, d}});
   return Record(out, "softmax", {x}, [op, d, loc](const Tensor& g, const Tensor& y, const Grads&) -> Grads {
@@ -611,6 +676,12 @@ Tensor permute(const Tensor& x, std::vector<int64_t> perm, SourceLocation loc) {
 
 Tensor transpose(const Tensor& x, int64_t dim0, int64_t dim1, SourceLocation loc) {
   const int64_t rank = ImplOf(x, "transpose", loc).shape.rank();
+  if (rank == 0) {
+    // As PyTorch: a 0-dim tensor has dims 0 and -1 only, and transposing them is the identity.
+    Check(ir::NormalizeDim(dim0, 1), "transpose", loc);
+    Check(ir::NormalizeDim(dim1, 1), "transpose", loc);
+    return x;
+  }
   const int64_t d0 = Check(ir::NormalizeDim(dim0, rank), "transpose", loc);
   const int64_t d1 = Check(ir::NormalizeDim(dim1, rank), "transpose", loc);
   std::vector<int64_t> perm(static_cast<size_t>(rank));
@@ -630,6 +701,17 @@ Tensor expand(const Tensor& x, std::vector<int64_t> sizes, SourceLocation loc) {
     return {SumToShape(g, in[0].shape(), loc)};
   }, loc);
 }
+
+namespace {
+// one_hot without the range check, for the backward passes of slice, index_select and gather: their
+// positions are in range by construction, or were checked by the forward kernel.
+Tensor OneHotUnchecked(const Tensor& index, int64_t num_classes, DType dtype, const SourceLocation& loc) {
+  const detail::TensorImpl& impl = ImplOf(index, "one_hot", loc);
+  Shape out = Check(ir::InferOneHot(impl.shape, num_classes, dtype), "one_hot", loc);
+  return MakeTensor(OpKind::kOneHot, {ValueOf(index)}, std::move(out), impl.device, loc,
+                    ir::Attributes{{AttrKey::kNumClasses, num_classes}});
+}
+}  // namespace
 
 Tensor slice(const Tensor& x, int64_t dim, int64_t start, int64_t end, int64_t step, SourceLocation loc) {
   const detail::TensorImpl& impl = ImplOf(x, "slice", loc);
@@ -655,7 +737,7 @@ Tensor slice(const Tensor& x, int64_t dim, int64_t start, int64_t end, int64_t s
     // Scatter g back: each picked position i along d receives g's slice (one_hot over the positions).
     const int64_t size = in[0].dim(d), picked = g.dim(d);
     Tensor positions = arange(s, s + picked * step, step, DType::kI64, g.device(), loc);
-    Tensor scatter = cast(one_hot(positions, size, DType::kF32, loc), g.dtype(), loc);  // [picked, size]
+    Tensor scatter = OneHotUnchecked(positions, size, g.dtype(), loc);  // [picked, size]
     Tensor moved = transpose(g, d, -1, loc);                                          // [..., picked]
     return {transpose(matmul(moved, scatter, loc), d, -1, loc)};
   }, loc);
@@ -665,12 +747,15 @@ Tensor cat(const std::vector<Tensor>& tensors, int64_t dim, SourceLocation loc) 
   if (tensors.empty()) throw Error("cat: needs at least one tensor", loc);
   const detail::TensorImpl& first = ImplOf(tensors[0], "cat", loc);
   const int64_t d = Check(ir::NormalizeDim(dim, first.shape.rank()), "cat", loc);
+  // As torch.cat, the tensors' dtypes promote (f32 with f64 is f64, i32 with f32 is f32).
+  DType dtype = first.shape.dtype();
+  for (const Tensor& t : tensors) dtype = ir::PromoteTypes(dtype, ImplOf(t, "cat", loc).shape.dtype());
   std::vector<Shape> shapes;
   ir::OperandList operands;
   for (const Tensor& t : tensors) {
     CommonDevice({&tensors[0], &t}, "cat", loc);
-    shapes.push_back(t.shape());
-    operands.push_back(ValueOf(t));
+    shapes.push_back(t.shape().WithDType(dtype));
+    operands.push_back(Converted(ValueOf(t), dtype, loc));
   }
   if (tensors.size() == 1) return tensors[0];
   Shape out = Check(ir::InferConcat(shapes, d), "cat", loc);
@@ -680,7 +765,7 @@ Tensor cat(const std::vector<Tensor>& tensors, int64_t dim, SourceLocation loc) 
     Grads out;
     int64_t at = 0;
     for (const Tensor& t : in) {
-      out.push_back(slice(g, d, at, at + t.dim(d), 1, loc));
+      out.push_back(cast(slice(g, d, at, at + t.dim(d), 1, loc), t.dtype(), loc));
       at += t.dim(d);
     }
     return out;
@@ -695,7 +780,7 @@ Tensor index_select(const Tensor& x, int64_t dim, const Tensor& index, SourceLoc
                         ir::Attributes{{AttrKey::kAxis, d}});
   return Record(r, "index_select", {x, index}, [d, loc](const Tensor& g, const Tensor&, const Grads& in) -> Grads {
     // Rows picked several times receive the sum of their gradients: g moved to the end, times one_hot.
-    Tensor scatter = cast(one_hot(in[1], in[0].dim(d), DType::kF32, loc), g.dtype(), loc);  // [n, size]
+    Tensor scatter = OneHotUnchecked(in[1], in[0].dim(d), g.dtype(), loc);  // [n, size]
     return {transpose(matmul(transpose(g, d, -1, loc), scatter, loc), d, -1, loc), Tensor()};
   }, loc);
 }
@@ -709,7 +794,7 @@ Tensor gather(const Tensor& x, int64_t dim, const Tensor& index, SourceLocation 
   return Record(r, "gather", {x, index}, [d, loc](const Tensor& g, const Tensor&, const Grads& in) -> Grads {
     // grad_x[.., k, ..] = sum over j of g[.., j, ..] where index[.., j, ..] == k, then padded to x.
     const Tensor& x = in[0];
-    Tensor hits = cast(one_hot(transpose(in[1], d, -1, loc), x.dim(d), DType::kF32, loc), g.dtype(), loc);
+    Tensor hits = OneHotUnchecked(transpose(in[1], d, -1, loc), x.dim(d), g.dtype(), loc);
     Tensor gt = reshape(transpose(g, d, -1, loc), [&] {
       std::vector<int64_t> s(g.rank() + 1);
       Tensor moved = transpose(g, d, -1, loc);
@@ -730,11 +815,56 @@ Tensor gather(const Tensor& x, int64_t dim, const Tensor& index, SourceLocation 
   }, loc);
 }
 
+namespace {
+// The values of an integer tensor whose data is already computed on the device, read without a sync
+// or a wait (a tensor made by FromData, or one computed by a finished step); nullopt otherwise.
+std::optional<std::vector<int64_t>> KnownIntegers(const Tensor& t) {
+  const detail::TensorImpl& impl = *t.impl();
+  if (t.is_pending() || impl.buffer == nullptr || !impl.buffer->ready()->IsReady()) return std::nullopt;
+  const DType dtype = impl.shape.dtype();
+  if (!ir::IsIntegral(dtype)) return std::nullopt;
+  std::vector<unsigned char> raw(static_cast<size_t>(impl.shape.byte_size()));
+  if (!impl.buffer->ToHost(raw.data(), raw.size()).ok()) return std::nullopt;  // reported when read
+  std::vector<int64_t> values(static_cast<size_t>(impl.shape.numel()));
+  for (size_t i = 0; i < values.size(); ++i) {
+    if (dtype == DType::kI64) {
+      std::memcpy(&values[i], raw.data() + i * 8, 8);
+    } else {
+      int32_t v;
+      std::memcpy(&v, raw.data() + i * 4, 4);
+      values[i] = v;
+    }
+  }
+  return values;
+}
+}  // namespace
+
 Tensor one_hot(const Tensor& index, int64_t num_classes, DType dtype, SourceLocation loc) {
   const detail::TensorImpl& impl = ImplOf(index, "one_hot", loc);
-  Shape out = Check(ir::InferOneHot(impl.shape, num_classes, dtype), "one_hot", loc);
-  return MakeTensor(OpKind::kOneHot, {ValueOf(index)}, std::move(out), impl.device, loc,
-                    ir::Attributes{{AttrKey::kNumClasses, num_classes}});
+  Tensor out = OneHotUnchecked(index, num_classes, dtype, loc);
+  // PyTorch refuses an index outside [0, num_classes); a row of zeros would be silent garbage.
+  if (std::optional<std::vector<int64_t>> values = KnownIntegers(index)) {
+    for (size_t i = 0; i < values->size(); ++i) {
+      const int64_t v = (*values)[i];
+      if (v < 0 || v >= num_classes) {
+        throw Error(absl::StrCat("one_hot: index ", v, " (element ", i, " of ", impl.shape.ToString(),
+                                 ") is out of range for ", num_classes, " classes"),
+                    loc);
+      }
+    }
+    return out;
+  }
+  // Indices only the device knows are checked there, as index_select checks its own: selecting one zero
+  // per index from a vector of num_classes zeros fails for an index out of range, so reading the result
+  // (or anything computed from it) reports that index; adding the zeros changes no value.
+  const DType zero_type = dtype == DType::kBool ? DType::kI32 : dtype;
+  std::vector<int64_t> dims(impl.shape.dims().begin(), impl.shape.dims().end());
+  dims.push_back(1);
+  Tensor check = reshape(index_select(zeros({num_classes}, zero_type, Device{impl.device}, loc), 0,
+                                      reshape(index, {-1}, loc), loc),
+                         dims, loc);
+  if (dtype == DType::kBool) return logical_or(out, ne(check, Scalar::Static(0), loc), loc);
+  return out + TensorArg(check, loc);
 }
 
 // ---- Method forms -----------------------------------------------------------------------------------

@@ -39,18 +39,20 @@ class SGD : public Optimizer {
   std::vector<Tensor> velocity_;
 };
 
-// AdamW, as torch.optim.AdamW with capturable=True: the step count is an f32 tensor on the device.
+// AdamW, as torch.optim.AdamW (its f32 results to the f32 noise floor): the step count (an i64) and the
+// powers b1^t, b2^t of the bias corrections (f64 running products) are tensors on the device, as with
+// capturable=True, so the step never recompiles.
 class AdamW : public Optimizer {
  public:
   AdamW(std::vector<Tensor> params, double lr = 1e-3, double beta1 = 0.9, double beta2 = 0.999, double eps = 1e-8,
         double weight_decay = 1e-2);
   void step(LAZYRT_HERE) override;
-  // The device step counter (for tests and checkpoints).
+  // The device step counter, i64 (for tests and checkpoints).
   const Tensor& step_count() const { return step_; }
 
  private:
   double beta1_, beta2_, eps_, weight_decay_;
-  Tensor step_;
+  Tensor step_, beta1_power_, beta2_power_;
   std::vector<Tensor> exp_avg_, exp_avg_sq_;
 };
 

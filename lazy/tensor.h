@@ -266,7 +266,10 @@ Tensor cat(const std::vector<Tensor>& tensors, int64_t dim, LAZYRT_HERE);
 Tensor index_select(const Tensor& x, int64_t dim, const Tensor& index, LAZYRT_HERE);
 // out[i][j] = x[index[i][j]][j] for dim 0 (and so on), as torch.gather.
 Tensor gather(const Tensor& x, int64_t dim, const Tensor& index, LAZYRT_HERE);
-Tensor one_hot(const Tensor& index, int64_t num_classes, DType dtype = DType::kF32, LAZYRT_HERE);
+// out[..., c] = (index[...] == c), in i64 by default as torch.nn.functional.one_hot. An index outside
+// [0, num_classes) is an error: at the call when the index's values are already known (FromData, or a
+// finished step), otherwise when the result, or anything computed from it, is read.
+Tensor one_hot(const Tensor& index, int64_t num_classes, DType dtype = DType::kI64, LAZYRT_HERE);
 
 // ---- Inspecting graphs without running them --------------------------------------------------------
 std::string graph_text(const std::vector<Tensor>& tensors);

@@ -99,11 +99,9 @@ T Abs(T x) {
     return x < 0 ? Negate(x) : x;
   }
 }
+// sign(NaN) is 0, as PyTorch's (both comparisons are false).
 template <typename T>
 T Sign(T x) {
-  if constexpr (std::is_floating_point_v<T>) {
-    if (std::isnan(x)) return x;
-  }
   return static_cast<T>((x > T{0}) - (x < T{0}));
 }
 template <typename T>

@@ -23,6 +23,22 @@ TEST(Broadcast, MismatchNamesBothShapes) {
   EXPECT_THAT(r.status().message(), HasSubstr("f32[4]"));
 }
 
+// torch.result_type: a 0-dim operand promotes the other only when its category is higher.
+TEST(ResultType, ZeroDimOperandsPromoteOnlyAcrossCategories) {
+  const Shape f32_3(DType::kF32, {3}), i32_3(DType::kI32, {3}), bool_3(DType::kBool, {3});
+  const Shape f64_0(DType::kF64, {}), i64_0(DType::kI64, {}), f32_0(DType::kF32, {}), i32_0(DType::kI32, {});
+  EXPECT_EQ(ResultType(f32_3, f64_0), DType::kF32);
+  EXPECT_EQ(ResultType(f64_0, f32_3), DType::kF32);
+  EXPECT_EQ(ResultType(i32_3, i64_0), DType::kI32);
+  EXPECT_EQ(ResultType(i32_3, f32_0), DType::kF32);
+  EXPECT_EQ(ResultType(i32_3, f64_0), DType::kF64);
+  EXPECT_EQ(ResultType(bool_3, i32_0), DType::kI32);
+  EXPECT_EQ(ResultType(f32_0, f64_0), DType::kF64);  // both 0-dim: ordinary promotion
+  EXPECT_EQ(ResultType(i32_0, i64_0), DType::kI64);
+  EXPECT_EQ(ResultType(f32_3, Shape(DType::kF64, {1})), DType::kF64);  // [1] is not 0-dim
+  EXPECT_EQ(ResultType(Shape(DType::kBF16, {2}), f32_0), DType::kBF16);
+}
+
 TEST(Elementwise, ComparisonsYieldBool) {
   const Shape a(DType::kF32, {2});
   EXPECT_EQ(InferElementwise(OpKind::kLt, std::vector<Shape>{a, a})->dtype(), DType::kBool);

@@ -95,7 +95,7 @@ TEST(Tracing, OpShapes) {
   EXPECT_EQ(idx.shape(), Shape(DType::kI64, {4}));
   EXPECT_EQ(arange(10, 0, -3).shape(), Shape(DType::kI64, {4}));
   EXPECT_EQ(index_select(Input({10, 8}), 0, idx).shape(), Shape(DType::kF32, {4, 8}));
-  EXPECT_EQ(one_hot(idx, 10).shape(), Shape(DType::kF32, {4, 10}));
+  EXPECT_EQ(one_hot(idx, 10).shape(), Shape(DType::kI64, {4, 10}));
   EXPECT_EQ(gather(Input({4, 10}), 1, reshape(idx, {4, 1})).shape(), Shape(DType::kF32, {4, 1}));
   EXPECT_EQ(full({2, 2}, 3.0).shape(), Shape(DType::kF32, {2, 2}));
 }

@@ -163,7 +163,7 @@ T RefUnary(Opcode op, T x) {
       case Opcode::kRsqrt: return static_cast<T>(1.0 / std::sqrt(d));
       case Opcode::kTanh: return static_cast<T>(std::tanh(d));
       case Opcode::kLogistic: return static_cast<T>(1.0 / (1.0 + std::exp(-d)));
-      case Opcode::kSign: return std::isnan(x) ? x : (x > 0 ? T{1} : (x < 0 ? T{-1} : x));
+      case Opcode::kSign: return std::isnan(x) ? T{0} : (x > 0 ? T{1} : (x < 0 ? T{-1} : x));  // as PyTorch
       default: ADD_FAILURE() << "no reference for " << op; return x;
     }
   } else if constexpr (std::is_same_v<T, uint8_t>) {

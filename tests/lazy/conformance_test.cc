@@ -328,5 +328,43 @@ TEST(Conformance, ZeroDimTensorsAcceptDimZero) {
   EXPECT_THAT(ErrorOf([&] { transpose(x, 0, 1); }), HasSubstr("dimension 1 is out of range"));
 }
 
+// Long f32 reductions are accurate (PyTorch's pairwise sum is ~5e-8 from an f64 reference over 2^20
+// elements; lazyrt accumulates f32 in f64 and rounds once): whole-tensor, row, column and fused
+// (the producer computed inside the reduction) alike.
+TEST(Conformance, MillionElementReductionsAreAccurate) {
+  constexpr int64_t n = int64_t{1} << 20;
+  std::vector<float> v(static_cast<size_t>(n));
+  uint64_t state = 12345;
+  for (float& x : v) {
+    state = state * 6364136223846793005ull + 1442695040888963407ull;
+    x = 0.1f + static_cast<float>(static_cast<double>(state >> 11) * 0x1.0p-53 * 2.0 - 1.0);
+  }
+  double total = 0, total_exp = 0;
+  for (float x : v) {
+    total += x;
+    total_exp += static_cast<double>(std::exp(x));  // the f32 exp the kernel computes, summed exactly
+  }
+  const auto near = [](double got, double want) { return std::abs(got - want) <= 1e-7 * std::abs(want); };
+  const Tensor x = F32(v, {n});
+  const double sum = lazyrt::sum(x).item(), mean = lazyrt::mean(x).item();
+  EXPECT_TRUE(near(sum, total)) << sum << " vs " << total;
+  EXPECT_TRUE(near(mean, total / static_cast<double>(n))) << mean;
+  const double fused = lazyrt::sum(exp(x)).item();
+  EXPECT_TRUE(near(fused, total_exp)) << fused << " vs " << total_exp;
+  // Columns: 1024 rows added into each of 1024 outputs; rows: each output a run of 1024.
+  const Tensor m = reshape(x, {1024, 1024});
+  const std::vector<float> cols = lazyrt::sum(m, {0}).to_vector<float>();
+  const std::vector<float> rows = lazyrt::sum(m, {1}).to_vector<float>();
+  for (int64_t j = 0; j < 1024; j += 97) {
+    double col = 0, row = 0;
+    for (int64_t i = 0; i < 1024; ++i) {
+      col += v[static_cast<size_t>(i * 1024 + j)];
+      row += v[static_cast<size_t>(j * 1024 + i)];
+    }
+    EXPECT_EQ(cols[static_cast<size_t>(j)], static_cast<float>(col)) << "column " << j;
+    EXPECT_EQ(rows[static_cast<size_t>(j)], static_cast<float>(row)) << "row " << j;
+  }
+}
+
 }  // namespace
 }  // namespace lazyrt

@@ -36,15 +36,15 @@ Decoded<EntryHeader> ReadHeader(int fd, uint64_t file_size, absl::string_view pa
 }
 
 // Whether the file open as `fd` is one the cache wrote: an entry (it starts with the entry magic),
-// or, when `temp_file`, a write in progress or abandoned, which may be cut anywhere, so any prefix
-// of the magic (or of the cache directory tag) will do. Nothing else is ever removed.
+// or a write cut short (a prefix of the magic), or, when `temp_file`, a write of the cache directory
+// tag. Nothing else is ever removed.
 bool WrittenByCache(int fd, bool temp_file) {
   absl::StatusOr<std::string> start = ReadRange(fd, 0, kCacheDirTagSignature.size(), "");
   if (!start.ok()) return false;
   const absl::string_view bytes = *start;
-  if (absl::StartsWith(bytes, kEntryMagic)) return true;
-  if (!temp_file) return false;
-  return absl::StartsWith(kEntryMagic, bytes) || absl::StartsWith(kCacheDirTagSignature, bytes);
+  // A prefix of the magic (an empty file included) holds nothing anyone could lose.
+  if (absl::StartsWith(bytes, kEntryMagic) || absl::StartsWith(kEntryMagic, bytes)) return true;
+  return temp_file && absl::StartsWith(kCacheDirTagSignature, bytes);
 }
 
 // Removes the file at `path` if it is a regular file the cache wrote (WrittenByCache) and still the
@@ -77,8 +77,14 @@ bool HoldsOnlyCacheFiles(const std::string& dir) {
     const bool temp_file = IsTempFileName(name);
     if (name == kEventLogFileName || name == kRotatedEventLogFileName) continue;
     if (!temp_file && !KeyFromEntryFileName(name)) return false;
+    const std::string path = PathInDir(dir, name);
     UniqueFd fd;
-    if (!OpenRegularFile(PathInDir(dir, name), fd) || !WrittenByCache(fd.get(), temp_file)) return false;
+    if (!OpenRegularFile(path, fd)) {
+      struct stat info;
+      if (lstat(path.c_str(), &info) != 0 && errno == ENOENT) continue;  // renamed or removed meanwhile
+      return false;
+    }
+    if (!WrittenByCache(fd.get(), temp_file)) return false;
   }
   return true;
 }
@@ -116,7 +122,10 @@ absl::StatusOr<std::unique_ptr<Store>> Store::Open(StoreOptions options) {
   if (!trust.ok()) return trust.status();
   bool marked = IsMarkedCacheDir(*dir);
   if (!marked && trust->trusted && !options.read_only && HoldsOnlyCacheFiles(*dir)) {
-    marked = MarkCacheDir(*dir).ok();
+    // Nothing in it is anyone else's, so it is the cache's even if the mark cannot be written now
+    // (a full disk, a read-only mount): the writes that follow report that failure themselves.
+    MarkCacheDir(*dir).IgnoreError();
+    marked = true;
   }
   std::string warning = trust->warning;
   if (trust->trusted && !marked && !options.read_only) {

@@ -17,8 +17,8 @@ namespace lazyrt::cache {
 
 // The dtype (the device's name: "f32", "s64", "pred", ...) and dimensions of one parameter or result.
 struct TensorSignature {
-  std::string dtype;
-  std::vector<int64_t> dims;
+  std::string dtype = {};
+  std::vector<int64_t> dims = {};
 
   std::string ToString() const;  // "f32[2,3]"
   friend bool operator==(const TensorSignature&, const TensorSignature&) = default;
@@ -26,26 +26,26 @@ struct TensorSignature {
 
 // Everything besides the graph that goes into a key: the same graph under another key differs in one.
 struct KeyIngredients {
-  std::string lazyrt_version;
-  std::string lowering_version;
-  std::string compiler_version;
-  std::string device_kind;
+  std::string lazyrt_version = {};
+  std::string lowering_version = {};
+  std::string compiler_version = {};
+  std::string device_kind = {};
   int64_t device_count = 0;
-  std::string compile_options;
+  std::string compile_options = {};
 
   friend bool operator==(const KeyIngredients&, const KeyIngredients&) = default;
 };
 
 struct EntryMetadata {
   // The entry's key (the header's key too), and the graph's hash without the ingredients.
-  std::string key;
-  std::string graph_hash;
-  KeyIngredients ingredients;
-  std::vector<TensorSignature> parameters;
-  std::vector<TensorSignature> results;
+  std::string key = {};
+  std::string graph_hash = {};
+  KeyIngredients ingredients = {};
+  std::vector<TensorSignature> parameters = {};
+  std::vector<TensorSignature> results = {};
   // For listings.
   int64_t nodes = 0;
-  std::string module;
+  std::string module = {};
 };
 
 // Bounds on what a metadata text may hold; a longer text is not decoded.

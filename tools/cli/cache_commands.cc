@@ -29,14 +29,7 @@ void WarnIfDistrusted(const cache::Store& store) {
   if (!store.trusted()) std::cerr << "lazyrt: warning: " << store.warning() << '\n';
 }
 
-std::string OrDash(const std::optional<int64_t>& value) { return value ? absl::StrCat(*value) : "-"; }
 
-// "lazyrt-sim-compiler/1" out of the producer version "lazyrt-sim-compiler/1; executable format 1".
-std::string CompilerPart(absl::string_view producer_version) {
-  return std::string(producer_version.substr(0, producer_version.find(';')));
-}
-
-Json OptionalJson(const std::optional<int64_t>& value) { return value ? Json(*value) : Json(nullptr); }
 
 // ------------------------------------------------------------------------------------------ ls ----
 
@@ -45,7 +38,7 @@ struct ListRow {
   const cache::ListedEntry* listed = nullptr;
   const cache::EntryHeader* header = nullptr;  // null when the header is damaged
   std::optional<cache::Miss> defect = std::nullopt;
-  std::optional<GraphSummary> graph = std::nullopt;
+  std::optional<cache::EntryMetadata> graph = std::nullopt;
 };
 
 ListRow MakeListRow(const cache::ListedEntry& listed) {
@@ -54,7 +47,7 @@ ListRow MakeListRow(const cache::ListedEntry& listed) {
     row.defect = std::get<cache::Miss>(listed.header);
   } else {
     row.defect = IdentityDefect(*row.header, listed.key);
-    row.graph = ParseGraphSummary(row.header->metadata);
+    row.graph = GraphOf(*row.header);
   }
   return row;
 }
@@ -73,11 +66,11 @@ Json ListRowJson(const ListRow& row) {
   json["created_unix_ms"] = header.created_unix_ms;
   json["compile_ms"] = header.compile_ms;
   json["producer_version"] = header.producer_version;
-  json["compiler_version"] = CompilerPart(header.producer_version);
+  json["compiler_version"] = CompilerOf(header.producer_version);
   if (row.graph) {
-    json["graph"] = {{"nodes", OptionalJson(row.graph->nodes)},
-                     {"parameters", OptionalJson(row.graph->parameters)},
-                     {"outputs", OptionalJson(row.graph->outputs)},
+    json["graph"] = {{"nodes", row.graph->nodes},
+                     {"parameters", row.graph->parameters.size()},
+                     {"outputs", row.graph->results.size()},
                      {"module", row.graph->module}};
   } else {
     json["graph"] = nullptr;
@@ -126,12 +119,12 @@ int RunLs(const Args& args) {
                     FormatLocalTime(row.listed->last_used), "-", "-", "-", "-", "-", state});
       continue;
     }
-    const std::optional<GraphSummary>& graph = row.graph;
+    const std::optional<cache::EntryMetadata>& graph = row.graph;
     table.AddRow({row.listed->key, FormatBytes(row.listed->file_bytes), FormatBytes(row.header->raw_size),
                   FormatLocalTime(absl::FromUnixMillis(row.header->created_unix_ms)),
                   FormatLocalTime(row.listed->last_used), FormatMs(row.header->compile_ms),
-                  graph ? OrDash(graph->nodes) : "-", graph ? OrDash(graph->parameters) : "-",
-                  graph ? OrDash(graph->outputs) : "-", CompilerPart(row.header->producer_version), state});
+                  graph ? absl::StrCat(graph->nodes) : "-", graph ? absl::StrCat(graph->parameters.size()) : "-",
+                  graph ? absl::StrCat(graph->results.size()) : "-", CompilerOf(row.header->producer_version), state});
   }
   if (!table.empty()) table.Print(std::cout);
   std::cout << rows.size() << (rows.size() == 1 ? " entry, " : " entries, ") << FormatBytes(total_bytes)
@@ -163,6 +156,8 @@ int RunStats(const Args& args) {
     json["damaged_removed"] = events.corrupt;
     json["compile_ms_saved"] = events.compile_ms_saved;
     json["unreadable_event_lines"] = events.unreadable_lines;
+    json["unread_event_log_bytes"] = events.unread_bytes;
+    json["ignored_event_log_files"] = events.foreign_files;
     std::cout << json.dump(2) << '\n';
     return kExitOk;
   }
@@ -190,6 +185,19 @@ int RunStats(const Args& args) {
   };
   if (events.unreadable_lines > 0) {
     fields.emplace_back("unreadable log lines", absl::StrCat(events.unreadable_lines, " (skipped)"));
+  }
+  if (events.unread_bytes > 0) {
+    fields.emplace_back("event log not read",
+                        absl::StrCat(FormatBytes(events.unread_bytes), " (the oldest, beyond the read limit)"));
+  }
+  if (events.foreign_files > 0) {
+    fields.emplace_back("event log names ignored",
+                        absl::StrCat(events.foreign_files, " (not regular files: a symlink, a FIFO, ...)"));
+  }
+  if (auto it = events.misses_by_reason.find(std::string(cache::MissReasonName(cache::MissReason::kKeyChanged)));
+      it != events.misses_by_reason.end()) {
+    fields.emplace_back("key changed", absl::StrCat(it->second, " misses found the same graph stored under a key "
+                                                    "of other ingredients (see the event log's details)"));
   }
   PrintFields(std::cout, fields);
   return kExitOk;

@@ -1,10 +1,6 @@
 #include "tools/cli/diag_command.h"
 
-#include <fcntl.h>
-#include <sys/stat.h>
-
 #include <algorithm>
-#include <cerrno>
 #include <iostream>
 #include <map>
 #include <string>
@@ -14,8 +10,8 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "cache/file_io.h"
 #include "nlohmann/json.hpp"
+#include "tools/cli/run_report_reader.h"
 
 namespace lazyrt::cli {
 namespace {
@@ -26,13 +22,8 @@ using Json = nlohmann::ordered_json;
 // The optional fields a finding may carry about what changed, in the order they read best.
 constexpr const char* kDetailFields[] = {"cause", "what", "before", "now"};
 
-struct Finding {
-  std::string kind;
-  std::string location;
-  int64_t count = 0;
-  std::string message;
-  Json json;  // the finding as the report holds it
-};
+// Read and validated by run_report_reader.h.
+using Finding = ReportFinding;
 
 struct FindingGroup {
   std::string kind;
@@ -42,40 +33,7 @@ struct FindingGroup {
 
 std::string StringField(const Json& object, const char* name) {
   auto it = object.find(name);
-  if (it == object.end()) return "";
-  return it->is_string() ? it->get<std::string>() : it->dump();
-}
-
-absl::StatusOr<std::vector<Finding>> ReadFindings(const std::string& path) {
-  // The cache's file helpers: their errors name the path and the system's reason.
-  cache::UniqueFd fd(open(path.c_str(), O_RDONLY | O_CLOEXEC));
-  struct stat info;
-  if (!fd.valid() || fstat(fd.get(), &info) != 0) {
-    return cache::ErrnoError(errno, "cannot read run report", path);
-  }
-  absl::StatusOr<std::string> text = cache::ReadRange(fd.get(), 0, static_cast<uint64_t>(info.st_size), path);
-  if (!text.ok()) return text.status();
-  const Json report = Json::parse(*text, nullptr, /*allow_exceptions=*/false);
-  if (report.is_discarded()) return absl::InvalidArgumentError(absl::StrCat(path, " is not JSON"));
-  if (!report.is_object() || !report.contains("findings") || !report.at("findings").is_array()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(path, " is not a run report: it has no \"findings\" array"));
-  }
-  std::vector<Finding> findings;
-  for (const Json& json : report.at("findings")) {
-    const size_t index = findings.size();
-    if (!json.is_object() || !json.contains("kind") || !json.at("kind").is_string() ||
-        !json.contains("count") || !json.at("count").is_number_integer()) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          path, ": finding ", index, " needs a string \"kind\" and an integer \"count\": ", json.dump()));
-    }
-    findings.push_back(Finding{.kind = json.at("kind").get<std::string>(),
-                               .location = StringField(json, "location"),
-                               .count = json.at("count").get<int64_t>(),
-                               .message = StringField(json, "message"),
-                               .json = json});
-  }
-  return findings;
+  return it == object.end() ? "" : ReportText(*it);
 }
 
 // Groups by kind. The worst first: groups by how often their kind occurred in all, findings within
@@ -85,7 +43,7 @@ std::vector<FindingGroup> GroupWorstFirst(std::vector<Finding> findings) {
   for (Finding& finding : findings) {
     FindingGroup& group = by_kind[finding.kind];
     group.kind = finding.kind;
-    group.total += finding.count;
+    group.total += finding.count;  // kMaxReportFindings x kMaxFindingCount < 2^57: no overflow
     group.findings.push_back(std::move(finding));
   }
   std::vector<FindingGroup> groups;
@@ -132,7 +90,7 @@ void PrintGroups(const std::string& path, const std::vector<FindingGroup>& group
 
 int RunDiag(const Args& args) {
   const std::string& path = args.positionals()[0];
-  absl::StatusOr<std::vector<Finding>> findings = ReadFindings(path);
+  absl::StatusOr<std::vector<Finding>> findings = ReadReportFindings(path);
   if (!findings.ok()) return Fail(findings.status());
   const size_t count = findings->size();
   const std::vector<FindingGroup> groups = GroupWorstFirst(*std::move(findings));
@@ -142,7 +100,7 @@ int RunDiag(const Args& args) {
     for (const FindingGroup& group : groups) {
       for (const Finding& finding : group.findings) sorted.push_back(finding.json);
     }
-    std::cout << Json{{"findings", std::move(sorted)}}.dump(2) << '\n';
+    std::cout << DumpReportJson(Json{{"findings", std::move(sorted)}}, 2) << '\n';
   } else if (count == 0) {
     std::cout << "no findings in " << path << '\n';
   } else {

@@ -236,9 +236,13 @@ LookupResult Store::Lookup(absl::string_view key, const EntryMetadata* expected)
 }
 
 void Store::ReportUnloadable(absl::string_view key, absl::string_view message) {
+  ReportUnusable(key, Miss{MissReason::kUnloadable, std::string(message)});
+}
+
+void Store::ReportUnusable(absl::string_view key, const Miss& miss) {
   UniqueFd fd;
   if (ValidateKey(key).ok()) OpenRegularFile(PathInDir(dir_, EntryFileName(key)), fd);
-  RecordMiss(key, Miss{MissReason::kUnloadable, std::string(message)}, fd.get());
+  RecordMiss(key, miss, fd.get());
 }
 
 void Store::RecordMiss(absl::string_view key, const Miss& miss, int fd) {

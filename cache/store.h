@@ -137,6 +137,11 @@ class Store {
   // earlier hit stays counted.
   void ReportUnloadable(absl::string_view key, absl::string_view message);
 
+  // The caller found a hit on `key` unusable for `miss`'s reason (e.g. graph_mismatch: the loaded
+  // executable does not fit the graph): counts and logs the miss and removes the entry, as
+  // ReportUnloadable does.
+  void ReportUnusable(absl::string_view key, const Miss& miss);
+
   // Stores `payload` under `key`, replacing any entry there, with the compile time a hit will save
   // and the caller's `metadata` text. OK with an outcome saying whether it wrote or why it skipped.
   // A failure (no space, no permission, directory gone) is a non-OK status naming the path and the

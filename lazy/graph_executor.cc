@@ -8,6 +8,7 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "cache/entry_metadata.h"
 #include "cache/store.h"
 #include "ir/graph_signature.h"
 #include "ir/post_order.h"
@@ -44,11 +45,37 @@ void WarnOnce(const std::string& text) {
   if (seen->insert(text).second) std::fprintf(stderr, "lazyrt: warning: %s\n", text.c_str());
 }
 
+// The device's name of a dtype, as a loaded executable's shapes name it (the graph signature of a
+// cache entry is in the device's terms, so that the CLI can check an executable without the IR).
+absl::string_view DeviceTypeName(DType dtype) {
+  switch (dtype) {
+    case DType::kF32: return "f32";
+    case DType::kF64: return "f64";
+    case DType::kBF16: return "bf16";
+    case DType::kF16: return "f16";
+    case DType::kI32: return "s32";
+    case DType::kI64: return "s64";
+    case DType::kBool: return "pred";
+  }
+  return "?";
+}
+
+cache::TensorSignature SignatureOf(const Shape& shape) {
+  return {std::string(DeviceTypeName(shape.dtype())), std::vector<int64_t>(shape.dims().begin(), shape.dims().end())};
+}
+
+std::vector<cache::TensorSignature> SignatureOf(const std::vector<pjrt::ArrayShape>& shapes) {
+  std::vector<cache::TensorSignature> out;
+  for (const pjrt::ArrayShape& s : shapes) out.push_back({std::string(pjrt::PrimitiveTypeName(s.type)), s.dims});
+  return out;
+}
+
 struct Executor {
   std::mutex mu;
   LruCache<ir::HashValue, std::shared_ptr<pjrt::Executable>> executables{kExecutableCacheCapacity};
   pjrt::CompileOptions compile_options;
-  // Everything besides the graph that changes the compiled result.
+  // Everything besides the graph that changes the compiled result, and its hash.
+  cache::KeyIngredients ingredients;
   ir::HashValue context_hash = 0;
   // The persistent cache (null when off or when its directory cannot be used).
   std::unique_ptr<cache::Store> store;
@@ -60,9 +87,16 @@ Executor& GetExecutor() {
     const Options& options = Runtime::Get().options();
     // The runtime's and the lowering rules' versions too: the same IR lowered by other rules is
     // another program.
-    const std::string context = absl::StrCat("lazyrt ", LAZYRT_VERSION, "|", lowering::kLoweringVersion, "|",
-                                             pjrt::Device::kKind, "|", pjrt::Executable::ProducerVersion(), "|",
-                                             ex->compile_options.Fingerprint(), "|devices=", options.devices);
+    ex->ingredients = {.lazyrt_version = LAZYRT_VERSION,
+                       .lowering_version = std::string(lowering::kLoweringVersion),
+                       .compiler_version = pjrt::Executable::ProducerVersion(),
+                       .device_kind = std::string(pjrt::Device::kKind),
+                       .device_count = options.devices,
+                       .compile_options = ex->compile_options.Fingerprint()};
+    const cache::KeyIngredients& k = ex->ingredients;
+    const std::string context = absl::StrCat("lazyrt ", k.lazyrt_version, "|", k.lowering_version, "|", k.device_kind,
+                                             "|", k.compiler_version, "|", k.compile_options,
+                                             "|devices=", k.device_count);
     ex->context_hash = ir::HashBytes(context.data(), context.size());
     if (options.persistent_cache) {
       absl::StatusOr<std::unique_ptr<cache::Store>> store = cache::Store::Open(
@@ -74,7 +108,7 @@ Executor& GetExecutor() {
       if (!store.ok()) {
         WarnOnce(absl::StrCat("persistent cache off: ", store.status().message()));
       } else {
-        if (!(*store)->trusted()) WarnOnce((*store)->warning());
+        if (!(*store)->warning().empty()) WarnOnce((*store)->warning());
         ex->store = *std::move(store);
       }
     }
@@ -86,24 +120,60 @@ Executor& GetExecutor() {
 // The persistent cache's name for a graph key.
 std::string DiskKey(ir::HashValue key) { return absl::StrCat("g", ir::HashToHex(key)); }
 
+// What a cache entry of the graph `order` (roots `roots`) records and a load checks: the key, the
+// graph's hash, the key's ingredients and the graph's signature.
+cache::EntryMetadata GraphMetadata(const Executor& ex, const std::string& key, const ir::PostOrder& order,
+                                   std::span<const ir::Value> roots) {
+  cache::EntryMetadata m;
+  m.key = key;
+  m.graph_hash = ir::HashToHex(order.dag_hash());
+  m.ingredients = ex.ingredients;
+  for (uint32_t pos : order.parameter_positions()) m.parameters.push_back(SignatureOf(order.nodes()[pos]->shape()));
+  for (const ir::Value& root : roots) m.results.push_back(SignatureOf(root.shape()));
+  m.nodes = static_cast<int64_t>(order.size());
+  return m;
+}
+
+void CountDiskMiss(cache::MissReason reason) {
+  Counter("persistent_cache_miss").fetch_add(1);
+  Counter(absl::StrCat("persistent_cache_miss_", cache::MissReasonName(reason))).fetch_add(1);
+}
+
 // Step 5: the executable stored under `key` by an earlier process, or null (a miss, counted by
-// reason; an entry that does not load is reported, removed and compiled afresh).
-std::shared_ptr<pjrt::Executable> LoadFromDisk(Executor& ex, pjrt::Client& client, const std::string& key) {
+// reason). The entry must fit the graph: its recorded signature is checked by the store, and the
+// loaded executable's parameters and results against the graph's, since a checksum proves an entry
+// undamaged, not that it belongs here. An entry that does not load or fit is reported, removed and
+// compiled afresh.
+std::shared_ptr<pjrt::Executable> LoadFromDisk(Executor& ex, pjrt::Client& client, const std::string& key,
+                                               const cache::EntryMetadata& graph) {
   if (ex.store == nullptr) return nullptr;
   const Clock::time_point start = Clock::now();
-  cache::LookupResult found = ex.store->Lookup(key);
+  cache::LookupResult found = ex.store->Lookup(key, &graph);
   if (const cache::Miss* miss = std::get_if<cache::Miss>(&found)) {
-    Counter("persistent_cache_miss").fetch_add(1);
-    Counter(absl::StrCat("persistent_cache_miss_", cache::MissReasonName(miss->reason))).fetch_add(1);
+    CountDiskMiss(miss->reason);
+    if (miss->reason == cache::MissReason::kGraphMismatch || miss->reason == cache::MissReason::kKeyChanged) {
+      WarnOnce(absl::StrCat("persistent cache miss for graph ", key, " (", cache::MissReasonName(miss->reason),
+                            "): ", miss->detail));
+    }
     return nullptr;
   }
   const cache::Entry& entry = std::get<cache::Entry>(found);
   absl::StatusOr<std::shared_ptr<pjrt::Executable>> loaded = client.LoadSerializedExecutable(entry.payload);
   if (!loaded.ok()) {
     ex.store->ReportUnloadable(key, loaded.status().message());
-    Counter("persistent_cache_miss").fetch_add(1);
-    Counter("persistent_cache_miss_unloadable").fetch_add(1);
+    CountDiskMiss(cache::MissReason::kUnloadable);
     WarnOnce(absl::StrCat("cache entry ", key, " did not load (", loaded.status().message(), "); compiling"));
+    return nullptr;
+  }
+  cache::EntryMetadata actual;
+  actual.key = key;
+  actual.parameters = SignatureOf((*loaded)->parameter_shapes());
+  actual.results = SignatureOf((*loaded)->output_shapes());
+  if (std::optional<std::string> mismatch = cache::SignatureMismatch(actual, graph)) {
+    const std::string detail = absl::StrCat("the entry's executable does not fit the graph: ", *mismatch);
+    ex.store->ReportUnusable(key, cache::Miss{cache::MissReason::kGraphMismatch, detail});
+    CountDiskMiss(cache::MissReason::kGraphMismatch);
+    WarnOnce(absl::StrCat("cache entry ", key, ": ", detail, "; compiling"));
     return nullptr;
   }
   Counter("persistent_cache_hit").fetch_add(1);
@@ -112,14 +182,14 @@ std::shared_ptr<pjrt::Executable> LoadFromDisk(Executor& ex, pjrt::Client& clien
   return *std::move(loaded);
 }
 
-// Stores a freshly compiled executable for later processes. Failing to write is a warning.
-void StoreOnDisk(Executor& ex, const std::string& key, const pjrt::Executable& exe, const ir::PostOrder& order,
-                 size_t outputs, double compile_ms) {
+// Stores a freshly compiled executable for later processes, with the graph's metadata. Failing to
+// write is a warning.
+void StoreOnDisk(Executor& ex, const std::string& key, const pjrt::Executable& exe, cache::EntryMetadata metadata,
+                 double compile_ms) {
   if (ex.store == nullptr) return;
-  const std::string metadata =
-      absl::StrCat("{\"nodes\": ", order.size(), ", \"parameters\": ", order.parameter_positions().size(),
-                   ", \"outputs\": ", outputs, ", \"module\": \"", exe.proto().module_name(), "\"}");
-  absl::StatusOr<cache::PutOutcome> put = ex.store->Put(key, exe.Serialize(), compile_ms, metadata);
+  metadata.module = exe.proto().module_name();
+  absl::StatusOr<cache::PutOutcome> put =
+      ex.store->Put(key, exe.Serialize(), compile_ms, cache::EncodeEntryMetadata(metadata));
   if (!put.ok()) {
     Counter("persistent_cache_write_failure").fetch_add(1);
     WarnOnce(absl::StrCat("could not store a compiled graph in the persistent cache: ", put.status().message()));
@@ -233,7 +303,8 @@ void Sync(Device device, SyncCause cause, const SourceLocation& loc) {
     exe = *hit;
     Counter("executable_cache_hit").fetch_add(1);
     event.outcome = SyncOutcome::kMemoryHit;
-  } else if ((exe = LoadFromDisk(ex, rt.client(), DiskKey(key))) != nullptr) {
+  } else if ((exe = LoadFromDisk(ex, rt.client(), DiskKey(key), GraphMetadata(ex, DiskKey(key), order, roots))) !=
+             nullptr) {
     ex.executables.Put(key, exe);
     event.outcome = SyncOutcome::kDiskHit;
     event.load_ms = MsSince(lookup_start);
@@ -257,7 +328,7 @@ void Sync(Device device, SyncCause cause, const SourceLocation& loc) {
     exe = *std::move(compiled);
     ex.executables.Put(key, exe);
     Counter("graphs_compiled").fetch_add(1);
-    StoreOnDisk(ex, DiskKey(key), *exe, order, roots.size(), compile_ms);
+    StoreOnDisk(ex, DiskKey(key), *exe, GraphMetadata(ex, DiskKey(key), order, roots), compile_ms);
   }
 
   // Execute; then 7: the synced tensors hold device buffers and drop their IR.
@@ -274,6 +345,11 @@ void Sync(Device device, SyncCause cause, const SourceLocation& loc) {
   ThrowIfError(results.status(), "sync: launching the graph", loc);
   if (timing) {
     state.device->stream().Enqueue([exec_times, index = PeekNextSyncIndex()] { RecordExecution(index, *exec_times, NowMs()); });
+  }
+  if (results->size() != pending.size()) {  // an executable that does not fit would index out of bounds
+    ThrowIfError(absl::InternalError(absl::StrCat("the executable gave ", results->size(), " results for ",
+                                                  pending.size(), " pending tensors")),
+                 "sync: launching the graph", loc);
   }
   for (size_t i = 0; i < pending.size(); ++i) {
     pending[i]->buffer = (*results)[i];

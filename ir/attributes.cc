@@ -9,7 +9,9 @@ namespace lazyrt::ir {
 
 absl::string_view AttrKeyName(AttrKey key) {
   switch (key) {
-    case AttrKey::kDims: return "dims";
+    case AttrKey::kAxes: return "axes";
+    case AttrKey::kPermutation: return "permutation";
+    case AttrKey::kSizes: return "sizes";
     case AttrKey::kKeepDim: return "keepdim";
     case AttrKey::kDType: return "dtype";
     case AttrKey::kAxis: return "axis";
@@ -19,8 +21,7 @@ absl::string_view AttrKeyName(AttrKey key) {
     case AttrKey::kNumClasses: return "num_classes";
     case AttrKey::kValue: return "value";
     case AttrKey::kStream: return "stream";
-    case AttrKey::kTransposeA: return "transpose_a";
-    case AttrKey::kTransposeB: return "transpose_b";
+    case AttrKey::kApproximate: return "approximate";
   }
   return "?";
 }

@@ -14,7 +14,9 @@
 namespace lazyrt::ir {
 
 enum class AttrKey : uint8_t {
-  kDims,        // vector: reduce/permute dims, reshape/expand target sizes
+  kAxes,         // vector: the dims a reduction reduces (sorted)
+  kPermutation,  // vector: Permute: result dim i is operand dim permutation[i]
+  kSizes,        // vector: Reshape/Expand target sizes
   kKeepDim,     // bool: reductions keep reduced dims as size 1
   kDType,       // DType: Convert target
   kAxis,        // int: concat, index_select, gather, softmax, argmax
@@ -24,8 +26,7 @@ enum class AttrKey : uint8_t {
   kNumClasses,  // int: one_hot
   kValue,       // double: a Constant's value (static scalars only)
   kStream,      // int: which random stream of the step an Rng op draws from
-  kTransposeA,  // bool: MatMul reads its left operand transposed
-  kTransposeB,  // bool: MatMul reads its right operand transposed
+  kApproximate, // bool: Gelu uses the tanh approximation instead of erf
 };
 
 absl::string_view AttrKeyName(AttrKey key);

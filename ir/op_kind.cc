@@ -4,11 +4,11 @@ namespace lazyrt::ir {
 
 absl::string_view OpKindName(OpKind op) {
   switch (op) {
-#define LAZYRT_X(name, category) \
-  case OpKind::k##name:          \
+#define LAZYRT_IR_ROW(name, category) \
+  case OpKind::k##name:               \
     return #name;
-    LAZYRT_IR_OPS(LAZYRT_X)
-#undef LAZYRT_X
+    LAZYRT_IR_ALL_OPS(LAZYRT_IR_ROW)
+#undef LAZYRT_IR_ROW
   }
   return "?";
 }
@@ -22,25 +22,18 @@ std::optional<OpKind> OpKindFromName(absl::string_view name) {
 
 OpCategory CategoryOf(OpKind op) {
   switch (op) {
-#define LAZYRT_X(name, category) \
-  case OpKind::k##name:          \
+#define LAZYRT_IR_ROW(name, category) \
+  case OpKind::k##name:               \
     return OpCategory::category;
-    LAZYRT_IR_OPS(LAZYRT_X)
-#undef LAZYRT_X
+    LAZYRT_IR_ALL_OPS(LAZYRT_IR_ROW)
+#undef LAZYRT_IR_ROW
   }
   return OpCategory::kOther;
 }
 
 bool IsComparison(OpKind op) {
-  switch (op) {
-    case OpKind::kEq:
-    case OpKind::kNe:
-    case OpKind::kLt:
-    case OpKind::kLe:
-    case OpKind::kGt:
-    case OpKind::kGe: return true;
-    default: return false;
-  }
+  return op == OpKind::kEq || op == OpKind::kNe || op == OpKind::kLt || op == OpKind::kLe || op == OpKind::kGt ||
+         op == OpKind::kGe;
 }
 
 }  // namespace lazyrt::ir

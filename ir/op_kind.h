@@ -9,6 +9,8 @@ namespace lazyrt::ir {
 
 // X(Name, category). Categories: leaf (no operands), unary/binary/ternary (elementwise, NumPy
 // broadcasting between operands), other (shape-changing, reductions, contractions, composites).
+// Two more lists below complete the set: the floating unary math ops and the plain reductions, whose
+// rows also name their public function and the device opcode or combiner they lower to.
 #define LAZYRT_IR_OPS(X)                    \
   X(DeviceData, kLeaf)                      \
   X(Constant, kLeaf)                        \
@@ -17,12 +19,6 @@ namespace lazyrt::ir {
   X(RngNormal, kOther)                      \
   X(Neg, kUnary)                            \
   X(Abs, kUnary)                            \
-  X(Exp, kUnary)                            \
-  X(Log, kUnary)                            \
-  X(Sqrt, kUnary)                           \
-  X(Rsqrt, kUnary)                          \
-  X(Tanh, kUnary)                           \
-  X(Sigmoid, kUnary)                        \
   X(Relu, kUnary)                           \
   X(Gelu, kUnary)                           \
   X(Sign, kUnary)                           \
@@ -52,26 +48,54 @@ namespace lazyrt::ir {
   X(IndexSelect, kOther)                    \
   X(Gather, kOther)                         \
   X(OneHot, kOther)                         \
-  X(ReduceSum, kOther)                      \
-  X(ReduceMax, kOther)                      \
   X(ReduceMean, kOther)                     \
   X(Argmax, kOther)                         \
   X(MatMul, kOther)                         \
   X(Softmax, kOther)                        \
   X(LogSoftmax, kOther)
 
+// Elementwise math on floating values (integer inputs are computed in f32), category kUnary: X(Name,
+// public function lazyrt::fn(x), device opcode). Its gradient is FloatUnaryGrad<OpKind::kName> in
+// lazy/ops.cc, its element function the device opcode's row in pjrt_sim/opcode.h.
+#define LAZYRT_IR_FLOAT_UNARY_OPS(X) \
+  X(Exp, exp, Exp)                   \
+  X(Log, log, Log)                   \
+  X(Sqrt, sqrt, Sqrt)                \
+  X(Rsqrt, rsqrt, Rsqrt)             \
+  X(Tanh, tanh, Tanh)                \
+  X(Sigmoid, sigmoid, Logistic)      \
+  X(Erf, erf, Erf)                   \
+  X(Sin, sin, Sin)                   \
+  X(Cos, cos, Cos)
+
+// Reductions over dims with a device combiner, category kOther: X(Name, device combiner). Attributes:
+// kAxes (sorted), kKeepDim.
+#define LAZYRT_IR_REDUCE_OPS(X) \
+  X(ReduceSum, Sum)             \
+  X(ReduceMax, Max)             \
+  X(ReduceMin, Min)             \
+  X(ReduceProd, Prod)
+
+// Every IR op, as X(Name, category).
+#define LAZYRT_IR_FLOAT_UNARY_AS_OP(name, fn, device) LAZYRT_IR_ROW(name, kUnary)
+#define LAZYRT_IR_REDUCE_AS_OP(name, combiner) LAZYRT_IR_ROW(name, kOther)
+#define LAZYRT_IR_ALL_OPS(X)                           \
+  LAZYRT_IR_OPS(X)                                     \
+  LAZYRT_IR_FLOAT_UNARY_OPS(LAZYRT_IR_FLOAT_UNARY_AS_OP) \
+  LAZYRT_IR_REDUCE_OPS(LAZYRT_IR_REDUCE_AS_OP)
+
 enum class OpKind : uint16_t {
-#define LAZYRT_X(name, category) k##name,
-  LAZYRT_IR_OPS(LAZYRT_X)
-#undef LAZYRT_X
+#define LAZYRT_IR_ROW(name, category) k##name,
+  LAZYRT_IR_ALL_OPS(LAZYRT_IR_ROW)
+#undef LAZYRT_IR_ROW
 };
 
 enum class OpCategory : uint8_t { kLeaf, kUnary, kBinary, kTernary, kOther };
 
 inline constexpr OpKind kAllOpKinds[] = {
-#define LAZYRT_X(name, category) OpKind::k##name,
-    LAZYRT_IR_OPS(LAZYRT_X)
-#undef LAZYRT_X
+#define LAZYRT_IR_ROW(name, category) OpKind::k##name,
+    LAZYRT_IR_ALL_OPS(LAZYRT_IR_ROW)
+#undef LAZYRT_IR_ROW
 };
 
 // "Add", "MatMul", ...

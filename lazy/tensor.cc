@@ -10,6 +10,7 @@
 #include "lazy/metrics.h"
 #include "lazy/sync.h"
 #include "lazy/tracing.h"
+#include "lowering/dtype.h"
 #include "pjrt_sim/element_ops.h"
 
 namespace lazyrt {
@@ -87,8 +88,8 @@ Tensor MakeTensor(ir::OpKind op, ir::OperandList operands, Shape shape, int devi
 namespace {
 
 template <typename T>
-Tensor FromHost(std::span<const T> values, const std::vector<int64_t>& dims, DType dtype,
-                pjrt::PrimitiveType type, Device device, const SourceLocation& loc) {
+Tensor FromHost(std::span<const T> values, const std::vector<int64_t>& dims, DType dtype, Device device,
+                const SourceLocation& loc) {
   Shape shape(dtype, dims);
   for (int64_t d : dims) {
     if (d < 0) throw Error(absl::StrCat("FromData: negative dimension in ", shape.ToString()), loc);
@@ -101,7 +102,7 @@ Tensor FromHost(std::span<const T> values, const std::vector<int64_t>& dims, DTy
   detail::Runtime& rt = detail::Runtime::Get();
   detail::DeviceState& state = rt.device_state(device, loc);
   absl::StatusOr<std::shared_ptr<pjrt::Buffer>> buffer = rt.client().BufferFromHost(
-      values.data(), pjrt::ArrayShape{type, std::vector<int64_t>(dims.begin(), dims.end())}, state.device);
+      values.data(), pjrt::ArrayShape{lowering::DeviceType(dtype), std::vector<int64_t>(dims.begin(), dims.end())}, state.device);
   ThrowIfError(buffer.status(), "FromData", loc);
   static std::atomic<int64_t>& transfers = Counter("transfers_to_device");  // looked up once
   transfers.fetch_add(1);
@@ -114,19 +115,19 @@ Tensor FromHost(std::span<const T> values, const std::vector<int64_t>& dims, DTy
 
 Tensor Tensor::FromData(std::span<const float> values, const std::vector<int64_t>& dims, Device device,
                         SourceLocation loc) {
-  return FromHost(values, dims, DType::kF32, pjrt::PrimitiveType::kF32, device, loc);
+  return FromHost(values, dims, DType::kF32, device, loc);
 }
 Tensor Tensor::FromData(std::span<const double> values, const std::vector<int64_t>& dims, Device device,
                         SourceLocation loc) {
-  return FromHost(values, dims, DType::kF64, pjrt::PrimitiveType::kF64, device, loc);
+  return FromHost(values, dims, DType::kF64, device, loc);
 }
 Tensor Tensor::FromData(std::span<const int32_t> values, const std::vector<int64_t>& dims, Device device,
                         SourceLocation loc) {
-  return FromHost(values, dims, DType::kI32, pjrt::PrimitiveType::kS32, device, loc);
+  return FromHost(values, dims, DType::kI32, device, loc);
 }
 Tensor Tensor::FromData(std::span<const int64_t> values, const std::vector<int64_t>& dims, Device device,
                         SourceLocation loc) {
-  return FromHost(values, dims, DType::kI64, pjrt::PrimitiveType::kS64, device, loc);
+  return FromHost(values, dims, DType::kI64, device, loc);
 }
 Tensor Tensor::FromData(std::initializer_list<float> values, std::initializer_list<int64_t> dims,
                         Device device, SourceLocation loc) {
@@ -185,27 +186,15 @@ std::vector<T> ReadBack(const Tensor& t, SyncCause cause, const SourceLocation& 
   }
   Counter("transfers_to_host").fetch_add(1);
   std::vector<T> out(static_cast<size_t>(shape.numel()));
+  const pjrt::PrimitiveType type = lowering::DeviceType(shape.dtype());
   for (size_t i = 0; i < out.size(); ++i) {
-    double v = 0;
-    switch (shape.dtype()) {
-      case DType::kF32: { float x; std::memcpy(&x, raw.data() + i * 4, 4); v = x; break; }
-      case DType::kF64: std::memcpy(&v, raw.data() + i * 8, 8); break;
-      case DType::kBF16: { uint16_t x; std::memcpy(&x, raw.data() + i * 2, 2); v = pjrt::Bf16ToFloat(x); break; }
-      case DType::kF16: { uint16_t x; std::memcpy(&x, raw.data() + i * 2, 2); v = pjrt::HalfToFloat(x); break; }
-      case DType::kI32: { int32_t x; std::memcpy(&x, raw.data() + i * 4, 4); v = x; break; }
-      case DType::kI64: {
-        int64_t x;
-        std::memcpy(&x, raw.data() + i * 8, 8);
-        if constexpr (std::is_same_v<T, int64_t>) {  // no round trip through double
-          out[i] = x;
-          continue;
-        }
-        v = static_cast<double>(x);
-        break;
+    if constexpr (std::is_same_v<T, int64_t>) {
+      if (type == pjrt::PrimitiveType::kS64) {  // no round trip through double
+        std::memcpy(&out[i], raw.data() + i * 8, 8);
+        continue;
       }
-      case DType::kBool: v = raw[i]; break;
     }
-    out[i] = pjrt::SaturatingCast<T>(v);
+    out[i] = pjrt::SaturatingCast<T>(pjrt::LoadElement(raw.data(), type, static_cast<int64_t>(i)));
   }
   return out;
 }

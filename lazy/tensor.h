@@ -14,6 +14,7 @@
 
 #include "ir/dtype.h"
 #include "ir/node.h"
+#include "ir/op_kind.h"
 #include "ir/shape.h"
 #include "lazy/error.h"
 
@@ -224,15 +225,15 @@ Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b, LAZYRT_HERE);
 
 Tensor neg(const Tensor& x, LAZYRT_HERE);
 Tensor abs(const Tensor& x, LAZYRT_HERE);
-Tensor exp(const Tensor& x, LAZYRT_HERE);
-Tensor log(const Tensor& x, LAZYRT_HERE);
-Tensor sqrt(const Tensor& x, LAZYRT_HERE);
-Tensor rsqrt(const Tensor& x, LAZYRT_HERE);
-Tensor tanh(const Tensor& x, LAZYRT_HERE);
-Tensor sigmoid(const Tensor& x, LAZYRT_HERE);
+// exp, log, sqrt, rsqrt, tanh, sigmoid, erf, sin, cos: one per row of LAZYRT_IR_FLOAT_UNARY_OPS
+// (ir/op_kind.h). An integer tensor is computed in f32.
+#define LAZYRT_X(name, fn, device) Tensor fn(const Tensor& x, LAZYRT_HERE);
+LAZYRT_IR_FLOAT_UNARY_OPS(LAZYRT_X)
+#undef LAZYRT_X
 Tensor relu(const Tensor& x, LAZYRT_HERE);
-// The tanh approximation of GELU, as PyTorch's gelu(approximate="tanh").
-Tensor gelu(const Tensor& x, LAZYRT_HERE);
+// GELU as PyTorch's gelu: x * Phi(x) with the exact normal CDF (erf) by default; approximate = "tanh"
+// uses 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))). Another approximate is an error.
+Tensor gelu(const Tensor& x, absl::string_view approximate = "none", LAZYRT_HERE);
 Tensor sign(const Tensor& x, LAZYRT_HERE);
 Tensor cast(const Tensor& x, DType dtype, LAZYRT_HERE);
 
@@ -243,6 +244,9 @@ Tensor matmul(const Tensor& a, const Tensor& b, LAZYRT_HERE);
 Tensor sum(const Tensor& x, std::vector<int64_t> dims = {}, bool keepdim = false, LAZYRT_HERE);
 Tensor mean(const Tensor& x, std::vector<int64_t> dims = {}, bool keepdim = false, LAZYRT_HERE);
 Tensor max(const Tensor& x, std::vector<int64_t> dims = {}, bool keepdim = false, LAZYRT_HERE);
+Tensor min(const Tensor& x, std::vector<int64_t> dims = {}, bool keepdim = false, LAZYRT_HERE);
+// Product over dims; integer and bool tensors multiply in i64, as PyTorch's prod.
+Tensor prod(const Tensor& x, std::vector<int64_t> dims = {}, bool keepdim = false, LAZYRT_HERE);
 // Index of the largest element along `dim` (the first one on ties), as i64.
 Tensor argmax(const Tensor& x, int64_t dim, bool keepdim = false, LAZYRT_HERE);
 Tensor softmax(const Tensor& x, int64_t dim, LAZYRT_HERE);

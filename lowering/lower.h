@@ -15,12 +15,10 @@ namespace lazyrt::lowering {
 
 // The lowering rules' version: part of every graph key, so that an executable compiled from what an
 // older rule emitted is never found for the same IR. Bump it whenever a rule changes its output.
-inline constexpr absl::string_view kLoweringVersion = "lazyrt-lowering/1";
+inline constexpr absl::string_view kLoweringVersion = "lazyrt-lowering/2";
 
 // The Module computing the roots of `order`. Parameter i is the i-th DeviceData leaf of `order`
 // (order.parameter_positions()[i]); output j is root j. Fails only on an op with no lowering rule.
 absl::StatusOr<pjrt::proto::Module> LowerGraph(const ir::PostOrder& order, std::string name);
-
-pjrt::proto::ElementType ElementTypeOf(ir::DType dtype);
 
 }  // namespace lazyrt::lowering

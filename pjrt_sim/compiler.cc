@@ -4,11 +4,14 @@
 #include <chrono>
 #include <cstring>
 #include <functional>
+#include <optional>
 #include <random>
 
 #include "absl/strings/str_cat.h"
 #include "pjrt_sim/fusion.h"
 #include "pjrt_sim/hlo.h"
+#include "pjrt_sim/module_verifier.h"
+#include "pjrt_sim/status_macros.h"
 #include "pjrt_sim/kernels/fused_program.h"
 #include "pjrt_sim/passes.h"
 #include "pjrt_sim/thread_pool.h"
@@ -197,14 +200,17 @@ absl::StatusOr<std::shared_ptr<Executable>> Compile(const proto::Module& module,
   exe.set_device_kind(std::string(Device::kKind));
   exe.set_module_name(module.name());
   exe.set_module_instructions(module.instructions_size());
-  for (const proto::Instruction& inst : module.instructions()) (*exe.mutable_op_histogram())[OpcodeName(inst.opcode())]++;
 
-  absl::StatusOr<HloModule> hlo;
+  absl::Status verified;
   RunPass(exe, "verify", [&] {
-    hlo = FromProto(module);
+    verified = VerifyModule(module);
     return int64_t{0};
   });
-  if (!hlo.ok()) return hlo.status();
+  RETURN_IF_ERROR(verified);
+  for (const proto::Instruction& inst : module.instructions()) {
+    (*exe.mutable_op_histogram())[OpcodeName(static_cast<Opcode>(inst.opcode()))]++;
+  }
+  std::optional<HloModule> hlo = FromVerifiedProto(module);
   RunPass(exe, "dce", [&] { return EliminateDeadCode(*hlo); });
   for (int round = 0; round < 4; ++round) {
     int64_t changes = 0;

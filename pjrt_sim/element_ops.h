@@ -3,13 +3,15 @@
 // and never divide by zero or convert out of range (no undefined behaviour on any input).
 #pragma once
 
+#include <bit>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <limits>
 #include <type_traits>
 
-#include "pjrt_sim/module.pb.h"
+#include "pjrt_sim/opcode.h"
+#include "pjrt_sim/types.h"
 
 namespace lazyrt::pjrt {
 
@@ -46,100 +48,232 @@ To SaturatingCast(From v) {
   }
 }
 
+// `v` stored as one element of `type` at dst (rounded and saturated as a kernel's store would be).
+inline void StoreElement(double v, PrimitiveType type, void* dst) {
+  switch (type) {
+    case PrimitiveType::kF32: { const float x = static_cast<float>(v); std::memcpy(dst, &x, 4); return; }
+    case PrimitiveType::kF64: std::memcpy(dst, &v, 8); return;
+    case PrimitiveType::kBF16: { const uint16_t x = FloatToBf16(static_cast<float>(v)); std::memcpy(dst, &x, 2); return; }
+    case PrimitiveType::kF16: { const uint16_t x = FloatToHalf(static_cast<float>(v)); std::memcpy(dst, &x, 2); return; }
+    case PrimitiveType::kS32: { const int32_t x = SaturatingCast<int32_t>(v); std::memcpy(dst, &x, 4); return; }
+    case PrimitiveType::kS64: { const int64_t x = SaturatingCast<int64_t>(v); std::memcpy(dst, &x, 8); return; }
+    case PrimitiveType::kPred: { const uint8_t x = v != 0; std::memcpy(dst, &x, 1); return; }
+  }
+}
+
+// Element `i` of an array of `type`, as a double (exact for every type but s64 beyond 2^53).
+inline double LoadElement(const void* base, PrimitiveType type, int64_t i) {
+  const auto* bytes = static_cast<const unsigned char*>(base);
+  switch (type) {
+    case PrimitiveType::kF32: { float x; std::memcpy(&x, bytes + i * 4, 4); return x; }
+    case PrimitiveType::kF64: { double x; std::memcpy(&x, bytes + i * 8, 8); return x; }
+    case PrimitiveType::kBF16: { uint16_t x; std::memcpy(&x, bytes + i * 2, 2); return Bf16ToFloat(x); }
+    case PrimitiveType::kF16: { uint16_t x; std::memcpy(&x, bytes + i * 2, 2); return HalfToFloat(x); }
+    case PrimitiveType::kS32: { int32_t x; std::memcpy(&x, bytes + i * 4, 4); return x; }
+    case PrimitiveType::kS64: { int64_t x; std::memcpy(&x, bytes + i * 8, 8); return static_cast<double>(x); }
+    case PrimitiveType::kPred: return bytes[i];
+  }
+  return 0;  // unreachable: the switch covers every type
+}
+
 template <typename T>
 T Wrap(uint64_t v) {
   return static_cast<T>(static_cast<std::make_unsigned_t<T>>(v));
 }
 
+// The element functions the opcode table (opcode.h) names, for every compute type they accept.
+
 template <typename T>
-T ApplyUnary(proto::Opcode op, T x) {
+T Negate(T x) {
   if constexpr (std::is_floating_point_v<T>) {
-    switch (op) {
-      case proto::NEGATE: return -x;
-      case proto::ABS: return std::fabs(x);
-      case proto::EXP: return std::exp(x);
-      case proto::LOG: return std::log(x);
-      case proto::SQRT: return std::sqrt(x);
-      case proto::RSQRT: return T{1} / std::sqrt(x);
-      case proto::TANH: return std::tanh(x);
-      case proto::LOGISTIC: return T{1} / (T{1} + std::exp(-x));
-      case proto::SIGN: return std::isnan(x) ? x : static_cast<T>((x > 0) - (x < 0));
-      default: return x;
-    }
-  } else if constexpr (std::is_same_v<T, uint8_t>) {
-    return op == proto::NOT ? static_cast<T>(!x) : x;
+    return -x;
+  } else {
+    return Wrap<T>(std::make_unsigned_t<T>{0} - static_cast<std::make_unsigned_t<T>>(x));
+  }
+}
+template <typename T>
+T Abs(T x) {
+  if constexpr (std::is_floating_point_v<T>) {
+    return std::fabs(x);
+  } else {
+    return x < 0 ? Negate(x) : x;
+  }
+}
+template <typename T>
+T Sign(T x) {
+  if constexpr (std::is_floating_point_v<T>) {
+    if (std::isnan(x)) return x;
+  }
+  return static_cast<T>((x > T{0}) - (x < T{0}));
+}
+template <typename T>
+T Add(T a, T b) {
+  if constexpr (std::is_floating_point_v<T>) {
+    return a + b;
   } else {
     using U = std::make_unsigned_t<T>;
-    switch (op) {
-      case proto::NEGATE: return Wrap<T>(U{0} - static_cast<U>(x));
-      case proto::ABS: return x < 0 ? Wrap<T>(U{0} - static_cast<U>(x)) : x;
-      case proto::SIGN: return static_cast<T>((x > 0) - (x < 0));
-      default: return x;
-    }
+    return Wrap<T>(static_cast<U>(a) + static_cast<U>(b));
   }
+}
+template <typename T>
+T Subtract(T a, T b) {
+  if constexpr (std::is_floating_point_v<T>) {
+    return a - b;
+  } else {
+    using U = std::make_unsigned_t<T>;
+    return Wrap<T>(static_cast<U>(a) - static_cast<U>(b));
+  }
+}
+template <typename T>
+T Multiply(T a, T b) {
+  if constexpr (std::is_floating_point_v<T>) {
+    return a * b;
+  } else {
+    using U = std::make_unsigned_t<T>;
+    return Wrap<T>(static_cast<U>(a) * static_cast<U>(b));
+  }
+}
+template <typename T>
+T Divide(T a, T b) {
+  if constexpr (std::is_floating_point_v<T>) {
+    return a / b;
+  } else {
+    // XLA's convention: x / 0 = -1; the one overflowing quotient wraps.
+    if (b == 0) return T{-1};
+    if (a == std::numeric_limits<T>::min() && b == -1) return a;
+    return a / b;
+  }
+}
+template <typename T>
+T Power(T a, T b) {
+  if constexpr (std::is_floating_point_v<T>) {
+    return std::pow(a, b);
+  } else {
+    if (b < 0) return a == 1 ? T{1} : (a == -1 ? ((b & 1) ? T{-1} : T{1}) : T{0});
+    using U = std::make_unsigned_t<T>;
+    U result = 1, base = static_cast<U>(a);
+    for (T e = b; e > 0; e >>= 1) {
+      if (e & 1) result *= base;
+      base *= base;
+    }
+    return Wrap<T>(result);
+  }
+}
+// NaN-propagating, as XLA's max/min. `|`, not `||`: no branch, so loops of it vectorize (a != a is the
+// NaN test).
+template <typename T>
+T Maximum(T a, T b) {
+  if constexpr (std::is_floating_point_v<T>) {
+    return ((a != a) | (a > b)) ? a : b;
+  } else {
+    return a > b ? a : b;
+  }
+}
+template <typename T>
+T Minimum(T a, T b) {
+  if constexpr (std::is_floating_point_v<T>) {
+    return ((a != a) | (a < b)) ? a : b;
+  } else {
+    return a < b ? a : b;
+  }
+}
+// The identities of max and min.
+template <typename T>
+T Lowest() {
+  if constexpr (std::is_floating_point_v<T>) return -std::numeric_limits<T>::infinity();
+  return std::numeric_limits<T>::lowest();
+}
+template <typename T>
+T Highest() {
+  if constexpr (std::is_floating_point_v<T>) return std::numeric_limits<T>::infinity();
+  return std::numeric_limits<T>::max();
+}
+
+// Whether compute type T can hold a value of type class C (pred is uint8_t; floats are float or double).
+template <typename T>
+constexpr bool kComputes(TypeClass c) {
+  switch (c) {
+    case TypeClass::kAny: return true;
+    case TypeClass::kNumeric: return !std::is_same_v<T, uint8_t>;
+    case TypeClass::kFloat: return std::is_floating_point_v<T>;
+    case TypeClass::kPred: return std::is_same_v<T, uint8_t>;
+  }
+  return false;
+}
+
+// Unary opcode `op` applied to x.
+template <typename T>
+T ApplyUnary(Opcode op, T x) {
+  switch (op) {
+#define LAZYRT_X(name, number, types, fn)                                     \
+  case Opcode::k##name:                                                       \
+    if constexpr (kComputes<T>(TypeClass::types)) return static_cast<T>(fn); \
+    break;
+    LAZYRT_UNARY_OPCODES(LAZYRT_X)
+#undef LAZYRT_X
+#define LAZYRT_X(name, ...) case Opcode::k##name:
+    LAZYRT_BINARY_OPCODES(LAZYRT_X) LAZYRT_OTHER_OPCODES(LAZYRT_X)
+#undef LAZYRT_X
+    break;
+  }
+  OpcodeUnreachable("ApplyUnary", static_cast<int32_t>(op));
+}
+
+// Binary opcode `op` applied to a and b.
+template <typename T>
+T ApplyBinary(Opcode op, T a, T b) {
+  switch (op) {
+#define LAZYRT_X(name, number, types, fn)                                     \
+  case Opcode::k##name:                                                       \
+    if constexpr (kComputes<T>(TypeClass::types)) return static_cast<T>(fn); \
+    break;
+    LAZYRT_BINARY_OPCODES(LAZYRT_X)
+#undef LAZYRT_X
+#define LAZYRT_X(name, ...) case Opcode::k##name:
+    LAZYRT_UNARY_OPCODES(LAZYRT_X) LAZYRT_OTHER_OPCODES(LAZYRT_X)
+#undef LAZYRT_X
+    break;
+  }
+  OpcodeUnreachable("ApplyBinary", static_cast<int32_t>(op));
 }
 
 template <typename T>
-T ApplyBinary(proto::Opcode op, T a, T b) {
-  if constexpr (std::is_floating_point_v<T>) {
-    switch (op) {
-      case proto::ADD: return a + b;
-      case proto::SUBTRACT: return a - b;
-      case proto::MULTIPLY: return a * b;
-      case proto::DIVIDE: return a / b;
-      case proto::POWER: return std::pow(a, b);
-      // NaN-propagating, as XLA's max/min. `|`, not `||`: no branch, so loops of it vectorize
-      // (a != a is the NaN test).
-      case proto::MAXIMUM: return ((a != a) | (a > b)) ? a : b;
-      case proto::MINIMUM: return ((a != a) | (a < b)) ? a : b;
-      default: return a;
-    }
-  } else if constexpr (std::is_same_v<T, uint8_t>) {
-    switch (op) {
-      case proto::AND: return a && b;
-      case proto::OR: return a || b;
-      case proto::MAXIMUM: return a > b ? a : b;
-      case proto::MINIMUM: return a < b ? a : b;
-      default: return a;
-    }
-  } else {
-    using U = std::make_unsigned_t<T>;
-    switch (op) {
-      case proto::ADD: return Wrap<T>(static_cast<U>(a) + static_cast<U>(b));
-      case proto::SUBTRACT: return Wrap<T>(static_cast<U>(a) - static_cast<U>(b));
-      case proto::MULTIPLY: return Wrap<T>(static_cast<U>(a) * static_cast<U>(b));
-      case proto::DIVIDE:
-        // XLA's convention: x / 0 = -1; the one overflowing quotient wraps.
-        if (b == 0) return T{-1};
-        if (a == std::numeric_limits<T>::min() && b == -1) return a;
-        return a / b;
-      case proto::POWER: {
-        if (b < 0) return a == 1 ? T{1} : (a == -1 ? ((b & 1) ? T{-1} : T{1}) : T{0});
-        U result = 1, base = static_cast<U>(a);
-        for (T e = b; e > 0; e >>= 1) {
-          if (e & 1) result *= base;
-          base *= base;
-        }
-        return Wrap<T>(result);
-      }
-      case proto::MAXIMUM: return a > b ? a : b;
-      case proto::MINIMUM: return a < b ? a : b;
-      default: return a;
-    }
+uint8_t ApplyCompare(CompareDirection direction, T a, T b) {
+  switch (direction) {
+#define LAZYRT_X(name, number, fn) \
+  case CompareDirection::k##name: return fn;
+    LAZYRT_COMPARE_DIRECTIONS(LAZYRT_X)
+#undef LAZYRT_X
   }
+  OpcodeUnreachable("ApplyCompare", static_cast<int32_t>(direction));
 }
 
+// The result of reducing nothing with `combiner`.
 template <typename T>
-uint8_t ApplyCompare(proto::CompareDirection dir, T a, T b) {
-  switch (dir) {
-    case proto::EQ: return a == b;
-    case proto::NE: return a != b;
-    case proto::LT: return a < b;
-    case proto::LE: return a <= b;
-    case proto::GT: return a > b;
-    case proto::GE: return a >= b;
-    default: return 0;
+T ReduceIdentity(Combiner combiner) {
+  switch (combiner) {
+#define LAZYRT_X(name, number, types, identity, fn)                                \
+  case Combiner::k##name:                                                         \
+    if constexpr (kComputes<T>(TypeClass::types)) return static_cast<T>(identity); \
+    break;
+    LAZYRT_REDUCE_COMBINERS(LAZYRT_X)
+#undef LAZYRT_X
   }
+  OpcodeUnreachable("ReduceIdentity", static_cast<int32_t>(combiner));
+}
+
+// Accumulator a combined with value b.
+template <typename T>
+T Combine(Combiner combiner, T a, T b) {
+  switch (combiner) {
+#define LAZYRT_X(name, number, types, identity, fn)                          \
+  case Combiner::k##name:                                                   \
+    if constexpr (kComputes<T>(TypeClass::types)) return static_cast<T>(fn); \
+    break;
+    LAZYRT_REDUCE_COMBINERS(LAZYRT_X)
+#undef LAZYRT_X
+  }
+  OpcodeUnreachable("Combine", static_cast<int32_t>(combiner));
 }
 
 // Counter-based random bits: the same (seed, stream, index) gives the same bits on any thread in any

@@ -10,16 +10,16 @@
 namespace lazyrt::pjrt {
 namespace {
 
-bool IsView(Opcode op) { return op == proto::BROADCAST || op == proto::TRANSPOSE || op == proto::SLICE; }
-bool IsRng(Opcode op) { return op == proto::RNG_UNIFORM || op == proto::RNG_NORMAL; }
+bool IsView(Opcode op) { return op == Opcode::kBroadcast || op == Opcode::kTranspose || op == Opcode::kSlice; }
+bool IsRng(Opcode op) { return op == Opcode::kRngUniform || op == Opcode::kRngNormal; }
 // Ops whose values can be computed inside another kernel's program.
 bool IsFusable(Opcode op) {
-  return IsElementwise(op) || IsView(op) || op == proto::CONSTANT || op == proto::IOTA;
+  return IsElementwise(op) || IsView(op) || op == Opcode::kConstant || op == Opcode::kIota;
 }
 // Consumers that read their operands from memory (they cannot take a fused operand).
 bool ReadsMaterializedOperands(Opcode op) {
-  return op == proto::DOT || op == proto::ARGMAX || op == proto::INDEX_SELECT || op == proto::GATHER ||
-         op == proto::CONCATENATE || op == proto::RESHAPE;
+  return op == Opcode::kDot || op == Opcode::kArgmax || op == Opcode::kIndexSelect || op == Opcode::kGather ||
+         op == Opcode::kConcatenate || op == Opcode::kReshape;
 }
 
 // How a coordinate of some instruction is computed from the kernel's iteration coordinates:
@@ -55,7 +55,7 @@ class Emitter {
         continue;
       }
       const HloInst& inst = m_.insts[i];
-      if (inst.opcode == proto::PARAMETER || inst.opcode == proto::RESHAPE) continue;
+      if (inst.opcode == Opcode::kParameter || inst.opcode == Opcode::kReshape) continue;
       EmitKernel(static_cast<int64_t>(i));
     }
     return fused_away;
@@ -84,7 +84,7 @@ class Emitter {
       }
       // A reduction takes its operand fused only if it is the operand's sole reader (or the operand is
       // free to recompute).
-      if ((op == proto::REDUCE_SUM || op == proto::REDUCE_MAX) && IsElementwise(Inst(inst.operands[0]).opcode) &&
+      if (op == Opcode::kReduce && IsElementwise(Inst(inst.operands[0]).opcode) &&
           readers_[static_cast<size_t>(inst.operands[0])].size() > 1) {
         materialized_[static_cast<size_t>(inst.operands[0])] = true;
       }
@@ -93,7 +93,7 @@ class Emitter {
     std::vector<int64_t> steps(n, 0), program_steps(n, 1);
     for (size_t i = 0; i < n; ++i) {
       const HloInst& inst = m_.insts[i];
-      if (!IsFusable(inst.opcode) && inst.opcode != proto::REDUCE_SUM && inst.opcode != proto::REDUCE_MAX) continue;
+      if (!IsFusable(inst.opcode) && inst.opcode != Opcode::kReduce) continue;
       int64_t s = 1;
       for (int64_t op : inst.operands) {
         if (!materialized_[static_cast<size_t>(op)]) s += steps[static_cast<size_t>(op)];
@@ -168,11 +168,11 @@ class Emitter {
       proto::Slot* slot = exe_.add_slots();
       *slot->mutable_shape() = ToProto(inst.shape);
       slot_[i] = exe_.slots_size() - 1;
-      if (inst.opcode == proto::PARAMETER) {
+      if (inst.opcode == Opcode::kParameter) {
         slot->set_kind(proto::Slot::PARAMETER);
         slot->set_index(inst.parameter_number);
         *exe_.mutable_parameters(static_cast<int>(inst.parameter_number)) = ToProto(inst.shape);
-      } else if (inst.opcode == proto::RESHAPE) {
+      } else if (inst.opcode == Opcode::kReshape) {
         slot->set_kind(proto::Slot::ALIAS);
         slot->set_index(slot_[static_cast<size_t>(inst.operands[0])]);
       } else {
@@ -235,15 +235,15 @@ class Emitter {
       for (int64_t s : strides) step.add_strides(s);
     } else {
       switch (inst.opcode) {
-        case proto::CONSTANT:
-          step.set_opcode(proto::CONSTANT);
+        case Opcode::kConstant:
+          step.set_opcode(static_cast<int32_t>(Opcode::kConstant));
           step.set_value(inst.value);
           break;
-        case proto::IOTA: {
+        case Opcode::kIota: {
           // A rank-0 iota has no axis to count along (the verifier allows axis 0): it is `start`.
           const AxisMap a = static_cast<size_t>(inst.axis) < view.size() ? view[static_cast<size_t>(inst.axis)]
                                                                          : AxisMap{-1, 0, 0};
-          step.set_opcode(proto::IOTA);
+          step.set_opcode(static_cast<int32_t>(Opcode::kIota));
           step.set_axis(a.src);
           // Wrapping arithmetic, as the kernel's: the module's start and step are unbounded.
           const auto wrap = [](uint64_t v) { return static_cast<int64_t>(v); };
@@ -252,16 +252,16 @@ class Emitter {
           step.set_step(wrap(static_cast<uint64_t>(inst.stride[0]) * static_cast<uint64_t>(a.scale)));
           break;
         }
-        case proto::RNG_UNIFORM:
-        case proto::RNG_NORMAL: {
+        case Opcode::kRngUniform:
+        case Opcode::kRngNormal: {
           // Only ever a kernel root (never read through a view), so the point is the element index.
           const int64_t seed = Build(b, inst.operands[0], View{}, space_rank, false);
-          step.set_opcode(inst.opcode);
+          step.set_opcode(static_cast<int32_t>(inst.opcode));
           step.set_stream(inst.stream);
           step.add_args(seed);
           break;
         }
-        case proto::BROADCAST: {
+        case Opcode::kBroadcast: {
           const HloInst& in = Inst(inst.operands[0]);
           View v;
           for (size_t i = 0; i < inst.dims.size(); ++i) {
@@ -270,12 +270,12 @@ class Emitter {
           }
           return Memo(b, key, Build(b, inst.operands[0], v, space_rank, false));
         }
-        case proto::TRANSPOSE: {
+        case Opcode::kTranspose: {
           View v(view.size());
           for (size_t i = 0; i < inst.dims.size(); ++i) v[static_cast<size_t>(inst.dims[i])] = view[i];
           return Memo(b, key, Build(b, inst.operands[0], v, space_rank, false));
         }
-        case proto::SLICE: {
+        case Opcode::kSlice: {
           View v = view;
           for (size_t j = 0; j < v.size(); ++j) {
             // Along a result dim of size <= 1 the stride never matters (and may be huge: x[::2^62]).
@@ -284,11 +284,26 @@ class Emitter {
           }
           return Memo(b, key, Build(b, inst.operands[0], v, space_rank, false));
         }
-        default: {  // elementwise
+#define LAZYRT_X(name, ...) case Opcode::k##name:
+        LAZYRT_UNARY_OPCODES(LAZYRT_X) LAZYRT_BINARY_OPCODES(LAZYRT_X)
+#undef LAZYRT_X
+        case Opcode::kConvert:
+        case Opcode::kCompare:
+        case Opcode::kSelect:
           for (int64_t op : inst.operands) step.add_args(Build(b, op, view, space_rank, false));
-          step.set_opcode(inst.opcode);
-          step.set_direction(inst.direction);
-        }
+          step.set_opcode(static_cast<int32_t>(inst.opcode));
+          step.set_direction(static_cast<int32_t>(inst.direction));
+          break;
+        case Opcode::kParameter:
+        case Opcode::kReshape:
+        case Opcode::kConcatenate:
+        case Opcode::kIndexSelect:
+        case Opcode::kGather:
+        case Opcode::kReduce:
+        case Opcode::kArgmax:
+        case Opcode::kDot:
+          // Never fused (IsFusable): always materialized, so read by the load above.
+          OpcodeUnreachable("fusion: a program step", static_cast<int32_t>(inst.opcode));
       }
     }
     const int64_t index = AddStep(b, std::move(step));
@@ -322,18 +337,17 @@ class Emitter {
     k->set_label(Label(inst));
     ProgramBuilder b{k, id, {}, {}};
     switch (inst.opcode) {
-      case proto::REDUCE_SUM:
-      case proto::REDUCE_MAX: {
+      case Opcode::kReduce: {
         const HloInst& in = Inst(inst.operands[0]);
         k->set_kind(proto::Kernel::REDUCE);
-        k->set_reduce_op(inst.opcode);
+        k->set_combiner(static_cast<int32_t>(inst.combiner));
         for (int64_t d : inst.dims) k->add_reduce_dims(d);
         *k->mutable_iteration_shape() = ToProto(in.shape);
         Build(b, inst.operands[0], IdentityView(in.shape.dims.size()), in.shape.dims.size(),
               !materialized_[static_cast<size_t>(inst.operands[0])]);
         return;
       }
-      case proto::DOT: {
+      case Opcode::kDot: {
         const HloInst& a = Inst(inst.operands[0]);
         const HloInst& c = Inst(inst.operands[1]);
         const size_t r = inst.shape.dims.size();
@@ -353,27 +367,43 @@ class Emitter {
         k->set_rhs_batch_stride(c.shape.dims.size() == 2 ? 0 : kk * n);
         break;
       }
-      case proto::ARGMAX:
+      case Opcode::kArgmax:
         k->set_kind(proto::Kernel::ARGMAX);
         k->set_axis(inst.axis);
         break;
-      case proto::INDEX_SELECT:
+      case Opcode::kIndexSelect:
         k->set_kind(proto::Kernel::INDEX_SELECT);
         k->set_axis(inst.axis);
         break;
-      case proto::GATHER:
+      case Opcode::kGather:
         k->set_kind(proto::Kernel::GATHER);
         k->set_axis(inst.axis);
         break;
-      case proto::CONCATENATE:
+      case Opcode::kConcatenate:
         k->set_kind(proto::Kernel::CONCATENATE);
         k->set_axis(inst.axis);
         break;
-      default:
+#define LAZYRT_X(name, ...) case Opcode::k##name:
+      LAZYRT_UNARY_OPCODES(LAZYRT_X) LAZYRT_BINARY_OPCODES(LAZYRT_X)
+#undef LAZYRT_X
+      case Opcode::kConvert:
+      case Opcode::kCompare:
+      case Opcode::kSelect:
+      case Opcode::kConstant:
+      case Opcode::kIota:
+      case Opcode::kRngUniform:
+      case Opcode::kRngNormal:
+      case Opcode::kBroadcast:
+      case Opcode::kTranspose:
+      case Opcode::kSlice:
         k->set_kind(proto::Kernel::LOOP);
         *k->mutable_iteration_shape() = ToProto(inst.shape);
         Build(b, id, IdentityView(inst.shape.dims.size()), inst.shape.dims.size(), true);
         return;
+      case Opcode::kParameter:
+      case Opcode::kReshape:
+        // Slots, not kernels: a parameter's bytes are the caller's, a reshape aliases its operand's.
+        OpcodeUnreachable("fusion: a kernel", static_cast<int32_t>(inst.opcode));
     }
     for (int64_t op : inst.operands) k->add_inputs(slot_[static_cast<size_t>(op)]);
   }

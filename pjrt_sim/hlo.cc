@@ -1,8 +1,5 @@
 #include "pjrt_sim/hlo.h"
 
-#include "absl/strings/ascii.h"
-#include "pjrt_sim/module_verifier.h"
-
 namespace lazyrt::pjrt {
 
 PrimitiveType FromProto(proto::ElementType type) {
@@ -14,8 +11,10 @@ PrimitiveType FromProto(proto::ElementType type) {
     case proto::S32: return PrimitiveType::kS32;
     case proto::S64: return PrimitiveType::kS64;
     case proto::PRED: return PrimitiveType::kPred;
-    default: return PrimitiveType::kF32;  // unreachable for verified input
+    case proto::ElementType_INT_MIN_SENTINEL_DO_NOT_USE_:
+    case proto::ElementType_INT_MAX_SENTINEL_DO_NOT_USE_: break;
   }
+  return PrimitiveType::kF32;  // unreachable for verified input (the verifier and loader check the type)
 }
 
 proto::ElementType ToProto(PrimitiveType type) {
@@ -42,14 +41,13 @@ proto::Shape ToProto(const ArrayShape& shape) {
   return out;
 }
 
-absl::StatusOr<HloModule> FromProto(const proto::Module& module) {
-  if (absl::Status s = VerifyModule(module); !s.ok()) return s;
+HloModule FromVerifiedProto(const proto::Module& module) {
   HloModule out;
   out.name = module.name();
   out.insts.reserve(static_cast<size_t>(module.instructions_size()));
   for (const proto::Instruction& p : module.instructions()) {
     HloInst& h = out.insts.emplace_back();
-    h.opcode = p.opcode();
+    h.opcode = static_cast<Opcode>(p.opcode());
     h.operands.assign(p.operands().begin(), p.operands().end());
     h.shape = FromProto(p.shape());
     h.parameter_number = p.parameter_number();
@@ -59,55 +57,15 @@ absl::StatusOr<HloModule> FromProto(const proto::Module& module) {
     h.limit.assign(p.limit().begin(), p.limit().end());
     h.stride.assign(p.stride().begin(), p.stride().end());
     h.axis = p.axis();
-    h.direction = p.direction();
+    h.direction = static_cast<CompareDirection>(p.direction());
+    h.combiner = static_cast<Combiner>(p.combiner());
     h.stream = p.stream();
     h.transpose_lhs = p.transpose_lhs();
     h.transpose_rhs = p.transpose_rhs();
-    if (h.opcode == proto::PARAMETER) out.num_parameters = std::max(out.num_parameters, h.parameter_number + 1);
+    if (h.opcode == Opcode::kParameter) out.num_parameters = std::max(out.num_parameters, h.parameter_number + 1);
   }
   out.outputs.assign(module.outputs().begin(), module.outputs().end());
   return out;
 }
-
-bool IsUnary(Opcode op) {
-  switch (op) {
-    case proto::NEGATE:
-    case proto::ABS:
-    case proto::EXP:
-    case proto::LOG:
-    case proto::SQRT:
-    case proto::RSQRT:
-    case proto::TANH:
-    case proto::LOGISTIC:
-    case proto::SIGN:
-    case proto::NOT:
-    case proto::CONVERT: return true;
-    default: return false;
-  }
-}
-
-bool IsBinary(Opcode op) {
-  switch (op) {
-    case proto::ADD:
-    case proto::SUBTRACT:
-    case proto::MULTIPLY:
-    case proto::DIVIDE:
-    case proto::POWER:
-    case proto::MAXIMUM:
-    case proto::MINIMUM:
-    case proto::COMPARE:
-    case proto::AND:
-    case proto::OR: return true;
-    default: return false;
-  }
-}
-
-bool IsElementwise(Opcode op) { return IsUnary(op) || IsBinary(op) || op == proto::SELECT; }
-
-bool IsGenerator(Opcode op) {
-  return op == proto::CONSTANT || op == proto::IOTA || op == proto::RNG_UNIFORM || op == proto::RNG_NORMAL;
-}
-
-std::string OpcodeName(Opcode op) { return absl::AsciiStrToLower(proto::Opcode_Name(op)); }
 
 }  // namespace lazyrt::pjrt

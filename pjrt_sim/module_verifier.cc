@@ -1,6 +1,7 @@
 #include "pjrt_sim/module_verifier.h"
 
 #include <algorithm>
+#include <optional>
 #include <vector>
 
 #include "absl/strings/ascii.h"
@@ -22,6 +23,16 @@ std::string ShapeText(const proto::Shape& s) {
 bool IsFloat(proto::ElementType t) {
   return t == proto::F32 || t == proto::F64 || t == proto::BF16 || t == proto::F16;
 }
+absl::string_view TypeClassText(TypeClass types) {
+  switch (types) {
+    case TypeClass::kAny: return "any type";
+    case TypeClass::kNumeric: return "numeric types (arithmetic is not defined on pred)";
+    case TypeClass::kFloat: return "floating types";
+    case TypeClass::kPred: return "pred";
+  }
+  return "?";
+}
+
 bool IsInt(proto::ElementType t) { return t == proto::S32 || t == proto::S64; }
 
 bool SameDims(const proto::Shape& a, const proto::Shape& b) {
@@ -53,7 +64,14 @@ class Verifier {
 
   absl::Status Fail(int64_t id, const std::string& what) const {
     return absl::InvalidArgumentError(
-        absl::StrCat("%", id, " ", OpcodeName(m_.instructions(static_cast<int>(id)).opcode()), ": ", what));
+        absl::StrCat("%", id, " ", OpcodeName(static_cast<Opcode>(m_.instructions(static_cast<int>(id)).opcode())), ": ", what));
+  }
+
+  // The element types an op's row in the opcode table accepts.
+  absl::Status CheckTypeClass(int64_t id, TypeClass types, proto::ElementType type) const {
+    if (Accepts(types, FromProto(type))) return absl::OkStatus();
+    return Fail(id, absl::StrCat("takes ", TypeClassText(types), ", not ",
+                                 absl::AsciiStrToLower(proto::ElementType_Name(type))));
   }
 
   absl::Status CheckShape(int64_t id, const proto::Shape& s) const {
@@ -71,9 +89,8 @@ class Verifier {
 
   absl::Status CheckInstruction(int64_t id, std::vector<bool>& seen_param) {
     const proto::Instruction& inst = m_.instructions(static_cast<int>(id));
-    if (!proto::Opcode_IsValid(inst.opcode()) || inst.opcode() == proto::OPCODE_INVALID) {
-      return absl::InvalidArgumentError(absl::StrCat("%", id, ": invalid opcode ", inst.opcode()));
-    }
+    const std::optional<Opcode> opcode = OpcodeFromNumber(inst.opcode());
+    if (!opcode.has_value()) return absl::InvalidArgumentError(absl::StrCat("%", id, ": invalid opcode ", inst.opcode()));
     if (absl::Status s = CheckShape(id, inst.shape()); !s.ok()) return s;
     for (int64_t op : inst.operands()) {
       if (op < 0 || op >= id) return Fail(id, absl::StrCat("operand %", op, " is not an earlier instruction"));
@@ -87,9 +104,10 @@ class Verifier {
       return absl::OkStatus();
     };
     auto operand = [&](int i) -> const proto::Shape& { return ShapeOf(inst.operands(i)); };
-    const Opcode op = inst.opcode();
+    const Opcode op = *opcode;
 
-    if (op == proto::PARAMETER) {
+    switch (op) {
+      case Opcode::kParameter: {
       if (absl::Status s = want_operands(0); !s.ok()) return s;
       const int64_t p = inst.parameter_number();
       if (p < 0 || p >= m_.instructions_size()) return Fail(id, absl::StrCat("bad parameter number ", p));
@@ -98,47 +116,49 @@ class Verifier {
       seen_param[static_cast<size_t>(p)] = true;
       return absl::OkStatus();
     }
-    if (op == proto::CONSTANT) return want_operands(0);
-    if (op == proto::IOTA) {
+      case Opcode::kConstant: return want_operands(0);
+      case Opcode::kIota: {
       if (absl::Status s = want_operands(0); !s.ok()) return s;
       if (inst.axis() < 0 || inst.axis() >= std::max(rank, 1)) return Fail(id, "axis out of range");
       if (inst.start_size() != 1 || inst.stride_size() != 1) return Fail(id, "needs one start and one step");
       return absl::OkStatus();
     }
-    if (op == proto::RNG_UNIFORM || op == proto::RNG_NORMAL) {
+      case Opcode::kRngUniform:
+      case Opcode::kRngNormal: {
       if (absl::Status s = want_operands(1); !s.ok()) return s;
       if (operand(0).type() != proto::S64 || operand(0).dims_size() != 0) return Fail(id, "the seed must be s64[]");
       if (!IsFloat(out.type())) return Fail(id, "needs a floating result");
       return absl::OkStatus();
     }
-    if (IsUnary(op)) {
+#define LAZYRT_X(name, ...) case Opcode::k##name:
+      LAZYRT_UNARY_OPCODES(LAZYRT_X)
+#undef LAZYRT_X
+      case Opcode::kConvert: {
       if (absl::Status s = want_operands(1); !s.ok()) return s;
       if (!SameDims(operand(0), out)) {
         return Fail(id, absl::StrCat("operand ", ShapeText(operand(0)), " and result ", ShapeText(out), " differ"));
       }
-      if (op != proto::CONVERT && operand(0).type() != out.type()) return Fail(id, "operand and result types differ");
-      if (op == proto::NOT && out.type() != proto::PRED) return Fail(id, "needs pred");
-      const bool float_only = op == proto::EXP || op == proto::LOG || op == proto::SQRT || op == proto::RSQRT ||
-                              op == proto::TANH || op == proto::LOGISTIC;
-      if (float_only && !IsFloat(out.type())) return Fail(id, "needs a floating type");
-      return absl::OkStatus();
+      if (op != Opcode::kConvert && operand(0).type() != out.type()) return Fail(id, "operand and result types differ");
+      return CheckTypeClass(id, TypeClassOf(op), out.type());
     }
-    if (IsBinary(op)) {
+#define LAZYRT_X(name, ...) case Opcode::k##name:
+      LAZYRT_BINARY_OPCODES(LAZYRT_X)
+#undef LAZYRT_X
+      case Opcode::kCompare: {
       if (absl::Status s = want_operands(2); !s.ok()) return s;
       if (!SameDims(operand(0), out) || !SameDims(operand(1), out) || operand(0).type() != operand(1).type()) {
         return Fail(id, absl::StrCat("operands ", ShapeText(operand(0)), " and ", ShapeText(operand(1)),
                                      " do not match the result ", ShapeText(out)));
       }
-      const bool arithmetic = op == proto::ADD || op == proto::SUBTRACT || op == proto::MULTIPLY ||
-                              op == proto::DIVIDE || op == proto::POWER;
-      if (arithmetic && operand(0).type() == proto::PRED) return Fail(id, "arithmetic is not defined on pred");
-      const bool to_pred = op == proto::COMPARE;
+      const bool to_pred = op == Opcode::kCompare;
       if ((to_pred ? proto::PRED : operand(0).type()) != out.type()) return Fail(id, "wrong result type");
-      if ((op == proto::AND || op == proto::OR) && out.type() != proto::PRED) return Fail(id, "needs pred");
-      if (!proto::CompareDirection_IsValid(inst.direction())) return Fail(id, "invalid comparison direction");
-      return absl::OkStatus();
+      if (to_pred) {
+        if (!CompareDirectionFromNumber(inst.direction()).has_value()) return Fail(id, "invalid comparison direction");
+        return absl::OkStatus();
+      }
+      return CheckTypeClass(id, TypeClassOf(op), out.type());
     }
-    if (op == proto::SELECT) {
+      case Opcode::kSelect: {
       if (absl::Status s = want_operands(3); !s.ok()) return s;
       if (operand(0).type() != proto::PRED) return Fail(id, "the condition must be pred");
       for (int i = 0; i < 3; ++i) {
@@ -147,7 +167,7 @@ class Verifier {
       if (operand(1).type() != out.type() || operand(2).type() != out.type()) return Fail(id, "value types differ");
       return absl::OkStatus();
     }
-    if (op == proto::BROADCAST) {
+      case Opcode::kBroadcast: {
       if (absl::Status s = want_operands(1); !s.ok()) return s;
       const proto::Shape& in = operand(0);
       if (inst.dims_size() != in.dims_size() || in.type() != out.type()) return Fail(id, "dims must map every operand dimension");
@@ -160,7 +180,7 @@ class Verifier {
       }
       return absl::OkStatus();
     }
-    if (op == proto::RESHAPE) {
+      case Opcode::kReshape: {
       if (absl::Status s = want_operands(1); !s.ok()) return s;
       int64_t a = 1, b = 1;
       for (int64_t d : operand(0).dims()) a *= d;
@@ -170,7 +190,7 @@ class Verifier {
       }
       return absl::OkStatus();
     }
-    if (op == proto::TRANSPOSE) {
+      case Opcode::kTranspose: {
       if (absl::Status s = want_operands(1); !s.ok()) return s;
       const proto::Shape& in = operand(0);
       if (inst.dims_size() != rank || in.dims_size() != rank || in.type() != out.type()) return Fail(id, "bad permutation");
@@ -184,7 +204,7 @@ class Verifier {
       }
       return absl::OkStatus();
     }
-    if (op == proto::SLICE) {
+      case Opcode::kSlice: {
       if (absl::Status s = want_operands(1); !s.ok()) return s;
       const proto::Shape& in = operand(0);
       if (in.dims_size() != rank || inst.start_size() != rank || inst.limit_size() != rank ||
@@ -200,7 +220,7 @@ class Verifier {
       }
       return absl::OkStatus();
     }
-    if (op == proto::CONCATENATE) {
+      case Opcode::kConcatenate: {
       if (inst.operands_size() < 1) return Fail(id, "needs operands");
       if (inst.axis() < 0 || inst.axis() >= rank) return Fail(id, "axis out of range");
       int64_t total = 0;
@@ -215,13 +235,14 @@ class Verifier {
       if (total != out.dims(static_cast<int>(inst.axis()))) return Fail(id, "sizes along the axis do not add up");
       return absl::OkStatus();
     }
-    if (op == proto::INDEX_SELECT || op == proto::GATHER) {
+      case Opcode::kIndexSelect:
+      case Opcode::kGather: {
       if (absl::Status s = want_operands(2); !s.ok()) return s;
       const proto::Shape& in = operand(0);
       const proto::Shape& index = operand(1);
       if (in.dims_size() != rank || in.type() != out.type() || !IsInt(index.type())) return Fail(id, "bad operands");
       if (inst.axis() < 0 || inst.axis() >= rank) return Fail(id, "axis out of range");
-      if (op == proto::INDEX_SELECT) {
+      if (op == Opcode::kIndexSelect) {
         if (index.dims_size() != 1) return Fail(id, "the index must be 1-D");
         for (int d = 0; d < rank; ++d) {
           const int64_t want = d == inst.axis() ? index.dims(0) : in.dims(d);
@@ -235,19 +256,25 @@ class Verifier {
       }
       return absl::OkStatus();
     }
-    if (op == proto::REDUCE_SUM || op == proto::REDUCE_MAX || op == proto::ARGMAX) {
+      case Opcode::kReduce:
+      case Opcode::kArgmax: {
       if (absl::Status s = want_operands(1); !s.ok()) return s;
       const proto::Shape& in = operand(0);
       std::vector<int64_t> dims(inst.dims().begin(), inst.dims().end());
-      if (op == proto::ARGMAX) {
+      if (op == Opcode::kArgmax) {
         if (inst.axis() < 0 || inst.axis() >= in.dims_size()) return Fail(id, "axis out of range");
         if (in.dims(static_cast<int>(inst.axis())) == 0) return Fail(id, "argmax over an empty dimension");
         if (out.type() != proto::S64) return Fail(id, "result must be s64");
         dims = {inst.axis()};
       } else if (in.type() != out.type()) {
         return Fail(id, "operand and result types differ");
-      } else if (op == proto::REDUCE_SUM && in.type() == proto::PRED) {
-        return Fail(id, "a sum is not defined on pred (convert to an integer type first)");
+      } else {
+        const std::optional<Combiner> combiner = CombinerFromNumber(inst.combiner());
+        if (!combiner.has_value()) return Fail(id, absl::StrCat("invalid combiner ", inst.combiner()));
+        if (!Accepts(TypeClassOf(*combiner), FromProto(in.type()))) {
+          return Fail(id, absl::StrCat("a ", CombinerName(*combiner), " takes ", TypeClassText(TypeClassOf(*combiner)),
+                                       ", not ", ShapeText(in)));
+        }
       }
       for (size_t i = 0; i < dims.size(); ++i) {
         if (dims[i] < 0 || dims[i] >= in.dims_size() || (i > 0 && dims[i] <= dims[i - 1])) {
@@ -263,7 +290,7 @@ class Verifier {
       }
       return absl::OkStatus();
     }
-    if (op == proto::DOT) {
+      case Opcode::kDot: {
       if (absl::Status s = want_operands(2); !s.ok()) return s;
       const proto::Shape& a = operand(0);
       const proto::Shape& b = operand(1);
@@ -289,7 +316,8 @@ class Verifier {
       }
       return absl::OkStatus();
     }
-    return Fail(id, "unsupported opcode");
+    }
+    return Fail(id, "unsupported opcode");  // unreachable: the switch covers every opcode
   }
 
   const proto::Module& m_;

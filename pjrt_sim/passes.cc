@@ -9,6 +9,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "pjrt_sim/compute_type.h"
 #include "pjrt_sim/element_ops.h"
 
 namespace lazyrt::pjrt {
@@ -30,7 +31,7 @@ std::vector<int64_t> Identity(size_t n) {
   return v;
 }
 
-bool IsSplat(const HloInst& inst, double value) { return inst.opcode == proto::CONSTANT && inst.value == value; }
+bool IsSplat(const HloInst& inst, double value) { return inst.opcode == Opcode::kConstant && inst.value == value; }
 
 bool IsIdentityPermutation(const std::vector<int64_t>& perm) {
   for (size_t i = 0; i < perm.size(); ++i) {
@@ -59,25 +60,32 @@ std::vector<int64_t> UseCounts(const HloModule& module) {
   return uses;
 }
 
-// Calls f.template operator()<T>() with T the type `type` computes in.
-template <typename F>
-decltype(auto) WithComputeType(PrimitiveType type, F&& f) {
-  switch (type) {
-    case PrimitiveType::kF64: return f.template operator()<double>();
-    case PrimitiveType::kS32: return f.template operator()<int32_t>();
-    case PrimitiveType::kS64: return f.template operator()<int64_t>();
-    case PrimitiveType::kPred: return f.template operator()<uint8_t>();
-    default: return f.template operator()<float>();
-  }
-}
-
 // A value as stored in `type` and read back: what a kernel would load.
 double RoundTo(PrimitiveType type, double v) {
   switch (type) {
     case PrimitiveType::kBF16: return Bf16ToFloat(FloatToBf16(static_cast<float>(v)));
     case PrimitiveType::kF16: return HalfToFloat(FloatToHalf(static_cast<float>(v)));
-    default: return WithComputeType(type, [&]<typename T>() { return static_cast<double>(SaturatingCast<T>(v)); });
+    case PrimitiveType::kF32:
+    case PrimitiveType::kF64:
+    case PrimitiveType::kS32:
+    case PrimitiveType::kS64:
+    case PrimitiveType::kPred:
+      return DispatchComputeType(type, [&]<typename T>() { return static_cast<double>(SaturatingCast<T>(v)); });
   }
+  return v;  // unreachable: the switch covers every type
+}
+
+// Whether a reduction's result is one of its inputs (so reducing copies of a value gives the value).
+bool IsSelective(Combiner combiner) {
+  switch (combiner) {
+    case Combiner::kMax:
+    case Combiner::kMin:
+    case Combiner::kAll:
+    case Combiner::kAny: return true;
+    case Combiner::kSum:
+    case Combiner::kProd: return false;
+  }
+  return false;  // unreachable: the switch covers every combiner
 }
 
 }  // namespace
@@ -90,7 +98,7 @@ int64_t EliminateDeadCode(HloModule& module) {
   std::vector<bool> live(n, false);
   for (int64_t out : module.outputs) live[static_cast<size_t>(out)] = true;
   for (size_t i = n; i-- > 0;) {
-    if (module.insts[i].opcode == proto::PARAMETER) live[i] = true;
+    if (module.insts[i].opcode == Opcode::kParameter) live[i] = true;
     if (!live[i]) continue;
     for (int64_t op : module.insts[i].operands) live[static_cast<size_t>(op)] = true;
   }
@@ -114,14 +122,14 @@ int64_t EliminateCommonSubexpressions(HloModule& module) {
   for (size_t i = 0; i < module.insts.size(); ++i) {
     HloInst& inst = module.insts[i];
     for (int64_t& op : inst.operands) op = forward[static_cast<size_t>(op)];
-    if (inst.opcode == proto::PARAMETER) continue;
+    if (inst.opcode == Opcode::kParameter) continue;
     // The value by its bits: StrCat(double) keeps only 6 significant digits, which would merge
     // constants 1 and 1.0000001.
     const std::string key = absl::StrCat(
-        inst.opcode, "|", absl::StrJoin(inst.operands, ","), "|", inst.shape.ToString(), "|",
+        static_cast<int32_t>(inst.opcode), "|", absl::StrJoin(inst.operands, ","), "|", inst.shape.ToString(), "|",
         std::bit_cast<uint64_t>(inst.value), "|",
         absl::StrJoin(inst.dims, ","), "|", absl::StrJoin(inst.start, ","), "|", absl::StrJoin(inst.limit, ","),
-        "|", absl::StrJoin(inst.stride, ","), "|", inst.axis, "|", inst.direction, "|", inst.stream, "|",
+        "|", absl::StrJoin(inst.stride, ","), "|", inst.axis, "|", static_cast<int32_t>(inst.direction), "|", static_cast<int32_t>(inst.combiner), "|", inst.stream, "|",
         inst.transpose_lhs, inst.transpose_rhs);
     auto [it, inserted] = seen.emplace(key, static_cast<int64_t>(i));
     if (!inserted) {
@@ -150,38 +158,38 @@ int64_t SimplifyAlgebra(HloModule& module) {
     };
     const bool same_as_operand0 = !inst.operands.empty() && operand(0).shape == inst.shape;
     switch (inst.opcode) {
-      case proto::ADD:
+      case Opcode::kAdd:
         if (IsSplat(operand(1), 0) && same_as_operand0) replace_with(inst.operands[0]);
         else if (IsSplat(operand(0), 0) && operand(1).shape == inst.shape) replace_with(inst.operands[1]);
         break;
-      case proto::SUBTRACT:
+      case Opcode::kSubtract:
         if (IsSplat(operand(1), 0) && same_as_operand0) replace_with(inst.operands[0]);
         break;
-      case proto::MULTIPLY:
+      case Opcode::kMultiply:
         if (IsSplat(operand(1), 1) && same_as_operand0) replace_with(inst.operands[0]);
         else if (IsSplat(operand(0), 1) && operand(1).shape == inst.shape) replace_with(inst.operands[1]);
         break;
-      case proto::DIVIDE:
+      case Opcode::kDivide:
         if (IsSplat(operand(1), 1) && same_as_operand0) replace_with(inst.operands[0]);
         break;
-      case proto::NEGATE:
-        if (operand(0).opcode == proto::NEGATE) replace_with(operand(0).operands[0]);
+      case Opcode::kNegate:
+        if (operand(0).opcode == Opcode::kNegate) replace_with(operand(0).operands[0]);
         break;
-      case proto::CONVERT:
+      case Opcode::kConvert:
         if (same_as_operand0) replace_with(inst.operands[0]);
         break;
-      case proto::RESHAPE:
+      case Opcode::kReshape:
         if (same_as_operand0) {
           replace_with(inst.operands[0]);
-        } else if (operand(0).opcode == proto::RESHAPE) {
+        } else if (operand(0).opcode == Opcode::kReshape) {
           inst.operands[0] = operand(0).operands[0];
           ++changes;
         }
         break;
-      case proto::TRANSPOSE:
+      case Opcode::kTranspose:
         if (IsIdentityPermutation(inst.dims)) {
           replace_with(inst.operands[0]);
-        } else if (operand(0).opcode == proto::TRANSPOSE) {
+        } else if (operand(0).opcode == Opcode::kTranspose) {
           // result dim d = inner's dim dims[d] = source dim inner.dims[dims[d]].
           std::vector<int64_t> composed(inst.dims.size());
           for (size_t d = 0; d < composed.size(); ++d) {
@@ -191,12 +199,12 @@ int64_t SimplifyAlgebra(HloModule& module) {
           inst.dims = composed;
           ++changes;
           if (IsIdentityPermutation(inst.dims)) forward[i] = inst.operands[0];
-        } else if (operand(0).opcode == proto::DOT && SwapsLastTwoDims(inst.dims) &&
+        } else if (operand(0).opcode == Opcode::kDot && SwapsLastTwoDims(inst.dims) &&
                    uses[static_cast<size_t>(inst.operands[0])] == 1) {
           // (A B)^T = B^T A^T: the product computes the transposed result directly, written
           // contiguously, instead of being written and then read back with a stride.
           const HloInst dot = operand(0);
-          inst.opcode = proto::DOT;
+          inst.opcode = Opcode::kDot;
           inst.operands = {dot.operands[1], dot.operands[0]};
           inst.transpose_lhs = !dot.transpose_rhs;
           inst.transpose_rhs = !dot.transpose_lhs;
@@ -204,36 +212,63 @@ int64_t SimplifyAlgebra(HloModule& module) {
           ++changes;
         }
         break;
-      case proto::BROADCAST:
+      case Opcode::kBroadcast:
         if (same_as_operand0) {
           replace_with(inst.operands[0]);
-        } else if (operand(0).opcode == proto::CONSTANT) {
+        } else if (operand(0).opcode == Opcode::kConstant) {
           // A broadcast splat is a splat of the bigger shape.
-          inst.opcode = proto::CONSTANT;
+          inst.opcode = Opcode::kConstant;
           inst.value = operand(0).value;
           inst.operands.clear();
           inst.dims.clear();
           ++changes;
         }
         break;
-      case proto::SLICE:
+      case Opcode::kSlice:
         if (same_as_operand0) replace_with(inst.operands[0]);
         break;
-      case proto::REDUCE_SUM:
-      case proto::REDUCE_MAX:
+      case Opcode::kReduce:
         if (inst.dims.empty()) replace_with(inst.operands[0]);
         break;
-      case proto::DOT:
+      case Opcode::kDot:
         // dot(transpose(a), b) with only the last two dims swapped reads a transposed instead.
         for (size_t k = 0; k < 2; ++k) {
           const HloInst& t = operand(k);
-          if (t.opcode != proto::TRANSPOSE || !SwapsLastTwoDims(t.dims)) continue;
+          if (t.opcode != Opcode::kTranspose || !SwapsLastTwoDims(t.dims)) continue;
           inst.operands[k] = t.operands[0];
           (k == 0 ? inst.transpose_lhs : inst.transpose_rhs) ^= true;
           ++changes;
         }
         break;
-      default: break;
+      // No rewrite rule for the others.
+      case Opcode::kParameter:
+      case Opcode::kConstant:
+      case Opcode::kIota:
+      case Opcode::kRngUniform:
+      case Opcode::kRngNormal:
+      case Opcode::kAbs:
+      case Opcode::kExp:
+      case Opcode::kLog:
+      case Opcode::kSqrt:
+      case Opcode::kRsqrt:
+      case Opcode::kTanh:
+      case Opcode::kLogistic:
+      case Opcode::kSign:
+      case Opcode::kNot:
+      case Opcode::kErf:
+      case Opcode::kSin:
+      case Opcode::kCos:
+      case Opcode::kPower:
+      case Opcode::kMaximum:
+      case Opcode::kMinimum:
+      case Opcode::kCompare:
+      case Opcode::kAnd:
+      case Opcode::kOr:
+      case Opcode::kSelect:
+      case Opcode::kConcatenate:
+      case Opcode::kIndexSelect:
+      case Opcode::kGather:
+      case Opcode::kArgmax: break;
     }
   }
   for (int64_t& out : module.outputs) out = forward[static_cast<size_t>(out)];
@@ -243,11 +278,11 @@ int64_t SimplifyAlgebra(HloModule& module) {
 int64_t FoldConstants(HloModule& module) {
   int64_t changes = 0;
   for (HloInst& inst : module.insts) {
-    if (inst.operands.empty() || inst.opcode == proto::RNG_UNIFORM || inst.opcode == proto::RNG_NORMAL) continue;
+    if (inst.operands.empty() || inst.opcode == Opcode::kRngUniform || inst.opcode == Opcode::kRngNormal) continue;
     bool all_splat = true;
-    for (int64_t op : inst.operands) all_splat = all_splat && module.insts[static_cast<size_t>(op)].opcode == proto::CONSTANT;
+    for (int64_t op : inst.operands) all_splat = all_splat && module.insts[static_cast<size_t>(op)].opcode == Opcode::kConstant;
     // A reduction over an empty dimension yields its identity, not the splat.
-    if (!all_splat || (inst.opcode == proto::REDUCE_MAX && module.insts[static_cast<size_t>(inst.operands[0])].shape.numel() == 0)) {
+    if (!all_splat || (inst.opcode == Opcode::kReduce && module.insts[static_cast<size_t>(inst.operands[0])].shape.numel() == 0)) {
       continue;
     }
     auto arg_type = [&](size_t k) { return module.insts[static_cast<size_t>(inst.operands[k])].shape.type; };
@@ -255,32 +290,32 @@ int64_t FoldConstants(HloModule& module) {
     // type (0.1 as f32 or bf16, 2 as pred, 3e9 as s32), and the kernel rounds it first.
     auto arg = [&](size_t k) { return RoundTo(arg_type(k), module.insts[static_cast<size_t>(inst.operands[k])].value); };
     double value;
-    if (IsUnary(inst.opcode) && inst.opcode != proto::CONVERT) {
-      value = WithComputeType(inst.shape.type, [&]<typename T>() {
+    if (IsUnary(inst.opcode)) {
+      value = DispatchComputeType(inst.shape.type, [&]<typename T>() {
         return static_cast<double>(ApplyUnary<T>(inst.opcode, static_cast<T>(arg(0))));
       });
-    } else if (inst.opcode == proto::CONVERT) {
-      value = WithComputeType(inst.shape.type, [&]<typename T>() { return static_cast<double>(SaturatingCast<T>(arg(0))); });
-    } else if (inst.opcode == proto::COMPARE) {
-      value = WithComputeType(arg_type(0), [&]<typename T>() {
+    } else if (inst.opcode == Opcode::kConvert) {
+      value = DispatchComputeType(inst.shape.type, [&]<typename T>() { return static_cast<double>(SaturatingCast<T>(arg(0))); });
+    } else if (inst.opcode == Opcode::kCompare) {
+      value = DispatchComputeType(arg_type(0), [&]<typename T>() {
         return static_cast<double>(ApplyCompare<T>(inst.direction, static_cast<T>(arg(0)), static_cast<T>(arg(1))));
       });
     } else if (IsBinary(inst.opcode)) {
-      value = WithComputeType(inst.shape.type, [&]<typename T>() {
+      value = DispatchComputeType(inst.shape.type, [&]<typename T>() {
         return static_cast<double>(ApplyBinary<T>(inst.opcode, static_cast<T>(arg(0)), static_cast<T>(arg(1))));
       });
-    } else if (inst.opcode == proto::SELECT) {
+    } else if (inst.opcode == Opcode::kSelect) {
       value = arg(0) != 0 ? arg(1) : arg(2);
-    } else if (inst.opcode == proto::RESHAPE || inst.opcode == proto::TRANSPOSE || inst.opcode == proto::BROADCAST ||
-               inst.opcode == proto::SLICE || inst.opcode == proto::REDUCE_MAX) {
-      value = arg(0);  // a splat stays a splat
+    } else if (inst.opcode == Opcode::kReshape || inst.opcode == Opcode::kTranspose || inst.opcode == Opcode::kBroadcast ||
+               inst.opcode == Opcode::kSlice || (inst.opcode == Opcode::kReduce && IsSelective(inst.combiner))) {
+      value = arg(0);  // a splat stays a splat (and the max, min, all or any of copies of a value is it)
     } else {
       continue;  // sums of splats, dots, gathers...: left to the kernels
     }
     // A constant holds a double: an s64 result of magnitude 2^53 or more may have lost its low bits
     // already, so leave it to the kernel.
     if (inst.shape.type == PrimitiveType::kS64 && std::fabs(value) >= 0x1p53) continue;
-    inst.opcode = proto::CONSTANT;
+    inst.opcode = Opcode::kConstant;
     inst.value = RoundTo(inst.shape.type, value);
     inst.operands.clear();
     inst.dims.clear();

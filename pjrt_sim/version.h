@@ -11,7 +11,7 @@
 
 namespace lazyrt::pjrt {
 
-inline constexpr absl::string_view kCompilerVersion = "lazyrt-sim-compiler/3";
+inline constexpr absl::string_view kCompilerVersion = "lazyrt-sim-compiler/4";
 // 2: multi-output loop kernels.
 inline constexpr uint32_t kExecutableFormatVersion = 2;
 
@@ -22,7 +22,7 @@ struct ProducerVersion {
 
   // This build's.
   static ProducerVersion Current() { return {std::string(kCompilerVersion), kExecutableFormatVersion}; }
-  // The stored text, "lazyrt-sim-compiler/3; executable format 2".
+  // The stored text, "lazyrt-sim-compiler/4; executable format 2".
   std::string ToString() const;
   // The inverse of ToString; nullopt for any other text.
   static std::optional<ProducerVersion> Parse(absl::string_view text);

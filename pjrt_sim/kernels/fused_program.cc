@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <optional>
 #include <type_traits>
 
 #include "absl/strings/str_cat.h"
@@ -10,16 +11,6 @@
 #include "pjrt_sim/hlo.h"
 
 namespace lazyrt::pjrt {
-
-ComputeType ComputeTypeOf(PrimitiveType type) {
-  switch (type) {
-    case PrimitiveType::kF64: return ComputeType::kF64;
-    case PrimitiveType::kS32: return ComputeType::kS32;
-    case PrimitiveType::kS64: return ComputeType::kS64;
-    case PrimitiveType::kPred: return ComputeType::kPred;
-    default: return ComputeType::kF32;
-  }
-}
 
 // What a step's loop needs besides its own description and its arguments' values.
 struct FusedProgram::Context {
@@ -34,19 +25,6 @@ using Step = FusedProgram::Step;
 using Access = Step::Access;
 using Context = FusedProgram::Context;
 using StepFn = FusedProgram::StepFn;
-
-// Calls f.template operator()<T>() with T the C++ type of compute type `t`.
-template <typename F>
-decltype(auto) Dispatch(ComputeType t, F&& f) {
-  switch (t) {
-    case ComputeType::kF64: return f.template operator()<double>();
-    case ComputeType::kS32: return f.template operator()<int32_t>();
-    case ComputeType::kS64: return f.template operator()<int64_t>();
-    case ComputeType::kPred: return f.template operator()<uint8_t>();
-    case ComputeType::kF32: break;
-  }
-  return f.template operator()<float>();
-}
 
 // Reads element `i` of an array of `type` as compute type T.
 template <typename T>
@@ -80,8 +58,10 @@ bool Native(PrimitiveType type) {
     case PrimitiveType::kS32: return std::is_same_v<T, int32_t>;
     case PrimitiveType::kS64: return std::is_same_v<T, int64_t>;
     case PrimitiveType::kPred: return std::is_same_v<T, uint8_t>;
-    default: return false;
+    case PrimitiveType::kBF16:
+    case PrimitiveType::kF16: return false;
   }
+  return false;
 }
 
 // Copies `run` elements at `index`, `index + stride`, ... into `out`.
@@ -207,7 +187,7 @@ const void* NormalStep(const Step& s, const void* const* values, const Context& 
 // The opcode is a template argument: each loop is specialized and vectorized on its own. Loops count to
 // a local `n`, not to c.n: a pred store (uint8_t) may alias anything, so c.n would be reloaded every
 // iteration and the loop could not be vectorized.
-template <typename T, proto::Opcode kOp>
+template <typename T, Opcode kOp>
 const void* UnaryStep(const Step& s, const void* const* values, const Context& c, void* out) {
   const int64_t n = c.n;
   const T* x = Arg<T>(s, values, 0);
@@ -224,7 +204,7 @@ enum ScalarArg : int { kNoScalarArg = 0, kFirstScalar = 1, kSecondScalar = 2 };
 // scalar argument, if any, is read once.
 template <typename T, auto kOp, int kScalar>
 const void* PairStep(const Step& s, const void* const* values, const Context& c, void* out) {
-  constexpr bool kCompare = std::is_same_v<decltype(kOp), proto::CompareDirection>;
+  constexpr bool kCompare = std::is_same_v<decltype(kOp), CompareDirection>;
   using Out = std::conditional_t<kCompare, uint8_t, T>;
   const auto apply = [](T x, T y) -> Out {
     if constexpr (kCompare) {
@@ -280,67 +260,55 @@ const void* ConvertStep(const Step& s, const void* const* values, const Context&
   return out;
 }
 
-#define LAZYRT_OPCODE_CASE(STEP, OP) \
-  case proto::OP: return &STEP<T, proto::OP>;
-#define LAZYRT_SCALAR_FORM_CASE(STEP_FOR, OP) \
-  case proto::OP: return STEP_FOR<T, proto::OP>(scalar);
-
-// The loop that computes `s` (`scalar`: which argument a binary step reads as one element), or null
-// for an opcode Build rejects.
+// The loop that computes `s` (`scalar`: which argument a binary step reads as one element). Build has
+// checked the step's class and types, so every step has one.
 StepFn ChooseStepFn(const Step& s, int scalar) {
   const ComputeType ct = ComputeTypeOf(s.type);
-  if (s.load) return Dispatch(ct, []<typename T>() -> StepFn { return &LoadStep<T>; });
+  if (s.load) return DispatchComputeType(ct, []<typename T>() -> StepFn { return &LoadStep<T>; });
   switch (s.opcode) {
-    case proto::CONSTANT: return Dispatch(ct, []<typename T>() -> StepFn { return &ConstantStep<T>; });
-    case proto::IOTA: return Dispatch(ct, []<typename T>() -> StepFn { return &IotaStep<T>; });
-    case proto::RNG_UNIFORM: return Dispatch(ct, []<typename T>() -> StepFn { return &UniformStep<T>; });
-    case proto::RNG_NORMAL: return Dispatch(ct, []<typename T>() -> StepFn { return &NormalStep<T>; });
-    case proto::SELECT: return Dispatch(ct, []<typename T>() -> StepFn { return &SelectStep<T>; });
-    case proto::CONVERT:
-      return Dispatch(ct, [&]<typename To>() {
-        return Dispatch(ComputeTypeOf(s.arg_type), []<typename From>() -> StepFn { return &ConvertStep<To, From>; });
+    case Opcode::kConstant: return DispatchComputeType(ct, []<typename T>() -> StepFn { return &ConstantStep<T>; });
+    case Opcode::kIota: return DispatchComputeType(ct, []<typename T>() -> StepFn { return &IotaStep<T>; });
+    case Opcode::kRngUniform: return DispatchComputeType(ct, []<typename T>() -> StepFn { return &UniformStep<T>; });
+    case Opcode::kRngNormal: return DispatchComputeType(ct, []<typename T>() -> StepFn { return &NormalStep<T>; });
+    case Opcode::kSelect: return DispatchComputeType(ct, []<typename T>() -> StepFn { return &SelectStep<T>; });
+    case Opcode::kConvert:
+      return DispatchComputeType(ct, [&]<typename To>() {
+        return DispatchComputeType(s.arg_type, []<typename From>() -> StepFn { return &ConvertStep<To, From>; });
       });
-    case proto::COMPARE:
-      return Dispatch(ComputeTypeOf(s.arg_type), [&]<typename T>() -> StepFn {
+    case Opcode::kCompare:
+      return DispatchComputeType(s.arg_type, [&]<typename T>() -> StepFn {
         switch (s.direction) {
-          LAZYRT_SCALAR_FORM_CASE(PairStepFor, EQ)
-          LAZYRT_SCALAR_FORM_CASE(PairStepFor, NE)
-          LAZYRT_SCALAR_FORM_CASE(PairStepFor, LT)
-          LAZYRT_SCALAR_FORM_CASE(PairStepFor, LE)
-          LAZYRT_SCALAR_FORM_CASE(PairStepFor, GT)
-          LAZYRT_SCALAR_FORM_CASE(PairStepFor, GE)
-          default: return nullptr;
+#define LAZYRT_X(name, ...) \
+  case CompareDirection::k##name: return PairStepFor<T, CompareDirection::k##name>(scalar);
+          LAZYRT_COMPARE_DIRECTIONS(LAZYRT_X)
+#undef LAZYRT_X
         }
+        return nullptr;
       });
-    default:
-      return Dispatch(ct, [&]<typename T>() -> StepFn {
-        switch (s.opcode) {
-          LAZYRT_OPCODE_CASE(UnaryStep, NEGATE)
-          LAZYRT_OPCODE_CASE(UnaryStep, ABS)
-          LAZYRT_OPCODE_CASE(UnaryStep, EXP)
-          LAZYRT_OPCODE_CASE(UnaryStep, LOG)
-          LAZYRT_OPCODE_CASE(UnaryStep, SQRT)
-          LAZYRT_OPCODE_CASE(UnaryStep, RSQRT)
-          LAZYRT_OPCODE_CASE(UnaryStep, TANH)
-          LAZYRT_OPCODE_CASE(UnaryStep, LOGISTIC)
-          LAZYRT_OPCODE_CASE(UnaryStep, SIGN)
-          LAZYRT_OPCODE_CASE(UnaryStep, NOT)
-          LAZYRT_SCALAR_FORM_CASE(PairStepFor, ADD)
-          LAZYRT_SCALAR_FORM_CASE(PairStepFor, SUBTRACT)
-          LAZYRT_SCALAR_FORM_CASE(PairStepFor, MULTIPLY)
-          LAZYRT_SCALAR_FORM_CASE(PairStepFor, DIVIDE)
-          LAZYRT_SCALAR_FORM_CASE(PairStepFor, POWER)
-          LAZYRT_SCALAR_FORM_CASE(PairStepFor, MAXIMUM)
-          LAZYRT_SCALAR_FORM_CASE(PairStepFor, MINIMUM)
-          LAZYRT_SCALAR_FORM_CASE(PairStepFor, AND)
-          LAZYRT_SCALAR_FORM_CASE(PairStepFor, OR)
-          default: return nullptr;
-        }
-      });
+#define LAZYRT_X(name, ...)                                                          \
+  case Opcode::k##name:                                                              \
+    return DispatchComputeType(ct, []<typename T>() -> StepFn { return &UnaryStep<T, Opcode::k##name>; });
+      LAZYRT_UNARY_OPCODES(LAZYRT_X)
+#undef LAZYRT_X
+#define LAZYRT_X(name, ...)                                                                                 \
+  case Opcode::k##name:                                                                                     \
+    return DispatchComputeType(ct, [&]<typename T>() -> StepFn { return PairStepFor<T, Opcode::k##name>(scalar); });
+      LAZYRT_BINARY_OPCODES(LAZYRT_X)
+#undef LAZYRT_X
+    case Opcode::kParameter:
+    case Opcode::kBroadcast:
+    case Opcode::kReshape:
+    case Opcode::kTranspose:
+    case Opcode::kSlice:
+    case Opcode::kConcatenate:
+    case Opcode::kIndexSelect:
+    case Opcode::kGather:
+    case Opcode::kReduce:
+    case Opcode::kArgmax:
+    case Opcode::kDot: break;  // not steps: Build refuses them
   }
+  return nullptr;
 }
-#undef LAZYRT_OPCODE_CASE
-#undef LAZYRT_SCALAR_FORM_CASE
 
 // Rounds f32 values to bf16/f16 and back, exactly as if they had been stored and loaded: fused and
 // unfused programs give identical bits.
@@ -409,19 +377,26 @@ absl::StatusOr<FusedProgram> FusedProgram::Build(const google::protobuf::Repeate
       program.steps_.push_back(std::move(s));
       continue;
     }
-    s.opcode = p.opcode();
-    if (!proto::Opcode_IsValid(s.opcode)) return fail("invalid opcode");
+    const std::optional<Opcode> opcode = OpcodeFromNumber(p.opcode());
+    if (!opcode.has_value()) return fail(absl::StrCat("invalid opcode ", p.opcode()));
+    s.opcode = *opcode;
     int arity = 0;
-    if (IsUnary(s.opcode)) {
-      arity = 1;
-    } else if (IsBinary(s.opcode)) {
-      arity = 2;
-    } else if (s.opcode == proto::SELECT) {
-      arity = 3;
-    } else if (s.opcode == proto::RNG_UNIFORM || s.opcode == proto::RNG_NORMAL) {
-      arity = 1;  // the seed
-    } else if (s.opcode != proto::CONSTANT && s.opcode != proto::IOTA) {
-      return fail(absl::StrCat("opcode ", OpcodeName(s.opcode), " cannot be fused"));
+    switch (ClassOf(s.opcode)) {
+      case OpClass::kUnary:
+      case OpClass::kConvert: arity = 1; break;
+      case OpClass::kBinary:
+      case OpClass::kCompare: arity = 2; break;
+      case OpClass::kSelect: arity = 3; break;
+      case OpClass::kGenerator:
+        arity = s.opcode == Opcode::kRngUniform || s.opcode == Opcode::kRngNormal ? 1 : 0;  // RNG: the seed
+        break;
+      case OpClass::kParameter:
+      case OpClass::kView:
+      case OpClass::kReshape:
+      case OpClass::kDataMovement:
+      case OpClass::kReduce:
+      case OpClass::kArgmax:
+      case OpClass::kDot: return fail(absl::StrCat("opcode ", OpcodeName(s.opcode), " cannot be fused"));
     }
     if (p.args_size() != arity) return fail("wrong number of arguments");
     for (int a = 0; a < arity; ++a) {
@@ -430,29 +405,33 @@ absl::StatusOr<FusedProgram> FusedProgram::Build(const google::protobuf::Repeate
     }
     const auto arg_type = [&](int a) { return program.steps_[static_cast<size_t>(s.args[a])].type; };
     if (arity > 0) s.arg_type = arg_type(0);
-    if ((s.opcode == proto::RNG_UNIFORM || s.opcode == proto::RNG_NORMAL)) {
+    if ((s.opcode == Opcode::kRngUniform || s.opcode == Opcode::kRngNormal)) {
       if (s.arg_type != PrimitiveType::kS64) return fail("the seed must be s64");
       if (ComputeTypeOf(s.type) != ComputeType::kF32 && ComputeTypeOf(s.type) != ComputeType::kF64) {
         return fail("random values must be floating");
       }
-    } else if (s.opcode == proto::COMPARE) {
+    } else if (s.opcode == Opcode::kCompare) {
       if (s.type != PrimitiveType::kPred || arg_type(1) != s.arg_type) return fail("bad compare types");
-      if (!proto::CompareDirection_IsValid(p.direction())) return fail("bad direction");
-    } else if (s.opcode == proto::SELECT) {
+      const std::optional<CompareDirection> direction = CompareDirectionFromNumber(p.direction());
+      if (!direction.has_value()) return fail("bad direction");
+      s.direction = *direction;
+    } else if (s.opcode == Opcode::kSelect) {
       if (s.arg_type != PrimitiveType::kPred || arg_type(1) != s.type || arg_type(2) != s.type) {
         return fail("bad select types");
       }
-    } else if (s.opcode != proto::CONVERT) {
+    } else if (s.opcode != Opcode::kConvert) {
       for (int a = 0; a < arity; ++a) {
         if (arg_type(a) != s.type) return fail("argument and result types differ");
       }
+      if (!Accepts(TypeClassOf(s.opcode), s.type)) {
+        return fail(absl::StrCat(OpcodeName(s.opcode), " is not defined on ", PrimitiveTypeName(s.type)));
+      }
     }
     s.value = p.value();
-    s.direction = p.direction();
     s.stream = static_cast<uint64_t>(p.stream());
     s.start = p.start();
     s.step = p.step();
-    if (s.opcode == proto::IOTA) {
+    if (s.opcode == Opcode::kIota) {
       if (p.axis() < -1 || p.axis() >= static_cast<int64_t>(rank)) return fail("iota axis out of range");
       s.axis = static_cast<int32_t>(p.axis());
     }
@@ -480,20 +459,20 @@ void FusedProgram::Assign() {
   std::vector<size_t> last_use(n, 0);
   for (size_t i = 0; i < n; ++i) {
     Step& s = steps_[i];
-    arity[i] = s.load || s.opcode == proto::CONSTANT || s.opcode == proto::IOTA ? 0
-               : s.opcode == proto::SELECT                                        ? 3
-               : IsBinary(s.opcode)                                               ? 2
+    arity[i] = s.load || s.opcode == Opcode::kConstant || s.opcode == Opcode::kIota ? 0
+               : s.opcode == Opcode::kSelect                                        ? 3
+               : IsBinary(s.opcode) || s.opcode == Opcode::kCompare                ? 2
                                                                                   : 1;
     const bool varies = s.load ? s.access != Access::kScalar
-                               : s.opcode == proto::RNG_UNIFORM || s.opcode == proto::RNG_NORMAL ||
-                                     (s.opcode == proto::IOTA && s.axis >= 0);
+                               : s.opcode == Opcode::kRngUniform || s.opcode == Opcode::kRngNormal ||
+                                     (s.opcode == Opcode::kIota && s.axis >= 0);
     s.uniform = !varies;
     for (int a = 0; a < arity[i]; ++a) {
       s.uniform = s.uniform && steps_[static_cast<size_t>(s.args[a])].uniform;
       last_use[static_cast<size_t>(s.args[a])] = i;
     }
     s.in_place = s.load && s.access == Access::kContiguous &&
-                 Dispatch(ComputeTypeOf(s.type), [&]<typename T>() { return Native<T>(s.type); });
+                 DispatchComputeType((s.type), [&]<typename T>() { return Native<T>(s.type); });
     s.round16 = !s.load && (s.type == PrimitiveType::kBF16 || s.type == PrimitiveType::kF16);
   }
   for (int32_t root : roots_) last_use[static_cast<size_t>(root)] = n;  // results outlive the program
@@ -503,7 +482,7 @@ void FusedProgram::Assign() {
   for (int32_t root : roots_) as_block[static_cast<size_t>(root)] = true;
   for (size_t i = n; i-- > 0;) {
     const Step& s = steps_[i];
-    const bool reads_blocks = s.uniform ? as_block[i] : s.opcode == proto::SELECT;
+    const bool reads_blocks = s.uniform ? as_block[i] : s.opcode == Opcode::kSelect;
     for (int a = 0; a < arity[i] && reads_blocks; ++a) as_block[static_cast<size_t>(s.args[a])] = true;
   }
   for (size_t i = 0; i < n; ++i) {
@@ -581,7 +560,7 @@ const void* FusedProgram::Evaluate(std::span<const void* const> inputs, int64_t 
 }
 
 void StoreBlock(const void* block, ComputeType from, PrimitiveType to, void* dst, int64_t n) {
-  Dispatch(from, [&]<typename T>() {
+  DispatchComputeType(from, [&]<typename T>() {
     const T* x = static_cast<const T*>(block);
     switch (to) {
       case PrimitiveType::kF32: RunConvert<float, T>(x, n, static_cast<float*>(dst)); break;

@@ -15,13 +15,13 @@
 
 #include "absl/status/statusor.h"
 #include "pjrt_sim/executable.pb.h"
+#include "pjrt_sim/compute_type.h"
+#include "pjrt_sim/opcode.h"
 #include "pjrt_sim/types.h"
 
 namespace lazyrt::pjrt {
 
 // How a step's values are held while computing: bf16/f16 compute as f32, pred as one byte.
-enum class ComputeType : uint8_t { kF32, kF64, kS32, kS64, kPred };
-ComputeType ComputeTypeOf(PrimitiveType type);
 
 class FusedProgram {
  public:
@@ -55,7 +55,7 @@ class FusedProgram {
 
   struct Step {
     bool load = false;
-    proto::Opcode opcode = proto::OPCODE_INVALID;
+    Opcode opcode = Opcode::kConstant;
     PrimitiveType type = PrimitiveType::kF32;      // result element type
     PrimitiveType arg_type = PrimitiveType::kF32;  // first argument's (CONVERT, COMPARE)
     int32_t args[3] = {0, 0, 0};
@@ -66,7 +66,7 @@ class FusedProgram {
     double value = 0;
     int32_t axis = -1;  // IOTA: the iteration dim it counts along (-1: constant)
     int64_t start = 0, step = 0;
-    proto::CompareDirection direction = proto::EQ;
+    CompareDirection direction = CompareDirection::kEq;
     uint64_t stream = 0;
     // Prepared by Build:
     StepFn fn = nullptr;

@@ -37,7 +37,7 @@ int64_t ModuleCost(const pjrt::proto::Module& module) {
   int64_t cost = 0;
   for (const pjrt::proto::Instruction& inst : module.instructions()) {
     int64_t work = CappedNumel(inst.shape(), kMaxCost);
-    if (inst.opcode() == pjrt::proto::DOT && inst.operands_size() == 2) {
+    if (inst.opcode() == static_cast<int32_t>(pjrt::Opcode::kDot) && inst.operands_size() == 2) {
       const pjrt::proto::Shape& lhs = module.instructions(static_cast<int>(inst.operands(0))).shape();
       int64_t k = 1;
       for (int64_t d : lhs.dims()) k = std::max(k, d);

@@ -12,7 +12,7 @@ GraphSignature Build(Shape leaf_shape, double value, const char* op = "Mul") {
                    Attributes{{AttrKey::kValue, value}}, nullptr, std::source_location::current())};
   Value m{MakeNode(*OpKindFromName(op), OperandList{leaf, c}, ShapeList{leaf_shape})};
   Value s{MakeNode(OpKind::kReduceSum, OperandList{m}, ShapeList{Shape(DType::kF32, {})},
-                   Attributes{{AttrKey::kDims, std::vector<int64_t>{0}}})};
+                   Attributes{{AttrKey::kAxes, std::vector<int64_t>{0}}})};
   std::vector<Value> roots{s};
   return SignatureOf(PostOrder(roots));
 }

@@ -41,10 +41,10 @@ TEST(NodeHash, ChangesWithOperandOrder) {
 TEST(NodeHash, ChangesWithAttribute) {
   Value x = Leaf(kF32_2x3);
   Shape out(DType::kF32, {3});
-  Value s0 = Op(OpKind::kReduceSum, {x}, out, {{AttrKey::kDims, std::vector<int64_t>{0}}});
+  Value s0 = Op(OpKind::kReduceSum, {x}, out, {{AttrKey::kAxes, std::vector<int64_t>{0}}});
   Value s0k = Op(OpKind::kReduceSum, {x}, out,
-                 {{AttrKey::kDims, std::vector<int64_t>{0}}, {AttrKey::kKeepDim, true}});
-  Value s1 = Op(OpKind::kReduceSum, {x}, out, {{AttrKey::kDims, std::vector<int64_t>{1}}});
+                 {{AttrKey::kAxes, std::vector<int64_t>{0}}, {AttrKey::kKeepDim, true}});
+  Value s1 = Op(OpKind::kReduceSum, {x}, out, {{AttrKey::kAxes, std::vector<int64_t>{1}}});
   EXPECT_NE(s0.hash(), s1.hash());
   EXPECT_NE(s0.hash(), s0k.hash());
 }
@@ -52,10 +52,10 @@ TEST(NodeHash, ChangesWithAttribute) {
 TEST(NodeHash, AttributeOrderDoesNotMatter) {
   Value x = Leaf(kF32_2x3);
   Shape out(DType::kF32, {1, 3});
-  const Attributes dims_first = {{AttrKey::kDims, std::vector<int64_t>{0}}, {AttrKey::kKeepDim, true}};
-  const Attributes keepdim_first = {{AttrKey::kKeepDim, true}, {AttrKey::kDims, std::vector<int64_t>{0}}};
+  const Attributes dims_first = {{AttrKey::kAxes, std::vector<int64_t>{0}}, {AttrKey::kKeepDim, true}};
+  const Attributes keepdim_first = {{AttrKey::kKeepDim, true}, {AttrKey::kAxes, std::vector<int64_t>{0}}};
   Attributes set_one_by_one;
-  set_one_by_one.Set(AttrKey::kKeepDim, true).Set(AttrKey::kDims, std::vector<int64_t>{0});
+  set_one_by_one.Set(AttrKey::kKeepDim, true).Set(AttrKey::kAxes, std::vector<int64_t>{0});
   EXPECT_EQ(Op(OpKind::kReduceSum, {x}, out, dims_first).hash(), Op(OpKind::kReduceSum, {x}, out, keepdim_first).hash());
   EXPECT_EQ(Op(OpKind::kReduceSum, {x}, out, dims_first).hash(), Op(OpKind::kReduceSum, {x}, out, set_one_by_one).hash());
   EXPECT_TRUE(dims_first == keepdim_first);

@@ -84,6 +84,10 @@ TEST(Gradients, Elementwise) {
   GradCheck("sigmoid", [](auto& x) { return sigmoid(x[0]); }, {{4}});
   GradCheck("relu", [](auto& x) { return relu(x[0]); }, {{6}});
   GradCheck("gelu", [](auto& x) { return gelu(x[0]); }, {{6}}, -3, 3);
+  GradCheck("gelu tanh", [](auto& x) { return gelu(x[0], "tanh"); }, {{6}}, -3, 3);
+  GradCheck("erf", [](auto& x) { return erf(x[0]); }, {{6}}, -2, 2);
+  GradCheck("sin", [](auto& x) { return sin(x[0]); }, {{6}}, -3, 3);
+  GradCheck("cos", [](auto& x) { return cos(x[0]); }, {{6}}, -3, 3);
   // Through f32 the function is a staircase of ~1e-7 steps: a wider difference sees its slope.
   GradCheck("cast", [](auto& x) { return cast(cast(x[0], DType::kF32), DType::kF64) * x[0]; }, {{3}}, -1, 1,
             1e-2, 1e-4);
@@ -97,6 +101,12 @@ TEST(Gradients, ReductionsAndContractions) {
   GradCheck("sum keepdim all", [](auto& x) { return sum(x[0], {}, true); }, {{2, 3}});
   GradCheck("mean", [](auto& x) { return mean(x[0], {0, 2}); }, {{2, 3, 2}});
   GradCheck("max", [](auto& x) { return max(x[0], {1}); }, {{3, 4}});
+  GradCheck("min", [](auto& x) { return min(x[0], {0}); }, {{3, 4}});
+  GradCheck("prod", [](auto& x) { return prod(x[0], {1}); }, {{3, 4}});
+  // A row with one zero (its derivative is the product of the others) and one with two (all zero).
+  GradCheck("prod with zeros", [](auto& x) {
+    return prod(x[0] * Tensor::FromData(std::vector<double>{1, 0, 1, 0, 1, 0}, {2, 3}), {1});
+  }, {{2, 3}});
   GradCheck("softmax", [](auto& x) { return softmax(x[0], 1); }, {{2, 4}});
   GradCheck("log_softmax", [](auto& x) { return log_softmax(x[0], 0); }, {{3, 2}});
 }

@@ -450,7 +450,11 @@ Reference PermuteRef(const Host& x, const Dims& perm) {
 
 // ---- Elementwise ------------------------------------------------------------------------------------
 
-double Gelu(double v) { return 0.5 * v * (1 + std::tanh(std::sqrt(2 / kPi) * (v + 0.044715 * v * v * v))); }
+double Gelu(double v) { return 0.5 * v * (1 + std::erf(v / std::sqrt(2.0))); }
+double GeluTanh(double v) { return 0.5 * v * (1 + std::tanh(std::sqrt(2 / kPi) * (v + 0.044715 * v * v * v))); }
+double Erf(double v) { return std::erf(v); }
+double Sin(double v) { return std::sin(v); }
+double Cos(double v) { return std::cos(v); }
 double Sigmoid(double v) { return 1 / (1 + std::exp(-v)); }
 double Sign(double v) { return static_cast<double>((v > 0) - (v < 0)); }
 double Negate(double v) { return -v; }
@@ -498,6 +502,10 @@ TEST(OpsReference, Unary) {
     k.Expect(Call("tanh", x), [&] { return tanh(x.t); }, Map1(kF32, x, Tanh), kUlps);
     k.Expect(Call("sigmoid", x), [&] { return sigmoid(x.t); }, Map1(kF32, x, Sigmoid), kUlps);
     k.Expect(Call("gelu", x), [&] { return gelu(x.t); }, Map1(kF32, x, Gelu), kLoose);
+    k.Expect(Call("gelu tanh", x), [&] { return gelu(x.t, "tanh"); }, Map1(kF32, x, GeluTanh), kLoose);
+    k.Expect(Call("erf", x), [&] { return erf(x.t); }, Map1(kF32, x, Erf), kUlps);
+    k.Expect(Call("sin", x), [&] { return sin(x.t); }, Map1(kF32, x, Sin), kUlps);
+    k.Expect(Call("cos", x), [&] { return cos(x.t); }, Map1(kF32, x, Cos), kUlps);
     k.Expect(Call("exp(x).detach", x), [&] { return exp(x.t).detach(); }, Map1(kF32, x, Exp), kUlps);
     k.Expect(Call("logical_not(gt(x, 0))", x), [&] { return logical_not(gt(x.t, Scalar(0))); },
              Map1(kBool, x, [](double v) { return v > 0 ? 0.0 : 1.0; }));
@@ -518,6 +526,10 @@ TEST(OpsReference, Unary) {
     k.Expect(Call("tanh", xd), [&] { return tanh(xd.t); }, Map1(kF64, xd, Tanh), kDoubleTol);
     k.Expect(Call("sigmoid", xd), [&] { return sigmoid(xd.t); }, Map1(kF64, xd, Sigmoid), kDoubleTol);
     k.Expect(Call("gelu", xd), [&] { return gelu(xd.t); }, Map1(kF64, xd, Gelu), kDoubleTol);
+    k.Expect(Call("gelu tanh", xd), [&] { return gelu(xd.t, "tanh"); }, Map1(kF64, xd, GeluTanh), kDoubleTol);
+    k.Expect(Call("erf", xd), [&] { return erf(xd.t); }, Map1(kF64, xd, Erf), kDoubleTol);
+    k.Expect(Call("sin", xd), [&] { return sin(xd.t); }, Map1(kF64, xd, Sin), kDoubleTol);
+    k.Expect(Call("cos", xd), [&] { return cos(xd.t); }, Map1(kF64, xd, Cos), kDoubleTol);
     k.Check();
   }
 }
@@ -878,6 +890,25 @@ Reference MaxRef(const Host& x, const Reduction& r) {
   return out;
 }
 
+// The min of no elements is +inf (the identity of min).
+Reference MinRef(const Host& x, const Reduction& r) {
+  Reference out(x.dtype, r.out_dims);
+  std::fill(out.values.begin(), out.values.end(), kInf);
+  for (size_t i = 0; i < x.values.size(); ++i) {
+    double& best = out.values[Ix(r.target[i])];
+    best = std::min(best, x.values[i]);
+  }
+  return out;
+}
+
+// The product of no elements is 1. Computed in f64, as lazyrt accumulates f32 products.
+Reference ProdRef(DType dtype, const Host& x, const Reduction& r) {
+  Reference out(dtype, r.out_dims);
+  std::fill(out.values.begin(), out.values.end(), 1.0);
+  for (size_t i = 0; i < x.values.size(); ++i) out.values[Ix(r.target[i])] *= x.values[i];
+  return out;
+}
+
 // The index of the first largest element along `dim`.
 Reference ArgmaxRef(const Host& x, int64_t dim, bool keepdim) {
   const int64_t d = Norm(dim, Rank(x.dims));
@@ -912,6 +943,8 @@ TEST(OpsReference, Reductions) {
     const Host xt = MakeHost(kF32, dims, rng.Ints(n, -2, 2));  // ties for argmax
     const Host xi = MakeHost(kI64, dims, rng.Ints(n, -50, 50));
     const Host px = Positive(x);
+    const Host near1 = MakeHost(kF32, dims, rng.Reals(n, 0.8, 1.25));  // products that stay in range
+    const Host signs = MakeHost(kI64, dims, rng.Ints(n, -1, 1));
     Case k(Label("Reductions", c));
     for (bool keep : {false, true}) {
       const std::string how = " dims=" + DimsText(picked) + " keepdim=" + (keep ? "true" : "false");
@@ -921,6 +954,9 @@ TEST(OpsReference, Reductions) {
       k.Expect(Call("mean", x) + how, [&] { return mean(x.t, picked, keep); }, MeanRef(x, r, 1e-5), kLoose);
       k.Expect(Call("mean", xe) + how, [&] { return mean(xe.t, picked, keep); }, MeanRef(xe, r, 0), kUlps);
       k.Expect(Call("max", x) + how, [&] { return max(x.t, picked, keep); }, MaxRef(x, r));
+      k.Expect(Call("min", x) + how, [&] { return min(x.t, picked, keep); }, MinRef(x, r));
+      k.Expect(Call("prod", near1) + how, [&] { return prod(near1.t, picked, keep); }, ProdRef(kF32, near1, r), kUlps);
+      k.Expect(Call("prod", signs) + how, [&] { return prod(signs.t, picked, keep); }, ProdRef(kI64, signs, r));
       k.Expect(Call("sum", xi) + how, [&] { return sum(xi.t, picked, keep); }, SumRef(kI64, xi, r, 0));
       if (r.count > 0 || Numel(r.out_dims) == 0) {  // the max of no integers is not a number we check
         k.Expect(Call("max", xi) + how, [&] { return max(xi.t, picked, keep); }, MaxRef(xi, r));

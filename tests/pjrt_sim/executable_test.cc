@@ -41,10 +41,10 @@ proto::Module EveryKernelKind() {
   const int64_t w = b.Parameter(1, proto::F32, {8, 4});
   const int64_t idx = b.Parameter(2, proto::S32, {3});
   const int64_t seed = b.Parameter(3, proto::S64, {});
-  const int64_t h = b.Unary(proto::TANH, b.Dot(x, w));                          // DOT, LOOP
-  const int64_t mx = b.Reduce(proto::REDUCE_MAX, h, {1});                        // REDUCE
-  const int64_t e = b.Unary(proto::EXP, b.Binary(proto::SUBTRACT, h, b.Broadcast(mx, {6, 4}, {0})));
-  const int64_t sm = b.Binary(proto::DIVIDE, e, b.Broadcast(b.Reduce(proto::REDUCE_SUM, e, {1}), {6, 4}, {0}));
+  const int64_t h = b.Unary(Opcode::kTanh, b.Dot(x, w));                          // DOT, LOOP
+  const int64_t mx = b.Reduce(Combiner::kMax, h, {1});                        // REDUCE
+  const int64_t e = b.Unary(Opcode::kExp, b.Binary(Opcode::kSubtract, h, b.Broadcast(mx, {6, 4}, {0})));
+  const int64_t sm = b.Binary(Opcode::kDivide, e, b.Broadcast(b.Reduce(Combiner::kSum, e, {1}), {6, 4}, {0}));
   b.Output(sm);
   b.Output(b.Argmax(sm, 1));                                                     // ARGMAX
   b.Output(b.IndexSelect(sm, idx, 0));                                           // INDEX_SELECT
@@ -52,7 +52,7 @@ proto::Module EveryKernelKind() {
   b.Output(b.Gather(sm, gidx, 1));                                               // GATHER
   b.Output(b.Concatenate({sm, h}, 0));                                           // CONCATENATE
   b.Output(b.Reshape(sm, {24}));                                                 // ALIAS
-  b.Output(b.Rng(proto::RNG_UNIFORM, seed, proto::F32, {5}, 3));
+  b.Output(b.Rng(Opcode::kRngUniform, seed, proto::F32, {5}, 3));
   b.Output(sm);
   b.Output(x);
   return b.module();
@@ -125,7 +125,7 @@ TEST_F(ExecutableTest, OnlySmallWorkWithoutGemmRunsInline) {
   auto chain = [](int64_t elements) {
     ModuleBuilder b("chain");
     const int64_t x = b.Parameter(0, proto::F32, {elements});
-    b.Output(b.Unary(proto::TANH, b.Add(x, x)));
+    b.Output(b.Unary(Opcode::kTanh, b.Add(x, x)));
     return b.module();
   };
   std::shared_ptr<Executable> small = CompileOrDie(chain(16));
@@ -225,8 +225,8 @@ TEST_F(ExecutableTest, BitFlipsNeverCrash) {
   ModuleBuilder b("small");
   const int64_t x = b.Parameter(0, proto::F32, {4, 3});
   const int64_t idx = b.Parameter(1, proto::S64, {2});
-  const int64_t t = b.Unary(proto::TANH, b.Add(b.Transpose(b.Parameter(2, proto::F32, {3, 4}), {1, 0}), x));
-  b.Output(b.Reduce(proto::REDUCE_SUM, t, {1}));
+  const int64_t t = b.Unary(Opcode::kTanh, b.Add(b.Transpose(b.Parameter(2, proto::F32, {3, 4}), {1, 0}), x));
+  b.Output(b.Reduce(Combiner::kSum, t, {1}));
   b.Output(b.IndexSelect(t, idx, 0));
   b.Output(b.Dot(t, b.Parameter(3, proto::F32, {3, 2})));
   b.Output(b.Concatenate({x, t}, 1));
@@ -280,7 +280,7 @@ int FirstArenaSlot(const proto::Executable& p) {
 proto::Module Chain() {
   ModuleBuilder b("chain");
   const int64_t x = b.Parameter(0, proto::F32, {4, 5});
-  b.Output(b.Add(b.Unary(proto::EXP, b.Unary(proto::TANH, x)), x));  // fused: one kernel
+  b.Output(b.Add(b.Unary(Opcode::kExp, b.Unary(Opcode::kTanh, x)), x));  // fused: one kernel
   return b.module();
 }
 
@@ -392,10 +392,10 @@ TEST_F(ExecutableTest, RejectsMalformedProgramsAndKernels) {
               HasSubstr("not an earlier step"));
   EXPECT_THAT(tamper([&](proto::Executable& p) { p.mutable_kernels(0)->mutable_program(last)->add_args(0); }),
               HasSubstr("wrong number of arguments"));
-  EXPECT_THAT(tamper([&](proto::Executable& p) { p.mutable_kernels(0)->mutable_program(last)->set_opcode(proto::DOT); }),
+  EXPECT_THAT(tamper([&](proto::Executable& p) { p.mutable_kernels(0)->mutable_program(last)->set_opcode(static_cast<int32_t>(Opcode::kDot)); }),
               HasSubstr("cannot be fused"));
   EXPECT_THAT(tamper([&](proto::Executable& p) {
-                p.mutable_kernels(0)->mutable_program(last)->set_opcode(static_cast<proto::Opcode>(1234));
+                p.mutable_kernels(0)->mutable_program(last)->set_opcode(static_cast<int32_t>(1234));
               }),
               HasSubstr("invalid opcode"));
   EXPECT_THAT(tamper([&](proto::Executable& p) { p.mutable_kernels(0)->clear_program(); }), HasSubstr("empty fused program"));
@@ -423,7 +423,7 @@ TEST_F(ExecutableTest, RejectsMalformedProgramsAndKernels) {
               HasSubstr("a result step each"));
   EXPECT_THAT(tamper([&](proto::Executable& p) {
                 proto::Step* wide = p.mutable_kernels(0)->add_program();  // f64, into an f32 slot
-                wide->set_opcode(proto::CONVERT);
+                wide->set_opcode(static_cast<int32_t>(Opcode::kConvert));
                 wide->set_type(proto::F64);
                 wide->add_args(last);
                 extra(out, last + 1)(p);
@@ -476,7 +476,7 @@ TEST_F(ExecutableTest, RejectsMalformedProgramsAndKernels) {
 TEST_F(ExecutableTest, RejectsDotAndReduceThatDoNotFit) {
   ModuleBuilder b("dot");
   b.Output(b.Dot(b.Parameter(0, proto::F32, {4, 8}), b.Parameter(1, proto::F32, {8, 2})));
-  b.Output(b.Reduce(proto::REDUCE_SUM, b.Parameter(2, proto::F32, {3, 5}), {1}));
+  b.Output(b.Reduce(Combiner::kSum, b.Parameter(2, proto::F32, {3, 5}), {1}));
   const proto::Executable good = CompileOrDie(b.module(), {.fusion = true, .autotune = false})->proto();
   int dot = -1, reduce = -1;
   for (int k = 0; k < good.kernels_size(); ++k) {
@@ -523,7 +523,7 @@ TEST_F(ExecutableTest, RejectsDotAndReduceThatDoNotFit) {
                      {0}),
               HasSubstr("operands do not fit the product"));
   EXPECT_THAT(tamper(reduce, [](proto::Kernel& k) { k.set_reduce_dims(0, 0); }), HasSubstr("bad reduction"));
-  EXPECT_THAT(tamper(reduce, [](proto::Kernel& k) { k.set_reduce_op(proto::ADD); }), HasSubstr("bad reduction"));
+  EXPECT_THAT(tamper(reduce, [](proto::Kernel& k) { k.set_combiner(1234); }), HasSubstr("bad reduction"));
   EXPECT_THAT(tamper(reduce, [](proto::Kernel& k) { k.add_reduce_dims(1); }), HasSubstr("bad reduction"));
   // A reduced dimension of negative size is not a shape.
   EXPECT_THAT(tamper(reduce, [](proto::Kernel& k) { k.mutable_iteration_shape()->set_dims(1, -5); }),
@@ -558,10 +558,10 @@ TEST_F(ExecutableTest, OutOfMemoryIsResourceExhaustedAndReleasesEverything) {
   ModuleBuilder c("arena");
   const int64_t in = c.Parameter(0, proto::F32, {8000});
   std::vector<int64_t> live;
-  for (int i = 0; i < 10; ++i) live.push_back(c.Unary(proto::TANH, c.Add(in, c.Constant(i, proto::F32, {8000}))));
+  for (int i = 0; i < 10; ++i) live.push_back(c.Unary(Opcode::kTanh, c.Add(in, c.Constant(i, proto::F32, {8000}))));
   int64_t sum = live[0];
   for (int i = 1; i < 10; ++i) sum = c.Add(sum, live[static_cast<size_t>(i)]);
-  c.Output(c.Reduce(proto::REDUCE_SUM, sum, {0}));
+  c.Output(c.Reduce(Combiner::kSum, sum, {0}));
   std::shared_ptr<Executable> big_arena = CompileOrDie(c.module(), {.fusion = false, .autotune = false});
   ASSERT_NE(big_arena, nullptr);
   ASSERT_GT(big_arena->proto().arena_bytes(), 64 << 10);
@@ -578,7 +578,7 @@ TEST_F(ExecutableTest, OutOfMemoryIsResourceExhaustedAndReleasesEverything) {
 
   // The device stays usable.
   ModuleBuilder small("small");
-  small.Output(small.Unary(proto::NEGATE, small.Parameter(0, proto::F32, {1000})));
+  small.Output(small.Unary(Opcode::kNegate, small.Parameter(0, proto::F32, {1000})));
   std::shared_ptr<Executable> ok = CompileOrDie(small.module());
   absl::StatusOr<std::vector<std::shared_ptr<Buffer>>> fine = ok->Execute(args, device);
   ASSERT_TRUE(fine.ok()) << fine.status();
@@ -592,7 +592,7 @@ TEST_F(ExecutableTest, OutOfRangeIndexFailsTheResultsNotTheProcess) {
   const int64_t x = b.Parameter(0, proto::F32, {4, 2});
   const int64_t idx = b.Parameter(1, proto::S64, {3});
   b.Output(b.IndexSelect(x, idx, 0));
-  b.Output(b.Unary(proto::NEGATE, x));
+  b.Output(b.Unary(Opcode::kNegate, x));
   std::shared_ptr<Executable> exe = CompileOrDie(b.module());
   ASSERT_NE(exe, nullptr);
   const HostArray hx = MakeArray<float>(PrimitiveType::kF32, {4, 2}, {0, 1, 2, 3, 4, 5, 6, 7});
@@ -721,7 +721,7 @@ TEST_F(ExecutableTest, ManyQueuedExecutionsEachGetTheirOwnResults) {
   ModuleBuilder b("scale");
   const int64_t x = b.Parameter(0, proto::F32, {300});
   const int64_t s = b.Parameter(1, proto::F32, {});
-  b.Output(b.Reduce(proto::REDUCE_SUM, b.Mul(b.Unary(proto::TANH, x), b.Broadcast(s, {300}, {})), {0}));
+  b.Output(b.Reduce(Combiner::kSum, b.Mul(b.Unary(Opcode::kTanh, x), b.Broadcast(s, {300}, {})), {0}));
   std::shared_ptr<Executable> exe = CompileOrDie(b.module(), {.fusion = false, .autotune = false});
   ASSERT_NE(exe, nullptr);
   Device* device = client_->device(0);
@@ -752,7 +752,7 @@ TEST_F(ExecutableTest, ConcurrentCompilesAndExecutions) {
       ModuleBuilder b("concurrent");
       const int64_t x = b.Parameter(0, proto::F32, {n, n});
       const int64_t scaled = b.Mul(x, b.Constant(t + 1, proto::F32, {n, n}));
-      b.Output(b.Reduce(proto::REDUCE_SUM, b.Unary(proto::TANH, scaled), {1}));
+      b.Output(b.Reduce(Combiner::kSum, b.Unary(Opcode::kTanh, scaled), {1}));
       b.Output(b.Dot(scaled, x));
       absl::StatusOr<std::shared_ptr<Executable>> exe = client_->Compile(b.module(), {});
       ASSERT_TRUE(exe.ok()) << exe.status();

@@ -151,63 +151,63 @@ int64_t SourceIndex(int64_t i, const Dims& out, const BroadcastSpec& s) {
 
 // --- reference arithmetic (independent of element_ops.h) ------------------------------------------
 template <typename T>
-T RefUnary(proto::Opcode op, T x) {
+T RefUnary(Opcode op, T x) {
   if constexpr (std::is_floating_point_v<T>) {
     const double d = x;
     switch (op) {
-      case proto::NEGATE: return -x;
-      case proto::ABS: return x < 0 ? -x : (x == 0 ? T{0} : x);
-      case proto::EXP: return static_cast<T>(std::exp(d));
-      case proto::LOG: return static_cast<T>(std::log(d));
-      case proto::SQRT: return static_cast<T>(std::sqrt(d));
-      case proto::RSQRT: return static_cast<T>(1.0 / std::sqrt(d));
-      case proto::TANH: return static_cast<T>(std::tanh(d));
-      case proto::LOGISTIC: return static_cast<T>(1.0 / (1.0 + std::exp(-d)));
-      case proto::SIGN: return std::isnan(x) ? x : (x > 0 ? T{1} : (x < 0 ? T{-1} : x));
+      case Opcode::kNegate: return -x;
+      case Opcode::kAbs: return x < 0 ? -x : (x == 0 ? T{0} : x);
+      case Opcode::kExp: return static_cast<T>(std::exp(d));
+      case Opcode::kLog: return static_cast<T>(std::log(d));
+      case Opcode::kSqrt: return static_cast<T>(std::sqrt(d));
+      case Opcode::kRsqrt: return static_cast<T>(1.0 / std::sqrt(d));
+      case Opcode::kTanh: return static_cast<T>(std::tanh(d));
+      case Opcode::kLogistic: return static_cast<T>(1.0 / (1.0 + std::exp(-d)));
+      case Opcode::kSign: return std::isnan(x) ? x : (x > 0 ? T{1} : (x < 0 ? T{-1} : x));
       default: ADD_FAILURE() << "no reference for " << op; return x;
     }
   } else if constexpr (std::is_same_v<T, uint8_t>) {
-    EXPECT_EQ(op, proto::NOT);
+    EXPECT_EQ(op, Opcode::kNot);
     return x ? 0 : 1;
   } else {
     using U = std::make_unsigned_t<T>;
     switch (op) {
-      case proto::NEGATE: return static_cast<T>(U{0} - static_cast<U>(x));
-      case proto::ABS: return x >= 0 ? x : static_cast<T>(U{0} - static_cast<U>(x));
-      case proto::SIGN: return x > 0 ? 1 : (x < 0 ? -1 : 0);
+      case Opcode::kNegate: return static_cast<T>(U{0} - static_cast<U>(x));
+      case Opcode::kAbs: return x >= 0 ? x : static_cast<T>(U{0} - static_cast<U>(x));
+      case Opcode::kSign: return x > 0 ? 1 : (x < 0 ? -1 : 0);
       default: ADD_FAILURE() << "no reference for " << op; return x;
     }
   }
 }
 
 template <typename T>
-T RefBinary(proto::Opcode op, T a, T b) {
+T RefBinary(Opcode op, T a, T b) {
   if constexpr (std::is_floating_point_v<T>) {
     switch (op) {
-      case proto::ADD: return a + b;
-      case proto::SUBTRACT: return a - b;
-      case proto::MULTIPLY: return a * b;
-      case proto::DIVIDE: return a / b;
-      case proto::POWER: return static_cast<T>(std::pow(static_cast<double>(a), static_cast<double>(b)));
-      case proto::MAXIMUM: return std::isnan(a) || std::isnan(b) ? std::numeric_limits<T>::quiet_NaN() : std::max(a, b);
-      case proto::MINIMUM: return std::isnan(a) || std::isnan(b) ? std::numeric_limits<T>::quiet_NaN() : std::min(a, b);
+      case Opcode::kAdd: return a + b;
+      case Opcode::kSubtract: return a - b;
+      case Opcode::kMultiply: return a * b;
+      case Opcode::kDivide: return a / b;
+      case Opcode::kPower: return static_cast<T>(std::pow(static_cast<double>(a), static_cast<double>(b)));
+      case Opcode::kMaximum: return std::isnan(a) || std::isnan(b) ? std::numeric_limits<T>::quiet_NaN() : std::max(a, b);
+      case Opcode::kMinimum: return std::isnan(a) || std::isnan(b) ? std::numeric_limits<T>::quiet_NaN() : std::min(a, b);
       default: ADD_FAILURE() << "no reference for " << op; return a;
     }
   } else if constexpr (std::is_same_v<T, uint8_t>) {
-    if (op == proto::AND) return a & b;
-    EXPECT_EQ(op, proto::OR);
+    if (op == Opcode::kAnd) return a & b;
+    EXPECT_EQ(op, Opcode::kOr);
     return a | b;
   } else {
     using U = std::make_unsigned_t<T>;
     switch (op) {
-      case proto::ADD: return static_cast<T>(static_cast<U>(a) + static_cast<U>(b));
-      case proto::SUBTRACT: return static_cast<T>(static_cast<U>(a) - static_cast<U>(b));
-      case proto::MULTIPLY: return static_cast<T>(static_cast<U>(a) * static_cast<U>(b));
-      case proto::DIVIDE:
+      case Opcode::kAdd: return static_cast<T>(static_cast<U>(a) + static_cast<U>(b));
+      case Opcode::kSubtract: return static_cast<T>(static_cast<U>(a) - static_cast<U>(b));
+      case Opcode::kMultiply: return static_cast<T>(static_cast<U>(a) * static_cast<U>(b));
+      case Opcode::kDivide:
         if (b == 0) return -1;
         if (b == -1) return static_cast<T>(U{0} - static_cast<U>(a));  // MIN / -1 wraps to MIN
         return a / b;
-      case proto::POWER: {
+      case Opcode::kPower: {
         if (b < 0) {
           if (a == 1) return 1;
           if (a == -1) return (b % 2 != 0) ? -1 : 1;
@@ -225,29 +225,29 @@ T RefBinary(proto::Opcode op, T a, T b) {
         }
         return static_cast<T>(r);
       }
-      case proto::MAXIMUM: return std::max(a, b);
-      case proto::MINIMUM: return std::min(a, b);
+      case Opcode::kMaximum: return std::max(a, b);
+      case Opcode::kMinimum: return std::min(a, b);
       default: ADD_FAILURE() << "no reference for " << op; return a;
     }
   }
 }
 
 template <typename T>
-uint8_t RefCompare(proto::CompareDirection dir, T a, T b) {
+uint8_t RefCompare(CompareDirection dir, T a, T b) {
   switch (dir) {
-    case proto::EQ: return a == b;
-    case proto::NE: return a != b;
-    case proto::LT: return a < b;
-    case proto::LE: return a <= b;
-    case proto::GT: return a > b;
-    case proto::GE: return a >= b;
+    case CompareDirection::kEq: return a == b;
+    case CompareDirection::kNe: return a != b;
+    case CompareDirection::kLt: return a < b;
+    case CompareDirection::kLe: return a <= b;
+    case CompareDirection::kGt: return a > b;
+    case CompareDirection::kGe: return a >= b;
     default: return 2;
   }
 }
 
-bool IsTranscendental(proto::Opcode op) {
-  return op == proto::EXP || op == proto::LOG || op == proto::SQRT || op == proto::RSQRT || op == proto::TANH ||
-         op == proto::LOGISTIC || op == proto::POWER;
+bool IsTranscendental(Opcode op) {
+  return op == Opcode::kExp || op == Opcode::kLog || op == Opcode::kSqrt || op == Opcode::kRsqrt || op == Opcode::kTanh ||
+         op == Opcode::kLogistic || op == Opcode::kPower;
 }
 
 // --- the fixture ----------------------------------------------------------------------------------
@@ -264,12 +264,12 @@ class KernelTest : public ::testing::TestWithParam<bool> {
   }
 
   template <typename T>
-  void CheckUnaryOps(const std::vector<proto::Opcode>& ops, int iterations) {
+  void CheckUnaryOps(const std::vector<Opcode>& ops, int iterations) {
     for (int it = 0; it < iterations; ++it) {
       const Dims dims = RandomDims(rng_, 0, 4);
       ModuleBuilder b;
       const int64_t x = b.Parameter(0, Type<T>::kProto, dims);
-      for (proto::Opcode op : ops) b.Output(b.Unary(op, x));
+      for (Opcode op : ops) b.Output(b.Unary(op, x));
       const HostArray in = RandomArray<T>(rng_, dims);
       const std::vector<HostArray> out = Run(b.module(), {in});
       if (out.size() != ops.size()) return;
@@ -283,7 +283,7 @@ class KernelTest : public ::testing::TestWithParam<bool> {
 
   // Each op applied to two operands broadcast (differently) into a random result shape.
   template <typename T>
-  void CheckBinaryOps(const std::vector<proto::Opcode>& ops, int iterations) {
+  void CheckBinaryOps(const std::vector<Opcode>& ops, int iterations) {
     for (int it = 0; it < iterations; ++it) {
       const Dims dims = RandomDims(rng_, 0, 4);
       const BroadcastSpec sa = RandomBroadcast(rng_, dims), sb = RandomBroadcast(rng_, dims);
@@ -291,7 +291,7 @@ class KernelTest : public ::testing::TestWithParam<bool> {
       const int64_t pa = b.Parameter(0, Type<T>::kProto, sa.in_dims);
       const int64_t pb = b.Parameter(1, Type<T>::kProto, sb.in_dims);
       const int64_t xa = b.Broadcast(pa, dims, sa.map), xb = b.Broadcast(pb, dims, sb.map);
-      for (proto::Opcode op : ops) b.Output(b.Binary(op, xa, xb));
+      for (Opcode op : ops) b.Output(b.Binary(op, xa, xb));
       const HostArray a = RandomArray<T>(rng_, sa.in_dims), c = RandomArray<T>(rng_, sb.in_dims);
       const std::vector<HostArray> out = Run(b.module(), {a, c});
       if (out.size() != ops.size()) return;
@@ -310,14 +310,14 @@ class KernelTest : public ::testing::TestWithParam<bool> {
 
   template <typename T>
   void CheckCompare(int iterations) {
-    const std::vector<proto::CompareDirection> dirs = {proto::EQ, proto::NE, proto::LT, proto::LE, proto::GT, proto::GE};
+    const std::vector<CompareDirection> dirs = {CompareDirection::kEq, CompareDirection::kNe, CompareDirection::kLt, CompareDirection::kLe, CompareDirection::kGt, CompareDirection::kGe};
     for (int it = 0; it < iterations; ++it) {
       const Dims dims = RandomDims(rng_, 0, 3);
       const BroadcastSpec sa = RandomBroadcast(rng_, dims), sb = RandomBroadcast(rng_, dims);
       ModuleBuilder b;
       const int64_t xa = b.Broadcast(b.Parameter(0, Type<T>::kProto, sa.in_dims), dims, sa.map);
       const int64_t xb = b.Broadcast(b.Parameter(1, Type<T>::kProto, sb.in_dims), dims, sb.map);
-      for (proto::CompareDirection d : dirs) b.Output(b.Compare(d, xa, xb));
+      for (CompareDirection d : dirs) b.Output(b.Compare(d, xa, xb));
       // Few distinct values, so equality is common.
       std::vector<T> va = RandomValues<T>(rng_, testing::NumElements(sa.in_dims));
       std::vector<T> vb = RandomValues<T>(rng_, testing::NumElements(sb.in_dims));
@@ -334,7 +334,7 @@ class KernelTest : public ::testing::TestWithParam<bool> {
             [&](int64_t i) {
               return RefCompare<T>(dirs[k], a.at<T>(SourceIndex(i, dims, sa)), c.at<T>(SourceIndex(i, dims, sb)));
             },
-            0, absl::StrCat("compare ", proto::CompareDirection_Name(dirs[k]), " ", testing::DimsText(dims)));
+            0, absl::StrCat("compare ", CompareDirectionName(dirs[k]), " ", testing::DimsText(dims)));
       }
     }
   }
@@ -348,34 +348,34 @@ INSTANTIATE_TEST_SUITE_P(, KernelTest, ::testing::Bool(),
 
 // --- elementwise ----------------------------------------------------------------------------------
 TEST_P(KernelTest, UnaryF32) {
-  CheckUnaryOps<float>({proto::NEGATE, proto::ABS, proto::EXP, proto::LOG, proto::SQRT, proto::RSQRT, proto::TANH,
-                        proto::LOGISTIC, proto::SIGN},
+  CheckUnaryOps<float>({Opcode::kNegate, Opcode::kAbs, Opcode::kExp, Opcode::kLog, Opcode::kSqrt, Opcode::kRsqrt, Opcode::kTanh,
+                        Opcode::kLogistic, Opcode::kSign},
                        40);
 }
 TEST_P(KernelTest, UnaryF64) {
-  CheckUnaryOps<double>({proto::NEGATE, proto::ABS, proto::EXP, proto::TANH, proto::SIGN}, 10);
+  CheckUnaryOps<double>({Opcode::kNegate, Opcode::kAbs, Opcode::kExp, Opcode::kTanh, Opcode::kSign}, 10);
 }
 TEST_P(KernelTest, UnaryIntegers) {
-  CheckUnaryOps<int32_t>({proto::NEGATE, proto::ABS, proto::SIGN}, 20);
-  CheckUnaryOps<int64_t>({proto::NEGATE, proto::ABS, proto::SIGN}, 20);
+  CheckUnaryOps<int32_t>({Opcode::kNegate, Opcode::kAbs, Opcode::kSign}, 20);
+  CheckUnaryOps<int64_t>({Opcode::kNegate, Opcode::kAbs, Opcode::kSign}, 20);
 }
-TEST_P(KernelTest, UnaryPred) { CheckUnaryOps<uint8_t>({proto::NOT}, 12); }
+TEST_P(KernelTest, UnaryPred) { CheckUnaryOps<uint8_t>({Opcode::kNot}, 12); }
 
 TEST_P(KernelTest, BinaryF32WithBroadcasting) {
-  CheckBinaryOps<float>({proto::ADD, proto::SUBTRACT, proto::MULTIPLY, proto::DIVIDE, proto::POWER, proto::MAXIMUM,
-                         proto::MINIMUM},
+  CheckBinaryOps<float>({Opcode::kAdd, Opcode::kSubtract, Opcode::kMultiply, Opcode::kDivide, Opcode::kPower, Opcode::kMaximum,
+                         Opcode::kMinimum},
                         50);
 }
 TEST_P(KernelTest, BinaryF64WithBroadcasting) {
-  CheckBinaryOps<double>({proto::ADD, proto::MULTIPLY, proto::DIVIDE, proto::MAXIMUM}, 12);
+  CheckBinaryOps<double>({Opcode::kAdd, Opcode::kMultiply, Opcode::kDivide, Opcode::kMaximum}, 12);
 }
 TEST_P(KernelTest, BinaryIntegersWithBroadcasting) {
-  const std::vector<proto::Opcode> ops = {proto::ADD,  proto::SUBTRACT, proto::MULTIPLY, proto::DIVIDE,
-                                          proto::POWER, proto::MAXIMUM, proto::MINIMUM};
+  const std::vector<Opcode> ops = {Opcode::kAdd,  Opcode::kSubtract, Opcode::kMultiply, Opcode::kDivide,
+                                          Opcode::kPower, Opcode::kMaximum, Opcode::kMinimum};
   CheckBinaryOps<int32_t>(ops, 30);
   CheckBinaryOps<int64_t>(ops, 30);
 }
-TEST_P(KernelTest, BinaryPredWithBroadcasting) { CheckBinaryOps<uint8_t>({proto::AND, proto::OR}, 20); }
+TEST_P(KernelTest, BinaryPredWithBroadcasting) { CheckBinaryOps<uint8_t>({Opcode::kAnd, Opcode::kOr}, 20); }
 
 TEST_P(KernelTest, CompareAllDirections) {
   CheckCompare<float>(20);
@@ -390,9 +390,9 @@ TEST_P(KernelTest, IntegerEdgeCases) {
   ModuleBuilder b;
   const int64_t a = b.Parameter(0, proto::S32, {6});
   const int64_t c = b.Parameter(1, proto::S32, {6});
-  b.Output(b.Binary(proto::DIVIDE, a, c));
-  b.Output(b.Binary(proto::POWER, a, c));
-  b.Output(b.Binary(proto::MULTIPLY, a, c));
+  b.Output(b.Binary(Opcode::kDivide, a, c));
+  b.Output(b.Binary(Opcode::kPower, a, c));
+  b.Output(b.Binary(Opcode::kMultiply, a, c));
   const std::vector<HostArray> out =
       Run(b.module(), {MakeArray<int32_t>(PrimitiveType::kS32, {6}, {7, kMin, -7, -1, 2, 65536}),
                        MakeArray<int32_t>(PrimitiveType::kS32, {6}, {0, -1, 2, -3, -1, 2})});
@@ -592,7 +592,7 @@ TEST_P(KernelTest, SliceWithStrides) {
     ModuleBuilder b;
     const int64_t sl = b.Slice(b.Parameter(0, proto::S64, dims), start, limit, stride);
     b.Output(sl);
-    b.Output(b.Unary(proto::NEGATE, sl));
+    b.Output(b.Unary(Opcode::kNegate, sl));
     const Dims out_dims = b.dims(sl);
     const HostArray in = RandomArray<int64_t>(rng_, dims);
     const std::vector<HostArray> out = Run(b.module(), {in});
@@ -605,7 +605,7 @@ TEST_P(KernelTest, SliceWithStrides) {
     const std::string what = absl::StrCat("slice ", testing::DimsText(dims), " start ", testing::DimsText(start),
                                           " limit ", testing::DimsText(limit), " stride ", testing::DimsText(stride));
     ExpectArray<int64_t>(out[0], out_dims, ref, 0, what);
-    ExpectArray<int64_t>(out[1], out_dims, [&](int64_t i) { return RefUnary<int64_t>(proto::NEGATE, ref(i)); }, 0, what);
+    ExpectArray<int64_t>(out[1], out_dims, [&](int64_t i) { return RefUnary<int64_t>(Opcode::kNegate, ref(i)); }, 0, what);
   }
 }
 
@@ -686,16 +686,16 @@ TEST_P(KernelTest, Reshape) {
     }
     ModuleBuilder b;
     const int64_t x = b.Parameter(0, proto::F32, dims);
-    const int64_t e = b.Unary(proto::EXP, x);
+    const int64_t e = b.Unary(Opcode::kExp, x);
     const int64_t r = b.Reshape(e, to);
     b.Output(r);                              // an alias of a computed value, copied out
-    b.Output(b.Unary(proto::NEGATE, r));      // read through the alias
+    b.Output(b.Unary(Opcode::kNegate, r));      // read through the alias
     b.Output(b.Reshape(x, to));               // an alias of a parameter
     const HostArray in = RandomArray<float>(rng_, dims);
     const std::vector<HostArray> out = Run(b.module(), {in});
     ASSERT_EQ(out.size(), 3u);
     const std::string what = absl::StrCat("reshape ", testing::DimsText(dims), " -> ", testing::DimsText(to));
-    const auto ex = [&](int64_t i) { return RefUnary<float>(proto::EXP, in.at<float>(i)); };
+    const auto ex = [&](int64_t i) { return RefUnary<float>(Opcode::kExp, in.at<float>(i)); };
     ExpectArray<float>(out[0], to, ex, 1e-5, what);
     ExpectArray<float>(out[1], to, [&](int64_t i) { return -ex(i); }, 1e-5, what);
     ExpectArray<float>(out[2], to, [&](int64_t i) { return in.at<float>(i); }, 0, what);
@@ -820,7 +820,7 @@ std::vector<T> RefReduce(const HostArray& in, const Dims& dims, const Dims& rdim
     T& acc = out[static_cast<size_t>(testing::Ravel(oc, out_dims))];
     const T x = in.at<T>(i);
     if (sum) {
-      acc = RefBinary<T>(proto::ADD, acc, x);  // integers wrap
+      acc = RefBinary<T>(Opcode::kAdd, acc, x);  // integers wrap
     } else if constexpr (std::is_floating_point_v<T>) {
       acc = std::isnan(acc) || std::isnan(x) ? std::numeric_limits<T>::quiet_NaN() : std::max(acc, x);
     } else {
@@ -853,13 +853,13 @@ TEST_P(KernelTest, ReduceSumAndMaxExact) {
     ModuleBuilder b;
     const int64_t xf = b.Parameter(0, proto::F32, dims);
     const int64_t xi = b.Parameter(1, proto::S32, dims);
-    b.Output(b.Reduce(proto::REDUCE_SUM, xf, rdims));
-    b.Output(b.Reduce(proto::REDUCE_MAX, xf, rdims));
-    b.Output(b.Reduce(proto::REDUCE_SUM, xi, rdims));
-    b.Output(b.Reduce(proto::REDUCE_MAX, xi, rdims));
+    b.Output(b.Reduce(Combiner::kSum, xf, rdims));
+    b.Output(b.Reduce(Combiner::kMax, xf, rdims));
+    b.Output(b.Reduce(Combiner::kSum, xi, rdims));
+    b.Output(b.Reduce(Combiner::kMax, xi, rdims));
     // A fused producer: reduce_sum(x * x) and reduce_max(-x).
-    b.Output(b.Reduce(proto::REDUCE_SUM, b.Mul(xi, xi), rdims));
-    b.Output(b.Reduce(proto::REDUCE_MAX, b.Unary(proto::NEGATE, xf), rdims));
+    b.Output(b.Reduce(Combiner::kSum, b.Mul(xi, xi), rdims));
+    b.Output(b.Reduce(Combiner::kMax, b.Unary(Opcode::kNegate, xf), rdims));
     std::vector<float> vf(static_cast<size_t>(testing::NumElements(dims)));
     for (float& v : vf) v = static_cast<float>(static_cast<int>(rng_() % 41) - 20);
     const HostArray hf = MakeArray<float>(PrimitiveType::kF32, dims, vf);
@@ -872,7 +872,7 @@ TEST_P(KernelTest, ReduceSumAndMaxExact) {
     const std::vector<int32_t> si = RefReduce<int32_t>(hi, dims, rdims, true), mi = RefReduce<int32_t>(hi, dims, rdims, false);
     HostArray sq = hi, neg = hf;
     for (int64_t i = 0; i < hi.numel(); ++i) {
-      sq.data<int32_t>()[i] = RefBinary<int32_t>(proto::MULTIPLY, hi.at<int32_t>(i), hi.at<int32_t>(i));
+      sq.data<int32_t>()[i] = RefBinary<int32_t>(Opcode::kMultiply, hi.at<int32_t>(i), hi.at<int32_t>(i));
       neg.data<float>()[i] = -hf.at<float>(i);
     }
     const std::vector<int32_t> ssq = RefReduce<int32_t>(sq, dims, rdims, true);
@@ -891,7 +891,7 @@ TEST_P(KernelTest, ReduceSumRandomFloats) {
     const Dims dims = RandomDims(rng_, 1, 4);
     const Dims rdims = RandomReduceDims(rng_, dims.size(), it);
     ModuleBuilder b;
-    b.Output(b.Reduce(proto::REDUCE_SUM, b.Parameter(0, proto::F32, dims), rdims));
+    b.Output(b.Reduce(Combiner::kSum, b.Parameter(0, proto::F32, dims), rdims));
     const HostArray in = MakeArray<float>(PrimitiveType::kF32, dims, testing::RandomFloats(rng_, testing::NumElements(dims)));
     const std::vector<HostArray> out = Run(b.module(), {in});
     ASSERT_EQ(out.size(), 1u);
@@ -906,10 +906,10 @@ TEST_P(KernelTest, ReduceSumRandomFloats) {
 TEST_P(KernelTest, ReduceMaxPropagatesNaNAndEmptyIsIdentity) {
   ModuleBuilder b;
   const int64_t x = b.Parameter(0, proto::F32, {3, 4});
-  b.Output(b.Reduce(proto::REDUCE_MAX, x, {1}));
-  b.Output(b.Reduce(proto::REDUCE_MAX, b.Parameter(1, proto::F32, {2, 0}), {1}));
-  b.Output(b.Reduce(proto::REDUCE_SUM, b.Parameter(2, proto::S64, {0, 3}), {0}));
-  b.Output(b.Reduce(proto::REDUCE_MAX, b.Parameter(3, proto::S32, {2, 0}), {1}));
+  b.Output(b.Reduce(Combiner::kMax, x, {1}));
+  b.Output(b.Reduce(Combiner::kMax, b.Parameter(1, proto::F32, {2, 0}), {1}));
+  b.Output(b.Reduce(Combiner::kSum, b.Parameter(2, proto::S64, {0, 3}), {0}));
+  b.Output(b.Reduce(Combiner::kMax, b.Parameter(3, proto::S32, {2, 0}), {1}));
   const std::vector<HostArray> out =
       Run(b.module(), {MakeArray<float>(PrimitiveType::kF32, {3, 4}, {1, kNaN, 3, 2, -kInf, -kInf, -kInf, -kInf, 5, 4, 3, kNaN}),
                        MakeArray<float>(PrimitiveType::kF32, {2, 0}, {}), MakeArray<int64_t>(PrimitiveType::kS64, {0, 3}, {}),
@@ -1142,10 +1142,10 @@ TEST_P(KernelTest, RngUniform) {
   const int64_t n = 4096;
   ModuleBuilder b;
   const int64_t seed = b.Parameter(0, proto::S64, {});
-  b.Output(b.Rng(proto::RNG_UNIFORM, seed, proto::F32, {n}, 1));
-  b.Output(b.Rng(proto::RNG_UNIFORM, seed, proto::F32, {n}, 2));
-  b.Output(b.Rng(proto::RNG_UNIFORM, seed, proto::F64, {64, 64}, 1));
-  b.Output(b.Rng(proto::RNG_UNIFORM, seed, proto::F32, {n}, 1));  // same stream: same values
+  b.Output(b.Rng(Opcode::kRngUniform, seed, proto::F32, {n}, 1));
+  b.Output(b.Rng(Opcode::kRngUniform, seed, proto::F32, {n}, 2));
+  b.Output(b.Rng(Opcode::kRngUniform, seed, proto::F64, {64, 64}, 1));
+  b.Output(b.Rng(Opcode::kRngUniform, seed, proto::F32, {n}, 1));  // same stream: same values
   absl::StatusOr<std::shared_ptr<Executable>> exe = client_->Compile(b.module(), Options());
   ASSERT_TRUE(exe.ok()) << exe.status();
   const auto run = [&](int64_t s) {
@@ -1189,8 +1189,8 @@ TEST_P(KernelTest, RngUniformHalfTypesStayBelowOne) {
   // Rounding a uniform value to 8 (bf16) or 11 (f16) significant bits must not reach 1.0.
   ModuleBuilder b;
   const int64_t seed = b.Parameter(0, proto::S64, {});
-  b.Output(b.Rng(proto::RNG_UNIFORM, seed, proto::BF16, {20000}, 3));
-  b.Output(b.Rng(proto::RNG_UNIFORM, seed, proto::F16, {20000}, 3));
+  b.Output(b.Rng(Opcode::kRngUniform, seed, proto::BF16, {20000}, 3));
+  b.Output(b.Rng(Opcode::kRngUniform, seed, proto::F16, {20000}, 3));
   const std::vector<HostArray> out = Run(b.module(), {MakeArray<int64_t>(PrimitiveType::kS64, {}, {42})});
   ASSERT_EQ(out.size(), 2u);
   int bf_bad = 0, h_bad = 0;
@@ -1213,8 +1213,8 @@ TEST_P(KernelTest, RngNormal) {
   const int64_t n = 8192;
   ModuleBuilder b;
   const int64_t seed = b.Constant(1234, proto::S64);
-  b.Output(b.Rng(proto::RNG_NORMAL, seed, proto::F32, {n}, 0));
-  b.Output(b.Rng(proto::RNG_NORMAL, seed, proto::F32, {n}, 1));
+  b.Output(b.Rng(Opcode::kRngNormal, seed, proto::F32, {n}, 0));
+  b.Output(b.Rng(Opcode::kRngNormal, seed, proto::F32, {n}, 1));
   const std::vector<HostArray> out = Run(b.module(), {});
   ASSERT_EQ(out.size(), 2u);
   EXPECT_NE(out[0].bytes, out[1].bytes);
@@ -1232,7 +1232,7 @@ TEST_P(KernelTest, MultipleAndRepeatedOutputs) {
   // The same value twice, a parameter as a result and a constant as a result.
   ModuleBuilder b;
   const int64_t x = b.Parameter(0, proto::F32, {3});
-  const int64_t e = b.Unary(proto::NEGATE, x);
+  const int64_t e = b.Unary(Opcode::kNegate, x);
   b.Output(e);
   b.Output(x);
   b.Output(e);
@@ -1253,8 +1253,8 @@ TEST_P(KernelTest, LargeElementwiseAndReduceAcrossBlocks) {
   const int64_t t = b.Transpose(b.Parameter(1, proto::F32, {301, 37}), {1, 0});
   const int64_t s = b.Add(b.Mul(x, t), x);
   b.Output(s);
-  b.Output(b.Reduce(proto::REDUCE_MAX, s, {1}));
-  b.Output(b.Reduce(proto::REDUCE_MAX, s, {0}));
+  b.Output(b.Reduce(Combiner::kMax, s, {1}));
+  b.Output(b.Reduce(Combiner::kMax, s, {0}));
   const HostArray hx = MakeArray<float>(PrimitiveType::kF32, dims, testing::RandomFloats(rng_, 37 * 301));
   const HostArray ht = MakeArray<float>(PrimitiveType::kF32, {301, 37}, testing::RandomFloats(rng_, 37 * 301));
   const std::vector<HostArray> out = Run(b.module(), {hx, ht});
@@ -1318,7 +1318,7 @@ TEST_F(FusedVsUnfused, MlpLayerForward) {
   const int64_t w2 = b.Parameter(3, proto::F32, {hidden, out});
   const int64_t b2 = b.Parameter(4, proto::F32, {out});
   const int64_t h = b.Add(b.Dot(x, w1), b.Broadcast(b1, {batch, hidden}, {1}));
-  const int64_t relu = b.Binary(proto::MAXIMUM, h, b.Constant(0, proto::F32, {batch, hidden}));
+  const int64_t relu = b.Binary(Opcode::kMaximum, h, b.Constant(0, proto::F32, {batch, hidden}));
   const int64_t y = b.Add(b.Dot(relu, w2), b.Broadcast(b2, {batch, out}, {1}));
   b.Output(y);
   b.Output(relu);
@@ -1333,10 +1333,10 @@ TEST_F(FusedVsUnfused, MlpLayerForward) {
 // softmax over the last dim of [rows, cols].
 int64_t Softmax(ModuleBuilder& b, int64_t x) {
   const Dims d = b.dims(x);
-  const int64_t mx = b.Reduce(proto::REDUCE_MAX, x, {1});
-  const int64_t e = b.Unary(proto::EXP, b.Binary(proto::SUBTRACT, x, b.Broadcast(mx, d, {0})));
-  const int64_t sum = b.Reduce(proto::REDUCE_SUM, e, {1});
-  return b.Binary(proto::DIVIDE, e, b.Broadcast(sum, d, {0}));
+  const int64_t mx = b.Reduce(Combiner::kMax, x, {1});
+  const int64_t e = b.Unary(Opcode::kExp, b.Binary(Opcode::kSubtract, x, b.Broadcast(mx, d, {0})));
+  const int64_t sum = b.Reduce(Combiner::kSum, e, {1});
+  return b.Binary(Opcode::kDivide, e, b.Broadcast(sum, d, {0}));
 }
 
 TEST_F(FusedVsUnfused, Softmax) {
@@ -1363,15 +1363,15 @@ int64_t ElementwiseChain(ModuleBuilder& b, int64_t x, int64_t y, int length, std
   int64_t v = x;
   for (int i = 0; i < length; ++i) {
     switch (rng() % 9) {
-      case 0: v = b.Unary(proto::TANH, v); break;
+      case 0: v = b.Unary(Opcode::kTanh, v); break;
       case 1: v = b.Add(v, y); break;
       case 2: v = b.Mul(v, b.Constant(0.75, t, d)); break;
-      case 3: v = b.Unary(proto::LOGISTIC, v); break;
-      case 4: v = b.Binary(proto::MAXIMUM, v, b.Unary(proto::NEGATE, y)); break;
-      case 5: v = b.Binary(proto::DIVIDE, v, b.Add(b.Unary(proto::ABS, y), b.Constant(1, t, d))); break;
-      case 6: v = b.Select(b.Compare(proto::GT, v, y), v, b.Binary(proto::SUBTRACT, v, y)); break;
-      case 7: v = b.Unary(proto::SQRT, b.Add(b.Unary(proto::ABS, v), b.Constant(0.5, t, d))); break;
-      default: v = b.Binary(proto::MINIMUM, b.Unary(proto::EXP, b.Unary(proto::TANH, v)), y); break;
+      case 3: v = b.Unary(Opcode::kLogistic, v); break;
+      case 4: v = b.Binary(Opcode::kMaximum, v, b.Unary(Opcode::kNegate, y)); break;
+      case 5: v = b.Binary(Opcode::kDivide, v, b.Add(b.Unary(Opcode::kAbs, y), b.Constant(1, t, d))); break;
+      case 6: v = b.Select(b.Compare(CompareDirection::kGt, v, y), v, b.Binary(Opcode::kSubtract, v, y)); break;
+      case 7: v = b.Unary(Opcode::kSqrt, b.Add(b.Unary(Opcode::kAbs, v), b.Constant(0.5, t, d))); break;
+      default: v = b.Binary(Opcode::kMinimum, b.Unary(Opcode::kExp, b.Unary(Opcode::kTanh, v)), y); break;
     }
   }
   return v;
@@ -1397,11 +1397,11 @@ TEST_F(FusedVsUnfused, Bf16Chains) {
     const int64_t chain = ElementwiseChain(b, x, y, 40, rng_);
     b.Output(chain);
     // Mixed precision: widen, compute in f32, narrow again, reduce in bf16.
-    const int64_t wide = b.Unary(proto::TANH, b.Convert(chain, proto::F32));
+    const int64_t wide = b.Unary(Opcode::kTanh, b.Convert(chain, proto::F32));
     const int64_t narrow = b.Convert(b.Mul(wide, b.Convert(y, proto::F32)), t);
     b.Output(narrow);
-    b.Output(b.Reduce(proto::REDUCE_SUM, narrow, {1}));
-    b.Output(b.Reduce(proto::REDUCE_MAX, b.Add(narrow, x), {0}));
+    b.Output(b.Reduce(Combiner::kSum, narrow, {1}));
+    b.Output(b.Reduce(Combiner::kMax, b.Add(narrow, x), {0}));
     std::vector<uint16_t> vx(static_cast<size_t>(testing::NumElements(d))), vy(vx.size());
     for (size_t i = 0; i < vx.size(); ++i) {
       const float fx = std::uniform_real_distribution<float>(-3, 3)(rng_);
@@ -1426,12 +1426,12 @@ proto::Module RandomGraph(std::mt19937_64& rng, int64_t r, int64_t c, int ops) {
     const int64_t x = pick(), y = pick();
     int64_t v = -1;
     switch (rng() % 14) {
-      case 0: v = b.Unary(proto::TANH, x); break;
+      case 0: v = b.Unary(Opcode::kTanh, x); break;
       case 1: v = b.Add(x, y); break;
       case 2: v = b.Mul(x, y); break;
-      case 3: v = b.Binary(proto::MAXIMUM, x, b.Unary(proto::NEGATE, y)); break;
-      case 4: v = b.Broadcast(b.Reduce(proto::REDUCE_SUM, x, {1}), d, {0}); break;
-      case 5: v = b.Broadcast(b.Reduce(proto::REDUCE_MAX, x, {0}), d, {1}); break;
+      case 3: v = b.Binary(Opcode::kMaximum, x, b.Unary(Opcode::kNegate, y)); break;
+      case 4: v = b.Broadcast(b.Reduce(Combiner::kSum, x, {1}), d, {0}); break;
+      case 5: v = b.Broadcast(b.Reduce(Combiner::kMax, x, {0}), d, {1}); break;
       case 6:  // rotate the columns by one: concatenate(x[:, 1:], x[:, :1])
         if (c >= 2) v = b.Concatenate({b.Slice(x, {0, 1}, {r, c}, {1, 1}), b.Slice(x, {0, 0}, {r, 1}, {1, 1})}, 1);
         break;
@@ -1444,14 +1444,14 @@ proto::Module RandomGraph(std::mt19937_64& rng, int64_t r, int64_t c, int ops) {
       case 9: v = b.Transpose(b.Reshape(x, {c, r}), {1, 0}); break;  // a permutation of the elements
       case 10: v = b.Convert(b.Convert(x, proto::BF16), proto::F32); break;
       case 11: v = b.Add(x, b.Convert(b.Iota(proto::S32, d, rng() % 2, -3, 1), proto::F32)); break;
-      case 12: v = b.Select(b.Compare(proto::LT, x, y), b.Unary(proto::EXP, b.Unary(proto::TANH, x)), y); break;
-      default: v = b.Unary(proto::LOGISTIC, b.Binary(proto::SUBTRACT, x, b.Constant(0.5, proto::F32, d))); break;
+      case 12: v = b.Select(b.Compare(CompareDirection::kLt, x, y), b.Unary(Opcode::kExp, b.Unary(Opcode::kTanh, x)), y); break;
+      default: v = b.Unary(Opcode::kLogistic, b.Binary(Opcode::kSubtract, x, b.Constant(0.5, proto::F32, d))); break;
     }
     if (v >= 0) pool.push_back(v);
   }
   b.Output(pool.back());
   b.Output(pick());
-  b.Output(b.Reduce(proto::REDUCE_SUM, pick(), {0, 1}));
+  b.Output(b.Reduce(Combiner::kSum, pick(), {0, 1}));
   return b.module();
 }
 

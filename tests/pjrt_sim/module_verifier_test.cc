@@ -34,20 +34,20 @@ ModuleBuilder EveryOpcode() {
   const int64_t gidx = b.Parameter(3, proto::S64, {2, 2});
   const int64_t c = b.Constant(1.5, proto::F32, {2, 3});
   b.Iota(proto::S32, {2, 3}, 1, 5, 2);
-  b.Rng(proto::RNG_UNIFORM, seed, proto::F32, {2, 3}, 7);
-  b.Rng(proto::RNG_NORMAL, seed, proto::BF16, {4}, 8);
-  for (proto::Opcode op : {proto::NEGATE, proto::ABS, proto::EXP, proto::LOG, proto::SQRT, proto::RSQRT, proto::TANH,
-                           proto::LOGISTIC, proto::SIGN}) {
+  b.Rng(Opcode::kRngUniform, seed, proto::F32, {2, 3}, 7);
+  b.Rng(Opcode::kRngNormal, seed, proto::BF16, {4}, 8);
+  for (Opcode op : {Opcode::kNegate, Opcode::kAbs, Opcode::kExp, Opcode::kLog, Opcode::kSqrt, Opcode::kRsqrt, Opcode::kTanh,
+                           Opcode::kLogistic, Opcode::kSign}) {
     b.Unary(op, x);
   }
-  for (proto::Opcode op : {proto::ADD, proto::SUBTRACT, proto::MULTIPLY, proto::DIVIDE, proto::POWER,
-                           proto::MAXIMUM, proto::MINIMUM}) {
+  for (Opcode op : {Opcode::kAdd, Opcode::kSubtract, Opcode::kMultiply, Opcode::kDivide, Opcode::kPower,
+                           Opcode::kMaximum, Opcode::kMinimum}) {
     b.Binary(op, x, c);
   }
-  const int64_t p = b.Compare(proto::LT, x, c);
-  b.Unary(proto::NOT, p);
-  b.Binary(proto::AND, p, p);
-  b.Binary(proto::OR, p, p);
+  const int64_t p = b.Compare(CompareDirection::kLt, x, c);
+  b.Unary(Opcode::kNot, p);
+  b.Binary(Opcode::kAnd, p, p);
+  b.Binary(Opcode::kOr, p, p);
   b.Select(p, x, c);
   b.Convert(x, proto::S64);
   b.Convert(x, proto::BF16);
@@ -61,9 +61,9 @@ ModuleBuilder EveryOpcode() {
   b.Concatenate({x, c, x}, 1);
   b.IndexSelect(x, idx, 1);
   b.Gather(x, gidx, 1);
-  b.Reduce(proto::REDUCE_SUM, x, {0, 1});
-  b.Reduce(proto::REDUCE_MAX, x, {1});
-  b.Reduce(proto::REDUCE_SUM, x, {});
+  b.Reduce(Combiner::kSum, x, {0, 1});
+  b.Reduce(Combiner::kMax, x, {1});
+  b.Reduce(Combiner::kSum, x, {});
   b.Argmax(x, 1);
   const int64_t w = b.Parameter(6, proto::F32, {3, 4});
   b.Dot(x, w);
@@ -100,7 +100,7 @@ TEST(ModuleVerifier, EveryAcceptedMutationCompilesAndRuns) {
         field->Set(static_cast<int>(rng() % static_cast<uint64_t>(field->size())), small);
       };
       switch (rng() % 12) {
-        case 0: inst.set_opcode(static_cast<proto::Opcode>(rng() % 64)); break;
+        case 0: inst.set_opcode(static_cast<int32_t>(rng() % 64)); break;
         case 1: pick(inst.mutable_operands()); break;
         case 2: pick(inst.mutable_shape()->mutable_dims()); break;
         case 3:
@@ -116,7 +116,7 @@ TEST(ModuleVerifier, EveryAcceptedMutationCompilesAndRuns) {
         case 7: pick(inst.mutable_stride()); break;
         case 8: inst.set_axis(small); break;
         case 9: inst.set_transpose_lhs(!inst.transpose_lhs()); break;
-        case 10: inst.set_direction(static_cast<proto::CompareDirection>(rng() % 6)); break;
+        case 10: inst.set_direction(static_cast<int32_t>(rng() % 6)); break;
         default: inst.set_value(rng() % 2 ? 1e300 : -0.5); break;
       }
     }
@@ -124,7 +124,7 @@ TEST(ModuleVerifier, EveryAcceptedMutationCompilesAndRuns) {
     ++accepted;
     std::vector<testing::HostArray> args;
     for (const proto::Instruction& inst : m.instructions()) {
-      if (inst.opcode() != proto::PARAMETER) continue;
+      if (inst.opcode() != static_cast<int32_t>(Opcode::kParameter)) continue;
       if (static_cast<size_t>(inst.parameter_number()) >= args.size()) args.resize(static_cast<size_t>(inst.parameter_number()) + 1);
       testing::HostArray a(FromProto(inst.shape()));
       std::fill(a.bytes.begin(), a.bytes.end(), 0);
@@ -145,22 +145,22 @@ TEST(ModuleVerifier, AcceptsEmptyAndZeroSizedModules) {
   EXPECT_TRUE(VerifyModule(proto::Module()).ok());
   ModuleBuilder b;
   const int64_t x = b.Parameter(0, proto::F32, {0, 3});
-  b.Output(b.Reduce(proto::REDUCE_SUM, b.Unary(proto::EXP, x), {0}));
+  b.Output(b.Reduce(Combiner::kSum, b.Unary(Opcode::kExp, x), {0}));
   EXPECT_TRUE(VerifyModule(b.module()).ok());
 }
 
 TEST(ModuleVerifier, RejectsForwardAndOutOfRangeOperands) {
   ModuleBuilder b = TwoParameters();
-  b.Op(proto::ADD, {0, 3}, proto::F32, {2, 3});
-  b.Op(proto::NEGATE, {0}, proto::F32, {2, 3});
+  b.Op(Opcode::kAdd, {0, 3}, proto::F32, {2, 3});
+  b.Op(Opcode::kNegate, {0}, proto::F32, {2, 3});
   ExpectRejected(b.module(), {"%2 add", "operand %3 is not an earlier instruction"});
 
   ModuleBuilder self = TwoParameters();
-  self.Op(proto::NEGATE, {2}, proto::F32, {2, 3});
+  self.Op(Opcode::kNegate, {2}, proto::F32, {2, 3});
   ExpectRejected(self.module(), {"%2 negate", "operand %2"});
 
   ModuleBuilder negative = TwoParameters();
-  negative.Op(proto::NEGATE, {-1}, proto::F32, {2, 3});
+  negative.Op(Opcode::kNegate, {-1}, proto::F32, {2, 3});
   ExpectRejected(negative.module(), {"%2 negate", "operand %-1"});
 }
 
@@ -177,25 +177,25 @@ TEST(ModuleVerifier, RejectsAddShapeMismatch) {
   ModuleBuilder dims;
   dims.Parameter(0, proto::F32, {2, 3});
   dims.Parameter(1, proto::F32, {3, 2});
-  dims.Op(proto::ADD, {0, 1}, proto::F32, {2, 3});
+  dims.Op(Opcode::kAdd, {0, 1}, proto::F32, {2, 3});
   ExpectRejected(dims.module(), {"%2 add", "f32[2,3]", "f32[3,2]"});
 
   ModuleBuilder types;
   types.Parameter(0, proto::F32, {2, 3});
   types.Parameter(1, proto::S32, {2, 3});
-  types.Op(proto::ADD, {0, 1}, proto::F32, {2, 3});
+  types.Op(Opcode::kAdd, {0, 1}, proto::F32, {2, 3});
   ExpectRejected(types.module(), {"%2 add", "s32[2,3]"});
 
   ModuleBuilder result = TwoParameters();
-  result.Op(proto::ADD, {0, 1}, proto::F32, {2, 3, 1});
+  result.Op(Opcode::kAdd, {0, 1}, proto::F32, {2, 3, 1});
   ExpectRejected(result.module(), {"%2 add", "f32[2,3,1]"});
 
   ModuleBuilder result_type = TwoParameters();
-  result_type.Op(proto::ADD, {0, 1}, proto::F64, {2, 3});
+  result_type.Op(Opcode::kAdd, {0, 1}, proto::F64, {2, 3});
   ExpectRejected(result_type.module(), {"%2 add", "wrong result type"});
 
   ModuleBuilder arity = TwoParameters();
-  arity.Op(proto::ADD, {0}, proto::F32, {2, 3});
+  arity.Op(Opcode::kAdd, {0}, proto::F32, {2, 3});
   ExpectRejected(arity.module(), {"%2 add", "expects 2 operand(s), has 1"});
 }
 
@@ -203,7 +203,7 @@ TEST(ModuleVerifier, RejectsBadBroadcastDims) {
   const auto broadcast = [](const testing::Dims& in, const testing::Dims& out, const testing::Dims& map) {
     ModuleBuilder b;
     b.Parameter(0, proto::F32, in);
-    b.Op(proto::BROADCAST, {0}, proto::F32, out, [&](proto::Instruction& i) {
+    b.Op(Opcode::kBroadcast, {0}, proto::F32, out, [&](proto::Instruction& i) {
       for (int64_t d : map) i.add_dims(d);
     });
     return b;
@@ -217,7 +217,7 @@ TEST(ModuleVerifier, RejectsBadBroadcastDims) {
   ExpectRejected(broadcast({2}, {2, 0}, {1}).module(), {"%1 broadcast", "cannot broadcast"});
   ModuleBuilder type;
   type.Parameter(0, proto::F32, {3});
-  type.Op(proto::BROADCAST, {0}, proto::S32, {2, 3}, [](proto::Instruction& i) { i.add_dims(1); });
+  type.Op(Opcode::kBroadcast, {0}, proto::S32, {2, 3}, [](proto::Instruction& i) { i.add_dims(1); });
   ExpectRejected(type.module(), {"%1 broadcast"});
   // Size-1 dims broadcast to anything, including 0.
   EXPECT_TRUE(VerifyModule(broadcast({1, 3}, {0, 3}, {0, 1}).module()).ok());
@@ -227,7 +227,7 @@ TEST(ModuleVerifier, RejectsBadTransposePermutation) {
   const auto transpose = [](const testing::Dims& out, const testing::Dims& perm) {
     ModuleBuilder b;
     b.Parameter(0, proto::F32, {2, 3, 4});
-    b.Op(proto::TRANSPOSE, {0}, proto::F32, out, [&](proto::Instruction& i) {
+    b.Op(Opcode::kTranspose, {0}, proto::F32, out, [&](proto::Instruction& i) {
       for (int64_t p : perm) i.add_dims(p);
     });
     return b;
@@ -245,7 +245,7 @@ TEST(ModuleVerifier, RejectsSliceOutOfRange) {
                         const testing::Dims& out) {
     ModuleBuilder b;
     b.Parameter(0, proto::F32, {5, 6});
-    b.Op(proto::SLICE, {0}, proto::F32, out, [&](proto::Instruction& i) {
+    b.Op(Opcode::kSlice, {0}, proto::F32, out, [&](proto::Instruction& i) {
       for (int64_t v : start) i.add_start(v);
       for (int64_t v : limit) i.add_limit(v);
       for (int64_t v : stride) i.add_stride(v);
@@ -272,7 +272,7 @@ TEST(ModuleVerifier, RejectsDotContractionMismatch) {
     ModuleBuilder m;
     m.Parameter(0, type, a);
     m.Parameter(1, type, b);
-    m.Op(proto::DOT, {0, 1}, type, out, [&](proto::Instruction& i) {
+    m.Op(Opcode::kDot, {0, 1}, type, out, [&](proto::Instruction& i) {
       i.set_transpose_lhs(tl);
       i.set_transpose_rhs(tr);
     });
@@ -295,7 +295,7 @@ TEST(ModuleVerifier, RejectsMissingAndDuplicateParameterNumbers) {
   ModuleBuilder missing;
   missing.Parameter(0, proto::F32, {2});
   missing.Parameter(2, proto::F32, {2});
-  missing.Unary(proto::NEGATE, 0);
+  missing.Unary(Opcode::kNegate, 0);
   ExpectRejected(missing.module(), {"parameter 1 is missing"});
 
   ModuleBuilder duplicate;
@@ -313,21 +313,21 @@ TEST(ModuleVerifier, RejectsMissingAndDuplicateParameterNumbers) {
   ExpectRejected(huge.module(), {"%0 parameter", "bad parameter number"});
 
   ModuleBuilder with_operand = TwoParameters();
-  with_operand.Op(proto::PARAMETER, {0}, proto::F32, {2, 3}, [](proto::Instruction& i) { i.set_parameter_number(2); });
+  with_operand.Op(Opcode::kParameter, {0}, proto::F32, {2, 3}, [](proto::Instruction& i) { i.set_parameter_number(2); });
   ExpectRejected(with_operand.module(), {"%2 parameter", "expects 0 operand(s)"});
 }
 
 TEST(ModuleVerifier, RejectsInvalidEnumValues) {
   ModuleBuilder opcode = TwoParameters();
-  opcode.Op(static_cast<proto::Opcode>(999), {0}, proto::F32, {2, 3});
+  opcode.Op(static_cast<Opcode>(999), {0}, proto::F32, {2, 3});
   ExpectRejected(opcode.module(), {"%2", "invalid opcode 999"});
 
   ModuleBuilder zero = TwoParameters();
-  zero.Op(proto::OPCODE_INVALID, {}, proto::F32, {2, 3});
+  zero.Op(static_cast<Opcode>(0), {}, proto::F32, {2, 3});
   ExpectRejected(zero.module(), {"%2", "invalid opcode 0"});
 
   ModuleBuilder type = TwoParameters();
-  type.Op(proto::NEGATE, {0}, static_cast<proto::ElementType>(42), {2, 3});
+  type.Op(Opcode::kNegate, {0}, static_cast<proto::ElementType>(42), {2, 3});
   ExpectRejected(type.module(), {"%2 negate", "invalid element type"});
 
   ModuleBuilder param_type;
@@ -335,8 +335,8 @@ TEST(ModuleVerifier, RejectsInvalidEnumValues) {
   ExpectRejected(param_type.module(), {"%0 parameter", "invalid element type"});
 
   ModuleBuilder direction = TwoParameters();
-  direction.Op(proto::COMPARE, {0, 1}, proto::PRED, {2, 3},
-               [](proto::Instruction& i) { i.set_direction(static_cast<proto::CompareDirection>(17)); });
+  direction.Op(Opcode::kCompare, {0, 1}, proto::PRED, {2, 3},
+               [](proto::Instruction& i) { i.set_direction(static_cast<int32_t>(17)); });
   ExpectRejected(direction.module(), {"%2 compare", "invalid comparison direction"});
 }
 
@@ -361,44 +361,44 @@ TEST(ModuleVerifier, RejectsBadShapes) {
 
 TEST(ModuleVerifier, RejectsBadElementwiseTypes) {
   ModuleBuilder not_f32 = TwoParameters();
-  not_f32.Unary(proto::NOT, 0);
-  ExpectRejected(not_f32.module(), {"%2 not", "needs pred"});
+  not_f32.Unary(Opcode::kNot, 0);
+  ExpectRejected(not_f32.module(), {"%2 not", "takes pred, not f32"});
 
   ModuleBuilder exp_int;
   exp_int.Parameter(0, proto::S32, {2});
-  exp_int.Unary(proto::EXP, 0);
-  ExpectRejected(exp_int.module(), {"%1 exp", "needs a floating type"});
+  exp_int.Unary(Opcode::kExp, 0);
+  ExpectRejected(exp_int.module(), {"%1 exp", "takes floating types, not s32"});
 
   ModuleBuilder unary_type = TwoParameters();
-  unary_type.Op(proto::NEGATE, {0}, proto::F64, {2, 3});
+  unary_type.Op(Opcode::kNegate, {0}, proto::F64, {2, 3});
   ExpectRejected(unary_type.module(), {"%2 negate", "types differ"});
 
   ModuleBuilder unary_dims = TwoParameters();
-  unary_dims.Op(proto::CONVERT, {0}, proto::S32, {3, 2});
+  unary_dims.Op(Opcode::kConvert, {0}, proto::S32, {3, 2});
   ExpectRejected(unary_dims.module(), {"%2 convert", "f32[2,3]", "s32[3,2]"});
 
   ModuleBuilder and_f32 = TwoParameters();
-  and_f32.Binary(proto::AND, 0, 1);
-  ExpectRejected(and_f32.module(), {"%2 and", "needs pred"});
+  and_f32.Binary(Opcode::kAnd, 0, 1);
+  ExpectRejected(and_f32.module(), {"%2 and", "takes pred, not f32"});
 
   ModuleBuilder compare_type = TwoParameters();
-  compare_type.Op(proto::COMPARE, {0, 1}, proto::F32, {2, 3});
+  compare_type.Op(Opcode::kCompare, {0, 1}, proto::F32, {2, 3});
   ExpectRejected(compare_type.module(), {"%2 compare", "wrong result type"});
 
   ModuleBuilder select_cond = TwoParameters();
-  select_cond.Op(proto::SELECT, {0, 0, 1}, proto::F32, {2, 3});
+  select_cond.Op(Opcode::kSelect, {0, 0, 1}, proto::F32, {2, 3});
   ExpectRejected(select_cond.module(), {"%2 select", "the condition must be pred"});
 
   ModuleBuilder select_dims = TwoParameters();
-  const int64_t p = select_dims.Compare(proto::EQ, 0, 1);
+  const int64_t p = select_dims.Compare(CompareDirection::kEq, 0, 1);
   const int64_t other = select_dims.Parameter(2, proto::F32, {3, 2});
-  select_dims.Op(proto::SELECT, {p, 0, other}, proto::F32, {2, 3});
+  select_dims.Op(Opcode::kSelect, {p, 0, other}, proto::F32, {2, 3});
   ExpectRejected(select_dims.module(), {"%4 select", "operand dims differ"});
 
   ModuleBuilder select_types = TwoParameters();
-  const int64_t q = select_types.Compare(proto::EQ, 0, 1);
+  const int64_t q = select_types.Compare(CompareDirection::kEq, 0, 1);
   const int64_t ints = select_types.Parameter(2, proto::S32, {2, 3});
-  select_types.Op(proto::SELECT, {q, 0, ints}, proto::F32, {2, 3});
+  select_types.Op(Opcode::kSelect, {q, 0, ints}, proto::F32, {2, 3});
   ExpectRejected(select_types.module(), {"%4 select", "value types differ"});
 }
 
@@ -407,23 +407,23 @@ TEST(ModuleVerifier, RejectsBadLeaves) {
   iota_axis.Iota(proto::S32, {2, 3}, 2);
   ExpectRejected(iota_axis.module(), {"%0 iota", "axis out of range"});
   ModuleBuilder iota_start;
-  iota_start.Op(proto::IOTA, {}, proto::S32, {4}, [](proto::Instruction& i) { i.add_start(0); });
+  iota_start.Op(Opcode::kIota, {}, proto::S32, {4}, [](proto::Instruction& i) { i.add_start(0); });
   ExpectRejected(iota_start.module(), {"%0 iota", "one start and one step"});
   ModuleBuilder constant_operand = TwoParameters();
-  constant_operand.Op(proto::CONSTANT, {0}, proto::F32, {2, 3});
+  constant_operand.Op(Opcode::kConstant, {0}, proto::F32, {2, 3});
   ExpectRejected(constant_operand.module(), {"%2 constant", "expects 0 operand(s)"});
 
   ModuleBuilder rng_seed;
   rng_seed.Parameter(0, proto::S32, {});
-  rng_seed.Rng(proto::RNG_UNIFORM, 0, proto::F32, {4}, 0);
+  rng_seed.Rng(Opcode::kRngUniform, 0, proto::F32, {4}, 0);
   ExpectRejected(rng_seed.module(), {"%1 rng_uniform", "the seed must be s64[]"});
   ModuleBuilder rng_seed_rank;
   rng_seed_rank.Parameter(0, proto::S64, {1});
-  rng_seed_rank.Rng(proto::RNG_NORMAL, 0, proto::F32, {4}, 0);
+  rng_seed_rank.Rng(Opcode::kRngNormal, 0, proto::F32, {4}, 0);
   ExpectRejected(rng_seed_rank.module(), {"%1 rng_normal", "the seed must be s64[]"});
   ModuleBuilder rng_type;
   rng_type.Parameter(0, proto::S64, {});
-  rng_type.Rng(proto::RNG_UNIFORM, 0, proto::S32, {4}, 0);
+  rng_type.Rng(Opcode::kRngUniform, 0, proto::S32, {4}, 0);
   ExpectRejected(rng_type.module(), {"%1 rng_uniform", "needs a floating result"});
 }
 
@@ -433,65 +433,66 @@ TEST(ModuleVerifier, RejectsBadDataMovement) {
   ExpectRejected(reshape.module(), {"%2 reshape", "cannot reshape f32[2,3] to f32[7]"});
 
   ModuleBuilder concat_sum = TwoParameters();
-  concat_sum.Op(proto::CONCATENATE, {0, 1}, proto::F32, {2, 7}, [](proto::Instruction& i) { i.set_axis(1); });
+  concat_sum.Op(Opcode::kConcatenate, {0, 1}, proto::F32, {2, 7}, [](proto::Instruction& i) { i.set_axis(1); });
   ExpectRejected(concat_sum.module(), {"%2 concatenate", "sizes along the axis do not add up"});
   ModuleBuilder concat_dims;
   concat_dims.Parameter(0, proto::F32, {2, 3});
   concat_dims.Parameter(1, proto::F32, {3, 3});
-  concat_dims.Op(proto::CONCATENATE, {0, 1}, proto::F32, {2, 6}, [](proto::Instruction& i) { i.set_axis(1); });
+  concat_dims.Op(Opcode::kConcatenate, {0, 1}, proto::F32, {2, 6}, [](proto::Instruction& i) { i.set_axis(1); });
   ExpectRejected(concat_dims.module(), {"%2 concatenate", "operand dims differ"});
   ModuleBuilder concat_axis = TwoParameters();
-  concat_axis.Op(proto::CONCATENATE, {0, 1}, proto::F32, {4, 3}, [](proto::Instruction& i) { i.set_axis(2); });
+  concat_axis.Op(Opcode::kConcatenate, {0, 1}, proto::F32, {4, 3}, [](proto::Instruction& i) { i.set_axis(2); });
   ExpectRejected(concat_axis.module(), {"%2 concatenate", "axis out of range"});
   ModuleBuilder concat_none;
-  concat_none.Op(proto::CONCATENATE, {}, proto::F32, {0});
+  concat_none.Op(Opcode::kConcatenate, {}, proto::F32, {0});
   ExpectRejected(concat_none.module(), {"%0 concatenate", "needs operands"});
 
   ModuleBuilder index_float = TwoParameters();
   index_float.Parameter(2, proto::F32, {4});
-  index_float.Op(proto::INDEX_SELECT, {0, 2}, proto::F32, {2, 4}, [](proto::Instruction& i) { i.set_axis(1); });
+  index_float.Op(Opcode::kIndexSelect, {0, 2}, proto::F32, {2, 4}, [](proto::Instruction& i) { i.set_axis(1); });
   ExpectRejected(index_float.module(), {"%3 index_select", "bad operands"});
   ModuleBuilder index_rank = TwoParameters();
   index_rank.Parameter(2, proto::S32, {4, 1});
-  index_rank.Op(proto::INDEX_SELECT, {0, 2}, proto::F32, {2, 4}, [](proto::Instruction& i) { i.set_axis(1); });
+  index_rank.Op(Opcode::kIndexSelect, {0, 2}, proto::F32, {2, 4}, [](proto::Instruction& i) { i.set_axis(1); });
   ExpectRejected(index_rank.module(), {"%3 index_select", "the index must be 1-D"});
   ModuleBuilder index_result = TwoParameters();
   index_result.Parameter(2, proto::S64, {4});
-  index_result.Op(proto::INDEX_SELECT, {0, 2}, proto::F32, {2, 3}, [](proto::Instruction& i) { i.set_axis(1); });
+  index_result.Op(Opcode::kIndexSelect, {0, 2}, proto::F32, {2, 3}, [](proto::Instruction& i) { i.set_axis(1); });
   ExpectRejected(index_result.module(), {"%3 index_select", "result dims are wrong"});
 
   ModuleBuilder gather_big = TwoParameters();
   gather_big.Parameter(2, proto::S64, {3, 5});
-  gather_big.Op(proto::GATHER, {0, 2}, proto::F32, {3, 5}, [](proto::Instruction& i) { i.set_axis(1); });
+  gather_big.Op(Opcode::kGather, {0, 2}, proto::F32, {3, 5}, [](proto::Instruction& i) { i.set_axis(1); });
   ExpectRejected(gather_big.module(), {"%3 gather", "index larger than the operand"});
   ModuleBuilder gather_dims = TwoParameters();
   gather_dims.Parameter(2, proto::S64, {2, 5});
-  gather_dims.Op(proto::GATHER, {0, 2}, proto::F32, {2, 4}, [](proto::Instruction& i) { i.set_axis(1); });
+  gather_dims.Op(Opcode::kGather, {0, 2}, proto::F32, {2, 4}, [](proto::Instruction& i) { i.set_axis(1); });
   ExpectRejected(gather_dims.module(), {"%3 gather", "the index must have the result's dims"});
 }
 
 TEST(ModuleVerifier, RejectsBadReductions) {
-  const auto reduce = [](proto::Opcode op, const testing::Dims& dims, const testing::Dims& out,
+  const auto reduce = [](Combiner combiner, const testing::Dims& dims, const testing::Dims& out,
                          proto::ElementType type = proto::F32) {
     ModuleBuilder b;
     b.Parameter(0, proto::F32, {2, 3, 4});
-    b.Op(op, {0}, type, out, [&](proto::Instruction& i) {
+    b.Op(Opcode::kReduce, {0}, type, out, [&](proto::Instruction& i) {
+      i.set_combiner(static_cast<int32_t>(combiner));
       for (int64_t d : dims) i.add_dims(d);
     });
     return b;
   };
-  EXPECT_TRUE(VerifyModule(reduce(proto::REDUCE_SUM, {0, 2}, {3}).module()).ok());
-  ExpectRejected(reduce(proto::REDUCE_SUM, {2, 0}, {3}).module(), {"%1 reduce_sum", "sorted and in range"});
-  ExpectRejected(reduce(proto::REDUCE_SUM, {1, 1}, {2, 4}).module(), {"%1 reduce_sum", "sorted and in range"});
-  ExpectRejected(reduce(proto::REDUCE_MAX, {3}, {2, 3, 4}).module(), {"%1 reduce_max", "sorted and in range"});
-  ExpectRejected(reduce(proto::REDUCE_MAX, {1}, {2, 3}).module(),
-                 {"%1 reduce_max", "result f32[2,3] does not match reducing f32[2,3,4]"});
-  ExpectRejected(reduce(proto::REDUCE_SUM, {1}, {2, 4}, proto::F64).module(), {"%1 reduce_sum", "types differ"});
+  EXPECT_TRUE(VerifyModule(reduce(Combiner::kSum, {0, 2}, {3}).module()).ok());
+  ExpectRejected(reduce(Combiner::kSum, {2, 0}, {3}).module(), {"%1 reduce", "sorted and in range"});
+  ExpectRejected(reduce(Combiner::kSum, {1, 1}, {2, 4}).module(), {"%1 reduce", "sorted and in range"});
+  ExpectRejected(reduce(Combiner::kMax, {3}, {2, 3, 4}).module(), {"%1 reduce", "sorted and in range"});
+  ExpectRejected(reduce(Combiner::kMax, {1}, {2, 3}).module(),
+                 {"%1 reduce", "result f32[2,3] does not match reducing f32[2,3,4]"});
+  ExpectRejected(reduce(Combiner::kSum, {1}, {2, 4}, proto::F64).module(), {"%1 reduce", "types differ"});
 
   const auto argmax = [](int64_t axis, const testing::Dims& in, const testing::Dims& out, proto::ElementType type) {
     ModuleBuilder b;
     b.Parameter(0, proto::F32, in);
-    b.Op(proto::ARGMAX, {0}, type, out, [&](proto::Instruction& i) { i.set_axis(axis); });
+    b.Op(Opcode::kArgmax, {0}, type, out, [&](proto::Instruction& i) { i.set_axis(axis); });
     return b;
   };
   EXPECT_TRUE(VerifyModule(argmax(1, {2, 3}, {2}, proto::S64).module()).ok());
@@ -504,7 +505,7 @@ TEST(ModuleVerifier, RejectsBadReductions) {
 TEST(ModuleVerifier, CompileReportsTheVerifierError) {
   auto client = testing::MakeClient();
   ModuleBuilder b = TwoParameters();
-  b.Op(proto::ADD, {0, 5}, proto::F32, {2, 3});
+  b.Op(Opcode::kAdd, {0, 5}, proto::F32, {2, 3});
   absl::StatusOr<std::shared_ptr<Executable>> exe = client->Compile(b.module(), {});
   ASSERT_FALSE(exe.ok());
   EXPECT_EQ(exe.status().code(), absl::StatusCode::kInvalidArgument);
@@ -514,12 +515,12 @@ TEST(ModuleVerifier, CompileReportsTheVerifierError) {
 TEST(ModuleVerifier, RejectsArithmeticOnPred) {
   ModuleBuilder add;
   const int64_t p = add.Parameter(0, proto::PRED, {4});
-  add.Output(add.Binary(proto::ADD, p, p));
+  add.Output(add.Binary(Opcode::kAdd, p, p));
   ExpectRejected(add.module(), {"add", "pred"});
   ModuleBuilder total;
   const int64_t q = total.Parameter(0, proto::PRED, {4});
-  total.Output(total.Reduce(proto::REDUCE_SUM, q, {0}));
-  ExpectRejected(total.module(), {"reduce_sum", "pred"});
+  total.Output(total.Reduce(Combiner::kSum, q, {0}));
+  ExpectRejected(total.module(), {"reduce", "a sum takes numeric types (arithmetic is not defined on pred), not pred"});
 }
 
 }  // namespace

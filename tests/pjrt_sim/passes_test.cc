@@ -57,15 +57,15 @@ int CountKernels(const proto::Executable& exe, proto::Kernel::Kind kind) {
   return n;
 }
 
-bool Computes(const proto::Kernel& k, proto::Opcode op) {
+bool Computes(const proto::Kernel& k, Opcode op) {
   for (const proto::Step& s : k.program()) {
-    if (!s.load() && s.opcode() == op) return true;
+    if (!s.load() && s.opcode() == static_cast<int32_t>(op)) return true;
   }
   return false;
 }
 
 // How many kernels compute `op` in their program.
-int KernelsComputing(const proto::Executable& exe, proto::Opcode op) {
+int KernelsComputing(const proto::Executable& exe, Opcode op) {
   int n = 0;
   for (const proto::Kernel& k : exe.kernels()) n += Computes(k, op);
   return n;
@@ -89,7 +89,7 @@ TEST_F(PassesTest, CseMergesDuplicateAdds) {
   b.Output(b.Mul(a1, a2));
   const proto::Executable exe = CompileToProto(b.module(), kUnfused);
   EXPECT_EQ(exe.kernels_size(), 2) << KernelSummary(exe);  // one add, one multiply
-  EXPECT_EQ(KernelsComputing(exe, proto::ADD), 1);
+  EXPECT_EQ(KernelsComputing(exe, Opcode::kAdd), 1);
   EXPECT_GE(PassChanges(exe, "cse"), 1);
   EXPECT_EQ(exe.module_instructions(), 5);
   const std::vector<HostArray> out = Run(b.module(), kUnfused, {F32({4}, {1, 2, 3, 4}), F32({4}, {1, 1, 1, -4})});
@@ -100,11 +100,11 @@ TEST_F(PassesTest, CseMergesChainsTransitively) {
   // exp(x + y) computed twice: once the adds merge, the exps do too.
   ModuleBuilder b;
   const int64_t x = b.Parameter(0, proto::F32, {3}), y = b.Parameter(1, proto::F32, {3});
-  const int64_t e1 = b.Unary(proto::EXP, b.Add(x, y)), e2 = b.Unary(proto::EXP, b.Add(x, y));
-  b.Output(b.Binary(proto::SUBTRACT, e1, e2));
+  const int64_t e1 = b.Unary(Opcode::kExp, b.Add(x, y)), e2 = b.Unary(Opcode::kExp, b.Add(x, y));
+  b.Output(b.Binary(Opcode::kSubtract, e1, e2));
   const proto::Executable exe = CompileToProto(b.module(), kUnfused);
-  EXPECT_EQ(KernelsComputing(exe, proto::EXP), 1) << KernelSummary(exe);
-  EXPECT_EQ(KernelsComputing(exe, proto::ADD), 1) << KernelSummary(exe);
+  EXPECT_EQ(KernelsComputing(exe, Opcode::kExp), 1) << KernelSummary(exe);
+  EXPECT_EQ(KernelsComputing(exe, Opcode::kAdd), 1) << KernelSummary(exe);
 }
 
 TEST_F(PassesTest, CseKeepsDistinctConstantsApart) {
@@ -128,14 +128,14 @@ TEST_F(PassesTest, CseKeepsDifferentAttributesApart) {
   // Same opcode and operand, different attributes: not merged.
   ModuleBuilder b;
   const int64_t x = b.Parameter(0, proto::F32, {2, 3});
-  b.Output(b.Compare(proto::LT, x, x));
-  b.Output(b.Compare(proto::GT, x, x));
-  b.Output(b.Compare(proto::LE, x, x));
+  b.Output(b.Compare(CompareDirection::kLt, x, x));
+  b.Output(b.Compare(CompareDirection::kGt, x, x));
+  b.Output(b.Compare(CompareDirection::kLe, x, x));
   b.Output(b.Slice(x, {0, 0}, {2, 2}, {1, 1}));
   b.Output(b.Slice(x, {0, 1}, {2, 3}, {1, 1}));
   const int64_t seed = b.Constant(5, proto::S64);
-  b.Output(b.Rng(proto::RNG_UNIFORM, seed, proto::F32, {8}, 0));
-  b.Output(b.Rng(proto::RNG_UNIFORM, seed, proto::F32, {8}, 1));
+  b.Output(b.Rng(Opcode::kRngUniform, seed, proto::F32, {8}, 0));
+  b.Output(b.Rng(Opcode::kRngUniform, seed, proto::F32, {8}, 1));
   const std::vector<HostArray> out = Run(b.module(), kUnfused, {F32({2, 3}, {1, 2, 3, 4, 5, 6})});
   ASSERT_EQ(out.size(), 7u);
   EXPECT_THAT(out[0].values<uint8_t>(), ::testing::Each(0));
@@ -151,13 +151,13 @@ TEST_F(PassesTest, DceRemovesUnusedInstructions) {
   const int64_t x = b.Parameter(0, proto::F32, {8, 8});
   const int64_t unused_param = b.Parameter(1, proto::F32, {8});
   b.Dot(x, x);                                               // dead
-  b.Unary(proto::EXP, b.Unary(proto::LOG, x));               // dead
-  b.Reduce(proto::REDUCE_SUM, b.Broadcast(unused_param, {8, 8}, {1}), {0});  // dead
-  b.Output(b.Unary(proto::NEGATE, x));
+  b.Unary(Opcode::kExp, b.Unary(Opcode::kLog, x));               // dead
+  b.Reduce(Combiner::kSum, b.Broadcast(unused_param, {8, 8}, {1}), {0});  // dead
+  b.Output(b.Unary(Opcode::kNegate, x));
   const proto::Executable exe = CompileToProto(b.module(), kUnfused);
   EXPECT_EQ(exe.kernels_size(), 1) << KernelSummary(exe);
   EXPECT_EQ(CountKernels(exe, proto::Kernel::DOT), 0);
-  EXPECT_EQ(KernelsComputing(exe, proto::EXP), 0);
+  EXPECT_EQ(KernelsComputing(exe, Opcode::kExp), 0);
   EXPECT_GE(PassChanges(exe, "dce"), 5);
   // Parameters are the calling convention: an unused one is still taken.
   EXPECT_EQ(exe.parameters_size(), 2);
@@ -167,13 +167,13 @@ TEST_F(PassesTest, DceRemovesUnusedInstructions) {
 TEST_F(PassesTest, DceKeepsValuesReachableOnlyThroughOutputs) {
   ModuleBuilder b;
   const int64_t x = b.Parameter(0, proto::F32, {3});
-  const int64_t e = b.Unary(proto::EXP, x);
-  b.Unary(proto::TANH, e);  // dead user of a live value
-  b.Output(b.Unary(proto::NEGATE, e));
+  const int64_t e = b.Unary(Opcode::kExp, x);
+  b.Unary(Opcode::kTanh, e);  // dead user of a live value
+  b.Output(b.Unary(Opcode::kNegate, e));
   b.Output(e);
   const proto::Executable exe = CompileToProto(b.module(), kUnfused);
   EXPECT_EQ(exe.kernels_size(), 2) << KernelSummary(exe);
-  EXPECT_EQ(KernelsComputing(exe, proto::TANH), 0);
+  EXPECT_EQ(KernelsComputing(exe, Opcode::kTanh), 0);
 }
 
 // --- algebraic simplification ---------------------------------------------------------------------
@@ -188,13 +188,13 @@ TEST_F(PassesTest, AlgebraicIdentitiesLeaveNoKernel) {
       {"1*x", [&](ModuleBuilder& b, int64_t x) { return b.Mul(b.Constant(1, proto::F32, d), x); }},
       {"x+0", [&](ModuleBuilder& b, int64_t x) { return b.Add(x, b.Constant(0, proto::F32, d)); }},
       {"0+x", [&](ModuleBuilder& b, int64_t x) { return b.Add(b.Constant(0, proto::F32, d), x); }},
-      {"x-0", [&](ModuleBuilder& b, int64_t x) { return b.Binary(proto::SUBTRACT, x, b.Constant(0, proto::F32, d)); }},
-      {"x/1", [&](ModuleBuilder& b, int64_t x) { return b.Binary(proto::DIVIDE, x, b.Constant(1, proto::F32, d)); }},
-      {"-(-x)", [&](ModuleBuilder& b, int64_t x) { return b.Unary(proto::NEGATE, b.Unary(proto::NEGATE, x)); }},
+      {"x-0", [&](ModuleBuilder& b, int64_t x) { return b.Binary(Opcode::kSubtract, x, b.Constant(0, proto::F32, d)); }},
+      {"x/1", [&](ModuleBuilder& b, int64_t x) { return b.Binary(Opcode::kDivide, x, b.Constant(1, proto::F32, d)); }},
+      {"-(-x)", [&](ModuleBuilder& b, int64_t x) { return b.Unary(Opcode::kNegate, b.Unary(Opcode::kNegate, x)); }},
       {"-(-(-(-x)))",
        [&](ModuleBuilder& b, int64_t x) {
          int64_t v = x;
-         for (int i = 0; i < 4; ++i) v = b.Unary(proto::NEGATE, v);
+         for (int i = 0; i < 4; ++i) v = b.Unary(Opcode::kNegate, v);
          return v;
        }},
       {"convert f32->f32", [&](ModuleBuilder& b, int64_t x) { return b.Convert(x, proto::F32); }},
@@ -203,10 +203,10 @@ TEST_F(PassesTest, AlgebraicIdentitiesLeaveNoKernel) {
       {"transpose twice", [&](ModuleBuilder& b, int64_t x) { return b.Transpose(b.Transpose(x, {1, 0}), {1, 0}); }},
       {"broadcast to the same dims", [&](ModuleBuilder& b, int64_t x) { return b.Broadcast(x, d, {0, 1}); }},
       {"full slice", [&](ModuleBuilder& b, int64_t x) { return b.Slice(x, {0, 0}, {2, 3}, {1, 1}); }},
-      {"reduce over no dims", [&](ModuleBuilder& b, int64_t x) { return b.Reduce(proto::REDUCE_SUM, x, {}); }},
+      {"reduce over no dims", [&](ModuleBuilder& b, int64_t x) { return b.Reduce(Combiner::kSum, x, {}); }},
       {"(x*1+0)/1", [&](ModuleBuilder& b, int64_t x) {
          const int64_t m = b.Mul(x, b.Constant(1, proto::F32, d));
-         return b.Binary(proto::DIVIDE, b.Add(m, b.Constant(0, proto::F32, d)), b.Constant(1, proto::F32, d));
+         return b.Binary(Opcode::kDivide, b.Add(m, b.Constant(0, proto::F32, d)), b.Constant(1, proto::F32, d));
        }},
   };
   for (const Case& c : cases) {
@@ -226,7 +226,7 @@ TEST_F(PassesTest, AlgebraicIdentitiesLeaveNoKernel) {
 TEST_F(PassesTest, IntegerIdentitiesToo) {
   ModuleBuilder b;
   const int64_t x = b.Parameter(0, proto::S32, {4});
-  b.Output(b.Binary(proto::DIVIDE, b.Mul(x, b.Constant(1, proto::S32, {4})), b.Constant(1, proto::S32, {4})));
+  b.Output(b.Binary(Opcode::kDivide, b.Mul(x, b.Constant(1, proto::S32, {4})), b.Constant(1, proto::S32, {4})));
   const proto::Executable exe = CompileToProto(b.module(), kUnfused);
   EXPECT_EQ(exe.kernels_size(), 0) << KernelSummary(exe);
 }
@@ -240,10 +240,10 @@ TEST_F(PassesTest, NonIdentitiesAreKept) {
   b.Output(b.Add(x, b.Constant(1, proto::F32, d)));
   b.Output(b.Transpose(x, {1, 0}));
   b.Output(b.Slice(x, {0, 1}, {2, 3}, {1, 1}));
-  b.Output(b.Binary(proto::SUBTRACT, b.Constant(0, proto::F32, d), x));
+  b.Output(b.Binary(Opcode::kSubtract, b.Constant(0, proto::F32, d), x));
   const proto::Executable exe = CompileToProto(b.module(), kUnfused);
   int working = 0;  // kernels other than the constants' own
-  for (const proto::Kernel& k : exe.kernels()) working += !(k.program_size() == 1 && k.program(0).opcode() == proto::CONSTANT);
+  for (const proto::Kernel& k : exe.kernels()) working += !(k.program_size() == 1 && k.program(0).opcode() == static_cast<int32_t>(Opcode::kConstant));
   EXPECT_EQ(working, 5) << KernelSummary(exe);
   const std::vector<HostArray> out = Run(b.module(), kUnfused, {F32(d, {1, 2, 3, 4, 5, 6})});
   EXPECT_THAT(out[0].values<float>(), ElementsAre(2, 4, 6, 8, 10, 12));
@@ -413,17 +413,17 @@ TEST_F(PassesTest, ConstantArithmeticFoldsToAConstant) {
   ModuleBuilder b;
   const int64_t x = b.Parameter(0, proto::F32, {4});
   const int64_t five = b.Add(b.Constant(2, proto::F32, {4}), b.Constant(3, proto::F32, {4}));
-  const int64_t folded = b.Unary(proto::SQRT, b.Mul(five, b.Constant(5, proto::F32, {4})));  // 5
+  const int64_t folded = b.Unary(Opcode::kSqrt, b.Mul(five, b.Constant(5, proto::F32, {4})));  // 5
   b.Output(b.Mul(folded, x));
   for (const CompileOptions& o : {kUnfused, kFused}) {
     const proto::Executable exe = CompileToProto(b.module(), o);
-    EXPECT_EQ(KernelsComputing(exe, proto::ADD), 0) << KernelSummary(exe);
-    EXPECT_EQ(KernelsComputing(exe, proto::SQRT), 0) << KernelSummary(exe);
-    EXPECT_EQ(KernelsComputing(exe, proto::MULTIPLY), 1) << KernelSummary(exe);
+    EXPECT_EQ(KernelsComputing(exe, Opcode::kAdd), 0) << KernelSummary(exe);
+    EXPECT_EQ(KernelsComputing(exe, Opcode::kSqrt), 0) << KernelSummary(exe);
+    EXPECT_EQ(KernelsComputing(exe, Opcode::kMultiply), 1) << KernelSummary(exe);
     EXPECT_EQ(exe.kernels_size(), o.fusion ? 1 : 2) << KernelSummary(exe);
     bool found = false;
     for (const proto::Kernel& k : exe.kernels()) {
-      for (const proto::Step& s : k.program()) found = found || (!s.load() && s.opcode() == proto::CONSTANT && s.value() == 5);
+      for (const proto::Step& s : k.program()) found = found || (!s.load() && s.opcode() == static_cast<int32_t>(Opcode::kConstant) && s.value() == 5);
     }
     EXPECT_TRUE(found) << "no constant 5 in\n" << KernelSummary(exe);
     EXPECT_GE(PassChanges(exe, "constant_folding"), 3);
@@ -435,11 +435,11 @@ TEST_F(PassesTest, ConstantArithmeticFoldsToAConstant) {
 TEST_F(PassesTest, WholeConstantProgramNeedsOnlyAConstantKernel) {
   ModuleBuilder b;
   const int64_t c = b.Constant(0.5, proto::F32, {3});
-  b.Output(b.Unary(proto::EXP, b.Unary(proto::LOG, b.Reshape(b.Transpose(b.Broadcast(c, {2, 3}, {1}), {1, 0}), {6}))));
+  b.Output(b.Unary(Opcode::kExp, b.Unary(Opcode::kLog, b.Reshape(b.Transpose(b.Broadcast(c, {2, 3}, {1}), {1, 0}), {6}))));
   const proto::Executable exe = CompileToProto(b.module(), kUnfused);
   ASSERT_EQ(exe.kernels_size(), 1) << KernelSummary(exe);
   ASSERT_EQ(exe.kernels(0).program_size(), 1);
-  EXPECT_EQ(exe.kernels(0).program(0).opcode(), proto::CONSTANT);
+  EXPECT_EQ(exe.kernels(0).program(0).opcode(), static_cast<int32_t>(Opcode::kConstant));
   const std::vector<HostArray> out = Run(b.module(), kUnfused, {});
   EXPECT_THAT(out[0].values<float>(), ::testing::Each(::testing::FloatNear(0.5f, 1e-7f)));
 }
@@ -449,37 +449,37 @@ TEST_F(PassesTest, FoldingNeverChangesBits) {
   // select(p, c, c) with p a parameter hides c from the folder while a kernel still computes it.
   struct Case {
     std::string name;
-    proto::Opcode op;
+    Opcode op;
     proto::ElementType in, out;
     std::vector<double> args;
-    proto::CompareDirection direction = proto::EQ;
+    CompareDirection direction = CompareDirection::kEq;
     bool may_stay_unfolded = false;  // an s64 result a double constant cannot hold
   };
   const std::vector<Case> cases = {
-      {"convert f32 0.1 -> f64", proto::CONVERT, proto::F32, proto::F64, {0.1}},
-      {"convert bf16 0.1 -> f32", proto::CONVERT, proto::BF16, proto::F32, {0.1}},
-      {"convert f32 1e-50 -> pred", proto::CONVERT, proto::F32, proto::PRED, {1e-50}},
-      {"convert f32 -2.5 -> pred", proto::CONVERT, proto::F32, proto::PRED, {-2.5}},
-      {"convert f32 0.5 -> pred", proto::CONVERT, proto::F32, proto::PRED, {0.5}},
-      {"add s32 3e9 + 1", proto::ADD, proto::S32, proto::S32, {3e9, 1}},
-      {"add s32 2.5 + 2.5", proto::ADD, proto::S32, proto::S32, {2.5, 2.5}},
-      {"multiply s64 3037000500^2", proto::MULTIPLY, proto::S64, proto::S64, {3037000500.0, 3037000500.0}, proto::EQ, true},
-      {"add s64 2^53 + 1", proto::ADD, proto::S64, proto::S64, {9007199254740992.0, 1}, proto::EQ, true},
-      {"add s64 2^52 + 1", proto::ADD, proto::S64, proto::S64, {4503599627370496.0, 1}},
-      {"compare pred 2 == 1", proto::COMPARE, proto::PRED, proto::PRED, {2, 1}, proto::EQ},
-      {"and pred 2, 1", proto::AND, proto::PRED, proto::PRED, {2, 1}},
-      {"compare f32 0.1 == f32 0.1000000001", proto::COMPARE, proto::F32, proto::PRED, {0.1, 0.1000000001}},
-      {"exp bf16 0.1", proto::EXP, proto::BF16, proto::BF16, {0.1}},
-      {"exp f16 0.3", proto::EXP, proto::F16, proto::F16, {0.3}},
-      {"multiply bf16 1.1 * 1.3", proto::MULTIPLY, proto::BF16, proto::BF16, {1.1, 1.3}},
-      {"add f32 0.1 + 0.2", proto::ADD, proto::F32, proto::F32, {0.1, 0.2}},
-      {"divide s32 7 / 0", proto::DIVIDE, proto::S32, proto::S32, {7, 0}},
-      {"negate s32 -2^31", proto::NEGATE, proto::S32, proto::S32, {-2147483648.0}},
-      {"power s32 3^40", proto::POWER, proto::S32, proto::S32, {3, 40}},
-      {"tanh f64", proto::TANH, proto::F64, proto::F64, {0.7}},
-      {"convert s64 2^62 -> f32", proto::CONVERT, proto::S64, proto::F32, {4611686018427387904.0}},
-      {"convert f32 3e9 -> s32", proto::CONVERT, proto::F32, proto::S32, {3e9}},
-      {"maximum f32 NaN, 1", proto::MAXIMUM, proto::F32, proto::F32, {std::nan(""), 1}},
+      {"convert f32 0.1 -> f64", Opcode::kConvert, proto::F32, proto::F64, {0.1}},
+      {"convert bf16 0.1 -> f32", Opcode::kConvert, proto::BF16, proto::F32, {0.1}},
+      {"convert f32 1e-50 -> pred", Opcode::kConvert, proto::F32, proto::PRED, {1e-50}},
+      {"convert f32 -2.5 -> pred", Opcode::kConvert, proto::F32, proto::PRED, {-2.5}},
+      {"convert f32 0.5 -> pred", Opcode::kConvert, proto::F32, proto::PRED, {0.5}},
+      {"add s32 3e9 + 1", Opcode::kAdd, proto::S32, proto::S32, {3e9, 1}},
+      {"add s32 2.5 + 2.5", Opcode::kAdd, proto::S32, proto::S32, {2.5, 2.5}},
+      {"multiply s64 3037000500^2", Opcode::kMultiply, proto::S64, proto::S64, {3037000500.0, 3037000500.0}, CompareDirection::kEq, true},
+      {"add s64 2^53 + 1", Opcode::kAdd, proto::S64, proto::S64, {9007199254740992.0, 1}, CompareDirection::kEq, true},
+      {"add s64 2^52 + 1", Opcode::kAdd, proto::S64, proto::S64, {4503599627370496.0, 1}},
+      {"compare pred 2 == 1", Opcode::kCompare, proto::PRED, proto::PRED, {2, 1}, CompareDirection::kEq},
+      {"and pred 2, 1", Opcode::kAnd, proto::PRED, proto::PRED, {2, 1}},
+      {"compare f32 0.1 == f32 0.1000000001", Opcode::kCompare, proto::F32, proto::PRED, {0.1, 0.1000000001}},
+      {"exp bf16 0.1", Opcode::kExp, proto::BF16, proto::BF16, {0.1}},
+      {"exp f16 0.3", Opcode::kExp, proto::F16, proto::F16, {0.3}},
+      {"multiply bf16 1.1 * 1.3", Opcode::kMultiply, proto::BF16, proto::BF16, {1.1, 1.3}},
+      {"add f32 0.1 + 0.2", Opcode::kAdd, proto::F32, proto::F32, {0.1, 0.2}},
+      {"divide s32 7 / 0", Opcode::kDivide, proto::S32, proto::S32, {7, 0}},
+      {"negate s32 -2^31", Opcode::kNegate, proto::S32, proto::S32, {-2147483648.0}},
+      {"power s32 3^40", Opcode::kPower, proto::S32, proto::S32, {3, 40}},
+      {"tanh f64", Opcode::kTanh, proto::F64, proto::F64, {0.7}},
+      {"convert s64 2^62 -> f32", Opcode::kConvert, proto::S64, proto::F32, {4611686018427387904.0}},
+      {"convert f32 3e9 -> s32", Opcode::kConvert, proto::F32, proto::S32, {3e9}},
+      {"maximum f32 NaN, 1", Opcode::kMaximum, proto::F32, proto::F32, {std::nan(""), 1}},
   };
   for (const Case& c : cases) {
     for (bool folded : {true, false}) {
@@ -490,7 +490,7 @@ TEST_F(PassesTest, FoldingNeverChangesBits) {
         const int64_t k = b.Constant(v, c.in, {3});
         operands.push_back(folded ? k : b.Select(hide, k, k));
       }
-      b.Output(b.Op(c.op, operands, c.out, {3}, [&](proto::Instruction& i) { i.set_direction(c.direction); }));
+      b.Output(b.Op(c.op, operands, c.out, {3}, [&](proto::Instruction& i) { i.set_direction(static_cast<int32_t>(c.direction)); }));
       const proto::Executable exe = CompileToProto(b.module(), kUnfused);
       if (folded && !c.may_stay_unfolded) {
         EXPECT_EQ(KernelsComputing(exe, c.op), 0) << c.name << " (not folded)\n" << KernelSummary(exe);
@@ -507,13 +507,13 @@ TEST_F(PassesTest, FoldingNeverChangesBits) {
 
 TEST_F(PassesTest, FoldingLeavesReductionsAndRandomnessToKernels) {
   ModuleBuilder b;
-  b.Output(b.Reduce(proto::REDUCE_MAX, b.Constant(7, proto::F32, {0, 3}), {0}));  // over nothing: -inf
-  b.Output(b.Reduce(proto::REDUCE_MAX, b.Constant(7, proto::F32, {4, 3}), {0}));
-  b.Output(b.Reduce(proto::REDUCE_SUM, b.Constant(0.5, proto::F32, {4, 3}), {0}));
-  b.Output(b.Rng(proto::RNG_UNIFORM, b.Constant(9, proto::S64), proto::F32, {16}, 0));
+  b.Output(b.Reduce(Combiner::kMax, b.Constant(7, proto::F32, {0, 3}), {0}));  // over nothing: -inf
+  b.Output(b.Reduce(Combiner::kMax, b.Constant(7, proto::F32, {4, 3}), {0}));
+  b.Output(b.Reduce(Combiner::kSum, b.Constant(0.5, proto::F32, {4, 3}), {0}));
+  b.Output(b.Rng(Opcode::kRngUniform, b.Constant(9, proto::S64), proto::F32, {16}, 0));
   const proto::Executable exe = CompileToProto(b.module(), kUnfused);
   EXPECT_EQ(CountKernels(exe, proto::Kernel::REDUCE), 2) << KernelSummary(exe);  // max over [0,3], the sum
-  EXPECT_EQ(KernelsComputing(exe, proto::RNG_UNIFORM), 1);
+  EXPECT_EQ(KernelsComputing(exe, Opcode::kRngUniform), 1);
   const std::vector<HostArray> out = Run(b.module(), kUnfused, {});
   EXPECT_THAT(out[0].values<float>(), ::testing::Each(-std::numeric_limits<float>::infinity()));
   EXPECT_THAT(out[1].values<float>(), ::testing::Each(7.0f));
@@ -529,7 +529,7 @@ TEST_F(PassesTest, ElementwiseChainFusesIntoOneLoopKernel) {
   ModuleBuilder b;
   const int64_t x = b.Parameter(0, proto::F32, d), y = b.Parameter(1, proto::F32, d);
   int64_t v = x;
-  for (int i = 0; i < 10; ++i) v = b.Unary(i % 2 ? proto::TANH : proto::NEGATE, b.Add(v, y));
+  for (int i = 0; i < 10; ++i) v = b.Unary(i % 2 ? Opcode::kTanh : Opcode::kNegate, b.Add(v, y));
   b.Output(v);
   const proto::Executable fused = CompileToProto(b.module(), kFused);
   ASSERT_EQ(fused.kernels_size(), 1) << KernelSummary(fused);
@@ -561,11 +561,11 @@ TEST_F(PassesTest, ViewsFuseAsAffineLoads) {
 TEST_F(PassesTest, ElementwiseValueWithSeveralReadersIsComputedOnce) {
   ModuleBuilder b;
   const int64_t x = b.Parameter(0, proto::F32, {5});
-  const int64_t e = b.Unary(proto::EXP, x);
-  b.Output(b.Add(b.Unary(proto::TANH, e), b.Unary(proto::NEGATE, e)));
+  const int64_t e = b.Unary(Opcode::kExp, x);
+  b.Output(b.Add(b.Unary(Opcode::kTanh, e), b.Unary(Opcode::kNegate, e)));
   b.Output(b.Mul(e, e));
   const proto::Executable exe = CompileToProto(b.module(), kFused);
-  EXPECT_EQ(KernelsComputing(exe, proto::EXP), 1) << KernelSummary(exe);
+  EXPECT_EQ(KernelsComputing(exe, Opcode::kExp), 1) << KernelSummary(exe);
   EXPECT_EQ(exe.kernels_size(), 3) << KernelSummary(exe);
 }
 
@@ -577,7 +577,7 @@ TEST_F(PassesTest, OptimizerUpdateIsOneMultiOutputKernel) {
   const int64_t p = b.Parameter(0, proto::F32, d), g = b.Parameter(1, proto::F32, d), m = b.Parameter(2, proto::F32, d);
   const int64_t c = b.Constant(0.9, proto::F32, d), lr = b.Constant(0.01, proto::F32, d);
   const int64_t m2 = b.Add(b.Mul(m, c), b.Mul(g, lr));
-  const int64_t p2 = b.Binary(proto::SUBTRACT, p, b.Mul(b.Unary(proto::SQRT, b.Unary(proto::ABS, m2)), lr));
+  const int64_t p2 = b.Binary(Opcode::kSubtract, p, b.Mul(b.Unary(Opcode::kSqrt, b.Unary(Opcode::kAbs, m2)), lr));
   b.Output(p2);
   b.Output(m2);
   const proto::Executable exe = CompileToProto(b.module(), kFused);
@@ -604,13 +604,13 @@ TEST_F(PassesTest, OptimizerUpdateIsOneMultiOutputKernel) {
 TEST_F(PassesTest, ValueReadTwiceByOneKernelIsNeitherStoredNorRecomputed) {
   ModuleBuilder b;
   const int64_t x = b.Parameter(0, proto::F32, {9});
-  const int64_t e = b.Unary(proto::EXP, x);
-  b.Output(b.Add(b.Unary(proto::TANH, e), b.Unary(proto::NEGATE, e)));
+  const int64_t e = b.Unary(Opcode::kExp, x);
+  b.Output(b.Add(b.Unary(Opcode::kTanh, e), b.Unary(Opcode::kNegate, e)));
   const proto::Executable exe = CompileToProto(b.module(), kFused);
   ASSERT_EQ(exe.kernels_size(), 1) << KernelSummary(exe);
   EXPECT_EQ(exe.kernels(0).extra_outputs_size(), 0);
   int exps = 0;
-  for (const proto::Step& step : exe.kernels(0).program()) exps += !step.load() && step.opcode() == proto::EXP;
+  for (const proto::Step& step : exe.kernels(0).program()) exps += !step.load() && step.opcode() == static_cast<int32_t>(Opcode::kExp);
   EXPECT_EQ(exps, 1);
 }
 
@@ -618,11 +618,11 @@ TEST_F(PassesTest, ValueReadByTwoKernelsKeepsItsOwn) {
   // e is read by a loop kernel and by a reduction: neither can compute it for the other.
   ModuleBuilder b;
   const int64_t x = b.Parameter(0, proto::F32, {4, 6});
-  const int64_t e = b.Unary(proto::EXP, x);
-  b.Output(b.Unary(proto::TANH, e));
-  b.Output(b.Reduce(proto::REDUCE_SUM, e, {1}));
+  const int64_t e = b.Unary(Opcode::kExp, x);
+  b.Output(b.Unary(Opcode::kTanh, e));
+  b.Output(b.Reduce(Combiner::kSum, e, {1}));
   const proto::Executable exe = CompileToProto(b.module(), kFused);
-  EXPECT_EQ(KernelsComputing(exe, proto::EXP), 1) << KernelSummary(exe);
+  EXPECT_EQ(KernelsComputing(exe, Opcode::kExp), 1) << KernelSummary(exe);
   for (const proto::Kernel& k : exe.kernels()) EXPECT_EQ(k.extra_outputs_size(), 0) << KernelSummary(exe);
 }
 
@@ -630,7 +630,7 @@ TEST_F(PassesTest, LongChainsAreCutAtTheStepLimit) {
   ModuleBuilder b;
   const int64_t x = b.Parameter(0, proto::F32, {7});
   int64_t v = x;
-  for (int i = 0; i < 100; ++i) v = b.Unary(i % 2 ? proto::TANH : proto::NEGATE, v);
+  for (int i = 0; i < 100; ++i) v = b.Unary(i % 2 ? Opcode::kTanh : Opcode::kNegate, v);
   b.Output(v);
   for (int64_t limit : {10, 48}) {
     const proto::Executable exe = CompileToProto(b.module(), {.fusion = true, .autotune = false, .max_fusion_steps = limit});
@@ -650,17 +650,17 @@ TEST_F(PassesTest, ReduceInputFusionPutsExpIntoTheReduceKernel) {
   const Dims d = {8, 10};
   ModuleBuilder b;
   const int64_t x = b.Parameter(0, proto::F32, d);
-  const int64_t mx = b.Reduce(proto::REDUCE_MAX, x, {1});
-  const int64_t e = b.Unary(proto::EXP, b.Binary(proto::SUBTRACT, x, b.Broadcast(mx, d, {0})));
-  b.Output(b.Add(b.Unary(proto::LOG, b.Reduce(proto::REDUCE_SUM, e, {1})), mx));
+  const int64_t mx = b.Reduce(Combiner::kMax, x, {1});
+  const int64_t e = b.Unary(Opcode::kExp, b.Binary(Opcode::kSubtract, x, b.Broadcast(mx, d, {0})));
+  b.Output(b.Add(b.Unary(Opcode::kLog, b.Reduce(Combiner::kSum, e, {1})), mx));
   const proto::Executable exe = CompileToProto(b.module(), kFused);
   ASSERT_EQ(exe.kernels_size(), 3) << KernelSummary(exe);  // max, sum(exp(x - max)), log(.) + max
   const proto::Kernel& sum = exe.kernels(1);
   EXPECT_EQ(sum.kind(), proto::Kernel::REDUCE) << KernelSummary(exe);
-  EXPECT_EQ(sum.reduce_op(), proto::REDUCE_SUM);
-  EXPECT_TRUE(Computes(sum, proto::EXP)) << KernelSummary(exe);
-  EXPECT_TRUE(Computes(sum, proto::SUBTRACT)) << KernelSummary(exe);
-  EXPECT_EQ(KernelsComputing(exe, proto::EXP), 1);
+  EXPECT_EQ(sum.combiner(), static_cast<int32_t>(Combiner::kSum));
+  EXPECT_TRUE(Computes(sum, Opcode::kExp)) << KernelSummary(exe);
+  EXPECT_TRUE(Computes(sum, Opcode::kSubtract)) << KernelSummary(exe);
+  EXPECT_EQ(KernelsComputing(exe, Opcode::kExp), 1);
   // Unfused, the same work takes a kernel per instruction.
   EXPECT_EQ(CompileToProto(b.module(), kUnfused).kernels_size(), 7);
   std::vector<float> v(80);
@@ -677,16 +677,16 @@ TEST_F(PassesTest, LogSoftmaxFusesExpIntoTheReduceKernel) {
   const Dims d = {8, 10};
   ModuleBuilder b;
   const int64_t x = b.Parameter(0, proto::F32, d);
-  const int64_t shifted = b.Binary(proto::SUBTRACT, x, b.Broadcast(b.Reduce(proto::REDUCE_MAX, x, {1}), d, {0}));
-  const int64_t sum = b.Reduce(proto::REDUCE_SUM, b.Unary(proto::EXP, shifted), {1});
-  b.Output(b.Binary(proto::SUBTRACT, shifted, b.Broadcast(b.Unary(proto::LOG, sum), d, {0})));
+  const int64_t shifted = b.Binary(Opcode::kSubtract, x, b.Broadcast(b.Reduce(Combiner::kMax, x, {1}), d, {0}));
+  const int64_t sum = b.Reduce(Combiner::kSum, b.Unary(Opcode::kExp, shifted), {1});
+  b.Output(b.Binary(Opcode::kSubtract, shifted, b.Broadcast(b.Unary(Opcode::kLog, sum), d, {0})));
   const proto::Executable exe = CompileToProto(b.module(), kFused);
   int reduce_with_exp = 0;
   for (const proto::Kernel& k : exe.kernels()) {
-    if (k.kind() == proto::Kernel::REDUCE && k.reduce_op() == proto::REDUCE_SUM) reduce_with_exp += Computes(k, proto::EXP);
+    if (k.kind() == proto::Kernel::REDUCE && k.combiner() == static_cast<int32_t>(Combiner::kSum)) reduce_with_exp += Computes(k, Opcode::kExp);
   }
   EXPECT_EQ(reduce_with_exp, 1) << KernelSummary(exe);
-  EXPECT_EQ(KernelsComputing(exe, proto::EXP), 1) << KernelSummary(exe);
+  EXPECT_EQ(KernelsComputing(exe, Opcode::kExp), 1) << KernelSummary(exe);
 }
 
 TEST_F(PassesTest, SoftmaxComputesExpOnce) {
@@ -695,10 +695,10 @@ TEST_F(PassesTest, SoftmaxComputesExpOnce) {
   const Dims d = {8, 10};
   ModuleBuilder b;
   const int64_t x = b.Parameter(0, proto::F32, d);
-  const int64_t e = b.Unary(proto::EXP, b.Binary(proto::SUBTRACT, x, b.Broadcast(b.Reduce(proto::REDUCE_MAX, x, {1}), d, {0})));
-  b.Output(b.Binary(proto::DIVIDE, e, b.Broadcast(b.Reduce(proto::REDUCE_SUM, e, {1}), d, {0})));
+  const int64_t e = b.Unary(Opcode::kExp, b.Binary(Opcode::kSubtract, x, b.Broadcast(b.Reduce(Combiner::kMax, x, {1}), d, {0})));
+  b.Output(b.Binary(Opcode::kDivide, e, b.Broadcast(b.Reduce(Combiner::kSum, e, {1}), d, {0})));
   const proto::Executable exe = CompileToProto(b.module(), kFused);
-  EXPECT_EQ(KernelsComputing(exe, proto::EXP), 1) << KernelSummary(exe);
+  EXPECT_EQ(KernelsComputing(exe, Opcode::kExp), 1) << KernelSummary(exe);
   EXPECT_EQ(CountKernels(exe, proto::Kernel::REDUCE), 2) << KernelSummary(exe);
   EXPECT_EQ(exe.kernels_size(), 4) << KernelSummary(exe);
 }
@@ -707,10 +707,10 @@ TEST_F(PassesTest, ReduceDoesNotFuseAnOperandWithOtherReaders) {
   ModuleBuilder b;
   const int64_t x = b.Parameter(0, proto::F32, {4, 6});
   const int64_t sq = b.Mul(x, x);
-  b.Output(b.Reduce(proto::REDUCE_SUM, sq, {1}));
+  b.Output(b.Reduce(Combiner::kSum, sq, {1}));
   b.Output(sq);
   const proto::Executable exe = CompileToProto(b.module(), kFused);
-  EXPECT_EQ(KernelsComputing(exe, proto::MULTIPLY), 1) << KernelSummary(exe);
+  EXPECT_EQ(KernelsComputing(exe, Opcode::kMultiply), 1) << KernelSummary(exe);
   EXPECT_EQ(exe.kernels_size(), 2);
 }
 
@@ -792,7 +792,7 @@ TEST_F(PassesTest, BufferAssignmentReusesArenaBytes) {
   const int64_t n = 1024, count = 12;
   ModuleBuilder b;
   int64_t v = b.Parameter(0, proto::F32, {n});
-  for (int i = 0; i < count; ++i) v = b.Unary(i % 2 ? proto::NEGATE : proto::ABS, b.Add(v, b.Constant(1, proto::F32, {n})));
+  for (int i = 0; i < count; ++i) v = b.Unary(i % 2 ? Opcode::kNegate : Opcode::kAbs, b.Add(v, b.Constant(1, proto::F32, {n})));
   b.Output(v);
   const proto::Executable exe = CompileToProto(b.module(), kUnfused);
   int64_t intermediate_bytes = 0;
@@ -826,8 +826,8 @@ TEST_F(PassesTest, BufferAssignmentNeverOverlapsLiveValues) {
       const int64_t x = pool[rng() % pool.size()], y = pool[rng() % pool.size()];
       switch (rng() % 4) {
         case 0: pool.push_back(b.Add(x, y)); break;
-        case 1: pool.push_back(b.Unary(proto::TANH, x)); break;
-        case 2: pool.push_back(b.Broadcast(b.Reduce(proto::REDUCE_SUM, x, {0}), {len}, {})); break;
+        case 1: pool.push_back(b.Unary(Opcode::kTanh, x)); break;
+        case 2: pool.push_back(b.Broadcast(b.Reduce(Combiner::kSum, x, {0}), {len}, {})); break;
         default: pool.push_back(b.Convert(b.Convert(x, proto::F64), proto::F32)); break;
       }
     }

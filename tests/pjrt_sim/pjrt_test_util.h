@@ -59,10 +59,10 @@ class ModuleBuilder {
   explicit ModuleBuilder(std::string name = "test") { module_.set_name(std::move(name)); }
 
   // The general form: any opcode, operands, result shape; `attrs` sets the rest.
-  int64_t Op(proto::Opcode opcode, std::vector<int64_t> operands, proto::ElementType type, const Dims& dims,
+  int64_t Op(Opcode opcode, std::vector<int64_t> operands, proto::ElementType type, const Dims& dims,
              const std::function<void(proto::Instruction&)>& attrs = {}) {
     proto::Instruction* inst = module_.add_instructions();
-    inst->set_opcode(opcode);
+    inst->set_opcode(static_cast<int32_t>(opcode));
     for (int64_t o : operands) inst->add_operands(o);
     inst->mutable_shape()->set_type(type);
     for (int64_t d : dims) inst->mutable_shape()->add_dims(d);
@@ -71,51 +71,51 @@ class ModuleBuilder {
   }
 
   int64_t Parameter(int64_t number, proto::ElementType type, const Dims& dims) {
-    return Op(proto::PARAMETER, {}, type, dims, [&](proto::Instruction& i) { i.set_parameter_number(number); });
+    return Op(Opcode::kParameter, {}, type, dims, [&](proto::Instruction& i) { i.set_parameter_number(number); });
   }
   int64_t Constant(double value, proto::ElementType type, const Dims& dims = {}) {
-    return Op(proto::CONSTANT, {}, type, dims, [&](proto::Instruction& i) { i.set_value(value); });
+    return Op(Opcode::kConstant, {}, type, dims, [&](proto::Instruction& i) { i.set_value(value); });
   }
   int64_t Iota(proto::ElementType type, const Dims& dims, int64_t axis, int64_t start = 0, int64_t step = 1) {
-    return Op(proto::IOTA, {}, type, dims, [&](proto::Instruction& i) {
+    return Op(Opcode::kIota, {}, type, dims, [&](proto::Instruction& i) {
       i.set_axis(axis);
       i.add_start(start);
       i.add_stride(step);
     });
   }
-  int64_t Rng(proto::Opcode opcode, int64_t seed, proto::ElementType type, const Dims& dims, int64_t stream) {
+  int64_t Rng(Opcode opcode, int64_t seed, proto::ElementType type, const Dims& dims, int64_t stream) {
     return Op(opcode, {seed}, type, dims, [&](proto::Instruction& i) { i.set_stream(stream); });
   }
   // Elementwise with the first operand's shape.
-  int64_t Unary(proto::Opcode opcode, int64_t x) { return Op(opcode, {x}, type(x), dims(x)); }
-  int64_t Binary(proto::Opcode opcode, int64_t a, int64_t b) { return Op(opcode, {a, b}, type(a), dims(a)); }
-  int64_t Add(int64_t a, int64_t b) { return Binary(proto::ADD, a, b); }
-  int64_t Mul(int64_t a, int64_t b) { return Binary(proto::MULTIPLY, a, b); }
-  int64_t Convert(int64_t x, proto::ElementType to) { return Op(proto::CONVERT, {x}, to, dims(x)); }
-  int64_t Compare(proto::CompareDirection dir, int64_t a, int64_t b) {
-    return Op(proto::COMPARE, {a, b}, proto::PRED, dims(a), [&](proto::Instruction& i) { i.set_direction(dir); });
+  int64_t Unary(Opcode opcode, int64_t x) { return Op(opcode, {x}, type(x), dims(x)); }
+  int64_t Binary(Opcode opcode, int64_t a, int64_t b) { return Op(opcode, {a, b}, type(a), dims(a)); }
+  int64_t Add(int64_t a, int64_t b) { return Binary(Opcode::kAdd, a, b); }
+  int64_t Mul(int64_t a, int64_t b) { return Binary(Opcode::kMultiply, a, b); }
+  int64_t Convert(int64_t x, proto::ElementType to) { return Op(Opcode::kConvert, {x}, to, dims(x)); }
+  int64_t Compare(CompareDirection dir, int64_t a, int64_t b) {
+    return Op(Opcode::kCompare, {a, b}, proto::PRED, dims(a), [&](proto::Instruction& i) { i.set_direction(static_cast<int32_t>(dir)); });
   }
   int64_t Select(int64_t pred, int64_t on_true, int64_t on_false) {
-    return Op(proto::SELECT, {pred, on_true, on_false}, type(on_true), dims(on_true));
+    return Op(Opcode::kSelect, {pred, on_true, on_false}, type(on_true), dims(on_true));
   }
   // `map[i]`: the result dimension operand dimension i maps to.
   int64_t Broadcast(int64_t x, const Dims& out_dims, const Dims& map) {
-    return Op(proto::BROADCAST, {x}, type(x), out_dims, [&](proto::Instruction& i) {
+    return Op(Opcode::kBroadcast, {x}, type(x), out_dims, [&](proto::Instruction& i) {
       for (int64_t d : map) i.add_dims(d);
     });
   }
-  int64_t Reshape(int64_t x, const Dims& out_dims) { return Op(proto::RESHAPE, {x}, type(x), out_dims); }
+  int64_t Reshape(int64_t x, const Dims& out_dims) { return Op(Opcode::kReshape, {x}, type(x), out_dims); }
   int64_t Transpose(int64_t x, const Dims& perm) {
     Dims out;
     for (int64_t p : perm) out.push_back(dims(x)[static_cast<size_t>(p)]);
-    return Op(proto::TRANSPOSE, {x}, type(x), out, [&](proto::Instruction& i) {
+    return Op(Opcode::kTranspose, {x}, type(x), out, [&](proto::Instruction& i) {
       for (int64_t p : perm) i.add_dims(p);
     });
   }
   int64_t Slice(int64_t x, const Dims& start, const Dims& limit, const Dims& stride) {
     Dims out;
     for (size_t d = 0; d < start.size(); ++d) out.push_back(limit[d] == start[d] ? 0 : (limit[d] - start[d] - 1) / stride[d] + 1);
-    return Op(proto::SLICE, {x}, type(x), out, [&](proto::Instruction& i) {
+    return Op(Opcode::kSlice, {x}, type(x), out, [&](proto::Instruction& i) {
       for (size_t d = 0; d < start.size(); ++d) {
         i.add_start(start[d]);
         i.add_limit(limit[d]);
@@ -127,31 +127,32 @@ class ModuleBuilder {
     Dims out = dims(xs[0]);
     out[static_cast<size_t>(axis)] = 0;
     for (int64_t x : xs) out[static_cast<size_t>(axis)] += dims(x)[static_cast<size_t>(axis)];
-    return Op(proto::CONCATENATE, xs, type(xs[0]), out, [&](proto::Instruction& i) { i.set_axis(axis); });
+    return Op(Opcode::kConcatenate, xs, type(xs[0]), out, [&](proto::Instruction& i) { i.set_axis(axis); });
   }
   int64_t IndexSelect(int64_t x, int64_t index, int64_t axis) {
     Dims out = dims(x);
     out[static_cast<size_t>(axis)] = dims(index)[0];
-    return Op(proto::INDEX_SELECT, {x, index}, type(x), out, [&](proto::Instruction& i) { i.set_axis(axis); });
+    return Op(Opcode::kIndexSelect, {x, index}, type(x), out, [&](proto::Instruction& i) { i.set_axis(axis); });
   }
   int64_t Gather(int64_t x, int64_t index, int64_t axis) {
-    return Op(proto::GATHER, {x, index}, type(x), dims(index), [&](proto::Instruction& i) { i.set_axis(axis); });
+    return Op(Opcode::kGather, {x, index}, type(x), dims(index), [&](proto::Instruction& i) { i.set_axis(axis); });
   }
-  int64_t Reduce(proto::Opcode opcode, int64_t x, const Dims& reduce_dims) {
+  int64_t Reduce(Combiner combiner, int64_t x, const Dims& reduce_dims) {
     Dims out;
     for (size_t d = 0; d < dims(x).size(); ++d) {
       if (std::find(reduce_dims.begin(), reduce_dims.end(), static_cast<int64_t>(d)) == reduce_dims.end()) {
         out.push_back(dims(x)[d]);
       }
     }
-    return Op(opcode, {x}, type(x), out, [&](proto::Instruction& i) {
+    return Op(Opcode::kReduce, {x}, type(x), out, [&](proto::Instruction& i) {
+      i.set_combiner(static_cast<int32_t>(combiner));
       for (int64_t d : reduce_dims) i.add_dims(d);
     });
   }
   int64_t Argmax(int64_t x, int64_t axis) {
     Dims out = dims(x);
     out.erase(out.begin() + axis);
-    return Op(proto::ARGMAX, {x}, proto::S64, out, [&](proto::Instruction& i) { i.set_axis(axis); });
+    return Op(Opcode::kArgmax, {x}, proto::S64, out, [&](proto::Instruction& i) { i.set_axis(axis); });
   }
   int64_t Dot(int64_t a, int64_t b, bool transpose_lhs = false, bool transpose_rhs = false) {
     const Dims& da = dims(a);
@@ -162,7 +163,7 @@ class ModuleBuilder {
     Dims out(ra > rb ? da.begin() : db.begin(), ra > rb ? da.end() - 2 : db.end() - 2);
     out.push_back(m);
     out.push_back(n);
-    return Op(proto::DOT, {a, b}, type(a), out, [&](proto::Instruction& i) {
+    return Op(Opcode::kDot, {a, b}, type(a), out, [&](proto::Instruction& i) {
       i.set_transpose_lhs(transpose_lhs);
       i.set_transpose_rhs(transpose_rhs);
     });

@@ -1,0 +1,204 @@
+#include "lazy/executable_cache.h"
+
+#include <chrono>
+#include <cstdio>
+
+#include "absl/container/flat_hash_set.h"
+#include "absl/strings/str_cat.h"
+#include "lazy/error.h"
+#include "lazy/metrics.h"
+#include "lazy/runtime.h"
+#include "lowering/dtype.h"
+#include "lowering/lower.h"
+#include "pjrt_sim/version.h"
+
+namespace lazyrt::detail {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+double MsSince(Clock::time_point t) { return std::chrono::duration<double, std::milli>(Clock::now() - t).count(); }
+
+// The persistent cache's name for a graph key.
+std::string DiskKey(ir::HashValue key) { return absl::StrCat("g", ir::HashToHex(key)); }
+
+// A graph signature is in the device's terms, so that `lazyrt cache verify` can check an executable
+// without the IR.
+cache::TensorSignature SignatureOf(const Shape& shape) {
+  return {std::string(pjrt::PrimitiveTypeName(lowering::DeviceType(shape.dtype()))),
+          std::vector<int64_t>(shape.dims().begin(), shape.dims().end())};
+}
+
+std::vector<cache::TensorSignature> SignatureOf(const std::vector<pjrt::ArrayShape>& shapes) {
+  std::vector<cache::TensorSignature> out;
+  for (const pjrt::ArrayShape& s : shapes) out.push_back({std::string(pjrt::PrimitiveTypeName(s.type)), s.dims});
+  return out;
+}
+
+void CountDiskMiss(cache::MissReason reason) {
+  Counter("persistent_cache_miss").fetch_add(1);
+  Counter(absl::StrCat("persistent_cache_miss_", cache::MissReasonName(reason))).fetch_add(1);
+}
+
+}  // namespace
+
+void WarnOnce(const std::string& text) {
+  static std::mutex mu;
+  static auto* seen = new absl::flat_hash_set<std::string>;
+  std::lock_guard<std::mutex> lock(mu);
+  if (seen->insert(text).second) std::fprintf(stderr, "lazyrt: warning: %s\n", text.c_str());
+}
+
+ExecutableCache& ExecutableCache::Get() {
+  static ExecutableCache* cache = new ExecutableCache;
+  return *cache;
+}
+
+ExecutableCache::ExecutableCache() {
+  const Options& options = Runtime::Get().options();
+  // The runtime's and the lowering rules' versions too: the same IR lowered by other rules is another
+  // program.
+  ingredients_ = {.lazyrt_version = LAZYRT_VERSION,
+                  .lowering_version = std::string(lowering::kLoweringVersion),
+                  .compiler_version = pjrt::Executable::ProducerVersion(),
+                  .device_kind = std::string(pjrt::Device::kKind),
+                  .device_count = options.devices,
+                  .compile_options = compile_options_.Fingerprint()};
+  const cache::KeyIngredients& k = ingredients_;
+  const std::string context = absl::StrCat("lazyrt ", k.lazyrt_version, "|", k.lowering_version, "|", k.device_kind,
+                                           "|", k.compiler_version, "|", k.compile_options,
+                                           "|devices=", k.device_count);
+  context_hash_ = ir::HashBytes(context.data(), context.size());
+  if (!options.persistent_cache) return;
+  absl::StatusOr<std::unique_ptr<cache::Store>> store =
+      cache::Store::Open({.dir = options.cache_dir,
+                          .producer_version = pjrt::Executable::ProducerVersion(),
+                          .read_only = options.cache_read_only,
+                          .min_compile_ms = options.cache_min_compile_ms,
+                          .max_bytes = static_cast<uint64_t>(options.cache_max_bytes)});
+  if (!store.ok()) {
+    WarnOnce(absl::StrCat("persistent cache off: ", store.status().message()));
+    return;
+  }
+  if (!(*store)->warning().empty()) WarnOnce((*store)->warning());
+  store_ = *std::move(store);
+}
+
+ir::HashValue ExecutableCache::GraphKey(const ir::PostOrder& order) const {
+  return ir::HashCombine(order.dag_hash(), context_hash_);
+}
+
+FoundExecutable ExecutableCache::FindOrCompile(ir::HashValue key, const ir::PostOrder& order,
+                                               std::span<const ir::Value> roots,
+                                               pjrt::Client& client, pjrt::Device* device,
+                                               const SourceLocation& loc) {
+  FoundExecutable found;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (std::shared_ptr<pjrt::Executable>* hit = executables_.Get(key)) {
+      static std::atomic<int64_t>& hits = Counter("executable_cache_hit");  // looked up once
+      hits.fetch_add(1);
+      found.executable = *hit;
+      return found;
+    }
+  }
+  const Clock::time_point load_start = Clock::now();
+  cache::EntryMetadata graph = GraphMetadata(DiskKey(key), order, roots);
+  if ((found.executable = LoadFromDisk(client, graph)) != nullptr) {
+    found.source = ExecutableSource::kDisk;
+    found.load_ms = MsSince(load_start);
+  } else {
+    found.source = ExecutableSource::kCompiled;
+    const Clock::time_point lower_start = Clock::now();
+    absl::StatusOr<pjrt::proto::Module> module =
+        lowering::LowerGraph(order, absl::StrCat("graph_", ir::HashToHex(key)));
+    ThrowIfError(module.status(), "sync: lowering the pending graph", loc);
+    found.lower_ms = MsSince(lower_start);
+    RecordTime("lower", found.lower_ms);
+    const Clock::time_point compile_start = Clock::now();
+    absl::StatusOr<std::shared_ptr<pjrt::Executable>> compiled = client.Compile(*module, compile_options_, device);
+    ThrowIfError(compiled.status(),
+                 absl::StrCat("sync: compiling the pending graph (", order.size(), " nodes, ", roots.size(), " outputs)"),
+                 loc);
+    found.compile_ms = MsSince(compile_start);
+    RecordTime("compile", found.compile_ms);
+    found.executable = *std::move(compiled);
+    Counter("graphs_compiled").fetch_add(1);
+    StoreOnDisk(*found.executable, std::move(graph), found.compile_ms);
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  executables_.Put(key, found.executable);
+  return found;
+}
+
+cache::EntryMetadata ExecutableCache::GraphMetadata(const std::string& disk_key, const ir::PostOrder& order,
+                                                   std::span<const ir::Value> roots) const {
+  cache::EntryMetadata m;
+  m.key = disk_key;
+  m.graph_hash = ir::HashToHex(order.dag_hash());
+  m.ingredients = ingredients_;
+  for (uint32_t pos : order.parameter_positions()) m.parameters.push_back(SignatureOf(order.nodes()[pos]->shape()));
+  for (const ir::Value& root : roots) m.results.push_back(SignatureOf(root.shape()));
+  m.nodes = static_cast<int64_t>(order.size());
+  return m;
+}
+
+// Step 5: the executable stored under graph.key by an earlier process, or null (a miss, counted by
+// reason). The entry must fit the graph, since a checksum proves an entry undamaged, not that it
+// belongs here: the store checks the signature the entry records, and here the loaded executable's
+// parameters and results are checked against the graph's. An entry that does not load or fit is
+// reported, removed and compiled afresh.
+std::shared_ptr<pjrt::Executable> ExecutableCache::LoadFromDisk(pjrt::Client& client,
+                                                                const cache::EntryMetadata& graph) {
+  if (store_ == nullptr) return nullptr;
+  const std::string& disk_key = graph.key;
+  const Clock::time_point start = Clock::now();
+  cache::LookupResult found = store_->Lookup(disk_key, &graph);
+  if (const cache::Miss* miss = std::get_if<cache::Miss>(&found)) {
+    CountDiskMiss(miss->reason);
+    if (miss->reason == cache::MissReason::kGraphMismatch || miss->reason == cache::MissReason::kKeyChanged) {
+      WarnOnce(absl::StrCat("persistent cache miss for graph ", disk_key, " (", cache::MissReasonName(miss->reason),
+                            "): ", miss->detail));
+    }
+    return nullptr;
+  }
+  const cache::Entry& entry = std::get<cache::Entry>(found);
+  absl::StatusOr<std::shared_ptr<pjrt::Executable>> loaded = client.LoadSerializedExecutable(entry.payload);
+  if (!loaded.ok()) {
+    store_->ReportUnloadable(disk_key, loaded.status().message());
+    CountDiskMiss(cache::MissReason::kUnloadable);
+    WarnOnce(absl::StrCat("cache entry ", disk_key, " did not load (", loaded.status().message(), "); compiling"));
+    return nullptr;
+  }
+  cache::EntryMetadata actual;
+  actual.key = disk_key;
+  actual.parameters = SignatureOf((*loaded)->parameter_shapes());
+  actual.results = SignatureOf((*loaded)->output_shapes());
+  if (std::optional<std::string> mismatch = cache::SignatureMismatch(actual, graph)) {
+    const std::string detail = absl::StrCat("the entry's executable does not fit the graph: ", *mismatch);
+    store_->ReportUnusable(disk_key, cache::Miss{cache::MissReason::kGraphMismatch, detail});
+    CountDiskMiss(cache::MissReason::kGraphMismatch);
+    WarnOnce(absl::StrCat("cache entry ", disk_key, ": ", detail, "; compiling"));
+    return nullptr;
+  }
+  Counter("persistent_cache_hit").fetch_add(1);
+  RecordTime("persistent_cache_load", MsSince(start));
+  RecordTime("persistent_cache_compile_ms_saved", entry.header.compile_ms);
+  return *std::move(loaded);
+}
+
+// Stores a freshly compiled executable for later processes, with the graph's metadata. Failing to
+// write is a warning.
+void ExecutableCache::StoreOnDisk(const pjrt::Executable& exe, cache::EntryMetadata graph, double compile_ms) {
+  if (store_ == nullptr) return;
+  graph.module = exe.proto().module_name();
+  absl::StatusOr<cache::PutOutcome> put =
+      store_->Put(graph.key, exe.Serialize(), compile_ms, cache::EncodeEntryMetadata(graph));
+  if (!put.ok()) {
+    Counter("persistent_cache_write_failure").fetch_add(1);
+    WarnOnce(absl::StrCat("could not store a compiled graph in the persistent cache: ", put.status().message()));
+  } else if (*put == cache::PutOutcome::kWritten) {
+    Counter("persistent_cache_write").fetch_add(1);
+  }
+}
+
+}  // namespace lazyrt::detail

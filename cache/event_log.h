@@ -23,7 +23,7 @@ inline constexpr absl::string_view kEventLogFileName = "events.jsonl";
 inline constexpr absl::string_view kRotatedEventLogFileName = "events.jsonl.1";
 inline constexpr uint64_t kDefaultEventLogMaxBytes = uint64_t{4} << 20;
 // The most the cache's event log may be configured to hold, and the most read of either generation.
-inline constexpr uint64_t kMaxEventLogBytes = uint64_t{256} << 20;
+inline constexpr uint64_t kMaxEventLogBytes = uint64_t{64} << 20;
 inline constexpr uint64_t kMaxEventLogReadBytes = kMaxEventLogBytes;
 
 enum class EventKind { kHit, kMiss, kWrite, kEvict, kCorrupt };

@@ -324,12 +324,16 @@ const std::vector<Command>& CacheCommands() {
             "\n"
             "The entries and bytes in the directory now, and totals from its event log, which every\n"
             "process using the directory appends to: hits, misses by reason, writes, evictions, damaged\n"
-            "entries removed and the compile time hits saved.\n"
+            "entries removed and the compile time hits saved. A key_changed miss found the same graph\n"
+            "stored under a key of other ingredients (compiler version, compile options, device count,\n"
+            "...); the event log's detail says which. The log is read only as a regular file, and only\n"
+            "its newest 64 MiB.\n"
             "\n",
             kDirOptionHelp,
             "  --json        {\"dir\", \"entries\", \"bytes\", \"hits\", \"misses\", \"misses_by_reason\",\n"
             "                \"writes\", \"bytes_written\", \"evictions\", \"damaged_removed\",\n"
-            "                \"compile_ms_saved\", \"unreadable_event_lines\"}\n"),
+            "                \"compile_ms_saved\", \"unreadable_event_lines\", \"unread_event_log_bytes\",\n"
+            "                \"ignored_event_log_files\"}\n"),
         .value_options = {"--dir"},
         .flags = {"--json"}},
        RunStats},
@@ -338,8 +342,9 @@ const std::vector<Command>& CacheCommands() {
         .usage = absl::StrCat(
             "usage: lazyrt cache verify [--dir D] [--fix]\n"
             "\n"
-            "Checks every entry: header, checksums, compiler version, and that the executable loads on\n"
-            "the device. Names each bad entry with the reason. Exit status 0 when all are good, 1 when\n"
+            "Checks every entry as a runtime load does: header, checksums, compiler version, that the\n"
+            "executable loads on the device (every size bounded) and that it fits the graph signature\n"
+            "recorded with it (graph_mismatch otherwise). Names each bad entry with the reason. Exit status 0 when all are good, 1 when\n"
             "any is bad (also with --fix, which removes them), 2 when the check could not run.\n"
             "\n",
             kDirOptionHelp, "  --fix         remove the bad entries\n"),
@@ -351,7 +356,8 @@ const std::vector<Command>& CacheCommands() {
         .usage = absl::StrCat(
             "usage: lazyrt cache gc --max-bytes N [--dir D]\n"
             "\n"
-            "Evicts entries, least recently used first, until the entries total at most N bytes.\n"
+            "Evicts entries, least recently used first, until the entries total at most N bytes. Only\n"
+            "in a directory marked as a cache (CACHEDIR.TAG), and only files the cache wrote.\n"
             "\n",
             "  --max-bytes N the size to evict down to: bytes, or with a unit (512K, 100M, 10G)\n",
             kDirOptionHelp),
@@ -363,7 +369,8 @@ const std::vector<Command>& CacheCommands() {
         .usage =
             absl::StrCat("usage: lazyrt cache clear [--dir D]\n"
                          "\n"
-                         "Removes every entry (the event log stays, so 'cache stats' keeps its history).\n"
+                         "Removes every entry (the event log stays, so 'cache stats' keeps its history). Only\n"
+                         "in a directory marked as a cache (CACHEDIR.TAG), and only files the cache wrote.\n"
                          "\n",
                          kDirOptionHelp),
         .value_options = {"--dir"}},

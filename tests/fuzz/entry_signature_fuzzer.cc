@@ -13,6 +13,8 @@
 #include <string>
 #include <vector>
 
+#include <google/protobuf/stubs/logging.h>
+
 #include "absl/strings/string_view.h"
 #include "cache/entry_metadata.h"
 #include "pjrt_sim/client.h"
@@ -72,6 +74,11 @@ void Check(absl::string_view metadata_text, absl::string_view payload) {
 
 }  // namespace
 }  // namespace lazyrt::fuzz
+
+extern "C" int LLVMFuzzerInitialize(int*, char***) {
+  google::protobuf::SetLogHandler(nullptr);  // strings that are not UTF-8 are refused, not logged
+  return 0;
+}
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size < 4) return 0;

@@ -5,7 +5,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <optional>
 
 #include <nlohmann/json.hpp>
 
@@ -72,14 +74,28 @@ bool AddLine(absl::string_view text, EventStats& stats) {
 }
 
 absl::Status AddFile(const std::string& path, EventStats& stats) {
-  UniqueFd fd(open(path.c_str(), O_RDONLY | O_CLOEXEC));
-  // Missing is normal: nothing logged yet, or never rotated.
-  if (!fd.valid()) return errno == ENOENT ? absl::OkStatus() : ErrnoError(errno, "cannot open", path);
-  struct stat info;
-  if (fstat(fd.get(), &info) != 0) return ErrnoError(errno, "cannot examine", path);
-  absl::StatusOr<std::string> text = ReadRange(fd.get(), 0, static_cast<uint64_t>(info.st_size), path);
+  UniqueFd fd;
+  const std::optional<struct stat> info = OpenRegularFile(path, fd);
+  if (!info) {
+    // Missing is normal: nothing logged yet, or never rotated. Anything else at the name (a symlink,
+    // a FIFO, a directory) is not the cache's log and is not read.
+    struct stat link;
+    if (lstat(path.c_str(), &link) == 0) ++stats.foreign_files;
+    return absl::OkStatus();
+  }
+  // Only the newest kMaxEventLogReadBytes: a log is bounded by rotation, so more is a foreign file,
+  // and reading it whole could exhaust memory.
+  const uint64_t size = static_cast<uint64_t>(info->st_size);
+  const uint64_t offset = size > kMaxEventLogReadBytes ? size - kMaxEventLogReadBytes : 0;
+  absl::StatusOr<std::string> text = ReadRange(fd.get(), offset, size - offset, path);
   if (!text.ok()) return text.status();
-  for (absl::string_view line : absl::StrSplit(*text, '\n', absl::SkipEmpty())) {
+  absl::string_view lines = *text;
+  if (offset > 0) {
+    stats.unread_bytes += offset;
+    const size_t newline = lines.find('\n');  // the first line is cut: it starts before the offset
+    lines.remove_prefix(newline == absl::string_view::npos ? lines.size() : newline + 1);
+  }
+  for (absl::string_view line : absl::StrSplit(lines, '\n', absl::SkipEmpty())) {
     if (!AddLine(line, stats)) ++stats.unreadable_lines;
   }
   return absl::OkStatus();
@@ -107,20 +123,31 @@ int64_t EventStats::total_misses() const {
 EventLog::EventLog(std::string dir, uint64_t max_bytes)
     : path_(PathInDir(dir, kEventLogFileName)),
       rotated_path_(PathInDir(dir, kRotatedEventLogFileName)),
-      max_bytes_(max_bytes) {}
+      max_bytes_(std::min(max_bytes, kMaxEventLogBytes)) {}
 
 absl::StatusOr<UniqueFd> EventLog::OpenForAppend() const {
-  UniqueFd fd(open(path_.c_str(), O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0600));
+  // O_NOFOLLOW: a symlink at the log's name must not make every process append to a file outside
+  // the cache. O_NONBLOCK: a FIFO there must not hang the open. Only a regular file is appended to.
+  UniqueFd fd(open(path_.c_str(), O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK, 0600));
   if (!fd.valid()) return ErrnoError(errno, "cannot open", path_);
+  struct stat info;
+  if (fstat(fd.get(), &info) != 0) return ErrnoError(errno, "cannot examine", path_);
+  if (!S_ISREG(info.st_mode)) {
+    return absl::FailedPreconditionError(absl::StrCat("cannot log to ", path_, ": not a regular file"));
+  }
   return fd;
 }
 
 absl::Status EventLog::RotateIfStillCurrent(int fd, const struct stat& opened) const {
   // Every appender that found the file full gets here; the lock orders them, and only the first
-  // still finds that file under the log's name, so a generation is rotated exactly once.
-  if (flock(fd, LOCK_EX) != 0) return ErrnoError(errno, "cannot lock", path_);
+  // still finds that file under the log's name, so a generation is rotated exactly once. The lock is
+  // only tried: a holder stopped by SIGSTOP (a scheduler's suspend) must not stop everyone else, and
+  // whoever holds it is rotating already.
+  if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+    return errno == EWOULDBLOCK ? absl::OkStatus() : ErrnoError(errno, "cannot lock", path_);
+  }
   struct stat current;
-  if (stat(path_.c_str(), &current) == 0 && current.st_dev == opened.st_dev &&
+  if (lstat(path_.c_str(), &current) == 0 && current.st_dev == opened.st_dev &&
       current.st_ino == opened.st_ino && rename(path_.c_str(), rotated_path_.c_str()) != 0) {
     return ErrnoError(errno, absl::StrCat("cannot rotate ", path_, " to"), rotated_path_);
   }
@@ -137,7 +164,10 @@ absl::Status EventLog::Append(const Event& event) const {
     if (absl::Status status = RotateIfStillCurrent(fd->get(), opened); !status.ok()) return status;
     fd = OpenForAppend();
     if (!fd.ok()) return fd.status();
+    if (fstat(fd->get(), &opened) != 0) return ErrnoError(errno, "cannot examine", path_);
   }
+  const uint64_t end = static_cast<uint64_t>(opened.st_size) + line.size();
+  if (absl::Status status = CheckFileSizeLimit(end, path_); !status.ok()) return status;
   // One write() per line: O_APPEND makes each one land whole at the end, whoever else appends.
   const ssize_t written = write(fd->get(), line.data(), line.size());
   if (written < 0) return ErrnoError(errno, "cannot append to", path_);

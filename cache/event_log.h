@@ -22,6 +22,9 @@ namespace lazyrt::cache {
 inline constexpr absl::string_view kEventLogFileName = "events.jsonl";
 inline constexpr absl::string_view kRotatedEventLogFileName = "events.jsonl.1";
 inline constexpr uint64_t kDefaultEventLogMaxBytes = uint64_t{4} << 20;
+// The most the cache's event log may be configured to hold, and the most read of either generation.
+inline constexpr uint64_t kMaxEventLogBytes = uint64_t{64} << 20;
+inline constexpr uint64_t kMaxEventLogReadBytes = kMaxEventLogBytes;
 
 enum class EventKind { kHit, kMiss, kWrite, kEvict, kCorrupt };
 
@@ -54,6 +57,10 @@ struct EventStats {
   double compile_ms_saved = 0;
   // Lines that are not events (e.g. cut short by a full disk); skipped.
   int64_t unreadable_lines = 0;
+  // Bytes at the start of a log file larger than kMaxEventLogReadBytes, which are not read.
+  uint64_t unread_bytes = 0;
+  // Log names held by something other than a regular file (a symlink, a FIFO), which are ignored.
+  int64_t foreign_files = 0;
 
   // The misses for all reasons together.
   int64_t total_misses() const;
@@ -61,16 +68,19 @@ struct EventStats {
 
 class EventLog {
  public:
-  // The log in `dir`, rotated once it grows past `max_bytes`.
+  // The log in `dir`, rotated once it grows past `max_bytes` (at most kMaxEventLogBytes).
   EventLog(std::string dir, uint64_t max_bytes);
 
   // Appends one line for `event`, stamped with the time ("ts_ms", unix ms) and this process's id.
   // Safe from any number of threads and processes at once: the file is opened O_APPEND and each
   // line is one write(). A line that would take the file past max_bytes first rotates it, so the
-  // current file stays within the bound (give or take lines appended concurrently).
+  // current file stays within the bound (give or take lines appended concurrently, or while another
+  // process holds the rotation lock, which is never waited for). A log name that is not a regular
+  // file (a symlink, a FIFO) is an error, and so is a line past the file size limit (ulimit -f).
   absl::Status Append(const Event& event) const;
 
-  // Totals over both generations; a missing file counts as empty.
+  // Totals over both generations; a missing file counts as empty. Reads only regular files (no
+  // symlink is followed), and at most the newest kMaxEventLogReadBytes of each.
   absl::StatusOr<EventStats> ReadStats() const;
 
  private:

@@ -1,6 +1,7 @@
 #include "cache/file_io.h"
 
 #include <fcntl.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -34,6 +35,27 @@ absl::Status ErrnoError(int error_number, absl::string_view action, absl::string
   return absl::ErrnoToStatus(error_number, absl::StrCat(action, " ", path));
 }
 
+std::optional<struct stat> OpenRegularFile(const std::string& path, UniqueFd& fd) {
+  // O_NONBLOCK: opening a FIFO must not wait for a writer; regular files ignore it.
+  fd = UniqueFd(open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK));
+  struct stat info;
+  if (!fd.valid() || fstat(fd.get(), &info) != 0 || !S_ISREG(info.st_mode)) {
+    fd = UniqueFd();
+    return std::nullopt;
+  }
+  return info;
+}
+
+absl::Status CheckFileSizeLimit(uint64_t end, absl::string_view path) {
+  struct rlimit limit;
+  if (getrlimit(RLIMIT_FSIZE, &limit) != 0 || limit.rlim_cur == RLIM_INFINITY || end <= limit.rlim_cur) {
+    return absl::OkStatus();
+  }
+  return absl::ResourceExhaustedError(absl::StrCat("cannot write ", path, ": it would be ", end,
+                                                   " bytes, over this process's file size limit (ulimit -f) of ",
+                                                   limit.rlim_cur, " bytes"));
+}
+
 absl::StatusOr<std::string> ReadRange(int fd, uint64_t offset, uint64_t size, absl::string_view path) {
   std::string data(size, '\0');
   uint64_t done = 0;
@@ -61,6 +83,7 @@ absl::Status WriteAll(int fd, absl::string_view data, absl::string_view path) {
 absl::Status WriteFileAtomically(absl::string_view dir, absl::string_view file_name,
                                  absl::string_view contents) {
   const std::string temp_path = PathInDir(dir, UniqueTempFileName(file_name));
+  if (absl::Status status = CheckFileSizeLimit(contents.size(), temp_path); !status.ok()) return status;
   UniqueFd fd(open(temp_path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600));
   if (!fd.valid()) return ErrnoError(errno, "cannot create", temp_path);
   absl::Status status = WriteAll(fd.get(), contents, temp_path);

@@ -1,9 +1,11 @@
 // The POSIX file operations the cache is built on, with errors as absl::Status naming the path.
 #pragma once
 
+#include <sys/stat.h>
 #include <sys/types.h>
 
 #include <cstdint>
+#include <optional>
 #include <string>
 
 #include "absl/status/status.h"
@@ -38,6 +40,16 @@ class UniqueFd {
 // "<action> <path>: <strerror text>".
 absl::Status ErrnoError(int error_number, absl::string_view action, absl::string_view path);
 
+// Opens `path` for reading into `fd` when it is a regular file, and returns its stat; nullopt (and
+// `fd` closed) for anything else: no file, a symlink (never followed: it could point anywhere), a
+// FIFO (which would hang the open or the read), a device or a directory.
+std::optional<struct stat> OpenRegularFile(const std::string& path, UniqueFd& fd);
+
+// OK when a file may grow to `end` bytes under this process's file size limit (ulimit -f);
+// RESOURCE_EXHAUSTED naming `path` and the limit otherwise. Writing past the limit would not fail:
+// the kernel kills the process with SIGXFSZ, so every write checks first.
+absl::Status CheckFileSizeLimit(uint64_t end, absl::string_view path);
+
 // Up to `size` bytes of `fd` from `offset`; fewer only when the file ends first.
 absl::StatusOr<std::string> ReadRange(int fd, uint64_t offset, uint64_t size, absl::string_view path);
 
@@ -46,7 +58,7 @@ absl::Status WriteAll(int fd, absl::string_view data, absl::string_view path);
 
 // Replaces "<dir>/<file_name>" with `contents` such that every reader, in any process, sees the old
 // file, no file, or the whole new one: writes a uniquely named temporary file in `dir` (mode 0600),
-// fsyncs it and renames it over the final name. On failure the temporary file is removed.
+// fsyncs it and renames it over the final name. Checks the file size limit first. On failure the temporary file is removed.
 // The directory itself is not fsynced: after a power cut the rename may be lost, which costs a
 // cache miss, never a torn entry, and saves a second flush on every write.
 absl::Status WriteFileAtomically(absl::string_view dir, absl::string_view file_name,

@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdint>
 
@@ -16,6 +17,8 @@ namespace lazyrt::cache {
 namespace {
 
 constexpr absl::string_view kTempFileSuffix = ".tmp";
+// location.h's kCacheDirTagFileName, the other file the cache writes atomically.
+constexpr absl::string_view kCacheDirTagName = "CACHEDIR.TAG";
 
 bool IsKeyChar(char c) {
   return absl::ascii_isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-' || c == '.';
@@ -53,7 +56,18 @@ std::string UniqueTempFileName(absl::string_view final_name) {
 }
 
 bool IsTempFileName(absl::string_view file_name) {
-  return absl::StartsWith(file_name, ".") && absl::EndsWith(file_name, kTempFileSuffix);
+  // Exactly what UniqueTempFileName makes: a user's own ".notes.tmp" is not the cache's to remove.
+  if (!absl::ConsumePrefix(&file_name, ".") || !absl::ConsumeSuffix(&file_name, kTempFileSuffix)) return false;
+  for (int i = 0; i < 3; ++i) {  // the counter, the thread id and the pid, from the end
+    const size_t dot = file_name.rfind('.');
+    if (dot == absl::string_view::npos) return false;
+    const absl::string_view number = file_name.substr(dot + 1);
+    if (number.empty() || number.size() > 20 || !std::all_of(number.begin(), number.end(), absl::ascii_isdigit)) {
+      return false;
+    }
+    file_name = file_name.substr(0, dot);
+  }
+  return KeyFromEntryFileName(file_name).has_value() || file_name == kCacheDirTagName;
 }
 
 }  // namespace lazyrt::cache

@@ -30,7 +30,8 @@ std::optional<std::string> KeyFromEntryFileName(absl::string_view file_name);
 // other process, uses at the same time: it carries the pid, the thread id and a per-process counter.
 std::string UniqueTempFileName(absl::string_view final_name);
 
-// Whether `file_name` was made by UniqueTempFileName.
+// Whether `file_name` has exactly the form UniqueTempFileName gives an entry file or the cache
+// directory tag.
 bool IsTempFileName(absl::string_view file_name);
 
 }  // namespace lazyrt::cache

@@ -26,7 +26,21 @@ struct DirectoryTrust {
 };
 
 // Trusted when `dir` is owned by this process's effective user and writable by no one else
-// (neither group nor others). An error when `dir` cannot be examined.
+// (neither group nor others), and no one else can replace it either: every directory on its path,
+// symlinks followed, is owned by root or this user and writable by no one else, or sticky (as /tmp
+// is). An error when `dir` or a component of its path cannot be examined.
 absl::StatusOr<DirectoryTrust> CheckDirectoryTrust(absl::string_view dir);
+
+// The cache directory's mark (https://bford.info/cachedir/): lazyrt deletes, evicts and rewrites
+// files only in a directory that carries it, so that a cache directory pointed at $HOME or "/" by
+// mistake never loses a file the cache did not write.
+inline constexpr absl::string_view kCacheDirTagFileName = "CACHEDIR.TAG";
+inline constexpr absl::string_view kCacheDirTagSignature = "Signature: 8a477f597d28d172789f06886806bc55";
+
+// Whether `dir` holds a regular CACHEDIR.TAG (not a symlink) starting with the signature.
+bool IsMarkedCacheDir(absl::string_view dir);
+
+// Writes CACHEDIR.TAG into `dir` (atomically, replacing one that is there).
+absl::Status MarkCacheDir(absl::string_view dir);
 
 }  // namespace lazyrt::cache

@@ -15,6 +15,8 @@ absl::string_view MissReasonName(MissReason reason) {
     case MissReason::kDecompress: return "decompress";
     case MissReason::kUnloadable: return "unloadable";
     case MissReason::kUntrustedDirectory: return "untrusted_directory";
+    case MissReason::kGraphMismatch: return "graph_mismatch";
+    case MissReason::kKeyChanged: return "key_changed";
   }
   return "unknown";
 }

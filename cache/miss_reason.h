@@ -23,13 +23,17 @@ enum class MissReason : int {
   kDecompress,          // the payload does not decompress to the size the header promises
   kUnloadable,          // the caller could not load the payload (Store::ReportUnloadable)
   kUntrustedDirectory,  // the directory is writable by others, so nothing in it is loaded
+  kGraphMismatch,       // a sound entry whose graph signature does not fit the graph being run
+  kKeyChanged,          // no entry under the key, but the same graph is stored under a key made of
+                        // other ingredients (compiler version, compile options, device count, ...)
 };
 
 inline constexpr std::array kAllMissReasons = {
     MissReason::kNotFound,        MissReason::kTruncated,       MissReason::kBadMagic,
     MissReason::kFormatVersion,   MissReason::kProducerVersion, MissReason::kKeyMismatch,
     MissReason::kHeaderChecksum,  MissReason::kPayloadChecksum, MissReason::kDecompress,
-    MissReason::kUnloadable,      MissReason::kUntrustedDirectory};
+    MissReason::kUnloadable,      MissReason::kUntrustedDirectory, MissReason::kGraphMismatch,
+    MissReason::kKeyChanged};
 inline constexpr size_t kNumMissReasons = kAllMissReasons.size();
 
 // The stable lowercase name, e.g. "payload_checksum".

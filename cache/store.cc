@@ -1,14 +1,17 @@
 #include "cache/store.h"
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
+#include <memory>
 #include <tuple>
 #include <utility>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "cache/layout.h"
@@ -32,16 +35,58 @@ Decoded<EntryHeader> ReadHeader(int fd, uint64_t file_size, absl::string_view pa
   return DecodeHeader(*start, file_size);
 }
 
-// Opens a regular file for reading into `fd`; its stat, or nullopt when there is none to open.
-std::optional<struct stat> OpenRegularFile(const std::string& path, UniqueFd& fd) {
-  // O_NONBLOCK: a FIFO under an entry's name must not hang the open; regular files ignore it.
-  fd = UniqueFd(open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK));
-  struct stat info;
-  if (!fd.valid() || fstat(fd.get(), &info) != 0 || !S_ISREG(info.st_mode)) {
-    fd = UniqueFd();
-    return std::nullopt;
+// Whether the file open as `fd` is one the cache wrote: an entry (it starts with the entry magic),
+// or a write cut short (a prefix of the magic), or, when `temp_file`, a write of the cache directory
+// tag. Nothing else is ever removed.
+bool WrittenByCache(int fd, bool temp_file) {
+  absl::StatusOr<std::string> start = ReadRange(fd, 0, kCacheDirTagSignature.size(), "");
+  if (!start.ok()) return false;
+  const absl::string_view bytes = *start;
+  // A prefix of the magic (an empty file included) holds nothing anyone could lose.
+  if (absl::StartsWith(bytes, kEntryMagic) || absl::StartsWith(kEntryMagic, bytes)) return true;
+  return temp_file && absl::StartsWith(kCacheDirTagSignature, bytes);
+}
+
+// Removes the file at `path` if it is a regular file the cache wrote (WrittenByCache) and still the
+// one examined. OK when removed or gone; FAILED_PRECONDITION when the file is not the cache's.
+absl::Status RemoveCacheFile(const std::string& path, bool temp_file) {
+  UniqueFd fd;
+  if (!OpenRegularFile(path, fd)) {
+    struct stat info;
+    if (lstat(path.c_str(), &info) != 0 && errno == ENOENT) return absl::OkStatus();
+    return absl::FailedPreconditionError(absl::StrCat("not removing ", path, ": not a regular file"));
   }
-  return info;
+  if (!WrittenByCache(fd.get(), temp_file)) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("not removing ", path, ": the cache did not write it (no ", kEntryMagic, " magic)"));
+  }
+  if (RemoveIfUnchanged(path, fd.get())) return absl::OkStatus();
+  struct stat info;
+  if (lstat(path.c_str(), &info) != 0 && errno == ENOENT) return absl::OkStatus();
+  return ErrnoError(errno, "cannot remove", path);
+}
+
+// Whether `dir` holds only files the cache writes, so that marking it claims nothing of anyone's:
+// a directory made for the cache by an older lazyrt, or an empty one.
+bool HoldsOnlyCacheFiles(const std::string& dir) {
+  std::unique_ptr<DIR, int (*)(DIR*)> stream(opendir(dir.c_str()), &closedir);
+  if (stream == nullptr) return false;
+  while (const dirent* item = readdir(stream.get())) {
+    const absl::string_view name = item->d_name;
+    if (name == "." || name == "..") continue;
+    const bool temp_file = IsTempFileName(name);
+    if (name == kEventLogFileName || name == kRotatedEventLogFileName) continue;
+    if (!temp_file && !KeyFromEntryFileName(name)) return false;
+    const std::string path = PathInDir(dir, name);
+    UniqueFd fd;
+    if (!OpenRegularFile(path, fd)) {
+      struct stat info;
+      if (lstat(path.c_str(), &info) != 0 && errno == ENOENT) continue;  // renamed or removed meanwhile
+      return false;
+    }
+    if (!WrittenByCache(fd.get(), temp_file)) return false;
+  }
+  return true;
 }
 
 uint64_t EntryFileSize(const EntryHeader& header) {
@@ -57,6 +102,7 @@ absl::string_view PutOutcomeName(PutOutcome outcome) {
     case PutOutcome::kSkippedUntrustedDirectory: return "skipped_untrusted_directory";
     case PutOutcome::kSkippedBelowMinCompileTime: return "skipped_below_min_compile_time";
     case PutOutcome::kSkippedLargerThanLimit: return "skipped_larger_than_limit";
+    case PutOutcome::kSkippedNotACacheDirectory: return "skipped_not_a_cache_directory";
   }
   return "unknown";
 }
@@ -74,13 +120,28 @@ absl::StatusOr<std::unique_ptr<Store>> Store::Open(StoreOptions options) {
   }
   absl::StatusOr<DirectoryTrust> trust = CheckDirectoryTrust(*dir);
   if (!trust.ok()) return trust.status();
-  return std::unique_ptr<Store>(
-      new Store(std::move(options), *std::move(dir), trust->trusted ? "" : trust->warning));
+  bool marked = IsMarkedCacheDir(*dir);
+  if (!marked && trust->trusted && !options.read_only && HoldsOnlyCacheFiles(*dir)) {
+    // Nothing in it is anyone else's, so it is the cache's even if the mark cannot be written now
+    // (a full disk, a read-only mount): the writes that follow report that failure themselves.
+    MarkCacheDir(*dir).IgnoreError();
+    marked = true;
+  }
+  std::string warning = trust->warning;
+  if (trust->trusted && !marked && !options.read_only) {
+    warning = absl::StrCat(*dir, " is not a lazyrt cache directory (it holds other files and no ",
+                           kCacheDirTagFileName, "): entries are looked up but none are written or removed; "
+                           "point the cache at a directory of its own");
+  }
+  return std::unique_ptr<Store>(new Store(std::move(options), *std::move(dir), trust->trusted, marked,
+                                          std::move(warning)));
 }
 
-Store::Store(StoreOptions options, std::string dir, std::string warning)
+Store::Store(StoreOptions options, std::string dir, bool trusted, bool marked, std::string warning)
     : options_(std::move(options)),
       dir_(std::move(dir)),
+      trusted_(trusted),
+      marked_(marked),
       warning_(std::move(warning)),
       event_log_(dir_, options_.event_log_max_bytes) {}
 
@@ -106,13 +167,54 @@ LookupResult Store::ReadEntry(absl::string_view key, UniqueFd& fd) const {
   return Entry{std::move(valid_header), std::move(std::get<std::string>(payload))};
 }
 
-LookupResult Store::Lookup(absl::string_view key) {
+std::optional<Miss> CheckGraphSignature(const Entry& entry, const EntryMetadata& expected) {
+  absl::StatusOr<EntryMetadata> stored = DecodeEntryMetadata(entry.header.metadata);
+  if (!stored.ok()) return Miss{MissReason::kGraphMismatch, std::string(stored.status().message())};
+  if (std::optional<std::string> mismatch = SignatureMismatch(*stored, expected)) {
+    return Miss{MissReason::kGraphMismatch, *std::move(mismatch)};
+  }
+  return std::nullopt;
+}
+
+std::optional<Miss> Store::ExplainNotFound(const EntryMetadata& expected) const {
+  absl::StatusOr<DirectoryScan> scan = ScanDirectory(dir_);
+  if (!scan.ok()) return std::nullopt;
+  // Newest first: the entry most likely written by the run before this one.
+  std::sort(scan->entries.begin(), scan->entries.end(),
+            [](const EntryFile& a, const EntryFile& b) { return a.last_used > b.last_used; });
+  size_t examined = 0;
+  for (const EntryFile& file : scan->entries) {
+    if (++examined > kMaxEntriesExplained) break;
+    UniqueFd fd;
+    const std::optional<struct stat> info = OpenRegularFile(file.path, fd);
+    if (!info) continue;
+    Decoded<EntryHeader> header = ReadHeader(fd.get(), static_cast<uint64_t>(info->st_size), file.path);
+    const EntryHeader* valid = std::get_if<EntryHeader>(&header);
+    if (valid == nullptr) continue;
+    absl::StatusOr<EntryMetadata> stored = DecodeEntryMetadata(valid->metadata);
+    if (!stored.ok() || stored->graph_hash != expected.graph_hash || stored->key == expected.key) continue;
+    std::optional<std::string> difference = IngredientDifference(stored->ingredients, expected.ingredients);
+    if (!difference) continue;
+    return Miss{MissReason::kKeyChanged, absl::StrCat("the same graph is stored under key ", stored->key,
+                                                      ", made with another ", *difference)};
+  }
+  return std::nullopt;
+}
+
+LookupResult Store::Lookup(absl::string_view key, const EntryMetadata* expected) {
   if (!trusted()) {
     counters_.AddMiss(MissReason::kUntrustedDirectory);
     return Miss{MissReason::kUntrustedDirectory, warning_};
   }
   UniqueFd fd;
   LookupResult result = ReadEntry(key, fd);
+  if (expected != nullptr) {
+    if (const Miss* miss = std::get_if<Miss>(&result); miss != nullptr && miss->reason == MissReason::kNotFound) {
+      if (std::optional<Miss> changed = ExplainNotFound(*expected)) result = *std::move(changed);
+    } else if (Entry* entry = std::get_if<Entry>(&result)) {
+      if (std::optional<Miss> mismatch = CheckGraphSignature(*entry, *expected)) result = *std::move(mismatch);
+    }
+  }
   if (const Miss* miss = std::get_if<Miss>(&result)) {
     RecordMiss(key, *miss, fd.get());
     return result;
@@ -134,16 +236,24 @@ LookupResult Store::Lookup(absl::string_view key) {
 }
 
 void Store::ReportUnloadable(absl::string_view key, absl::string_view message) {
+  ReportUnusable(key, Miss{MissReason::kUnloadable, std::string(message)});
+}
+
+void Store::ReportUnusable(absl::string_view key, const Miss& miss) {
   UniqueFd fd;
   if (ValidateKey(key).ok()) OpenRegularFile(PathInDir(dir_, EntryFileName(key)), fd);
-  RecordMiss(key, Miss{MissReason::kUnloadable, std::string(message)}, fd.get());
+  RecordMiss(key, miss, fd.get());
 }
 
 void Store::RecordMiss(absl::string_view key, const Miss& miss, int fd) {
   counters_.AddMiss(miss.reason);
   Log(Event{.kind = EventKind::kMiss, .key = std::string(key), .reason = miss.reason,
             .detail = miss.detail});
-  if (fd < 0 || miss.reason == MissReason::kNotFound || !writable()) return;
+  if (fd < 0 || miss.reason == MissReason::kNotFound || miss.reason == MissReason::kKeyChanged || !writable()) {
+    return;
+  }
+  // A file without the magic under an entry's name was not written by the cache: left alone.
+  if (!WrittenByCache(fd, /*temp_file=*/false)) return;
   struct stat info;
   const uint64_t file_bytes = fstat(fd, &info) == 0 ? static_cast<uint64_t>(info.st_size) : 0;
   if (!RemoveIfUnchanged(PathInDir(dir_, EntryFileName(key)), fd)) return;
@@ -163,6 +273,7 @@ absl::StatusOr<PutOutcome> Store::WriteEntry(absl::string_view key, absl::string
   if (absl::Status status = ValidateKey(key); !status.ok()) return status;
   if (!trusted()) return PutOutcome::kSkippedUntrustedDirectory;
   if (options_.read_only) return PutOutcome::kSkippedReadOnly;
+  if (!marked_) return PutOutcome::kSkippedNotACacheDirectory;
   if (compile_ms < options_.min_compile_ms) return PutOutcome::kSkippedBelowMinCompileTime;
   EntryHeader header;
   header.producer_version = options_.producer_version;
@@ -233,16 +344,20 @@ absl::Status Store::CheckWritable(absl::string_view action) const {
   if (writable()) return absl::OkStatus();
   return absl::FailedPreconditionError(absl::StrCat(
       "cannot ", action, " in cache directory ", dir_, ": the store is ",
-      options_.read_only ? "read-only" : absl::StrCat("distrusted (", warning_, ")")));
+      options_.read_only ? "read-only"
+                         : absl::StrCat(trusted_ ? "not in a marked cache directory (" : "distrusted (", warning_,
+                                        ")")));
 }
 
 absl::Status Store::Remove(absl::string_view key) {
   if (absl::Status status = ValidateKey(key); !status.ok()) return status;
   if (absl::Status status = CheckWritable("remove an entry"); !status.ok()) return status;
   const std::string path = PathInDir(dir_, EntryFileName(key));
-  if (unlink(path.c_str()) == 0) return absl::OkStatus();
-  if (errno == ENOENT) return absl::NotFoundError(absl::StrCat("no cache entry ", key, " in ", dir_));
-  return ErrnoError(errno, "cannot remove", path);
+  struct stat info;
+  if (lstat(path.c_str(), &info) != 0 && errno == ENOENT) {
+    return absl::NotFoundError(absl::StrCat("no cache entry ", key, " in ", dir_));
+  }
+  return RemoveCacheFile(path, /*temp_file=*/false);
 }
 
 absl::StatusOr<int64_t> Store::Clear() {
@@ -251,10 +366,11 @@ absl::StatusOr<int64_t> Store::Clear() {
   if (!scan.ok()) return scan.status();
   int64_t removed = 0;
   for (const EntryFile& file : scan->entries) {
-    if (unlink(file.path.c_str()) == 0) {
+    // A file that is not an entry stays, whatever its name; the others are counted.
+    if (absl::Status status = RemoveCacheFile(file.path, /*temp_file=*/false); status.ok()) {
       ++removed;
-    } else if (errno != ENOENT) {
-      return ErrnoError(errno, "cannot remove", file.path);
+    } else if (!absl::IsFailedPrecondition(status)) {
+      return status;
     }
   }
   if (absl::Status status = RemoveStaleTempFiles(scan->temp_files); !status.ok()) return status;
@@ -282,12 +398,15 @@ absl::StatusOr<std::vector<EvictedEntry>> Store::EvictLeastRecentlyUsed(
   for (const EntryFile& file : entries) {
     if (total <= max_bytes) break;
     if (keep_key && file.key == *keep_key) continue;
-    if (unlink(file.path.c_str()) == 0) {
+    // Gone already (another process removed it) counts as evicted; a file the cache did not write is
+    // not an entry and takes no part.
+    absl::Status status = RemoveCacheFile(file.path, /*temp_file=*/false);
+    if (status.ok()) {
       evicted.push_back(EvictedEntry{file.key, file.size, file.last_used});
       counters_.AddEviction();
       Log(Event{.kind = EventKind::kEvict, .key = file.key, .file_bytes = file.size});
-    } else if (errno != ENOENT) {  // ENOENT: another process removed it; it is gone all the same
-      return ErrnoError(errno, "cannot evict", file.path);
+    } else if (!absl::IsFailedPrecondition(status)) {
+      return absl::Status(status.code(), absl::StrCat("cannot evict: ", status.message()));
     }
     total -= file.size;
   }
@@ -297,8 +416,10 @@ absl::StatusOr<std::vector<EvictedEntry>> Store::EvictLeastRecentlyUsed(
 absl::Status Store::RemoveStaleTempFiles(const std::vector<TempFile>& temp_files) const {
   const absl::Time stale_before = absl::Now() - kStaleTempFileAge;
   for (const TempFile& file : temp_files) {
-    if (file.modified < stale_before && unlink(file.path.c_str()) != 0 && errno != ENOENT) {
-      return ErrnoError(errno, "cannot remove stale temporary file", file.path);
+    if (file.modified >= stale_before) continue;
+    absl::Status status = RemoveCacheFile(file.path, /*temp_file=*/true);
+    if (!status.ok() && !absl::IsFailedPrecondition(status)) {
+      return absl::Status(status.code(), absl::StrCat("cannot remove a stale temporary file: ", status.message()));
     }
   }
   return absl::OkStatus();

@@ -21,6 +21,7 @@
 #include "cache/counters.h"
 #include "cache/directory_scan.h"
 #include "cache/entry_format.h"
+#include "cache/entry_metadata.h"
 #include "cache/event_log.h"
 #include "cache/file_io.h"
 #include "cache/miss_reason.h"
@@ -51,6 +52,8 @@ enum class PutOutcome {
   kSkippedBelowMinCompileTime,
   // The entry alone is bigger than max_bytes: storing it would evict everything, itself included.
   kSkippedLargerThanLimit,
+  // The directory holds other files and is not marked as a cache (location.h, CACHEDIR.TAG).
+  kSkippedNotACacheDirectory,
 };
 
 // A stable lowercase name, e.g. "skipped_read_only".
@@ -63,6 +66,11 @@ struct Entry {
 
 // A hit (the entry) or a miss (why not).
 using LookupResult = std::variant<Entry, Miss>;
+
+// The graph_mismatch miss when `entry`'s metadata is not EntryMetadata or its signature (key,
+// parameters, results) is not `expected`'s; nullopt when it fits. Lookup and `lazyrt cache verify`
+// both use it.
+std::optional<Miss> CheckGraphSignature(const Entry& entry, const EntryMetadata& expected);
 
 struct ListedEntry {
   std::string key;  // from the file name
@@ -93,9 +101,12 @@ struct CacheStats {
 class Store {
  public:
   // Resolves the directory (ResolveCacheDir(options.dir)) and, unless read-only, creates it with
-  // mode 0700. An error when there is no directory to use or it cannot be created; the caller runs
-  // without a persistent cache then. A directory that others can write to still opens, distrusted:
-  // every lookup misses (untrusted_directory), nothing is written, and warning() says why.
+  // mode 0700 and marks it as a cache (CACHEDIR.TAG) when it is new or holds nothing but cache files.
+  // An error when there is no directory to use or it cannot be created; the caller runs without a
+  // persistent cache then. A directory that others can write to or replace (CheckDirectoryTrust)
+  // still opens, distrusted: every lookup misses (untrusted_directory), nothing is written, and
+  // warning() says why. A trusted directory that is not marked (one holding the user's files) is
+  // looked up in but never changed: no entry written, removed or evicted, no event logged.
   static absl::StatusOr<std::unique_ptr<Store>> Open(StoreOptions options);
 
   // The resolved directory.
@@ -103,20 +114,33 @@ class Store {
   // Whether the store was opened read-only (StoreOptions::read_only).
   bool read_only() const { return options_.read_only; }
   // False when the directory is distrusted; warning() then says why, for the user.
-  bool trusted() const { return warning_.empty(); }
-  // Empty when trusted; otherwise a sentence for the user naming the directory and the fix.
+  bool trusted() const { return trusted_; }
+  // Whether the directory carries the cache's mark, without which nothing in it is changed.
+  bool marked() const { return marked_; }
+  // Empty when the store can be used fully; otherwise a sentence for the user naming the directory,
+  // what will not be done in it and the fix (distrusted, or not marked as a cache directory).
   const std::string& warning() const { return warning_; }
 
   // The entry under `key` whose producer version is this store's. A hit refreshes the entry's
   // last-used time (its mtime). A miss says why; a damaged or foreign entry is removed. Every
   // outcome is counted, and logged unless read-only. Never fails otherwise: an invalid key or an
   // unreadable directory is a not_found miss.
-  LookupResult Lookup(absl::string_view key);
+  //
+  // With `expected` (the metadata of the graph being run): a sound entry whose metadata does not
+  // decode or whose signature differs is a graph_mismatch miss, removed; and when there is no entry
+  // under `key` but the same graph (expected->graph_hash) is stored under another key, the miss is
+  // key_changed, saying which key ingredients differ (the other entry stays).
+  LookupResult Lookup(absl::string_view key, const EntryMetadata* expected = nullptr);
 
   // The caller could not load the payload of a hit on `key`: counts and logs an unloadable miss
   // and removes the entry (unless read-only), so the next run compiles and writes it afresh. The
   // earlier hit stays counted.
   void ReportUnloadable(absl::string_view key, absl::string_view message);
+
+  // The caller found a hit on `key` unusable for `miss`'s reason (e.g. graph_mismatch: the loaded
+  // executable does not fit the graph): counts and logs the miss and removes the entry, as
+  // ReportUnloadable does.
+  void ReportUnusable(absl::string_view key, const Miss& miss);
 
   // Stores `payload` under `key`, replacing any entry there, with the compile time a hit will save
   // and the caller's `metadata` text. OK with an outcome saying whether it wrote or why it skipped.
@@ -144,7 +168,8 @@ class Store {
   absl::Status Remove(absl::string_view key);
 
   // Removes every entry, and temporary files left behind by writers that died; returns how many
-  // entries. Temporary files of writes in progress are left alone.
+  // entries. Temporary files of writes in progress are left alone, and so is every file the cache
+  // did not write (one without the entry magic, whatever its name), as in every removal.
   absl::StatusOr<int64_t> Clear();
 
   // Evicts least-recently-used entries until the entries total at most `max_bytes`; counts and
@@ -159,8 +184,13 @@ class Store {
   CounterSnapshot counters() const { return counters_.Snapshot(); }
 
  private:
-  Store(StoreOptions options, std::string dir, std::string warning);
+  Store(StoreOptions options, std::string dir, bool trusted, bool marked, std::string warning);
 
+  // Bounds the headers read to explain one not_found miss.
+  static constexpr size_t kMaxEntriesExplained = 256;
+  // A key_changed miss when an entry of the graph `expected` describes is stored under another key
+  // made of other ingredients; nullopt otherwise.
+  std::optional<Miss> ExplainNotFound(const EntryMetadata& expected) const;
   // The entry under `key`, read and checked as Lookup does, and the descriptor it was read from
   // (closed, -1, when there was no file to open).
   LookupResult ReadEntry(absl::string_view key, UniqueFd& fd) const;
@@ -175,8 +205,8 @@ class Store {
       uint64_t max_bytes, std::optional<absl::string_view> keep_key);
   // Removes the temporary files among `temp_files` older than any write in progress can be.
   absl::Status RemoveStaleTempFiles(const std::vector<TempFile>& temp_files) const;
-  // Whether this store may change the directory: trusted and not read-only.
-  bool writable() const { return trusted() && !options_.read_only; }
+  // Whether this store may change the directory: trusted, marked and not read-only.
+  bool writable() const { return trusted_ && marked_ && !options_.read_only; }
   // FAILED_PRECONDITION, naming `action`, unless writable().
   absl::Status CheckWritable(absl::string_view action) const;
   // Appends `event` to the event log if writable(); a failure only counts.
@@ -184,6 +214,8 @@ class Store {
 
   const StoreOptions options_;
   const std::string dir_;
+  const bool trusted_;
+  const bool marked_;
   const std::string warning_;
   const EventLog event_log_;
   Counters counters_;

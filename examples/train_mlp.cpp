@@ -7,11 +7,14 @@
 // The last line of stdout is one JSON object with the run's results and timings.
 #include <unistd.h>
 
+#include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <limits>
 #include <random>
 #include <string>
 #include <vector>
@@ -69,22 +72,29 @@ Flags ParseFlags(int argc, char** argv) {
     if (i + 1 >= argc) Usage("missing value for " + flag);
     const std::string value = argv[++i];
     char* end = nullptr;
-    auto integer = [&](int64_t min) {
+    // Bounded so that no product of flags (epochs x steps per epoch, batch x features) overflows.
+    auto integer = [&](int64_t min, int64_t max = int64_t{1} << 40) {
+      errno = 0;
       const long long v = std::strtoll(value.c_str(), &end, 10);
-      if (*end != '\0' || v < min) Usage(flag + " needs an integer >= " + std::to_string(min) + ", got '" + value + "'");
+      if (value.empty() || *end != '\0' || errno == ERANGE || v < min || v > max) {
+        Usage(flag + " needs an integer from " + std::to_string(min) + " to " + std::to_string(max) + ", got '" +
+              value + "'");
+      }
       return static_cast<int64_t>(v);
     };
     if (flag == "--epochs") {
-      f.epochs = integer(1);
+      f.epochs = integer(1, 1 << 20);
     } else if (flag == "--steps") {
       f.steps = integer(1);
     } else if (flag == "--batch") {
-      f.batch = integer(1);
+      f.batch = integer(1, 1 << 20);
     } else if (flag == "--lr") {
       f.lr = std::strtod(value.c_str(), &end);
-      if (*end != '\0' || !(f.lr > 0)) Usage("--lr needs a positive number, got '" + value + "'");
+      if (value.empty() || *end != '\0' || !(f.lr > 0) || !std::isfinite(f.lr)) {
+        Usage("--lr needs a positive finite number, got '" + value + "'");
+      }
     } else if (flag == "--seed") {
-      f.seed = static_cast<uint64_t>(integer(0));
+      f.seed = static_cast<uint64_t>(integer(0, std::numeric_limits<int64_t>::max()));
     } else if (flag == "--data") {
       f.data = value;
     } else if (flag == "--mode") {
@@ -108,10 +118,18 @@ lazyrt::Tensor Upload(const std::vector<int64_t>& v, std::vector<int64_t> dims) 
   return lazyrt::Tensor::FromData(std::span<const int64_t>(v), dims);
 }
 
-// Fraction of `test` the model classifies right; batches of 500, one graph for all of them.
+// A JSON number, or null for a value JSON cannot hold (a loss that diverged to NaN or infinity).
+std::string JsonNumber(const char* format, double value) {
+  if (!std::isfinite(value)) return "null";
+  char text[64];
+  std::snprintf(text, sizeof text, format, value);
+  return text;
+}
+
+// Fraction of `test` the model classifies right; batches of up to 500, one graph for all of them.
 double Evaluate(const lazyrt::nn::MLP& model, const lazyrt::data::Dataset& test) {
   lazyrt::NoGradGuard no_grad;
-  const int64_t batch = 500;
+  const int64_t batch = std::min<int64_t>(500, test.count);
   lazyrt::Tensor correct = Upload(std::vector<int64_t>{0}, {});  // device data: every batch runs one graph
   std::vector<float> images;
   std::vector<int64_t> labels;
@@ -147,6 +165,11 @@ int main(int argc, char** argv) {
         return 1;
       }
     }
+    if (test->features != train->features) {
+      std::fprintf(stderr, "train_mlp: the training images have %lld pixels, the test images %lld\n",
+                   static_cast<long long>(train->features), static_cast<long long>(test->features));
+      return 1;
+    }
     // Standardize pixels with the training set's own mean and deviation (torchvision's Normalize).
     double mean = 0, sq = 0;
     for (float v : train->images) {
@@ -154,7 +177,9 @@ int main(int argc, char** argv) {
       sq += static_cast<double>(v) * v;
     }
     mean /= static_cast<double>(train->images.size());
-    const double stddev = std::sqrt(sq / static_cast<double>(train->images.size()) - mean * mean);
+    // Images of one uniform colour have no deviation: they are only centred then.
+    const double variance = sq / static_cast<double>(train->images.size()) - mean * mean;
+    const double stddev = variance > 0 ? std::sqrt(variance) : 1.0;
     for (auto* d : {&*train, &*test}) {
       for (float& v : d->images) v = static_cast<float>((v - mean) / stddev);
     }
@@ -162,7 +187,12 @@ int main(int argc, char** argv) {
     std::mt19937_64 init_rng(flags.seed);
     lazyrt::nn::MLP model({train->features, 256, 128, 10}, init_rng);
     lazyrt::AdamW optimizer(model.parameters(), flags.lr);
-    lazyrt::data::Batches batches(*train, flags.batch, flags.seed + 1);
+    absl::StatusOr<lazyrt::data::Batches> made = lazyrt::data::Batches::Create(*train, flags.batch, flags.seed + 1);
+    if (!made.ok()) {
+      std::fprintf(stderr, "train_mlp: --batch: %s\n", std::string(made.status().message()).c_str());
+      return 2;
+    }
+    lazyrt::data::Batches& batches = *made;
     const int64_t total_steps =
         flags.steps > 0 ? std::min(flags.steps, flags.epochs * batches.per_epoch()) : flags.epochs * batches.per_epoch();
     const int64_t epochs = (total_steps + batches.per_epoch() - 1) / batches.per_epoch();
@@ -225,10 +255,11 @@ int main(int argc, char** argv) {
       batches.NextEpoch();
     }
     std::printf(
-        "{\"test_accuracy\": %.4f, \"final_loss\": %.9g, \"steps\": %lld, \"startup_ms\": %.1f, "
+        "{\"test_accuracy\": %s, \"final_loss\": %s, \"steps\": %lld, \"startup_ms\": %.1f, "
         "\"first_step_ms\": %.2f, \"steady_step_ms\": %.3f, \"graphs_compiled\": %lld, "
         "\"persistent_cache_hits\": %lld, \"persistent_cache_misses\": %lld, \"mode\": \"%s\"}\n",
-        test_accuracy, loss.item(), static_cast<long long>(step), startup_ms, first_step_ms,
+        JsonNumber("%.4f", test_accuracy).c_str(), JsonNumber("%.9g", loss.item()).c_str(),
+        static_cast<long long>(step), startup_ms, first_step_ms,
         steady_steps > 0 ? steady_total_ms / static_cast<double>(steady_steps) : 0.0,
         static_cast<long long>(lazyrt::CounterValue(lazyrt::counters::kGraphsCompiled)),
         static_cast<long long>(lazyrt::CounterValue(lazyrt::counters::kPersistentCacheHit)),

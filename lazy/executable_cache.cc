@@ -8,6 +8,7 @@
 #include "lazy/error.h"
 #include "lazy/metrics.h"
 #include "lazy/runtime.h"
+#include "lowering/dtype.h"
 #include "lowering/lower.h"
 #include "pjrt_sim/version.h"
 
@@ -19,6 +20,24 @@ double MsSince(Clock::time_point t) { return std::chrono::duration<double, std::
 
 // The persistent cache's name for a graph key.
 std::string DiskKey(ir::HashValue key) { return absl::StrCat("g", ir::HashToHex(key)); }
+
+// A graph signature is in the device's terms, so that `lazyrt cache verify` can check an executable
+// without the IR.
+cache::TensorSignature SignatureOf(const Shape& shape) {
+  return {std::string(pjrt::PrimitiveTypeName(lowering::DeviceType(shape.dtype()))),
+          std::vector<int64_t>(shape.dims().begin(), shape.dims().end())};
+}
+
+std::vector<cache::TensorSignature> SignatureOf(const std::vector<pjrt::ArrayShape>& shapes) {
+  std::vector<cache::TensorSignature> out;
+  for (const pjrt::ArrayShape& s : shapes) out.push_back({std::string(pjrt::PrimitiveTypeName(s.type)), s.dims});
+  return out;
+}
+
+void CountDiskMiss(cache::MissReason reason) {
+  Counter(counters::kPersistentCacheMiss).fetch_add(1);
+  Counter(PersistentCacheMissCounter(cache::MissReasonName(reason))).fetch_add(1);
+}
 
 }  // namespace
 
@@ -38,9 +57,16 @@ ExecutableCache::ExecutableCache() {
   const Options& options = Runtime::Get().options();
   // The runtime's and the lowering rules' versions too: the same IR lowered by other rules is another
   // program.
-  const std::string context = absl::StrCat("lazyrt ", LAZYRT_VERSION, "|", lowering::kLoweringVersion, "|",
-                                           pjrt::Device::kKind, "|", pjrt::Executable::ProducerVersion(), "|",
-                                           compile_options_.Fingerprint(), "|devices=", options.devices);
+  ingredients_ = {.lazyrt_version = LAZYRT_VERSION,
+                  .lowering_version = std::string(lowering::kLoweringVersion),
+                  .compiler_version = pjrt::Executable::ProducerVersion(),
+                  .device_kind = std::string(pjrt::Device::kKind),
+                  .device_count = options.devices,
+                  .compile_options = compile_options_.Fingerprint()};
+  const cache::KeyIngredients& k = ingredients_;
+  const std::string context = absl::StrCat("lazyrt ", k.lazyrt_version, "|", k.lowering_version, "|", k.device_kind,
+                                           "|", k.compiler_version, "|", k.compile_options,
+                                           "|devices=", k.device_count);
   context_hash_ = ir::HashBytes(context.data(), context.size());
   if (!options.persistent_cache) return;
   absl::StatusOr<std::unique_ptr<cache::Store>> store =
@@ -53,7 +79,7 @@ ExecutableCache::ExecutableCache() {
     WarnOnce(absl::StrCat("persistent cache off: ", store.status().message()));
     return;
   }
-  if (!(*store)->trusted()) WarnOnce((*store)->warning());
+  if (!(*store)->warning().empty()) WarnOnce((*store)->warning());
   store_ = *std::move(store);
 }
 
@@ -61,7 +87,8 @@ ir::HashValue ExecutableCache::GraphKey(const ir::PostOrder& order) const {
   return ir::HashCombine(order.dag_hash(), context_hash_);
 }
 
-FoundExecutable ExecutableCache::FindOrCompile(ir::HashValue key, const ir::PostOrder& order, size_t outputs,
+FoundExecutable ExecutableCache::FindOrCompile(ir::HashValue key, const ir::PostOrder& order,
+                                               std::span<const ir::Value> roots,
                                                pjrt::Client& client, pjrt::Device* device,
                                                const SourceLocation& loc) {
   FoundExecutable found;
@@ -75,8 +102,8 @@ FoundExecutable ExecutableCache::FindOrCompile(ir::HashValue key, const ir::Post
     }
   }
   const Clock::time_point load_start = Clock::now();
-  const std::string disk_key = DiskKey(key);
-  if ((found.executable = LoadFromDisk(client, disk_key)) != nullptr) {
+  cache::EntryMetadata graph = GraphMetadata(DiskKey(key), order, roots);
+  if ((found.executable = LoadFromDisk(client, graph)) != nullptr) {
     found.source = ExecutableSource::kDisk;
     found.load_ms = MsSince(load_start);
   } else {
@@ -90,37 +117,67 @@ FoundExecutable ExecutableCache::FindOrCompile(ir::HashValue key, const ir::Post
     const Clock::time_point compile_start = Clock::now();
     absl::StatusOr<std::shared_ptr<pjrt::Executable>> compiled = client.Compile(*module, compile_options_, device);
     ThrowIfError(compiled.status(),
-                 absl::StrCat("sync: compiling the pending graph (", order.size(), " nodes, ", outputs, " outputs)"),
+                 absl::StrCat("sync: compiling the pending graph (", order.size(), " nodes, ", roots.size(), " outputs)"),
                  loc);
     found.compile_ms = MsSince(compile_start);
     RecordTime("compile", found.compile_ms);
     found.executable = *std::move(compiled);
     Counter(counters::kGraphsCompiled).fetch_add(1);
-    StoreOnDisk(disk_key, *found.executable, order, outputs, found.compile_ms);
+    StoreOnDisk(*found.executable, std::move(graph), found.compile_ms);
   }
   std::lock_guard<std::mutex> lock(mu_);
   executables_.Put(key, found.executable);
   return found;
 }
 
-// Step 5: the executable stored under `disk_key` by an earlier process, or null (a miss, counted by
-// reason; an entry that does not load is reported, removed and compiled afresh).
-std::shared_ptr<pjrt::Executable> ExecutableCache::LoadFromDisk(pjrt::Client& client, const std::string& disk_key) {
+cache::EntryMetadata ExecutableCache::GraphMetadata(const std::string& disk_key, const ir::PostOrder& order,
+                                                   std::span<const ir::Value> roots) const {
+  cache::EntryMetadata m;
+  m.key = disk_key;
+  m.graph_hash = ir::HashToHex(order.dag_hash());
+  m.ingredients = ingredients_;
+  for (uint32_t pos : order.parameter_positions()) m.parameters.push_back(SignatureOf(order.nodes()[pos]->shape()));
+  for (const ir::Value& root : roots) m.results.push_back(SignatureOf(root.shape()));
+  m.nodes = static_cast<int64_t>(order.size());
+  return m;
+}
+
+// Step 5: the executable stored under graph.key by an earlier process, or null (a miss, counted by
+// reason). The entry must fit the graph, since a checksum proves an entry undamaged, not that it
+// belongs here: the store checks the signature the entry records, and here the loaded executable's
+// parameters and results are checked against the graph's. An entry that does not load or fit is
+// reported, removed and compiled afresh.
+std::shared_ptr<pjrt::Executable> ExecutableCache::LoadFromDisk(pjrt::Client& client,
+                                                                const cache::EntryMetadata& graph) {
   if (store_ == nullptr) return nullptr;
+  const std::string& disk_key = graph.key;
   const Clock::time_point start = Clock::now();
-  cache::LookupResult found = store_->Lookup(disk_key);
+  cache::LookupResult found = store_->Lookup(disk_key, &graph);
   if (const cache::Miss* miss = std::get_if<cache::Miss>(&found)) {
-    Counter(counters::kPersistentCacheMiss).fetch_add(1);
-    Counter(PersistentCacheMissCounter(cache::MissReasonName(miss->reason))).fetch_add(1);
+    CountDiskMiss(miss->reason);
+    if (miss->reason == cache::MissReason::kGraphMismatch || miss->reason == cache::MissReason::kKeyChanged) {
+      WarnOnce(absl::StrCat("persistent cache miss for graph ", disk_key, " (", cache::MissReasonName(miss->reason),
+                            "): ", miss->detail));
+    }
     return nullptr;
   }
   const cache::Entry& entry = std::get<cache::Entry>(found);
   absl::StatusOr<std::shared_ptr<pjrt::Executable>> loaded = client.LoadSerializedExecutable(entry.payload);
   if (!loaded.ok()) {
     store_->ReportUnloadable(disk_key, loaded.status().message());
-    Counter(counters::kPersistentCacheMiss).fetch_add(1);
-    Counter(PersistentCacheMissCounter(cache::MissReasonName(cache::MissReason::kUnloadable))).fetch_add(1);
+    CountDiskMiss(cache::MissReason::kUnloadable);
     WarnOnce(absl::StrCat("cache entry ", disk_key, " did not load (", loaded.status().message(), "); compiling"));
+    return nullptr;
+  }
+  cache::EntryMetadata actual;
+  actual.key = disk_key;
+  actual.parameters = SignatureOf((*loaded)->parameter_shapes());
+  actual.results = SignatureOf((*loaded)->output_shapes());
+  if (std::optional<std::string> mismatch = cache::SignatureMismatch(actual, graph)) {
+    const std::string detail = absl::StrCat("the entry's executable does not fit the graph: ", *mismatch);
+    store_->ReportUnusable(disk_key, cache::Miss{cache::MissReason::kGraphMismatch, detail});
+    CountDiskMiss(cache::MissReason::kGraphMismatch);
+    WarnOnce(absl::StrCat("cache entry ", disk_key, ": ", detail, "; compiling"));
     return nullptr;
   }
   Counter(counters::kPersistentCacheHit).fetch_add(1);
@@ -129,14 +186,13 @@ std::shared_ptr<pjrt::Executable> ExecutableCache::LoadFromDisk(pjrt::Client& cl
   return *std::move(loaded);
 }
 
-// Stores a freshly compiled executable for later processes. Failing to write is a warning.
-void ExecutableCache::StoreOnDisk(const std::string& disk_key, const pjrt::Executable& exe,
-                                  const ir::PostOrder& order, size_t outputs, double compile_ms) {
+// Stores a freshly compiled executable for later processes, with the graph's metadata. Failing to
+// write is a warning.
+void ExecutableCache::StoreOnDisk(const pjrt::Executable& exe, cache::EntryMetadata graph, double compile_ms) {
   if (store_ == nullptr) return;
-  const std::string metadata =
-      absl::StrCat("{\"nodes\": ", order.size(), ", \"parameters\": ", order.parameter_positions().size(),
-                   ", \"outputs\": ", outputs, ", \"module\": \"", exe.proto().module_name(), "\"}");
-  absl::StatusOr<cache::PutOutcome> put = store_->Put(disk_key, exe.Serialize(), compile_ms, metadata);
+  graph.module = exe.proto().module_name();
+  absl::StatusOr<cache::PutOutcome> put =
+      store_->Put(graph.key, exe.Serialize(), compile_ms, cache::EncodeEntryMetadata(graph));
   if (!put.ok()) {
     Counter(counters::kPersistentCacheWriteFailure).fetch_add(1);
     WarnOnce(absl::StrCat("could not store a compiled graph in the persistent cache: ", put.status().message()));

@@ -6,8 +6,10 @@
 #include <cstddef>
 #include <memory>
 #include <mutex>
+#include <span>
 #include <string>
 
+#include "cache/entry_metadata.h"
 #include "cache/store.h"
 #include "ir/hash.h"
 #include "ir/post_order.h"
@@ -40,9 +42,11 @@ class ExecutableCache {
   // options).
   ir::HashValue GraphKey(const ir::PostOrder& order) const;
 
-  // The executable of `order` (whose key is `key`) from memory, else from disk, else lowered and
-  // compiled for `device`. Throws lazyrt::Error (at `loc`) when lowering or compiling fails.
-  FoundExecutable FindOrCompile(ir::HashValue key, const ir::PostOrder& order, size_t outputs,
+  // The executable of `order` (whose key is `key`, whose results are `roots`) from memory, else from
+  // disk, else lowered and compiled for `device`. A disk entry is used only when it fits the graph
+  // (its parameters' and results' dtypes and shapes). Throws lazyrt::Error (at `loc`) when lowering
+  // or compiling fails.
+  FoundExecutable FindOrCompile(ir::HashValue key, const ir::PostOrder& order, std::span<const ir::Value> roots,
                                 pjrt::Client& client, pjrt::Device* device, const SourceLocation& loc);
 
   // Calls f(key, executable) for every executable held in memory, most recently used first.
@@ -57,9 +61,12 @@ class ExecutableCache {
 
  private:
   ExecutableCache();
-  std::shared_ptr<pjrt::Executable> LoadFromDisk(pjrt::Client& client, const std::string& disk_key);
-  void StoreOnDisk(const std::string& disk_key, const pjrt::Executable& exe, const ir::PostOrder& order,
-                   size_t outputs, double compile_ms);
+  // What an entry of this graph records and a load checks: the key, the graph's hash, the key's
+  // ingredients and the graph's signature.
+  cache::EntryMetadata GraphMetadata(const std::string& disk_key, const ir::PostOrder& order,
+                                     std::span<const ir::Value> roots) const;
+  std::shared_ptr<pjrt::Executable> LoadFromDisk(pjrt::Client& client, const cache::EntryMetadata& graph);
+  void StoreOnDisk(const pjrt::Executable& exe, cache::EntryMetadata graph, double compile_ms);
 
   // Executables kept loaded in memory; beyond this the least recently used are dropped.
   static constexpr size_t kCapacity = 1024;
@@ -67,6 +74,7 @@ class ExecutableCache {
   std::mutex mu_;  // guards executables_ (FindOrCompile runs under the executor's lock; ForEach need not)
   LruCache<ir::HashValue, std::shared_ptr<pjrt::Executable>> executables_{kCapacity};
   pjrt::CompileOptions compile_options_;
+  cache::KeyIngredients ingredients_;  // everything besides the graph in a key
   ir::HashValue context_hash_ = 0;
   std::unique_ptr<cache::Store> store_;  // null when off or when its directory cannot be used
 };

@@ -199,7 +199,7 @@ void Sync(Device device, SyncCause cause, const SourceLocation& loc) {
   RecordTime("trace_to_key", event.key_ms);
 
   const FoundExecutable found =
-      executables.FindOrCompile(key, order, pending.roots.size(), rt.client(), state.device, loc);
+      executables.FindOrCompile(key, order, pending.roots, rt.client(), state.device, loc);
   event.outcome = OutcomeOf(found.source);
   event.load_ms = found.load_ms;
   event.lower_ms = found.lower_ms;

@@ -1,7 +1,13 @@
 #include "lazy/idx_dataset.h"
 
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
 #include <zlib.h>
 
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
 #include <filesystem>
 #include <numeric>
 
@@ -10,14 +16,33 @@
 namespace lazyrt::data {
 namespace {
 
-// The whole (decompressed) content of a file; gzread reads plain files unchanged.
+// The whole (decompressed) content of a file, at most kMaxIdxBytes: a small gzip file can expand
+// to any size. gzread reads plain files unchanged. Only a regular file is read: a FIFO or a device
+// would block or never end.
 absl::StatusOr<std::string> ReadAll(const std::string& path) {
-  gzFile f = gzopen(path.c_str(), "rb");
-  if (f == nullptr) return absl::NotFoundError(absl::StrCat("cannot open ", path));
+  const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+  if (fd < 0) return absl::NotFoundError(absl::StrCat("cannot open ", path, ": ", std::strerror(errno)));
+  struct stat info;
+  if (fstat(fd, &info) != 0 || !S_ISREG(info.st_mode)) {
+    close(fd);
+    return absl::InvalidArgumentError(absl::StrCat(path, " is not a regular file"));
+  }
+  gzFile f = gzdopen(fd, "rb");  // owns fd from here
+  if (f == nullptr) {
+    close(fd);
+    return absl::ResourceExhaustedError(absl::StrCat("cannot read ", path, ": out of memory"));
+  }
   std::string out;
   char buf[1 << 16];
   int n;
-  while ((n = gzread(f, buf, sizeof buf)) > 0) out.append(buf, static_cast<size_t>(n));
+  while ((n = gzread(f, buf, sizeof buf)) > 0) {
+    if (out.size() + static_cast<size_t>(n) > kMaxIdxBytes) {
+      gzclose(f);
+      return absl::InvalidArgumentError(
+          absl::StrCat(path, ": more than ", kMaxIdxBytes, " bytes of data; not an IDX file of this program's"));
+    }
+    out.append(buf, static_cast<size_t>(n));
+  }
   int err = 0;
   const char* msg = gzerror(f, &err);
   const std::string error = err != Z_OK && err != Z_STREAM_END ? msg : "";
@@ -33,49 +58,85 @@ uint32_t BigEndian32(const std::string& s, size_t at) {
 
 }  // namespace
 
-absl::StatusOr<Dataset> LoadIdx(const std::string& images_path, const std::string& labels_path) {
+absl::StatusOr<Dataset> ParseIdx(const std::string& images, const std::string& labels, int64_t num_classes,
+                                 const std::string& images_name, const std::string& labels_name) {
+  if (images.size() < 16 || BigEndian32(images, 0) != 0x803) {
+    return absl::DataLossError(absl::StrCat(images_name, ": not an IDX image file (magic 0x803, 16-byte header)"));
+  }
+  if (labels.size() < 8 || BigEndian32(labels, 0) != 0x801) {
+    return absl::DataLossError(absl::StrCat(labels_name, ": not an IDX label file (magic 0x801, 8-byte header)"));
+  }
+  // Each count is at most 2^32 - 1 and the data at most kMaxIdxBytes, so checking every factor
+  // against the bytes present before multiplying keeps every product far from overflow.
+  const uint64_t count = BigEndian32(images, 4);
+  const uint64_t rows = BigEndian32(images, 8);
+  const uint64_t cols = BigEndian32(images, 12);
+  const uint64_t pixels = images.size() - 16;
+  if (count == 0 || rows == 0 || cols == 0) {
+    return absl::DataLossError(absl::StrCat(images_name, ": ", count, " images of ", rows, "x", cols,
+                                            " pixels; every count must be at least 1"));
+  }
+  if (rows > pixels || cols > pixels || rows * cols > pixels || count > pixels / (rows * cols) ||
+      count * rows * cols != pixels) {
+    return absl::DataLossError(absl::StrCat(images_name, ": the header says ", count, " images of ", rows, "x", cols,
+                                            " pixels, but the file holds ", pixels, " pixel bytes"));
+  }
+  if (BigEndian32(labels, 4) != count) {
+    return absl::DataLossError(absl::StrCat(images_name, " holds ", count, " images but ", labels_name, " ",
+                                            BigEndian32(labels, 4), " labels"));
+  }
+  if (labels.size() - 8 != count) {
+    return absl::DataLossError(absl::StrCat(labels_name, ": the header says ", count, " labels, but the file holds ",
+                                            labels.size() - 8, " label bytes"));
+  }
+  Dataset d;
+  d.count = static_cast<int64_t>(count);
+  d.features = static_cast<int64_t>(rows * cols);
+  d.labels.resize(count);
+  for (size_t i = 0; i < count; ++i) {
+    d.labels[i] = static_cast<unsigned char>(labels[8 + i]);
+    if (d.labels[i] >= num_classes) {
+      return absl::DataLossError(absl::StrCat(labels_name, ": label ", d.labels[i], " of item ", i,
+                                              " is not a class of this dataset (0 to ", num_classes - 1, ")"));
+    }
+  }
+  d.images.resize(pixels);
+  for (size_t i = 0; i < pixels; ++i) d.images[i] = static_cast<unsigned char>(images[16 + i]) / 255.0f;
+  return d;
+}
+
+absl::StatusOr<Dataset> LoadIdx(const std::string& images_path, const std::string& labels_path, int64_t num_classes) {
   absl::StatusOr<std::string> images = ReadAll(images_path);
   if (!images.ok()) return images.status();
   absl::StatusOr<std::string> labels = ReadAll(labels_path);
   if (!labels.ok()) return labels.status();
-  if (images->size() < 16 || BigEndian32(*images, 0) != 0x803) {
-    return absl::DataLossError(absl::StrCat(images_path, ": not an IDX image file (magic 0x803)"));
-  }
-  if (labels->size() < 8 || BigEndian32(*labels, 0) != 0x801) {
-    return absl::DataLossError(absl::StrCat(labels_path, ": not an IDX label file (magic 0x801)"));
-  }
-  Dataset d;
-  d.count = BigEndian32(*images, 4);
-  d.features = int64_t{BigEndian32(*images, 8)} * BigEndian32(*images, 12);
-  if (BigEndian32(*labels, 4) != d.count) {
-    return absl::DataLossError(absl::StrCat(images_path, " holds ", d.count, " images but ", labels_path, " ",
-                                            BigEndian32(*labels, 4), " labels"));
-  }
-  if (images->size() != static_cast<size_t>(16 + d.count * d.features) || labels->size() != static_cast<size_t>(8 + d.count)) {
-    return absl::DataLossError(absl::StrCat(images_path, " or ", labels_path, " is truncated or has trailing bytes"));
-  }
-  d.images.resize(static_cast<size_t>(d.count * d.features));
-  for (size_t i = 0; i < d.images.size(); ++i) d.images[i] = static_cast<unsigned char>((*images)[16 + i]) / 255.0f;
-  d.labels.resize(static_cast<size_t>(d.count));
-  for (size_t i = 0; i < d.labels.size(); ++i) d.labels[i] = static_cast<unsigned char>((*labels)[8 + i]);
-  return d;
+  return ParseIdx(*images, *labels, num_classes, images_path, labels_path);
 }
 
 absl::StatusOr<Dataset> LoadFashionMnist(const std::string& dir, const std::string& split) {
   const std::string images = absl::StrCat(dir, "/", split, "-images-idx3-ubyte.gz");
   const std::string labels = absl::StrCat(dir, "/", split, "-labels-idx1-ubyte.gz");
   for (const std::string& f : {images, labels}) {
-    if (!std::filesystem::exists(f)) {
+    std::error_code error;
+    if (!std::filesystem::exists(f, error)) {
       return absl::NotFoundError(absl::StrCat(
           f, " does not exist. Fashion-MNIST is Debian's package dataset-fashion-mnist "
              "(apt-get install dataset-fashion-mnist, or run tools/setup.sh), or pass --data DIR."));
     }
   }
-  return LoadIdx(images, labels);
+  return LoadIdx(images, labels, kFashionMnistClasses);
+}
+
+absl::StatusOr<Batches> Batches::Create(const Dataset& data, int64_t batch_size, uint64_t seed) {
+  if (batch_size < 1 || batch_size > data.count) {
+    return absl::InvalidArgumentError(absl::StrCat("a batch of ", batch_size, " from a dataset of ", data.count,
+                                                   " items: the batch must be 1 to ", data.count));
+  }
+  return Batches(data, batch_size, seed);
 }
 
 Batches::Batches(const Dataset& data, int64_t batch_size, uint64_t seed)
-    : data_(data), batch_size_(batch_size), rng_(seed), order_(static_cast<size_t>(data.count)) {
+    : data_(&data), batch_size_(batch_size), rng_(seed), order_(static_cast<size_t>(data.count)) {
   std::iota(order_.begin(), order_.end(), 0);
   NextEpoch();
 }
@@ -89,12 +150,13 @@ void Batches::NextEpoch() {
 }
 
 void Batches::Get(int64_t b, std::vector<float>& images, std::vector<int64_t>& labels) const {
-  images.resize(static_cast<size_t>(batch_size_ * data_.features));
+  const Dataset& data = *data_;
+  images.resize(static_cast<size_t>(batch_size_ * data.features));
   labels.resize(static_cast<size_t>(batch_size_));
   for (int64_t i = 0; i < batch_size_; ++i) {
-    const int64_t src = order_[static_cast<size_t>(b * batch_size_ + i)];
-    std::copy_n(data_.images.begin() + src * data_.features, data_.features, images.begin() + i * data_.features);
-    labels[static_cast<size_t>(i)] = data_.labels[static_cast<size_t>(src)];
+    const int64_t src = order_.at(static_cast<size_t>(b * batch_size_ + i));
+    std::copy_n(data.images.begin() + src * data.features, data.features, images.begin() + i * data.features);
+    labels[static_cast<size_t>(i)] = data.labels[static_cast<size_t>(src)];
   }
 }
 

@@ -1,8 +1,10 @@
 #include "lazy/options.h"
 
+#include <climits>
 #include <cmath>
 #include <cstdlib>
 #include <functional>
+#include <limits>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
@@ -23,12 +25,36 @@ absl::StatusOr<bool> ParseBool(absl::string_view text) {
 }
 
 template <typename T>
-absl::StatusOr<T> ParseInt(absl::string_view text, T min) {
+absl::StatusOr<T> ParseInt(absl::string_view text, T min, T max = std::numeric_limits<T>::max()) {
   T v;
-  if (!absl::SimpleAtoi(text, &v) || v < min) {
-    return absl::InvalidArgumentError(absl::StrCat("'", text, "' is not an integer >= ", min));
+  if (!absl::SimpleAtoi(text, &v) || v < min || v > max) {
+    return absl::InvalidArgumentError(absl::StrCat("'", text, "' is not an integer in [", min, ", ", max, "]"));
   }
   return v;
+}
+
+// Every device is a stream thread and a memory pool: more than this is a typo, not a machine.
+constexpr int kMaxDevices = 1024;
+// A simulated device's memory is host memory; more than this no host has.
+constexpr int64_t kMaxDeviceMemory = int64_t{1} << 44;
+// The highest LAZYRT_DEBUG level.
+constexpr int kMaxDebugLevel = 3;
+
+absl::StatusOr<int64_t> ParseDeviceMemory(absl::string_view text) {
+  absl::StatusOr<int64_t> bytes = ParseByteSize(text);
+  if (bytes.ok() && *bytes > kMaxDeviceMemory) {
+    return absl::InvalidArgumentError(absl::StrCat("'", text, "' is more than the 16T a simulated device can have"));
+  }
+  return bytes;
+}
+
+// A path: no NUL byte, shorter than PATH_MAX.
+absl::StatusOr<std::string> ParsePath(absl::string_view t) {
+  if (t.size() >= PATH_MAX || absl::StrContains(t, '\0')) {
+    return absl::InvalidArgumentError(absl::StrCat("a path of ", t.size(), " bytes is not a valid path (at most ",
+                                                   PATH_MAX - 1, " bytes, no NUL)"));
+  }
+  return std::string(t);
 }
 
 // One row per setting: its environment name, what it means, how to parse it, how to print it.
@@ -52,12 +78,10 @@ Setting Declare(absl::string_view name, absl::string_view help, T Options::*fiel
       [field](const Options& o) -> std::string { return absl::StrCat(o.*field); }};
 }
 
-absl::StatusOr<std::string> ParseText(absl::string_view t) { return std::string(t); }
-
 absl::StatusOr<double> ParseMs(absl::string_view t) {
   double v;
-  if (!absl::SimpleAtod(t, &v) || !(v >= 0)) {
-    return absl::InvalidArgumentError(absl::StrCat("'", t, "' is not a number of milliseconds >= 0"));
+  if (!absl::SimpleAtod(t, &v) || !(v >= 0) || !std::isfinite(v)) {
+    return absl::InvalidArgumentError(absl::StrCat("'", t, "' is not a finite number of milliseconds >= 0"));
   }
   return v;
 }
@@ -65,9 +89,9 @@ absl::StatusOr<double> ParseMs(absl::string_view t) {
 const std::vector<Setting>& Settings() {
   static const std::vector<Setting> settings = {
       Declare("LAZYRT_DEVICES", "number of simulated devices", &Options::devices,
-              [](absl::string_view t) { return ParseInt<int>(t, 1); }),
+              [](absl::string_view t) { return ParseInt<int>(t, 1, kMaxDevices); }),
       Declare("LAZYRT_DEVICE_MEMORY", "memory per device, e.g. 16G", &Options::device_memory_bytes,
-              ParseByteSize),
+              ParseDeviceMemory),
       Declare("LAZYRT_SPECIAL_SCALARS", "bake host scalars 0 and 1 into graphs (0/1)",
               &Options::special_scalars, ParseBool),
       Declare("LAZYRT_SEED", "seed of the device random number generator", &Options::seed,
@@ -76,7 +100,7 @@ const std::vector<Setting>& Settings() {
               &Options::graph_limit, [](absl::string_view t) { return ParseInt<int64_t>(t, 0); }),
       Declare("LAZYRT_PERSISTENT_CACHE", "use the persistent executable cache (0/1)", &Options::persistent_cache,
               ParseBool),
-      Declare("LAZYRT_CACHE_DIR", "directory of the persistent cache", &Options::cache_dir, ParseText),
+      Declare("LAZYRT_CACHE_DIR", "directory of the persistent cache", &Options::cache_dir, ParsePath),
       Declare("LAZYRT_CACHE_READ_ONLY", "use cache entries but never write (0/1)", &Options::cache_read_only,
               ParseBool),
       Declare("LAZYRT_CACHE_MAX_BYTES", "evict the cache down to this size, e.g. 10G (0: no limit)",
@@ -84,10 +108,10 @@ const std::vector<Setting>& Settings() {
       Declare("LAZYRT_CACHE_MIN_COMPILE_MS", "do not store results that compiled faster than this",
               &Options::cache_min_compile_ms, ParseMs),
       Declare("LAZYRT_DEBUG", "diagnostics: 0 off, 1 analysis at exit, 2 also a line per sync, 3 also device time by kernel",
-              &Options::debug, [](absl::string_view t) { return ParseInt<int>(t, 0); }),
-      Declare("LAZYRT_DEBUG_FILE", "where diagnostics go instead of stderr", &Options::debug_file, ParseText),
-      Declare("LAZYRT_REPORT", "write the run report (JSON) to this file at exit", &Options::report, ParseText),
-      Declare("LAZYRT_TRACE", "write a Chrome trace to this file at exit", &Options::trace, ParseText),
+              &Options::debug, [](absl::string_view t) { return ParseInt<int>(t, 0, kMaxDebugLevel); }),
+      Declare("LAZYRT_DEBUG_FILE", "where diagnostics go instead of stderr", &Options::debug_file, ParsePath),
+      Declare("LAZYRT_REPORT", "write the run report (JSON) to this file at exit", &Options::report, ParsePath),
+      Declare("LAZYRT_TRACE", "write a Chrome trace to this file at exit", &Options::trace, ParsePath),
   };
   return settings;
 }

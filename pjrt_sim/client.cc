@@ -1,5 +1,6 @@
 #include "pjrt_sim/client.h"
 
+#include <algorithm>
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
@@ -55,6 +56,14 @@ absl::StatusOr<std::shared_ptr<Executable>> Client::Compile(const proto::Module&
 absl::StatusOr<std::shared_ptr<Executable>> Client::LoadSerializedExecutable(absl::string_view bytes) {
   absl::StatusOr<proto::Executable> parsed = Executable::Parse(bytes);
   if (!parsed.ok()) return parsed.status();
+  // An arena no device can hold would fail every execution with an out-of-memory error that blames
+  // the device; it is the executable that is wrong.
+  int64_t largest = 0;
+  for (const auto& device : devices_) largest = std::max(largest, device->memory_stats().bytes_limit);
+  if (parsed->arena_bytes() > largest) {
+    return absl::InvalidArgumentError(absl::StrCat("invalid executable: an arena of ", HumanBytes(parsed->arena_bytes()),
+                                                   ", more than any device's memory (", HumanBytes(largest), ")"));
+  }
   return Executable::Load(*std::move(parsed));
 }
 

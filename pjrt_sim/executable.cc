@@ -7,8 +7,13 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/strip.h"
+#include "google/protobuf/descriptor.h"
 #include "google/protobuf/io/coded_stream.h"
 #include "google/protobuf/io/zero_copy_stream_impl_lite.h"
+#include "google/protobuf/message.h"
+#include "google/protobuf/wire_format_lite.h"
 #include "pjrt_sim/device.h"
 #include "pjrt_sim/hlo.h"
 #include "pjrt_sim/version.h"
@@ -22,6 +27,71 @@ constexpr int64_t kMaxBytes = int64_t{1} << 40;
 
 absl::Status Invalid(const std::string& what) {
   return absl::InvalidArgumentError(absl::StrCat("invalid executable: ", what));
+}
+
+constexpr absl::string_view kProducerFormatSeparator = "; executable format ";
+
+// Parsing allocates an object for every message in the bytes, and an empty message takes two bytes
+// on the wire but a hundred or more in memory: a small payload can make protobuf allocate gigabytes
+// and abort. So the bytes are walked first, charging each message its in-memory size and each
+// repeated element 8 bytes, and refused beyond this many bytes.
+constexpr uint64_t kMaxParsedBytes = uint64_t{256} << 20;
+// No executable the compiler writes is near this; the bound comes before any walk or parse.
+constexpr uint64_t kMaxSerializedBytes = uint64_t{128} << 20;
+constexpr int kMaxNesting = 32;
+
+using google::protobuf::Descriptor;
+using google::protobuf::FieldDescriptor;
+using google::protobuf::internal::WireFormatLite;
+
+// Adds to `charged` what parsing the message `type` in `in` (up to its limit) would allocate; false
+// as soon as that passes kMaxParsedBytes or the bytes are not wire format.
+bool ChargeParse(google::protobuf::io::CodedInputStream& in, const Descriptor* type, int depth, uint64_t& charged) {
+  if (depth > kMaxNesting) return false;
+  while (true) {
+    const uint32_t tag = in.ReadTag();
+    if (tag == 0) return true;  // the end (or an error, which the parse itself reports)
+    const FieldDescriptor* field = type == nullptr ? nullptr : type->FindFieldByNumber(static_cast<int>(tag >> 3));
+    const bool repeated = field != nullptr && field->is_repeated();
+    switch (WireFormatLite::GetTagWireType(tag)) {
+      case WireFormatLite::WIRETYPE_VARINT: {
+        uint64_t ignored;
+        if (!in.ReadVarint64(&ignored)) return false;
+        if (repeated) charged += 8;
+        break;
+      }
+      case WireFormatLite::WIRETYPE_FIXED64:
+        if (!in.Skip(8)) return false;
+        if (repeated) charged += 8;
+        break;
+      case WireFormatLite::WIRETYPE_FIXED32:
+        if (!in.Skip(4)) return false;
+        if (repeated) charged += 8;
+        break;
+      case WireFormatLite::WIRETYPE_LENGTH_DELIMITED: {
+        uint32_t length;
+        if (!in.ReadVarint32(&length)) return false;
+        if (field != nullptr && field->type() == FieldDescriptor::TYPE_MESSAGE) {
+          const Descriptor* sub = field->message_type();
+          charged += google::protobuf::MessageFactory::generated_factory()->GetPrototype(sub)->SpaceUsedLong();
+          if (charged > kMaxParsedBytes) return false;
+          const auto limit = in.PushLimit(static_cast<int>(length));
+          if (!ChargeParse(in, sub, depth + 1, charged) || !in.ConsumedEntireMessage()) return false;
+          in.PopLimit(limit);
+        } else {
+          // A packed list holds at most one element per byte; strings and unknown fields are copied.
+          charged += repeated && field->type() != FieldDescriptor::TYPE_STRING &&
+                             field->type() != FieldDescriptor::TYPE_BYTES
+                         ? uint64_t{8} * length
+                         : length;
+          if (!in.Skip(static_cast<int>(length))) return false;
+        }
+        break;
+      }
+      default: return false;  // groups: never written
+    }
+    if (charged > kMaxParsedBytes) return false;
+  }
 }
 
 absl::Status CheckShape(const proto::Shape& s, const std::string& what) {
@@ -52,13 +122,38 @@ absl::StatusOr<proto::Executable> Executable::Parse(absl::string_view bytes) {
   if (length != bytes.size() - kHeaderBytes) {
     return Invalid(absl::StrCat("length ", length, " does not match the ", bytes.size() - kHeaderBytes, " bytes present"));
   }
+  if (length > kMaxSerializedBytes) {
+    return Invalid(absl::StrCat("a body of ", length, " bytes; no executable is over ", kMaxSerializedBytes));
+  }
+  {
+    google::protobuf::io::CodedInputStream in(reinterpret_cast<const uint8_t*>(bytes.data() + kHeaderBytes),
+                                              static_cast<int>(length));
+    uint64_t charged = 0;
+    if (!ChargeParse(in, proto::Executable::descriptor(), 0, charged)) {
+      return Invalid(charged > kMaxParsedBytes
+                         ? absl::StrCat("parsing would allocate more than ", kMaxParsedBytes, " bytes")
+                         : std::string("unparsable body"));
+    }
+  }
   proto::Executable exe;
   if (!exe.ParseFromArray(bytes.data() + kHeaderBytes, static_cast<int>(length))) return Invalid("unparsable body");
   return exe;
 }
 
-std::string Executable::ProducerVersion() {
-  return absl::StrCat(kCompilerVersion, "; executable format ", kFormatVersion);
+std::string Executable::ProducerVersion() { return pjrt::ProducerVersion::Current().ToString(); }
+
+std::string ProducerVersion::ToString() const {
+  return absl::StrCat(compiler, kProducerFormatSeparator, executable_format);
+}
+
+std::optional<ProducerVersion> ProducerVersion::Parse(absl::string_view text) {
+  const size_t separator = text.find(kProducerFormatSeparator);
+  if (separator == absl::string_view::npos || separator == 0) return std::nullopt;
+  ProducerVersion version{std::string(text.substr(0, separator)), 0};
+  if (!absl::SimpleAtoi(text.substr(separator + kProducerFormatSeparator.size()), &version.executable_format)) {
+    return std::nullopt;
+  }
+  return version;
 }
 
 std::string Executable::Serialize() const {

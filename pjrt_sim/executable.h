@@ -14,6 +14,7 @@
 #include "pjrt_sim/buffer.h"
 #include "pjrt_sim/executable.pb.h"
 #include "pjrt_sim/kernels/kernels.h"
+#include "pjrt_sim/version.h"
 
 namespace lazyrt::pjrt {
 
@@ -55,10 +56,13 @@ class Executable : public std::enable_shared_from_this<Executable> {
   // the most on tiny arrays).
   bool runs_inline() const { return runs_inline_; }
   static constexpr int64_t kInlineCost = 256;
+  // What Execute takes and gives: its signature, checked against the graph it is loaded for.
+  const std::vector<ArrayShape>& parameter_shapes() const { return parameter_shapes_; }
+  const std::vector<ArrayShape>& output_shapes() const { return output_shapes_; }
 
-  static constexpr uint32_t kFormatVersion = 2;  // 2: multi-output loop kernels
-  // What a stored executable must have been produced by to be loadable here: the compiler's version
-  // and the format's ("lazyrt-sim-compiler/1; executable format 1"). The cache key of every entry.
+  static constexpr uint32_t kFormatVersion = kExecutableFormatVersion;
+  // What a stored executable must have been produced by to be loadable here, as text:
+  // pjrt::ProducerVersion::Current().ToString(). The producer version of every cache entry.
   static std::string ProducerVersion();
 
  private:

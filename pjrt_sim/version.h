@@ -1,11 +1,33 @@
-// The compiler's version: part of every executable's identity and every cache key. Bump it whenever
-// a change could alter what the compiler emits or how an executable is read.
+// The compiler's version and the executable format's: together the producer version, part of every
+// executable's identity and every cache key. Bump the compiler version whenever a change could alter
+// what the compiler emits, and the format version whenever the way an executable is read changes.
 #pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
 
 #include "absl/strings/string_view.h"
 
 namespace lazyrt::pjrt {
 
 inline constexpr absl::string_view kCompilerVersion = "lazyrt-sim-compiler/4";
+// 2: multi-output loop kernels.
+inline constexpr uint32_t kExecutableFormatVersion = 2;
+
+// What produced an executable, as stored with it (a cache entry's producer version).
+struct ProducerVersion {
+  std::string compiler;
+  uint32_t executable_format = 0;
+
+  // This build's.
+  static ProducerVersion Current() { return {std::string(kCompilerVersion), kExecutableFormatVersion}; }
+  // The stored text, "lazyrt-sim-compiler/4; executable format 2".
+  std::string ToString() const;
+  // The inverse of ToString; nullopt for any other text.
+  static std::optional<ProducerVersion> Parse(absl::string_view text);
+
+  friend bool operator==(const ProducerVersion&, const ProducerVersion&) = default;
+};
 
 }  // namespace lazyrt::pjrt

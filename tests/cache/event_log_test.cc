@@ -166,7 +166,7 @@ TEST_F(EventLogTest, TheStoreLogsEveryOutcomeAndStatsReadThemBack) {
   ASSERT_TRUE(std::holds_alternative<Entry>(store.Lookup("a")));
   ASSERT_TRUE(std::holds_alternative<Entry>(store.Lookup("a")));
   ASSERT_TRUE(std::holds_alternative<Miss>(store.Lookup("absent")));
-  WriteFile(dir_ / EntryFileName("b"), "damaged");
+  WriteFile(dir_ / EntryFileName("b"), absl::StrCat(kEntryMagic, "damaged"));  // the cache's, damaged
   ASSERT_TRUE(std::holds_alternative<Miss>(store.Lookup("b")));
   ASSERT_TRUE(store.EvictTo(0).ok());
 
@@ -177,7 +177,7 @@ TEST_F(EventLogTest, TheStoreLogsEveryOutcomeAndStatsReadThemBack) {
   EXPECT_EQ(stats->events.hits, 2);
   EXPECT_EQ(stats->events.compile_ms_saved, 60);
   EXPECT_EQ(stats->events.misses_by_reason,
-            (std::map<std::string, int64_t>{{"not_found", 1}, {"bad_magic", 1}}));
+            (std::map<std::string, int64_t>{{"not_found", 1}, {"format_version", 1}}));
   EXPECT_EQ(stats->events.writes, 2);
   EXPECT_EQ(stats->events.corrupt, 1);
   EXPECT_EQ(stats->events.evictions, 1);

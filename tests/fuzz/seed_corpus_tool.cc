@@ -1,8 +1,11 @@
 // Writes real inputs for the fuzzers' seed corpora (used by make_seed_corpus.sh):
 //
-//   seed_corpus_tool payloads CACHE_DIR OUT_DIR
+//   seed_corpus_tool payloads CACHE_DIR OUT_DIR [SIGNATURE_OUT_DIR]
 //       the payload (a serialized executable) of every sound entry in a persistent cache directory,
-//       one file per entry
+//       one file per entry; and in SIGNATURE_OUT_DIR, entry_signature_fuzzer's inputs: each entry's
+//       metadata framed with its own payload, and with the next entry's
+//   seed_corpus_tool idx OUT_DIR
+//       idx_fuzzer's inputs: the first items of Fashion-MNIST's test split, and tiny made-up files
 //   seed_corpus_tool graphs MODULE_OUT_DIR EXECUTABLE_OUT_DIR
 //       a few small graphs built with the lazy API, covering every device opcode: each lowered
 //       (lowering::LowerGraph) and written as a serialized proto::Module, and compiled and written as
@@ -18,6 +21,7 @@
 
 #include "cache/store.h"
 #include "ir/post_order.h"
+#include "lazy/idx_dataset.h"
 #include "lazy/nn.h"
 #include "lazy/options.h"
 #include "lazy/runtime.h"
@@ -40,12 +44,21 @@ void WriteFile(const std::string& path, const std::string& bytes) {
   if (!out.good()) Fail("cannot write " + path);
 }
 
-int Payloads(const std::string& cache_dir, const std::string& out_dir) {
+// entry_signature_fuzzer's framing: the metadata's length (u32 little-endian), the metadata, the payload.
+std::string FrameSignatureInput(const std::string& metadata, const std::string& payload) {
+  std::string out(4, '\0');
+  const uint32_t length = static_cast<uint32_t>(metadata.size());
+  for (int i = 0; i < 4; ++i) out[static_cast<size_t>(i)] = static_cast<char>((length >> (8 * i)) & 0xff);
+  return out + metadata + payload;
+}
+
+int Payloads(const std::string& cache_dir, const std::string& out_dir, const std::string& signature_dir) {
   absl::StatusOr<std::unique_ptr<lazyrt::cache::Store>> lister =
       lazyrt::cache::Store::Open({.dir = cache_dir, .producer_version = "any", .read_only = true});
   if (!lister.ok()) Fail(std::string(lister.status().message()));
   absl::StatusOr<std::vector<lazyrt::cache::ListedEntry>> listed = (*lister)->List();
   if (!listed.ok()) Fail(std::string(listed.status().message()));
+  std::vector<std::pair<std::string, std::string>> metadata_and_payloads;
   int written = 0;
   for (const lazyrt::cache::ListedEntry& e : *listed) {
     const auto* header = std::get_if<lazyrt::cache::EntryHeader>(&e.header);
@@ -56,11 +69,61 @@ int Payloads(const std::string& cache_dir, const std::string& out_dir) {
     lazyrt::cache::LookupResult found = (*store)->Lookup(e.key);
     if (const auto* entry = std::get_if<lazyrt::cache::Entry>(&found)) {
       WriteFile(out_dir + "/" + e.key + ".exe", entry->payload);
+      metadata_and_payloads.emplace_back(entry->header.metadata, entry->payload);
       ++written;
+    }
+  }
+  if (!signature_dir.empty()) {
+    const size_t n = metadata_and_payloads.size();
+    for (size_t i = 0; i < n; ++i) {
+      const auto& [metadata, payload] = metadata_and_payloads[i];
+      WriteFile(signature_dir + "/own" + std::to_string(i), FrameSignatureInput(metadata, payload));
+      WriteFile(signature_dir + "/other" + std::to_string(i),
+                FrameSignatureInput(metadata, metadata_and_payloads[(i + 1) % n].second));
     }
   }
   std::printf("seed_corpus_tool: %d payloads from %s\n", written, cache_dir.c_str());
   return written > 0 ? 0 : 1;
+}
+
+void AppendBigEndian32(std::string& out, uint32_t value) {
+  for (int shift = 24; shift >= 0; shift -= 8) out.push_back(static_cast<char>((value >> shift) & 0xff));
+}
+
+// idx_fuzzer's framing: the image file's length (u32 little-endian), the image file, the label file.
+void WriteIdxSeed(const std::string& path, uint32_t count, uint32_t rows, uint32_t cols, const std::string& pixels,
+                  const std::string& label_bytes) {
+  std::string images;
+  AppendBigEndian32(images, 0x803);
+  AppendBigEndian32(images, count);
+  AppendBigEndian32(images, rows);
+  AppendBigEndian32(images, cols);
+  images += pixels;
+  std::string labels;
+  AppendBigEndian32(labels, 0x801);
+  AppendBigEndian32(labels, count);
+  labels += label_bytes;
+  std::string framed(4, '\0');
+  const uint32_t length = static_cast<uint32_t>(images.size());
+  for (int i = 0; i < 4; ++i) framed[static_cast<size_t>(i)] = static_cast<char>((length >> (8 * i)) & 0xff);
+  WriteFile(path, framed + images + labels);
+}
+
+int IdxCommand(const std::string& out_dir) {
+  WriteIdxSeed(out_dir + "/tiny", 2, 1, 3, std::string("\x00\x80\xff\x01\x02\x03", 6), std::string("\x00\x09", 2));
+  WriteIdxSeed(out_dir + "/one", 1, 1, 1, std::string(1, '\x7f'), std::string(1, '\x05'));
+  absl::StatusOr<lazyrt::data::Dataset> test =
+      lazyrt::data::LoadFashionMnist(lazyrt::data::kFashionMnistDir, "t10k");
+  if (!test.ok()) Fail(std::string(test.status().message()));
+  constexpr uint32_t kItems = 16;
+  std::string pixels, labels;
+  for (size_t i = 0; i < kItems * static_cast<size_t>(test->features); ++i) {
+    pixels.push_back(static_cast<char>(static_cast<int>(test->images[i] * 255.0f + 0.5f)));
+  }
+  for (size_t i = 0; i < kItems; ++i) labels.push_back(static_cast<char>(test->labels[i]));
+  WriteIdxSeed(out_dir + "/fashion_mnist_t10k_16", kItems, 28, 28, pixels, labels);
+  std::printf("seed_corpus_tool: 3 IDX seeds in %s\n", out_dir.c_str());
+  return 0;
 }
 
 Tensor Range(std::vector<int64_t> dims, float scale = 0.25f) {
@@ -156,11 +219,14 @@ int GraphsCommand(const std::string& module_dir, const std::string& executable_d
 int main(int argc, char** argv) {
   const std::vector<std::string> args(argv + 1, argv + argc);
   try {
-    if (args.size() == 3 && args[0] == "payloads") return Payloads(args[1], args[2]);
+    if (args.size() == 3 && args[0] == "payloads") return Payloads(args[1], args[2], "");
+    if (args.size() == 4 && args[0] == "payloads") return Payloads(args[1], args[2], args[3]);
+    if (args.size() == 2 && args[0] == "idx") return IdxCommand(args[1]);
     if (args.size() == 3 && args[0] == "graphs") return GraphsCommand(args[1], args[2]);
   } catch (const std::exception& e) {
     Fail(e.what());
   }
-  std::fprintf(stderr, "usage: seed_corpus_tool payloads CACHE_DIR OUT_DIR | graphs MODULE_DIR EXECUTABLE_DIR\n");
+  std::fprintf(stderr, "usage: seed_corpus_tool payloads CACHE_DIR OUT_DIR [SIGNATURE_DIR] | graphs MODULE_DIR "
+                       "EXECUTABLE_DIR | idx OUT_DIR\n");
   return 2;
 }

@@ -374,6 +374,76 @@ int DamageEntries(const std::string& dir, int round) {
   return 0;
 }
 
+// ---- Entries that pass every checksum but do not fit their graph (issue 16, class 1) -----------------
+
+std::string PayloadOf(const RuntimeEntry& e) {
+  Decoded<std::string> payload = DecodePayload(e.header, absl::string_view(e.file).substr(EncodedHeaderSize(e.header)));
+  if (!std::holds_alternative<std::string>(payload)) Fail("entry " + e.key + " does not decode");
+  return std::get<std::string>(payload);
+}
+
+// Serialize's frame (magic and format version from `like`) around `body`.
+std::string Framed(const std::string& like, const std::string& body) {
+  std::string out = like.substr(0, 12);
+  const uint64_t length = body.size();
+  out.append(reinterpret_cast<const char*>(&length), 8);
+  return out + body;
+}
+
+// A serialized executable's proto, changed by `change`, serialized again with its frame.
+std::string ChangedExecutable(const std::string& serialized, const std::function<void(pjrt::proto::Executable&)>& change) {
+  absl::StatusOr<pjrt::proto::Executable> proto = pjrt::Executable::Parse(serialized);
+  if (!proto.ok()) Fail(std::string(proto.status().message()));
+  change(*proto);
+  std::string body;
+  if (!proto->SerializeToString(&body)) Fail("cannot serialize a changed executable");
+  return Framed(serialized, body);
+}
+
+// Each runtime entry i replaced by a crafted one with valid checksums, the producer version and key
+// of entry i, chosen by (round + i) among: another graph's executable and metadata; another graph's
+// executable under entry i's own metadata (the metadata fits, the executable does not); an arena of
+// 2^40 bytes; a payload of millions of empty kernels that protobuf would expand to gigabytes.
+int CraftEntries(const std::string& dir, int round) {
+  const std::vector<RuntimeEntry> entries = RuntimeEntries(dir);
+  if (entries.size() < 2) Fail("fewer than two entries to craft from");
+  constexpr int kCrafts = 4;
+  for (size_t i = 0; i < entries.size(); ++i) {
+    const RuntimeEntry& own = entries[i];
+    const RuntimeEntry& other = entries[(i + 1) % entries.size()];
+    EntryHeader header = own.header;
+    std::string payload;
+    std::string name, expected;
+    switch ((static_cast<size_t>(round) + i) % kCrafts) {
+      case 0:
+        name = "another_graphs_executable_and_metadata", expected = "graph_mismatch";
+        header.metadata = other.header.metadata;
+        payload = PayloadOf(other);
+        break;
+      case 1:
+        name = "another_graphs_executable_under_own_metadata", expected = "graph_mismatch";
+        payload = PayloadOf(other);
+        break;
+      case 2:
+        name = "arena_of_a_tebibyte", expected = "unloadable";
+        payload = ChangedExecutable(PayloadOf(own), [](pjrt::proto::Executable& e) { e.set_arena_bytes(int64_t{1} << 40); });
+        break;
+      default: {
+        name = "payload_expanding_at_parse", expected = "unloadable";
+        std::string body;
+        for (int k = 0; k < (8 << 20); ++k) body.append("\x32\x00", 2);  // field 6 (kernels), empty
+        payload = Framed(PayloadOf(own), body);
+        break;
+      }
+    }
+    absl::StatusOr<std::string> encoded = EncodeEntry(header, payload);
+    if (!encoded.ok()) Fail(std::string(encoded.status().message()));
+    WriteFile(own.path, *encoded);
+    std::printf("%s %s %s (%zu bytes)\n", own.key.c_str(), name.c_str(), expected.c_str(), encoded->size());
+  }
+  return 0;
+}
+
 int Main(const std::vector<std::string>& args) {
   auto number = [&](size_t i) {
     int64_t v = 0;
@@ -390,13 +460,14 @@ int Main(const std::vector<std::string>& args) {
   if (command == "check" && args.size() == 2) return Check(args[1]) >= 0 ? 0 : 1;
   if (command == "verify" && args.size() == 2) return Verify(args[1]);
   if (command == "damage" && args.size() == 3) return DamageEntries(args[1], static_cast<int>(number(2)));
+  if (command == "craft" && args.size() == 3) return CraftEntries(args[1], static_cast<int>(number(2)));
   if (command == "kinds" && args.size() == 1) {
     std::printf("%zu\n", Damages().size());
     return 0;
   }
   std::fprintf(stderr,
                "usage: cache_fault_tool sigkill DIR ROUNDS SEED | writer DIR SEED [PUTS] | check DIR | verify DIR |\n"
-               "       damage DIR ROUND (-1: swap every entry with the next) | kinds\n");
+               "       damage DIR ROUND (-1: swap every entry with the next) | craft DIR ROUND | kinds\n");
   return 2;
 }
 

@@ -16,10 +16,12 @@
 namespace lazyrt::cli {
 namespace {
 
-std::optional<int64_t> IntegerField(const nlohmann::json& object, const char* name) {
-  auto it = object.find(name);
-  if (it == object.end() || !it->is_number_integer()) return std::nullopt;
-  return it->get<int64_t>();
+std::vector<cache::TensorSignature> Signature(const std::vector<pjrt::ArrayShape>& shapes) {
+  std::vector<cache::TensorSignature> signature;
+  for (const pjrt::ArrayShape& shape : shapes) {
+    signature.push_back({std::string(pjrt::PrimitiveTypeName(shape.type)), shape.dims});
+  }
+  return signature;
 }
 
 }  // namespace
@@ -38,16 +40,28 @@ absl::StatusOr<std::unique_ptr<cache::Store>> OpenCache(const Args& args, Access
       {.dir = *dir, .producer_version = pjrt::Executable::ProducerVersion(), .read_only = access == Access::kReadOnly});
 }
 
-std::optional<GraphSummary> ParseGraphSummary(absl::string_view metadata) {
-  const nlohmann::json json = nlohmann::json::parse(metadata, nullptr, /*allow_exceptions=*/false);
-  if (!json.is_object()) return std::nullopt;
-  GraphSummary summary{.nodes = IntegerField(json, "nodes"),
-                       .parameters = IntegerField(json, "parameters"),
-                       .outputs = IntegerField(json, "outputs")};
-  if (auto it = json.find("module"); it != json.end() && it->is_string()) {
-    summary.module = it->get<std::string>();
+std::optional<cache::EntryMetadata> GraphOf(const cache::EntryHeader& header) {
+  absl::StatusOr<cache::EntryMetadata> metadata = cache::DecodeEntryMetadata(header.metadata);
+  if (!metadata.ok()) return std::nullopt;
+  return *std::move(metadata);
+}
+
+std::string CompilerOf(absl::string_view producer_version) {
+  std::optional<pjrt::ProducerVersion> version = pjrt::ProducerVersion::Parse(producer_version);
+  return version ? version->compiler : std::string(producer_version);
+}
+
+std::optional<cache::Miss> CheckExecutableSignature(const cache::EntryMetadata& metadata, absl::string_view key,
+                                                    const pjrt::Executable& exe) {
+  cache::EntryMetadata loaded;
+  loaded.key = std::string(key);
+  loaded.parameters = Signature(exe.parameter_shapes());
+  loaded.results = Signature(exe.output_shapes());
+  if (std::optional<std::string> mismatch = cache::SignatureMismatch(metadata, loaded)) {
+    return cache::Miss{cache::MissReason::kGraphMismatch, absl::StrCat("the executable does not fit the entry's "
+                                                                       "graph signature: ", *mismatch)};
   }
-  return summary;
+  return std::nullopt;
 }
 
 std::optional<cache::Miss> IdentityDefect(const cache::EntryHeader& header, absl::string_view key) {
@@ -58,10 +72,17 @@ InspectedEntry InspectEntry(cache::Store& store, pjrt::Client& client, absl::str
   assert(store.read_only());
   cache::LookupResult found = store.Lookup(key);
   if (cache::Miss* miss = std::get_if<cache::Miss>(&found)) return {.defect = std::move(*miss)};
-  absl::StatusOr<std::shared_ptr<pjrt::Executable>> loaded =
-      client.LoadSerializedExecutable(std::get<cache::Entry>(found).payload);
+  const cache::Entry& entry = std::get<cache::Entry>(found);
+  absl::StatusOr<cache::EntryMetadata> metadata = cache::DecodeEntryMetadata(entry.header.metadata);
+  if (!metadata.ok()) {
+    return {.defect = cache::Miss{cache::MissReason::kGraphMismatch, std::string(metadata.status().message())}};
+  }
+  absl::StatusOr<std::shared_ptr<pjrt::Executable>> loaded = client.LoadSerializedExecutable(entry.payload);
   if (!loaded.ok()) {
     return {.defect = cache::Miss{cache::MissReason::kUnloadable, std::string(loaded.status().message())}};
+  }
+  if (std::optional<cache::Miss> mismatch = CheckExecutableSignature(*metadata, key, **loaded)) {
+    return {.defect = *std::move(mismatch)};
   }
   return {.executable = (*loaded)->proto()};
 }

@@ -9,7 +9,9 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "cache/entry_metadata.h"
 #include "cache/store.h"
+#include "pjrt_sim/executable.h"
 #include "pjrt_sim/client.h"
 #include "pjrt_sim/executable.pb.h"
 #include "tools/cli/command.h"
@@ -32,24 +34,20 @@ enum class Access {
 // exist: a mistyped --dir must not look like an empty cache (and is never created by the tool).
 absl::StatusOr<std::unique_ptr<cache::Store>> OpenCache(const Args& args, Access access);
 
-// The graph summary the runtime stores as an entry's metadata: {"nodes", "parameters", "outputs",
-// "module"}. Fields missing from the text stay unset.
-struct GraphSummary {
-  std::optional<int64_t> nodes = std::nullopt;
-  std::optional<int64_t> parameters = std::nullopt;
-  std::optional<int64_t> outputs = std::nullopt;
-  std::string module = {};
-};
+// The graph the runtime describes in an entry's metadata; nullopt when the text is not
+// cache::EntryMetadata (an entry written by something else, or by an older lazyrt).
+std::optional<cache::EntryMetadata> GraphOf(const cache::EntryHeader& header);
 
-// nullopt when `metadata` is not a JSON object (an entry written by something else).
-std::optional<GraphSummary> ParseGraphSummary(absl::string_view metadata);
+// "lazyrt-sim-compiler/3" out of a producer version; the whole text when it is not one.
+std::string CompilerOf(absl::string_view producer_version);
 
 // Why the runtime could not use an entry with this valid header: another compiler version or the
 // wrong key. nullopt when it could.
 std::optional<cache::Miss> IdentityDefect(const cache::EntryHeader& header, absl::string_view key);
 
 // An entry as a runtime hit examines it: read and checked by the store, then loaded by the device
-// (which validates every index and size of the executable).
+// (which validates every index and size of the executable), and the loaded executable's signature
+// checked against the graph signature in the entry's metadata (CheckExecutableSignature).
 struct InspectedEntry {
   // The loaded executable's contents; set when the entry is sound.
   std::optional<pjrt::proto::Executable> executable = std::nullopt;
@@ -59,5 +57,10 @@ struct InspectedEntry {
 
 // `store` must be read-only, so that inspecting counts as no use of the entry.
 InspectedEntry InspectEntry(cache::Store& store, pjrt::Client& client, absl::string_view key);
+
+// The graph_mismatch miss when `metadata` (an entry's, for key `key`) does not describe `exe`: another
+// key, or parameters or results of other counts, dtypes or shapes. nullopt when it does.
+std::optional<cache::Miss> CheckExecutableSignature(const cache::EntryMetadata& metadata, absl::string_view key,
+                                                    const pjrt::Executable& exe);
 
 }  // namespace lazyrt::cli

@@ -29,14 +29,7 @@ void WarnIfDistrusted(const cache::Store& store) {
   if (!store.trusted()) std::cerr << "lazyrt: warning: " << store.warning() << '\n';
 }
 
-std::string OrDash(const std::optional<int64_t>& value) { return value ? absl::StrCat(*value) : "-"; }
 
-// "lazyrt-sim-compiler/1" out of the producer version "lazyrt-sim-compiler/1; executable format 1".
-std::string CompilerPart(absl::string_view producer_version) {
-  return std::string(producer_version.substr(0, producer_version.find(';')));
-}
-
-Json OptionalJson(const std::optional<int64_t>& value) { return value ? Json(*value) : Json(nullptr); }
 
 // ------------------------------------------------------------------------------------------ ls ----
 
@@ -45,7 +38,7 @@ struct ListRow {
   const cache::ListedEntry* listed = nullptr;
   const cache::EntryHeader* header = nullptr;  // null when the header is damaged
   std::optional<cache::Miss> defect = std::nullopt;
-  std::optional<GraphSummary> graph = std::nullopt;
+  std::optional<cache::EntryMetadata> graph = std::nullopt;
 };
 
 ListRow MakeListRow(const cache::ListedEntry& listed) {
@@ -54,7 +47,7 @@ ListRow MakeListRow(const cache::ListedEntry& listed) {
     row.defect = std::get<cache::Miss>(listed.header);
   } else {
     row.defect = IdentityDefect(*row.header, listed.key);
-    row.graph = ParseGraphSummary(row.header->metadata);
+    row.graph = GraphOf(*row.header);
   }
   return row;
 }
@@ -73,11 +66,11 @@ Json ListRowJson(const ListRow& row) {
   json["created_unix_ms"] = header.created_unix_ms;
   json["compile_ms"] = header.compile_ms;
   json["producer_version"] = header.producer_version;
-  json["compiler_version"] = CompilerPart(header.producer_version);
+  json["compiler_version"] = CompilerOf(header.producer_version);
   if (row.graph) {
-    json["graph"] = {{"nodes", OptionalJson(row.graph->nodes)},
-                     {"parameters", OptionalJson(row.graph->parameters)},
-                     {"outputs", OptionalJson(row.graph->outputs)},
+    json["graph"] = {{"nodes", row.graph->nodes},
+                     {"parameters", row.graph->parameters.size()},
+                     {"outputs", row.graph->results.size()},
                      {"module", row.graph->module}};
   } else {
     json["graph"] = nullptr;
@@ -126,12 +119,12 @@ int RunLs(const Args& args) {
                     FormatLocalTime(row.listed->last_used), "-", "-", "-", "-", "-", state});
       continue;
     }
-    const std::optional<GraphSummary>& graph = row.graph;
+    const std::optional<cache::EntryMetadata>& graph = row.graph;
     table.AddRow({row.listed->key, FormatBytes(row.listed->file_bytes), FormatBytes(row.header->raw_size),
                   FormatLocalTime(absl::FromUnixMillis(row.header->created_unix_ms)),
                   FormatLocalTime(row.listed->last_used), FormatMs(row.header->compile_ms),
-                  graph ? OrDash(graph->nodes) : "-", graph ? OrDash(graph->parameters) : "-",
-                  graph ? OrDash(graph->outputs) : "-", CompilerPart(row.header->producer_version), state});
+                  graph ? absl::StrCat(graph->nodes) : "-", graph ? absl::StrCat(graph->parameters.size()) : "-",
+                  graph ? absl::StrCat(graph->results.size()) : "-", CompilerOf(row.header->producer_version), state});
   }
   if (!table.empty()) table.Print(std::cout);
   std::cout << rows.size() << (rows.size() == 1 ? " entry, " : " entries, ") << FormatBytes(total_bytes)
@@ -163,6 +156,8 @@ int RunStats(const Args& args) {
     json["damaged_removed"] = events.corrupt;
     json["compile_ms_saved"] = events.compile_ms_saved;
     json["unreadable_event_lines"] = events.unreadable_lines;
+    json["unread_event_log_bytes"] = events.unread_bytes;
+    json["ignored_event_log_files"] = events.foreign_files;
     std::cout << json.dump(2) << '\n';
     return kExitOk;
   }
@@ -190,6 +185,19 @@ int RunStats(const Args& args) {
   };
   if (events.unreadable_lines > 0) {
     fields.emplace_back("unreadable log lines", absl::StrCat(events.unreadable_lines, " (skipped)"));
+  }
+  if (events.unread_bytes > 0) {
+    fields.emplace_back("event log not read",
+                        absl::StrCat(FormatBytes(events.unread_bytes), " (the oldest, beyond the read limit)"));
+  }
+  if (events.foreign_files > 0) {
+    fields.emplace_back("event log names ignored",
+                        absl::StrCat(events.foreign_files, " (not regular files: a symlink, a FIFO, ...)"));
+  }
+  if (auto it = events.misses_by_reason.find(std::string(cache::MissReasonName(cache::MissReason::kKeyChanged)));
+      it != events.misses_by_reason.end()) {
+    fields.emplace_back("key changed", absl::StrCat(it->second, " misses found the same graph stored under a key "
+                                                    "of other ingredients (see the event log's details)"));
   }
   PrintFields(std::cout, fields);
   return kExitOk;
@@ -316,12 +324,16 @@ const std::vector<Command>& CacheCommands() {
             "\n"
             "The entries and bytes in the directory now, and totals from its event log, which every\n"
             "process using the directory appends to: hits, misses by reason, writes, evictions, damaged\n"
-            "entries removed and the compile time hits saved.\n"
+            "entries removed and the compile time hits saved. A key_changed miss found the same graph\n"
+            "stored under a key of other ingredients (compiler version, compile options, device count,\n"
+            "...); the event log's detail says which. The log is read only as a regular file, and only\n"
+            "its newest 64 MiB.\n"
             "\n",
             kDirOptionHelp,
             "  --json        {\"dir\", \"entries\", \"bytes\", \"hits\", \"misses\", \"misses_by_reason\",\n"
             "                \"writes\", \"bytes_written\", \"evictions\", \"damaged_removed\",\n"
-            "                \"compile_ms_saved\", \"unreadable_event_lines\"}\n"),
+            "                \"compile_ms_saved\", \"unreadable_event_lines\", \"unread_event_log_bytes\",\n"
+            "                \"ignored_event_log_files\"}\n"),
         .value_options = {"--dir"},
         .flags = {"--json"}},
        RunStats},
@@ -330,8 +342,9 @@ const std::vector<Command>& CacheCommands() {
         .usage = absl::StrCat(
             "usage: lazyrt cache verify [--dir D] [--fix]\n"
             "\n"
-            "Checks every entry: header, checksums, compiler version, and that the executable loads on\n"
-            "the device. Names each bad entry with the reason. Exit status 0 when all are good, 1 when\n"
+            "Checks every entry as a runtime load does: header, checksums, compiler version, that the\n"
+            "executable loads on the device (every size bounded) and that it fits the graph signature\n"
+            "recorded with it (graph_mismatch otherwise). Names each bad entry with the reason. Exit status 0 when all are good, 1 when\n"
             "any is bad (also with --fix, which removes them), 2 when the check could not run.\n"
             "\n",
             kDirOptionHelp, "  --fix         remove the bad entries\n"),
@@ -343,7 +356,8 @@ const std::vector<Command>& CacheCommands() {
         .usage = absl::StrCat(
             "usage: lazyrt cache gc --max-bytes N [--dir D]\n"
             "\n"
-            "Evicts entries, least recently used first, until the entries total at most N bytes.\n"
+            "Evicts entries, least recently used first, until the entries total at most N bytes. Only\n"
+            "in a directory marked as a cache (CACHEDIR.TAG), and only files the cache wrote.\n"
             "\n",
             "  --max-bytes N the size to evict down to: bytes, or with a unit (512K, 100M, 10G)\n",
             kDirOptionHelp),
@@ -355,7 +369,8 @@ const std::vector<Command>& CacheCommands() {
         .usage =
             absl::StrCat("usage: lazyrt cache clear [--dir D]\n"
                          "\n"
-                         "Removes every entry (the event log stays, so 'cache stats' keeps its history).\n"
+                         "Removes every entry (the event log stays, so 'cache stats' keeps its history). Only\n"
+                         "in a directory marked as a cache (CACHEDIR.TAG), and only files the cache wrote.\n"
                          "\n",
                          kDirOptionHelp),
         .value_options = {"--dir"}},

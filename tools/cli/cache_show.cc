@@ -170,12 +170,21 @@ void PrintHeader(const cache::Store& store, const cache::ListedEntry& listed,
                    {"saves", absl::StrCat(FormatMs(header->compile_ms), " of compiling per hit")},
                    {"producer", header->producer_version},
                    {"entry format", absl::StrCat(header->format_version)}});
-    if (std::optional<GraphSummary> graph = ParseGraphSummary(header->metadata)) {
-      auto count = [](const std::optional<int64_t>& n) { return n ? absl::StrCat(*n) : "?"; };
-      fields.emplace_back(
-          "graph", absl::StrCat(graph->module.empty() ? "" : absl::StrCat(graph->module, ": "),
-                                count(graph->nodes), " nodes, ", count(graph->parameters), " parameters, ",
-                                count(graph->outputs), " outputs"));
+    if (std::optional<cache::EntryMetadata> graph = GraphOf(*header)) {
+      const auto signature = [](const std::vector<cache::TensorSignature>& tensors) {
+        return absl::StrJoin(tensors, ", ", [](std::string* out, const cache::TensorSignature& t) {
+          absl::StrAppend(out, t.ToString());
+        });
+      };
+      fields.emplace_back("graph", absl::StrCat(graph->module.empty() ? "" : absl::StrCat(graph->module, ": "),
+                                                graph->nodes, " nodes, ", graph->parameters.size(), " parameters, ",
+                                                graph->results.size(), " outputs, graph hash ", graph->graph_hash));
+      fields.emplace_back("parameters", signature(graph->parameters));
+      fields.emplace_back("results", signature(graph->results));
+      const cache::KeyIngredients& k = graph->ingredients;
+      fields.emplace_back("key made of", absl::StrCat("lazyrt ", k.lazyrt_version, ", lowering ", k.lowering_version,
+                                                      ", ", k.compiler_version, ", ", k.device_count, "x ",
+                                                      k.device_kind, ", options ", k.compile_options));
     } else if (!header->metadata.empty()) {
       fields.emplace_back("metadata", header->metadata);
     }

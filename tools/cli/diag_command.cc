@@ -1,10 +1,6 @@
 #include "tools/cli/diag_command.h"
 
-#include <fcntl.h>
-#include <sys/stat.h>
-
 #include <algorithm>
-#include <cerrno>
 #include <iostream>
 #include <map>
 #include <string>
@@ -14,8 +10,8 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "cache/file_io.h"
 #include "nlohmann/json.hpp"
+#include "tools/cli/run_report_reader.h"
 
 namespace lazyrt::cli {
 namespace {
@@ -30,13 +26,8 @@ constexpr const char* kDetailFields[] = {"cause", "what", "before", "now", "sync
 // finding of it counts as a warning.
 enum class Severity { kInfo, kWarning };
 
-struct Finding {
-  std::string kind;
-  std::string location;
-  int64_t count = 0;
-  std::string message;
-  Json json;  // the finding as the report holds it
-};
+// Read and validated by run_report_reader.h.
+using Finding = ReportFinding;
 
 struct FindingGroup {
   Severity severity = Severity::kWarning;
@@ -51,46 +42,14 @@ std::string StringField(const Json& object, const char* name) {
   if (it->is_array()) {
     // A list of places (a call stack, other sites): innermost or first first.
     std::vector<std::string> items;
-    for (const Json& item : *it) items.push_back(item.is_string() ? item.get<std::string>() : item.dump());
+    for (const Json& item : *it) items.push_back(ReportText(item));
     return absl::StrJoin(items, " <- ");
   }
-  return it->is_string() ? it->get<std::string>() : it->dump();
+  return ReportText(*it);
 }
 
 Severity SeverityOf(const Finding& finding) {
   return StringField(finding.json, "severity") == "info" ? Severity::kInfo : Severity::kWarning;
-}
-
-absl::StatusOr<std::vector<Finding>> ReadFindings(const std::string& path) {
-  // The cache's file helpers: their errors name the path and the system's reason.
-  cache::UniqueFd fd(open(path.c_str(), O_RDONLY | O_CLOEXEC));
-  struct stat info;
-  if (!fd.valid() || fstat(fd.get(), &info) != 0) {
-    return cache::ErrnoError(errno, "cannot read run report", path);
-  }
-  absl::StatusOr<std::string> text = cache::ReadRange(fd.get(), 0, static_cast<uint64_t>(info.st_size), path);
-  if (!text.ok()) return text.status();
-  const Json report = Json::parse(*text, nullptr, /*allow_exceptions=*/false);
-  if (report.is_discarded()) return absl::InvalidArgumentError(absl::StrCat(path, " is not JSON"));
-  if (!report.is_object() || !report.contains("findings") || !report.at("findings").is_array()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(path, " is not a run report: it has no \"findings\" array"));
-  }
-  std::vector<Finding> findings;
-  for (const Json& json : report.at("findings")) {
-    const size_t index = findings.size();
-    if (!json.is_object() || !json.contains("kind") || !json.at("kind").is_string() ||
-        !json.contains("count") || !json.at("count").is_number_integer()) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          path, ": finding ", index, " needs a string \"kind\" and an integer \"count\": ", json.dump()));
-    }
-    findings.push_back(Finding{.kind = json.at("kind").get<std::string>(),
-                               .location = StringField(json, "location"),
-                               .count = json.at("count").get<int64_t>(),
-                               .message = StringField(json, "message"),
-                               .json = json});
-  }
-  return findings;
 }
 
 // Groups by severity and kind. The worst first: warnings before information, then groups by how often
@@ -103,7 +62,7 @@ std::vector<FindingGroup> GroupWorstFirst(std::vector<Finding> findings) {
     FindingGroup& group = by_kind[{severity, finding.kind}];
     group.severity = severity;
     group.kind = finding.kind;
-    group.total += finding.count;
+    group.total += finding.count;  // kMaxReportFindings x kMaxFindingCount < 2^57: no overflow
     group.findings.push_back(std::move(finding));
   }
   std::vector<FindingGroup> groups;
@@ -152,7 +111,7 @@ void PrintGroups(const std::string& path, const std::vector<FindingGroup>& group
 
 int RunDiag(const Args& args) {
   const std::string& path = args.positionals()[0];
-  absl::StatusOr<std::vector<Finding>> findings = ReadFindings(path);
+  absl::StatusOr<std::vector<Finding>> findings = ReadReportFindings(path);
   if (!findings.ok()) return Fail(findings.status());
   const size_t count = findings->size();
   const bool warnings = std::any_of(findings->begin(), findings->end(),
@@ -162,7 +121,7 @@ int RunDiag(const Args& args) {
     // As documented: the report's findings as written, in the report's order.
     Json list = Json::array();
     for (const Finding& finding : *findings) list.push_back(finding.json);
-    std::cout << Json{{"findings", std::move(list)}}.dump(2) << '\n';
+    std::cout << DumpReportJson(Json{{"findings", std::move(list)}}, 2) << '\n';
   } else if (count == 0) {
     std::cout << "no findings in " << path << '\n';
   } else {

@@ -79,13 +79,26 @@ class LoopKernel final : public Kernel {
   int64_t grain_;
 };
 
-// What a reduction accumulates a compute type T in: f32 values (f32, bf16, f16 arrays) in f64, so that a
-// sum of a million elements is off by about 1e-16 relative before its one final rounding, not by the
-// 1e-5 of adding in f32 (PyTorch's pairwise sum reaches ~5e-8). The accumulation order is fixed by the
-// shape alone, so results do not depend on the thread count, and a fused reduction (its producer
-// computed in the same loop) gives the bits of the unfused one.
-template <typename T>
-using Accumulator = std::conditional_t<std::is_same_v<T, float>, double, T>;
+// Sums and products of f32 values (f32, bf16, f16 arrays) accumulate in f64, so that a sum of a million
+// elements is off by about 1e-16 relative before its one final rounding, not by the 1e-5 of adding in
+// f32 (PyTorch's pairwise sum reaches ~5e-8). Max, min, all and any are exact in any type and stay in
+// it. The accumulation order is fixed by the shape alone, so results do not depend on the thread
+// count, and a fused reduction (its producer computed in the same loop) gives the bits of the unfused one.
+bool RoundsEachStep(Combiner combiner) {
+  switch (combiner) {
+    case Combiner::kSum:
+    case Combiner::kProd: return true;
+    case Combiner::kMax:
+    case Combiner::kMin:
+    case Combiner::kAll:
+    case Combiner::kAny: return false;
+  }
+  return true;  // unreachable: the switch covers every combiner
+}
+
+// A run's values are combined in kLanes interleaved partial results, then the lanes pairwise: independent
+// chains that vectorize (a single chain waits on each add), in an order fixed by the run's length.
+constexpr int64_t kLanes = 8;
 
 template <typename A>
 constexpr ComputeType kComputeTypeOf = std::is_same_v<A, double>    ? ComputeType::kF64
@@ -107,14 +120,27 @@ void Accumulate(Combiner combiner, A* acc, const T* x, int64_t n) {
   }
 }
 
-// a combined with x[0..n) in order: the combiner chosen outside the loop.
+template <Combiner kCombiner, typename A, typename T>
+A CombineLanes(A a, const T* x, int64_t n) {
+  A lanes[kLanes];
+  std::fill_n(lanes, kLanes, ReduceIdentity<A>(kCombiner));
+  int64_t i = 0;
+  for (; i + kLanes <= n; i += kLanes) {
+    for (int64_t l = 0; l < kLanes; ++l) lanes[l] = Combine<A>(kCombiner, lanes[l], static_cast<A>(x[i + l]));
+  }
+  for (int64_t l = 0; i < n; ++i, ++l) lanes[l] = Combine<A>(kCombiner, lanes[l], static_cast<A>(x[i]));
+  for (int64_t width = kLanes / 2; width > 0; width /= 2) {
+    for (int64_t l = 0; l < width; ++l) lanes[l] = Combine<A>(kCombiner, lanes[l], lanes[l + width]);
+  }
+  return Combine<A>(kCombiner, a, lanes[0]);
+}
+
+// a combined with x[0..n): the combiner chosen outside the loop.
 template <typename A, typename T>
 A CombineRun(Combiner combiner, A a, const T* x, int64_t n) {
   switch (combiner) {
-#define LAZYRT_X(name, ...)                                                                     \
-  case Combiner::k##name:                                                                       \
-    for (int64_t i = 0; i < n; ++i) a = Combine<A>(Combiner::k##name, a, static_cast<A>(x[i])); \
-    return a;
+#define LAZYRT_X(name, ...) \
+  case Combiner::k##name: return CombineLanes<Combiner::k##name, A, T>(a, x, n);
     LAZYRT_REDUCE_COMBINERS(LAZYRT_X)
 #undef LAZYRT_X
   }
@@ -161,14 +187,19 @@ class ReduceKernel final : public Kernel {
 
   absl::Status Run(std::span<const void* const> inputs, std::span<void* const> outputs) const override {
     void* output = outputs[0];
-    DispatchComputeType(output_.type, [&]<typename T>() { RunTyped<T>(inputs, output); });
+    DispatchComputeType(output_.type, [&]<typename T>() {
+      if constexpr (std::is_same_v<T, float>) {
+        if (RoundsEachStep(combiner_)) return RunTyped<T, double>(inputs, output);
+      }
+      RunTyped<T, T>(inputs, output);
+    });
     return absl::OkStatus();
   }
 
  private:
-  template <typename T>
+  // Values computed in T, accumulated in A.
+  template <typename T, typename A>
   void RunTyped(std::span<const void* const> inputs, void* output) const {
-    using A = Accumulator<T>;
     const int64_t outputs = output_.numel();
     const A identity = ReduceIdentity<A>(combiner_);
     thread_local std::vector<A> acc_storage;

@@ -4,35 +4,31 @@
 # input and fuzzes each target for FUZZ_SECONDS (default 60). Exits non-zero on any crash; the
 # crashing inputs are copied to tests/fuzz/regressions/<target>/ to be committed with the fix.
 #   FUZZ_SECONDS=600 tests/fuzz/run_fuzzers.sh
-#   FUZZ_BUILD_DIR=/tmp/build-fuzz FUZZ_JOBS=2 FUZZ_CXX=clang++-16 tests/fuzz/run_fuzzers.sh
-# Needs clang-16 and libclang-rt-16-dev (Debian 12) besides what tools/setup.sh installs. Clang 14
+#   FUZZ_BUILD_DIR=/tmp/build-fuzz FUZZ_JOBS=2 FUZZ_CXX=clang++-17 tests/fuzz/run_fuzzers.sh
+# Configures with the fuzz preset of CMakePresets.json: clang-16 and libclang-rt-16-dev (Debian 12, installed
+# by tools/setup.sh). Clang 14
 # cannot compile lazyrt: libstdc++ 12's <source_location> needs __builtin_source_location and x86
 # _Float16 needs clang 15; Debian 12 ships libFuzzer for clang 16 but not for 15.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 seconds=${FUZZ_SECONDS:-60}
 build=${FUZZ_BUILD_DIR:-build-fuzz}
-targets=(cache_entry_fuzzer executable_loader_fuzzer module_verifier_fuzzer)
-cxx=${FUZZ_CXX:-}
-if [ -z "$cxx" ]; then
-  for version in 19 18 17 16 15 14; do
-    if command -v "clang++-$version" > /dev/null; then cxx=clang++-$version; break; fi
-  done
-fi
-if [ -z "$cxx" ]; then
-  echo "run_fuzzers: no clang++ found; install clang-16 libclang-rt-16-dev" >&2
-  exit 1
-fi
-cc=${cxx/clang++/clang}
+targets=(cache_entry_fuzzer executable_loader_fuzzer module_verifier_fuzzer entry_signature_fuzzer run_report_fuzzer
+         idx_fuzzer)
 unset LAZYRT_SANITIZE  # a build switch of tools/run_tests.sh; the runtime refuses unknown LAZYRT_*
 
+# The fuzz preset of CMakePresets.json (clang 16); FUZZ_CXX picks another clang, FUZZ_BUILD_DIR another tree.
+overrides=(-DLAZYRT_FUZZ_SECONDS="$seconds")
+if [ -n "${FUZZ_CXX:-}" ]; then
+  overrides+=(-DCMAKE_CXX_COMPILER="$FUZZ_CXX" -DCMAKE_C_COMPILER="${FUZZ_CXX/clang++/clang}")
+fi
+cxx=${FUZZ_CXX:-clang++-16}
+command -v "$cxx" > /dev/null || { echo "run_fuzzers: $cxx not found; tools/setup.sh installs clang-16" >&2; exit 1; }
 if [ -f "$build/CMakeCache.txt" ] && ! grep -q "^CMAKE_CXX_COMPILER:[A-Z]*=.*$cxx\$" "$build/CMakeCache.txt"; then
   echo "run_fuzzers: $build was configured with another compiler; starting it afresh"
   rm -rf "$build"
 fi
-cmake -S . -B "$build" -G Ninja -DCMAKE_C_COMPILER="$cc" -DCMAKE_CXX_COMPILER="$cxx" \
-  -DCMAKE_BUILD_TYPE=RelWithDebInfo -DLAZYRT_SANITIZE=ON -DCMAKE_CXX_FLAGS=-fsanitize=fuzzer-no-link \
-  -DLAZYRT_BUILD_BENCHMARKS=OFF -DLAZYRT_FUZZ_SECONDS="$seconds"
+cmake --preset fuzz -B "$build" "${overrides[@]}"
 if ! ninja -C "$build" -t targets all | grep -q '^cache_entry_fuzzer:'; then
   echo "run_fuzzers: no fuzz targets in $build: tests/CMakeLists.txt must add_subdirectory(fuzz)" >&2
   exit 1

@@ -2,6 +2,14 @@
 // compiles and runs it on the device (the whole runtime, through the installed headers and libraries).
 #include <cstdio>
 
+// Every public header, as installed: each must compile from the install tree alone.
+#include "lazy/diagnostics.h"
+#include "lazy/error.h"
+#include "lazy/metrics.h"
+#include "lazy/nn.h"
+#include "lazy/optim.h"
+#include "lazy/options.h"
+#include "lazy/sync.h"
 #include "lazy/tensor.h"
 
 int main() {

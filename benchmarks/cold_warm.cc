@@ -11,8 +11,8 @@
 // compiled one did), or when median(warm first step) > X * median(cold first step).
 //
 // Compile and load times come from each run's report (LAZYRT_REPORT): the sum of lower + compile
-// time (cold) and of load time (warm) over the first step's syncs, and over all syncs. Asking for the report turns on the device's
-// execution timing markers in the child, a few stream callbacks per sync, in both kinds of run alike.
+// time (cold) and of load time (warm) over the first step's syncs, and over all syncs. Asking for the report turns on
+// the device's execution timing markers in the child, a few stream callbacks per sync, in both kinds of run alike.
 #include <fcntl.h>
 #include <spawn.h>
 #include <sys/wait.h>
@@ -70,7 +70,8 @@ Flags ParseFlags(int argc, char** argv) {
     char* end = nullptr;
     auto integer = [&](long long min) {
       const long long v = std::strtoll(value.c_str(), &end, 10);
-      if (*end != '\0' || v < min) Usage(flag + " needs an integer >= " + std::to_string(min) + ", got '" + value + "'");
+      if (*end != '\0' || v < min)
+        Usage(flag + " needs an integer >= " + std::to_string(min) + ", got '" + value + "'");
       return v;
     };
     if (flag == "--train-mlp") {
@@ -83,7 +84,8 @@ Flags ParseFlags(int argc, char** argv) {
       f.epochs = integer(1);
     } else if (flag == "--max-warm-over-cold") {
       f.max_warm_over_cold = std::strtod(value.c_str(), &end);
-      if (*end != '\0' || !(f.max_warm_over_cold > 0)) Usage("--max-warm-over-cold needs a positive number, got '" + value + "'");
+      if (*end != '\0' || !(f.max_warm_over_cold > 0))
+        Usage("--max-warm-over-cold needs a positive number, got '" + value + "'");
     } else {
       Usage("unknown flag " + flag);
     }
@@ -129,8 +131,9 @@ Run RunOnce(const Flags& flags, const std::string& train_mlp, const fs::path& ca
   Run run;
   const fs::path out = scratch / "stdout", err = scratch / "stderr", report = scratch / "report.json";
   fs::remove(report);
-  std::vector<std::string> args = {train_mlp, "--steps", std::to_string(flags.steps), "--epochs",
-                                   std::to_string(flags.epochs), "--cache-dir", cache_dir.string()};
+  std::vector<std::string> args = {
+      train_mlp,     "--steps",         std::to_string(flags.steps), "--epochs", std::to_string(flags.epochs),
+      "--cache-dir", cache_dir.string()};
   // The caller's environment, less any LAZYRT_REPORT of its own: this run's report is ours.
   std::vector<std::string> env;
   for (char** e = environ; *e != nullptr; ++e) {
@@ -159,7 +162,8 @@ Run RunOnce(const Flags& flags, const std::string& train_mlp, const fs::path& ca
   }
   if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
     run.error = "train_mlp failed (" +
-                (WIFEXITED(status) ? "exit " + std::to_string(WEXITSTATUS(status)) : "signal " + std::to_string(WTERMSIG(status))) +
+                (WIFEXITED(status) ? "exit " + std::to_string(WEXITSTATUS(status))
+                                   : "signal " + std::to_string(WTERMSIG(status))) +
                 "): " + ReadFile(err);
     return run;
   }
@@ -250,13 +254,18 @@ int main(int argc, char** argv) {
   }
 
   for (const Run& r : cold) {
-    if (!r.ok) failures.push_back("a cold run failed: " + r.error);
-    else if (r.cache_hits != 0) failures.push_back("a cold run hit the persistent cache, which was empty");
+    if (!r.ok)
+      failures.push_back("a cold run failed: " + r.error);
+    else if (r.cache_hits != 0)
+      failures.push_back("a cold run hit the persistent cache, which was empty");
   }
   for (const Run& r : warm) {
-    if (!r.ok) failures.push_back("a warm run failed: " + r.error);
-    else if (r.graphs_compiled != 0) failures.push_back("a warm run compiled " + std::to_string(r.graphs_compiled) + " graph(s)");
-    else if (r.cache_misses != 0) failures.push_back("a warm run missed the persistent cache " + std::to_string(r.cache_misses) + " time(s)");
+    if (!r.ok)
+      failures.push_back("a warm run failed: " + r.error);
+    else if (r.graphs_compiled != 0)
+      failures.push_back("a warm run compiled " + std::to_string(r.graphs_compiled) + " graph(s)");
+    else if (r.cache_misses != 0)
+      failures.push_back("a warm run missed the persistent cache " + std::to_string(r.cache_misses) + " time(s)");
   }
   std::vector<Run> cold_ok, warm_ok;
   std::copy_if(cold.begin(), cold.end(), std::back_inserter(cold_ok), [](const Run& r) { return r.ok; });
@@ -278,7 +287,8 @@ int main(int argc, char** argv) {
     failures.push_back("final_loss differs between runs (cold runs first):" + losses);
   }
 
-  const double cold_first = Median(Field(cold_ok, &Run::first_step_ms)), warm_first = Median(Field(warm_ok, &Run::first_step_ms));
+  const double cold_first = Median(Field(cold_ok, &Run::first_step_ms)),
+               warm_first = Median(Field(warm_ok, &Run::first_step_ms));
   const double cold_compile = Median(Field(cold_ok, &Run::first_compile_ms));
   const double warm_load = Median(Field(warm_ok, &Run::first_load_ms));
   const double warm_over_cold = warm_first / cold_first;
@@ -291,19 +301,27 @@ int main(int argc, char** argv) {
   }
 
   std::printf("train_mlp --steps %lld --epochs %lld, %zu cold and %zu warm processes (medians)\n",
-              static_cast<long long>(flags.steps), static_cast<long long>(flags.epochs), cold_ok.size(), warm_ok.size());
+              static_cast<long long>(flags.steps), static_cast<long long>(flags.epochs), cold_ok.size(),
+              warm_ok.size());
   std::printf("%-30s %12s %12s %10s\n", "", "cold", "warm", "warm/cold");
   auto row = [](const char* name, double c, double w, bool ratio) {
-    if (ratio && c > 0) std::printf("%-30s %12.2f %12.2f %10.3f\n", name, c, w, w / c);
-    else std::printf("%-30s %12.2f %12.2f %10s\n", name, c, w, "");
+    if (ratio && c > 0)
+      std::printf("%-30s %12.2f %12.2f %10.3f\n", name, c, w, w / c);
+    else
+      std::printf("%-30s %12.2f %12.2f %10s\n", name, c, w, "");
   };
   row("first step (ms)", cold_first, warm_first, true);
   row("first step: compile / load", cold_compile, warm_load, true);
-  row("all syncs: compile / load", Median(Field(cold_ok, &Run::compile_ms)), Median(Field(warm_ok, &Run::load_ms)), true);
-  row("graphs compiled", Median(Field(cold_ok, &Run::graphs_compiled)), Median(Field(warm_ok, &Run::graphs_compiled)), false);
-  row("persistent cache hits", Median(Field(cold_ok, &Run::cache_hits)), Median(Field(warm_ok, &Run::cache_hits)), false);
-  row("startup to first step (ms)", Median(Field(cold_ok, &Run::startup_ms)), Median(Field(warm_ok, &Run::startup_ms)), true);
-  row("steady step (ms)", Median(Field(cold_ok, &Run::steady_step_ms)), Median(Field(warm_ok, &Run::steady_step_ms)), true);
+  row("all syncs: compile / load", Median(Field(cold_ok, &Run::compile_ms)), Median(Field(warm_ok, &Run::load_ms)),
+      true);
+  row("graphs compiled", Median(Field(cold_ok, &Run::graphs_compiled)), Median(Field(warm_ok, &Run::graphs_compiled)),
+      false);
+  row("persistent cache hits", Median(Field(cold_ok, &Run::cache_hits)), Median(Field(warm_ok, &Run::cache_hits)),
+      false);
+  row("startup to first step (ms)", Median(Field(cold_ok, &Run::startup_ms)), Median(Field(warm_ok, &Run::startup_ms)),
+      true);
+  row("steady step (ms)", Median(Field(cold_ok, &Run::steady_step_ms)), Median(Field(warm_ok, &Run::steady_step_ms)),
+      true);
   std::printf("final_loss %s, the same in every run: %s\n", reference_loss.c_str(), same_loss ? "yes" : "NO");
   for (const std::string& f : failures) std::printf("FAIL: %s\n", f.c_str());
 

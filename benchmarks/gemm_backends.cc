@@ -4,9 +4,9 @@
 #include <cblas.h>
 
 #include <Eigen/Core>
-#include "pjrt_sim/kernels/gemm.h"  // BLIS, exactly as the device calls it
 #include <random>
 #include <vector>
+#include "pjrt_sim/kernels/gemm.h"  // BLIS, exactly as the device calls it
 
 namespace {
 
@@ -17,7 +17,7 @@ struct Gemm {
 
 // The MLP 784-256-128-10 at batch 128: x W^T, g W, x^T g for each layer.
 const Gemm kShapes[] = {
-    {128, 256, 784, false, true}, {128, 128, 256, false, true}, {128, 10, 128, false, true},
+    {128, 256, 784, false, true},  {128, 128, 256, false, true}, {128, 10, 128, false, true},
     {128, 784, 256, false, false}, {784, 256, 128, true, false}, {256, 128, 128, true, false},
     {128, 10, 128, true, false},
 };
@@ -31,8 +31,8 @@ std::vector<float> Random(size_t n) {
 }
 
 void Counters(benchmark::State& state, const Gemm& g) {
-  state.counters["GFLOP/s"] =
-      benchmark::Counter(2.0 * g.m * g.n * g.k * static_cast<double>(state.iterations()) / 1e9, benchmark::Counter::kIsRate);
+  state.counters["GFLOP/s"] = benchmark::Counter(2.0 * g.m * g.n * g.k * static_cast<double>(state.iterations()) / 1e9,
+                                                 benchmark::Counter::kIsRate);
 }
 
 void BM_OpenBlas(benchmark::State& state) {

@@ -104,7 +104,11 @@ void BM_SyncCacheHit(benchmark::State& state) {
     for (int64_t i = 0; i < state.range(0) / 2; ++i) y = y * c + x;
     return y;
   };
-  { Tensor warm = build(); lazyrt::sync(); lazyrt::wait_device(); }  // compile once
+  {
+    Tensor warm = build();
+    lazyrt::sync();
+    lazyrt::wait_device();
+  }  // compile once
   // Manual timing of the sync call alone: PauseTiming/ResumeTiming cost microseconds themselves.
   for (auto _ : state) {
     Tensor y = build();
@@ -141,7 +145,8 @@ void BM_GraphKeyLookup(benchmark::State& state) {
 
   lazyrt::LruCache<HashValue, std::shared_ptr<lazyrt::pjrt::Executable>> cache(kExecutorCacheCapacity);
   const HashValue key = lazyrt::ir::HashCombine(lazyrt::ir::PostOrder(roots).dag_hash(), context_hash);
-  for (HashValue other = 1; other < kExecutorCacheCapacity; ++other) cache.Put(lazyrt::ir::HashCombine(key, other), nullptr);
+  for (HashValue other = 1; other < kExecutorCacheCapacity; ++other)
+    cache.Put(lazyrt::ir::HashCombine(key, other), nullptr);
   cache.Put(key, nullptr);
   for (auto _ : state) {
     const lazyrt::ir::PostOrder order(roots);
@@ -170,30 +175,43 @@ void BM_Gemm(benchmark::State& state) {
   const int64_t m = state.range(0), k = state.range(1), n = state.range(2);
   Tensor a = Filled({m, k}, 0.5f), b = Filled({k, n}, 0.25f);
   // Compile (and autotune) outside the timed loop: a 1024^3 product runs few iterations.
-  { Tensor warm = lazyrt::matmul(a, b); lazyrt::sync(); lazyrt::wait_device(); }
+  {
+    Tensor warm = lazyrt::matmul(a, b);
+    lazyrt::sync();
+    lazyrt::wait_device();
+  }
   for (auto _ : state) {
     Tensor c = lazyrt::matmul(a, b);
     lazyrt::sync();
     lazyrt::wait_device();
   }
-  state.counters["GFLOP/s"] = benchmark::Counter(static_cast<double>(2 * m * k * n) * static_cast<double>(state.iterations()) / 1e9,
-                                                 benchmark::Counter::kIsRate);
+  state.counters["GFLOP/s"] = benchmark::Counter(
+      static_cast<double>(2 * m * k * n) * static_cast<double>(state.iterations()) / 1e9, benchmark::Counter::kIsRate);
 }
-BENCHMARK(BM_Gemm)->Args({128, 784, 256})->Args({128, 256, 128})->Args({1024, 1024, 1024})->UseRealTime()->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_Gemm)
+    ->Args({128, 784, 256})
+    ->Args({128, 256, 128})
+    ->Args({1024, 1024, 1024})
+    ->UseRealTime()
+    ->Unit(benchmark::kMicrosecond);
 
 // A chain of 8 elementwise ops over N floats, fused into one pass: GB/s of input read + output written.
 void BM_FusedElementwise(benchmark::State& state) {
   const int64_t n = state.range(0);
   Tensor x = Filled({n}, 0.5f);
   auto chain = [&] { return lazyrt::relu(((x * 1.5 + 0.25) * x - 0.125) * 2.0) + x; };
-  { Tensor warm = chain(); lazyrt::sync(); lazyrt::wait_device(); }  // compile outside the timed loop
+  {
+    Tensor warm = chain();
+    lazyrt::sync();
+    lazyrt::wait_device();
+  }  // compile outside the timed loop
   for (auto _ : state) {
     Tensor y = chain();
     lazyrt::sync();
     lazyrt::wait_device();
   }
-  state.counters["GB/s"] = benchmark::Counter(static_cast<double>(2 * n * 4) * static_cast<double>(state.iterations()) / 1e9,
-                                              benchmark::Counter::kIsRate);
+  state.counters["GB/s"] = benchmark::Counter(
+      static_cast<double>(2 * n * 4) * static_cast<double>(state.iterations()) / 1e9, benchmark::Counter::kIsRate);
 }
 BENCHMARK(BM_FusedElementwise)->Arg(1 << 16)->Arg(1 << 22)->UseRealTime()->Unit(benchmark::kMicrosecond);
 
@@ -211,20 +229,41 @@ void BM_Reduce(benchmark::State& state, ReduceOp op, int64_t dim) {
   auto reduce = [&] { return op == ReduceOp::kSum ? lazyrt::sum(x, {dim}) : lazyrt::max(x, {dim}); };
   // Compile outside the timed loop: a [4096, 4096] reduction runs few iterations, and the first
   // sync's compile (with autotuning) would dominate them.
-  { Tensor warm = reduce(); lazyrt::sync(); lazyrt::wait_device(); }
+  {
+    Tensor warm = reduce();
+    lazyrt::sync();
+    lazyrt::wait_device();
+  }
   for (auto _ : state) {
     Tensor r = reduce();
     lazyrt::sync();
     lazyrt::wait_device();
   }
-  state.counters["GB/s"] = benchmark::Counter(static_cast<double>((n * n + n) * 4) * static_cast<double>(state.iterations()) / 1e9,
-                                              benchmark::Counter::kIsRate);
+  state.counters["GB/s"] =
+      benchmark::Counter(static_cast<double>((n * n + n) * 4) * static_cast<double>(state.iterations()) / 1e9,
+                         benchmark::Counter::kIsRate);
 }
 // [1024, 1024] (4 MiB) stays in the 32 MiB L3; [4096, 4096] (64 MiB) does not.
-BENCHMARK_CAPTURE(BM_Reduce, sum_each_row, ReduceOp::kSum, 1)->Arg(1024)->Arg(4096)->UseRealTime()->Unit(benchmark::kMicrosecond);
-BENCHMARK_CAPTURE(BM_Reduce, sum_each_column, ReduceOp::kSum, 0)->Arg(1024)->Arg(4096)->UseRealTime()->Unit(benchmark::kMicrosecond);
-BENCHMARK_CAPTURE(BM_Reduce, max_each_row, ReduceOp::kMax, 1)->Arg(1024)->Arg(4096)->UseRealTime()->Unit(benchmark::kMicrosecond);
-BENCHMARK_CAPTURE(BM_Reduce, max_each_column, ReduceOp::kMax, 0)->Arg(1024)->Arg(4096)->UseRealTime()->Unit(benchmark::kMicrosecond);
+BENCHMARK_CAPTURE(BM_Reduce, sum_each_row, ReduceOp::kSum, 1)
+    ->Arg(1024)
+    ->Arg(4096)
+    ->UseRealTime()
+    ->Unit(benchmark::kMicrosecond);
+BENCHMARK_CAPTURE(BM_Reduce, sum_each_column, ReduceOp::kSum, 0)
+    ->Arg(1024)
+    ->Arg(4096)
+    ->UseRealTime()
+    ->Unit(benchmark::kMicrosecond);
+BENCHMARK_CAPTURE(BM_Reduce, max_each_row, ReduceOp::kMax, 1)
+    ->Arg(1024)
+    ->Arg(4096)
+    ->UseRealTime()
+    ->Unit(benchmark::kMicrosecond);
+BENCHMARK_CAPTURE(BM_Reduce, max_each_column, ReduceOp::kMax, 0)
+    ->Arg(1024)
+    ->Arg(4096)
+    ->UseRealTime()
+    ->Unit(benchmark::kMicrosecond);
 
 // One AdamW update of an [N, 784] weight whose gradient is given (the flagship's first layer at N = 256):
 // the new moments and the new weight, a graph of elementwise work over 4 arrays read and 3 written.
@@ -242,8 +281,8 @@ void BM_AdamWUpdate(benchmark::State& state) {
   };
   update();  // compile outside the timed loop
   for (auto _ : state) update();
-  state.counters["GB/s"] = benchmark::Counter(static_cast<double>(7 * n * 4) * static_cast<double>(state.iterations()) / 1e9,
-                                              benchmark::Counter::kIsRate);
+  state.counters["GB/s"] = benchmark::Counter(
+      static_cast<double>(7 * n * 4) * static_cast<double>(state.iterations()) / 1e9, benchmark::Counter::kIsRate);
 }
 BENCHMARK(BM_AdamWUpdate)->Arg(256)->Arg(2048)->UseRealTime()->Unit(benchmark::kMicrosecond);
 

@@ -139,8 +139,8 @@ int main(int argc, char** argv) {
   const Tensor c = Tensor::FromData(one, {1});
 
   std::vector<Row> rows;
-  std::printf("%10s %6s  %10s %10s %10s %10s %10s %10s   (ns per node, median)\n", "nodes", "", "trace", "hash", "lower",
-              "compile", "load", "sync-hit");
+  std::printf("%10s %6s  %10s %10s %10s %10s %10s %10s   (ns per node, median)\n", "nodes", "", "trace", "hash",
+              "lower", "compile", "load", "sync-hit");
   for (const int64_t n : flags.sizes) {
     std::map<std::string, double> ns;
     auto add = [&](const std::string& phase, int64_t nodes, std::pair<double, int> m) {
@@ -202,7 +202,8 @@ int main(int argc, char** argv) {
       add("load", nodes, Measure(flags.budget_ms, [&] {
             const Clock::time_point start = Clock::now();
             const std::string bytes = exe->Serialize();
-            absl::StatusOr<std::shared_ptr<lazyrt::pjrt::Executable>> loaded = (*client)->LoadSerializedExecutable(bytes);
+            absl::StatusOr<std::shared_ptr<lazyrt::pjrt::Executable>> loaded =
+                (*client)->LoadSerializedExecutable(bytes);
             const double ms = MsSince(start);
             if (!loaded.ok()) Usage(absl::StrCat("loading failed: ", loaded.status().message()));
             return ms;
@@ -238,7 +239,8 @@ int main(int argc, char** argv) {
 
   std::ofstream csv(flags.csv, std::ios::trunc);
   csv << "nodes,phase,reps,median_ms,ns_per_node\n";
-  for (const Row& r : rows) csv << r.nodes << "," << r.phase << "," << r.reps << "," << r.median_ms << "," << r.ns_per_node() << "\n";
+  for (const Row& r : rows)
+    csv << r.nodes << "," << r.phase << "," << r.reps << "," << r.median_ms << "," << r.ns_per_node() << "\n";
   csv.close();
   if (!csv) {
     std::fprintf(stderr, "scaling: cannot write %s\n", flags.csv.c_str());

@@ -27,14 +27,12 @@ absl::StatusOr<DirectoryScan> ScanDirectory(absl::string_view dir) {
     const std::optional<std::string> key = KeyFromEntryFileName(name);
     if (!key && !IsTempFileName(name)) continue;
     struct stat info;
-    if (fstatat(dirfd(stream.get()), item->d_name, &info, AT_SYMLINK_NOFOLLOW) != 0 ||
-        !S_ISREG(info.st_mode)) {
+    if (fstatat(dirfd(stream.get()), item->d_name, &info, AT_SYMLINK_NOFOLLOW) != 0 || !S_ISREG(info.st_mode)) {
       continue;
     }
     const absl::Time modified = absl::TimeFromTimespec(info.st_mtim);
     if (key) {
-      scan.entries.push_back(EntryFile{*key, PathInDir(dir, name), static_cast<uint64_t>(info.st_size),
-                                       modified});
+      scan.entries.push_back(EntryFile{*key, PathInDir(dir, name), static_cast<uint64_t>(info.st_size), modified});
     } else {
       scan.temp_files.push_back(TempFile{PathInDir(dir, name), modified});
     }

@@ -1,9 +1,9 @@
 #include "cache/entry_format.h"
 
+#include <xxhash.h>
+#include <zstd.h>
 #include <bit>
 #include <cmath>
-#include <zstd.h>
-#include <xxhash.h>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -40,21 +40,18 @@ uint64_t LoadLittleEndian(absl::string_view data, uint64_t offset, int bytes) {
 uint64_t Checksum(absl::string_view bytes) { return XXH3_64bits(bytes.data(), bytes.size()); }
 
 Miss Truncated(uint64_t have, uint64_t need) {
-  return Miss{MissReason::kTruncated,
-              absl::StrCat("the entry needs ", need, " bytes but the file has ", have)};
+  return Miss{MissReason::kTruncated, absl::StrCat("the entry needs ", need, " bytes but the file has ", have)};
 }
 
 absl::Status CheckLimit(absl::string_view field, uint64_t size, uint64_t limit) {
   if (size <= limit) return absl::OkStatus();
-  return absl::InvalidArgumentError(
-      absl::StrCat("cache entry ", field, " is ", size, " bytes; the limit is ", limit));
+  return absl::InvalidArgumentError(absl::StrCat("cache entry ", field, " is ", size, " bytes; the limit is ", limit));
 }
 
 }  // namespace
 
 uint64_t EncodedHeaderSize(const EntryHeader& header) {
-  return kFixedHeaderSize + header.producer_version.size() + header.key.size() +
-         header.metadata.size() + kChecksumSize;
+  return kFixedHeaderSize + header.producer_version.size() + header.key.size() + header.metadata.size() + kChecksumSize;
 }
 
 uint64_t PayloadChecksum(absl::string_view compressed_payload) { return Checksum(compressed_payload); }
@@ -93,11 +90,10 @@ absl::StatusOr<std::string> EncodeEntry(EntryHeader header, absl::string_view pa
     return status;
   }
   std::string compressed(ZSTD_compressBound(payload.size()), '\0');
-  const size_t compressed_size = ZSTD_compress(compressed.data(), compressed.size(), payload.data(),
-                                               payload.size(), kCompressionLevel);
+  const size_t compressed_size =
+      ZSTD_compress(compressed.data(), compressed.size(), payload.data(), payload.size(), kCompressionLevel);
   if (ZSTD_isError(compressed_size)) {
-    return absl::InternalError(
-        absl::StrCat("zstd compression failed: ", ZSTD_getErrorName(compressed_size)));
+    return absl::InternalError(absl::StrCat("zstd compression failed: ", ZSTD_getErrorName(compressed_size)));
   }
   compressed.resize(compressed_size);
   header.raw_size = payload.size();
@@ -116,16 +112,13 @@ Decoded<EntryHeader> DecodeHeader(absl::string_view file_start, uint64_t file_si
   }
   if (have < kFormatVersionOffset + 4) return Truncated(have, kFormatVersionOffset + 4);
   EntryHeader header;
-  header.format_version =
-      static_cast<uint32_t>(LoadLittleEndian(file_start, kFormatVersionOffset, 4));
+  header.format_version = static_cast<uint32_t>(LoadLittleEndian(file_start, kFormatVersionOffset, 4));
   if (header.format_version != kEntryFormatVersion) {
-    return Miss{MissReason::kFormatVersion,
-                absl::StrCat("entry format version ", header.format_version, ", this build reads ",
-                             kEntryFormatVersion)};
+    return Miss{MissReason::kFormatVersion, absl::StrCat("entry format version ", header.format_version,
+                                                         ", this build reads ", kEntryFormatVersion)};
   }
   if (have < kFixedHeaderSize) return Truncated(have, kFixedHeaderSize);
-  if (Checksum(file_start.substr(0, kPrefixChecksumOffset)) !=
-      LoadLittleEndian(file_start, kPrefixChecksumOffset, 8)) {
+  if (Checksum(file_start.substr(0, kPrefixChecksumOffset)) != LoadLittleEndian(file_start, kPrefixChecksumOffset, 8)) {
     return Miss{MissReason::kHeaderChecksum, "the fixed part of the header fails its checksum"};
   }
   const uint64_t producer_size = LoadLittleEndian(file_start, 12, 4);
@@ -137,9 +130,8 @@ Decoded<EntryHeader> DecodeHeader(absl::string_view file_start, uint64_t file_si
   header.compile_ms = std::bit_cast<double>(LoadLittleEndian(file_start, 48, 8));
   header.created_unix_ms = static_cast<int64_t>(LoadLittleEndian(file_start, 56, 8));
   // The checksum only proves the bytes are as written; a crafted file can carry any values.
-  if (producer_size > kMaxProducerVersionBytes || key_size > kMaxKeyBytes ||
-      metadata_size > kMaxMetadataBytes || header.compressed_size > kMaxCompressedSize ||
-      !std::isfinite(header.compile_ms) || header.compile_ms < 0) {
+  if (producer_size > kMaxProducerVersionBytes || key_size > kMaxKeyBytes || metadata_size > kMaxMetadataBytes ||
+      header.compressed_size > kMaxCompressedSize || !std::isfinite(header.compile_ms) || header.compile_ms < 0) {
     return Miss{MissReason::kHeaderChecksum,
                 "the header's checksum holds but its sizes or compile time are impossible"};
   }
@@ -159,9 +151,9 @@ Decoded<EntryHeader> DecodeHeader(absl::string_view file_start, uint64_t file_si
     return Truncated(file_size, header_size + header.compressed_size);
   }
   if (payload_bytes_in_file > header.compressed_size) {
-    return Miss{MissReason::kPayloadChecksum,
-                absl::StrCat("the file has ", payload_bytes_in_file - header.compressed_size,
-                             " bytes after the payload")};
+    return Miss{
+        MissReason::kPayloadChecksum,
+        absl::StrCat("the file has ", payload_bytes_in_file - header.compressed_size, " bytes after the payload")};
   }
   return header;
 }
@@ -169,13 +161,11 @@ Decoded<EntryHeader> DecodeHeader(absl::string_view file_start, uint64_t file_si
 std::optional<Miss> CheckEntryIdentity(const EntryHeader& header, absl::string_view key,
                                        absl::string_view producer_version) {
   if (header.producer_version != producer_version) {
-    return Miss{MissReason::kProducerVersion,
-                absl::StrCat("written by producer version \"", header.producer_version,
-                             "\", this one is \"", producer_version, "\"")};
+    return Miss{MissReason::kProducerVersion, absl::StrCat("written by producer version \"", header.producer_version,
+                                                           "\", this one is \"", producer_version, "\"")};
   }
   if (header.key != key) {
-    return Miss{MissReason::kKeyMismatch,
-                absl::StrCat("the file holds the entry of key \"", header.key, "\"")};
+    return Miss{MissReason::kKeyMismatch, absl::StrCat("the file holds the entry of key \"", header.key, "\"")};
   }
   return std::nullopt;
 }
@@ -187,29 +177,22 @@ Decoded<std::string> DecodePayload(const EntryHeader& header, absl::string_view 
   if (PayloadChecksum(compressed_payload) != header.payload_checksum) {
     return Miss{MissReason::kPayloadChecksum, "the compressed payload fails its checksum"};
   }
-  if (header.raw_size > kMaxPayloadBytes ||
-      header.raw_size / kZstdMaxExpansion > header.compressed_size) {
-    return Miss{MissReason::kDecompress,
-                absl::StrCat("a raw size of ", header.raw_size, " bytes cannot come from ",
-                             header.compressed_size, " compressed bytes")};
+  if (header.raw_size > kMaxPayloadBytes || header.raw_size / kZstdMaxExpansion > header.compressed_size) {
+    return Miss{MissReason::kDecompress, absl::StrCat("a raw size of ", header.raw_size, " bytes cannot come from ",
+                                                      header.compressed_size, " compressed bytes")};
   }
-  const unsigned long long frame_size =
-      ZSTD_getFrameContentSize(compressed_payload.data(), compressed_payload.size());
+  const unsigned long long frame_size = ZSTD_getFrameContentSize(compressed_payload.data(), compressed_payload.size());
   if (frame_size != header.raw_size) {
-    return Miss{MissReason::kDecompress,
-                "the zstd frame does not declare the raw size the header promises"};
+    return Miss{MissReason::kDecompress, "the zstd frame does not declare the raw size the header promises"};
   }
   std::string raw(header.raw_size, '\0');
-  const size_t written = ZSTD_decompress(raw.data(), raw.size(), compressed_payload.data(),
-                                         compressed_payload.size());
+  const size_t written = ZSTD_decompress(raw.data(), raw.size(), compressed_payload.data(), compressed_payload.size());
   if (ZSTD_isError(written)) {
-    return Miss{MissReason::kDecompress,
-                absl::StrCat("zstd decompression failed: ", ZSTD_getErrorName(written))};
+    return Miss{MissReason::kDecompress, absl::StrCat("zstd decompression failed: ", ZSTD_getErrorName(written))};
   }
   if (written != raw.size()) {
     return Miss{MissReason::kDecompress,
-                absl::StrCat("the payload decompressed to ", written, " bytes, the header says ",
-                             raw.size())};
+                absl::StrCat("the payload decompressed to ", written, " bytes, the header says ", raw.size())};
   }
   return raw;
 }

@@ -107,10 +107,14 @@ absl::StatusOr<EntryMetadata> DecodeEntryMetadata(absl::string_view text) {
   }
   EntryMetadata m;
   KeyIngredients& k = m.ingredients;
-  for (auto [field, name] : {std::pair{&m.key, "key"}, {&m.graph_hash, "graph_hash"},
-                             {&k.lazyrt_version, "lazyrt_version"}, {&k.lowering_version, "lowering_version"},
-                             {&k.compiler_version, "compiler_version"}, {&k.device_kind, "device_kind"},
-                             {&k.compile_options, "compile_options"}, {&m.module, "module"}}) {
+  for (auto [field, name] : {std::pair{&m.key, "key"},
+                             {&m.graph_hash, "graph_hash"},
+                             {&k.lazyrt_version, "lazyrt_version"},
+                             {&k.lowering_version, "lowering_version"},
+                             {&k.compiler_version, "compiler_version"},
+                             {&k.device_kind, "device_kind"},
+                             {&k.compile_options, "compile_options"},
+                             {&m.module, "module"}}) {
     absl::StatusOr<std::string> value = StringField(json, name);
     if (!value.ok()) return value.status();
     *field = *std::move(value);
@@ -131,8 +135,7 @@ absl::StatusOr<EntryMetadata> DecodeEntryMetadata(absl::string_view text) {
 
 std::optional<std::string> SignatureMismatch(const EntryMetadata& stored, const EntryMetadata& graph) {
   if (stored.key != graph.key) {
-    return absl::StrCat("the entry's signature is of key \"", stored.key, "\", the graph's key is \"", graph.key,
-                        "\"");
+    return absl::StrCat("the entry's signature is of key \"", stored.key, "\", the graph's key is \"", graph.key, "\"");
   }
   if (auto mismatch = TensorsMismatch("parameter", stored.parameters, graph.parameters)) return mismatch;
   return TensorsMismatch("result", stored.results, graph.results);

@@ -23,9 +23,7 @@ namespace {
 using Json = nlohmann::json;
 
 bool HasReason(EventKind kind) { return kind == EventKind::kMiss || kind == EventKind::kCorrupt; }
-bool HasRawBytesAndCompileTime(EventKind kind) {
-  return kind == EventKind::kHit || kind == EventKind::kWrite;
-}
+bool HasRawBytesAndCompileTime(EventKind kind) { return kind == EventKind::kHit || kind == EventKind::kWrite; }
 
 std::string EncodeLine(const Event& event) {
   Json line = {{"event", std::string(EventKindName(event.kind))},
@@ -147,8 +145,8 @@ absl::Status EventLog::RotateIfStillCurrent(int fd, const struct stat& opened) c
     return errno == EWOULDBLOCK ? absl::OkStatus() : ErrnoError(errno, "cannot lock", path_);
   }
   struct stat current;
-  if (lstat(path_.c_str(), &current) == 0 && current.st_dev == opened.st_dev &&
-      current.st_ino == opened.st_ino && rename(path_.c_str(), rotated_path_.c_str()) != 0) {
+  if (lstat(path_.c_str(), &current) == 0 && current.st_dev == opened.st_dev && current.st_ino == opened.st_ino &&
+      rename(path_.c_str(), rotated_path_.c_str()) != 0) {
     return ErrnoError(errno, absl::StrCat("cannot rotate ", path_, " to"), rotated_path_);
   }
   return absl::OkStatus();  // closing the descriptor releases the lock

@@ -80,8 +80,7 @@ absl::Status WriteAll(int fd, absl::string_view data, absl::string_view path) {
   return absl::OkStatus();
 }
 
-absl::Status WriteFileAtomically(absl::string_view dir, absl::string_view file_name,
-                                 absl::string_view contents) {
+absl::Status WriteFileAtomically(absl::string_view dir, absl::string_view file_name, absl::string_view contents) {
   const std::string temp_path = PathInDir(dir, UniqueTempFileName(file_name));
   if (absl::Status status = CheckFileSizeLimit(contents.size(), temp_path); !status.ok()) return status;
   UniqueFd fd(open(temp_path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600));

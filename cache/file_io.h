@@ -58,11 +58,10 @@ absl::Status WriteAll(int fd, absl::string_view data, absl::string_view path);
 
 // Replaces "<dir>/<file_name>" with `contents` such that every reader, in any process, sees the old
 // file, no file, or the whole new one: writes a uniquely named temporary file in `dir` (mode 0600),
-// fsyncs it and renames it over the final name. Checks the file size limit first. On failure the temporary file is removed.
-// The directory itself is not fsynced: after a power cut the rename may be lost, which costs a
-// cache miss, never a torn entry, and saves a second flush on every write.
-absl::Status WriteFileAtomically(absl::string_view dir, absl::string_view file_name,
-                                 absl::string_view contents);
+// fsyncs it and renames it over the final name. Checks the file size limit first. On failure the temporary file is
+// removed. The directory itself is not fsynced: after a power cut the rename may be lost, which costs a cache miss,
+// never a torn entry, and saves a second flush on every write.
+absl::Status WriteFileAtomically(absl::string_view dir, absl::string_view file_name, absl::string_view contents);
 
 // Removes `path` if it is still the file open as `fd` (same device and inode), so that a reader
 // that found a damaged file cannot remove a good one another process renamed over it meanwhile.

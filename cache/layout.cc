@@ -30,17 +30,14 @@ absl::Status ValidateKey(absl::string_view key) {
   bool valid = !key.empty() && key.size() <= kMaxKeyBytes && key.front() != '.';
   for (char c : key) valid = valid && IsKeyChar(c);
   if (valid) return absl::OkStatus();
-  return absl::InvalidArgumentError(
-      absl::StrCat("invalid cache key \"", absl::CEscape(key.substr(0, kMaxKeyBytes)),
-                   "\": a key is 1 to ", kMaxKeyBytes,
-                   " characters from [A-Za-z0-9._-] and does not start with '.'"));
+  return absl::InvalidArgumentError(absl::StrCat("invalid cache key \"", absl::CEscape(key.substr(0, kMaxKeyBytes)),
+                                                 "\": a key is 1 to ", kMaxKeyBytes,
+                                                 " characters from [A-Za-z0-9._-] and does not start with '.'"));
 }
 
 std::string EntryFileName(absl::string_view key) { return absl::StrCat(key, kEntryFileSuffix); }
 
-std::string PathInDir(absl::string_view dir, absl::string_view file_name) {
-  return absl::StrCat(dir, "/", file_name);
-}
+std::string PathInDir(absl::string_view dir, absl::string_view file_name) { return absl::StrCat(dir, "/", file_name); }
 
 std::optional<std::string> KeyFromEntryFileName(absl::string_view file_name) {
   if (!absl::ConsumeSuffix(&file_name, kEntryFileSuffix) || !ValidateKey(file_name).ok()) {

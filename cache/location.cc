@@ -51,8 +51,7 @@ absl::StatusOr<std::string> ResolveCacheDir(absl::string_view explicit_dir) {
 
 absl::Status CreateCacheDir(absl::string_view dir) {
   // Each prefix ending before a '/' is a parent; the root and empty components need no mkdir.
-  for (size_t slash = dir.find('/', 1); slash != absl::string_view::npos;
-       slash = dir.find('/', slash + 1)) {
+  for (size_t slash = dir.find('/', 1); slash != absl::string_view::npos; slash = dir.find('/', slash + 1)) {
     if (dir[slash - 1] == '/') continue;
     if (absl::Status status = MakeDirectory(std::string(dir.substr(0, slash))); !status.ok()) {
       return status;
@@ -69,13 +68,14 @@ namespace {
 // sticky (as /tmp is), where others may add names but not rename or remove ours.
 std::string AncestorDefect(const std::string& path, const struct stat& info) {
   if (info.st_uid != 0 && info.st_uid != geteuid()) {
-    return absl::StrFormat("its ancestor %s is owned by uid %d, who can replace the cache directory",
-                           path, info.st_uid);
+    return absl::StrFormat("its ancestor %s is owned by uid %d, who can replace the cache directory", path,
+                           info.st_uid);
   }
   if ((info.st_mode & (S_IWGRP | S_IWOTH)) != 0 && (info.st_mode & S_ISVTX) == 0) {
-    return absl::StrFormat("its ancestor %s has mode %04o: others can replace the cache directory "
-                           "with a symlink into other files",
-                           path, info.st_mode & 07777);
+    return absl::StrFormat(
+        "its ancestor %s has mode %04o: others can replace the cache directory "
+        "with a symlink into other files",
+        path, info.st_mode & 07777);
   }
   return "";
 }
@@ -136,10 +136,9 @@ absl::StatusOr<DirectoryTrust> CheckDirectoryTrust(absl::string_view dir) {
                                                  path, info.st_uid, geteuid())};
   }
   if ((info.st_mode & (S_IWGRP | S_IWOTH)) != 0) {
-    return DirectoryTrust{
-        false, absl::StrFormat("cache directory %s has mode %04o: others can write entries into it, "
-                               "so none will be loaded and none written (chmod 700 it to use it)",
-                               path, info.st_mode & 07777)};
+    return DirectoryTrust{false, absl::StrFormat("cache directory %s has mode %04o: others can write entries into it, "
+                                                 "so none will be loaded and none written (chmod 700 it to use it)",
+                                                 path, info.st_mode & 07777)};
   }
   char cwd[PATH_MAX];
   const std::string absolute =

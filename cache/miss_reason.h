@@ -29,10 +29,10 @@ enum class MissReason : int {
 };
 
 inline constexpr std::array kAllMissReasons = {
-    MissReason::kNotFound,        MissReason::kTruncated,       MissReason::kBadMagic,
-    MissReason::kFormatVersion,   MissReason::kProducerVersion, MissReason::kKeyMismatch,
-    MissReason::kHeaderChecksum,  MissReason::kPayloadChecksum, MissReason::kDecompress,
-    MissReason::kUnloadable,      MissReason::kUntrustedDirectory, MissReason::kGraphMismatch,
+    MissReason::kNotFound,       MissReason::kTruncated,          MissReason::kBadMagic,
+    MissReason::kFormatVersion,  MissReason::kProducerVersion,    MissReason::kKeyMismatch,
+    MissReason::kHeaderChecksum, MissReason::kPayloadChecksum,    MissReason::kDecompress,
+    MissReason::kUnloadable,     MissReason::kUntrustedDirectory, MissReason::kGraphMismatch,
     MissReason::kKeyChanged};
 inline constexpr size_t kNumMissReasons = kAllMissReasons.size();
 

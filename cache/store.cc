@@ -24,9 +24,7 @@ namespace {
 // a writer that died (killed mid-write) and would otherwise take space forever.
 constexpr absl::Duration kStaleTempFileAge = absl::Hours(1);
 
-Miss ReadFailure(const absl::Status& status) {
-  return Miss{MissReason::kTruncated, std::string(status.message())};
-}
+Miss ReadFailure(const absl::Status& status) { return Miss{MissReason::kTruncated, std::string(status.message())}; }
 
 // The header of the entry file open as `fd`, `file_size` bytes long.
 Decoded<EntryHeader> ReadHeader(int fd, uint64_t file_size, absl::string_view path) {
@@ -89,9 +87,7 @@ bool HoldsOnlyCacheFiles(const std::string& dir) {
   return true;
 }
 
-uint64_t EntryFileSize(const EntryHeader& header) {
-  return EncodedHeaderSize(header) + header.compressed_size;
-}
+uint64_t EntryFileSize(const EntryHeader& header) { return EncodedHeaderSize(header) + header.compressed_size; }
 
 }  // namespace
 
@@ -108,10 +104,9 @@ absl::string_view PutOutcomeName(PutOutcome outcome) {
 }
 
 absl::StatusOr<std::unique_ptr<Store>> Store::Open(StoreOptions options) {
-  if (options.producer_version.empty() ||
-      options.producer_version.size() > kMaxProducerVersionBytes) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "a cache store needs a producer version of 1 to ", kMaxProducerVersionBytes, " bytes"));
+  if (options.producer_version.empty() || options.producer_version.size() > kMaxProducerVersionBytes) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("a cache store needs a producer version of 1 to ", kMaxProducerVersionBytes, " bytes"));
   }
   absl::StatusOr<std::string> dir = ResolveCacheDir(options.dir);
   if (!dir.ok()) return dir.status();
@@ -129,12 +124,12 @@ absl::StatusOr<std::unique_ptr<Store>> Store::Open(StoreOptions options) {
   }
   std::string warning = trust->warning;
   if (trust->trusted && !marked && !options.read_only) {
-    warning = absl::StrCat(*dir, " is not a lazyrt cache directory (it holds other files and no ",
-                           kCacheDirTagFileName, "): entries are looked up but none are written or removed; "
+    warning = absl::StrCat(*dir, " is not a lazyrt cache directory (it holds other files and no ", kCacheDirTagFileName,
+                           "): entries are looked up but none are written or removed; "
                            "point the cache at a directory of its own");
   }
-  return std::unique_ptr<Store>(new Store(std::move(options), *std::move(dir), trust->trusted, marked,
-                                          std::move(warning)));
+  return std::unique_ptr<Store>(
+      new Store(std::move(options), *std::move(dir), trust->trusted, marked, std::move(warning)));
 }
 
 Store::Store(StoreOptions options, std::string dir, bool trusted, bool marked, std::string warning)
@@ -159,8 +154,8 @@ LookupResult Store::ReadEntry(absl::string_view key, UniqueFd& fd) const {
   if (std::optional<Miss> miss = CheckEntryIdentity(valid_header, key, options_.producer_version)) {
     return *std::move(miss);
   }
-  absl::StatusOr<std::string> compressed = ReadRange(
-      fd.get(), EncodedHeaderSize(valid_header), valid_header.compressed_size, path);
+  absl::StatusOr<std::string> compressed =
+      ReadRange(fd.get(), EncodedHeaderSize(valid_header), valid_header.compressed_size, path);
   if (!compressed.ok()) return ReadFailure(compressed.status());
   Decoded<std::string> payload = DecodePayload(valid_header, *compressed);
   if (Miss* miss = std::get_if<Miss>(&payload)) return std::move(*miss);
@@ -195,8 +190,8 @@ std::optional<Miss> Store::ExplainNotFound(const EntryMetadata& expected) const 
     if (!stored.ok() || stored->graph_hash != expected.graph_hash || stored->key == expected.key) continue;
     std::optional<std::string> difference = IngredientDifference(stored->ingredients, expected.ingredients);
     if (!difference) continue;
-    return Miss{MissReason::kKeyChanged, absl::StrCat("the same graph is stored under key ", stored->key,
-                                                      ", made with another ", *difference)};
+    return Miss{MissReason::kKeyChanged,
+                absl::StrCat("the same graph is stored under key ", stored->key, ", made with another ", *difference)};
   }
   return std::nullopt;
 }
@@ -247,8 +242,7 @@ void Store::ReportUnusable(absl::string_view key, const Miss& miss) {
 
 void Store::RecordMiss(absl::string_view key, const Miss& miss, int fd) {
   counters_.AddMiss(miss.reason);
-  Log(Event{.kind = EventKind::kMiss, .key = std::string(key), .reason = miss.reason,
-            .detail = miss.detail});
+  Log(Event{.kind = EventKind::kMiss, .key = std::string(key), .reason = miss.reason, .detail = miss.detail});
   if (fd < 0 || miss.reason == MissReason::kNotFound || miss.reason == MissReason::kKeyChanged || !writable()) {
     return;
   }
@@ -257,19 +251,22 @@ void Store::RecordMiss(absl::string_view key, const Miss& miss, int fd) {
   struct stat info;
   const uint64_t file_bytes = fstat(fd, &info) == 0 ? static_cast<uint64_t>(info.st_size) : 0;
   if (!RemoveIfUnchanged(PathInDir(dir_, EntryFileName(key)), fd)) return;
-  Log(Event{.kind = EventKind::kCorrupt, .key = std::string(key), .reason = miss.reason,
-            .detail = miss.detail, .file_bytes = file_bytes});
+  Log(Event{.kind = EventKind::kCorrupt,
+            .key = std::string(key),
+            .reason = miss.reason,
+            .detail = miss.detail,
+            .file_bytes = file_bytes});
 }
 
-absl::StatusOr<PutOutcome> Store::Put(absl::string_view key, absl::string_view payload,
-                                      double compile_ms, absl::string_view metadata) {
+absl::StatusOr<PutOutcome> Store::Put(absl::string_view key, absl::string_view payload, double compile_ms,
+                                      absl::string_view metadata) {
   absl::StatusOr<PutOutcome> outcome = WriteEntry(key, payload, compile_ms, metadata);
   if (!outcome.ok()) counters_.AddWriteFailure();
   return outcome;
 }
 
-absl::StatusOr<PutOutcome> Store::WriteEntry(absl::string_view key, absl::string_view payload,
-                                             double compile_ms, absl::string_view metadata) {
+absl::StatusOr<PutOutcome> Store::WriteEntry(absl::string_view key, absl::string_view payload, double compile_ms,
+                                             absl::string_view metadata) {
   if (absl::Status status = ValidateKey(key); !status.ok()) return status;
   if (!trusted()) return PutOutcome::kSkippedUntrustedDirectory;
   if (options_.read_only) return PutOutcome::kSkippedReadOnly;
@@ -299,8 +296,8 @@ absl::StatusOr<PutOutcome> Store::WriteEntry(absl::string_view key, absl::string
     absl::StatusOr<std::vector<EvictedEntry>> evicted = EvictLeastRecentlyUsed(options_.max_bytes, key);
     if (!evicted.ok()) {
       return absl::Status(evicted.status().code(),
-                          absl::StrCat("wrote cache entry ", key, " but could not evict down to ",
-                                       options_.max_bytes, " bytes: ", evicted.status().message()));
+                          absl::StrCat("wrote cache entry ", key, " but could not evict down to ", options_.max_bytes,
+                                       " bytes: ", evicted.status().message()));
     }
   }
   return PutOutcome::kWritten;
@@ -342,11 +339,11 @@ absl::StatusOr<std::vector<VerifiedEntry>> Store::VerifyAll() const {
 
 absl::Status Store::CheckWritable(absl::string_view action) const {
   if (writable()) return absl::OkStatus();
-  return absl::FailedPreconditionError(absl::StrCat(
-      "cannot ", action, " in cache directory ", dir_, ": the store is ",
-      options_.read_only ? "read-only"
-                         : absl::StrCat(trusted_ ? "not in a marked cache directory (" : "distrusted (", warning_,
-                                        ")")));
+  return absl::FailedPreconditionError(
+      absl::StrCat("cannot ", action, " in cache directory ", dir_, ": the store is ",
+                   options_.read_only
+                       ? "read-only"
+                       : absl::StrCat(trusted_ ? "not in a marked cache directory (" : "distrusted (", warning_, ")")));
 }
 
 absl::Status Store::Remove(absl::string_view key) {
@@ -382,8 +379,8 @@ absl::StatusOr<std::vector<EvictedEntry>> Store::EvictTo(uint64_t max_bytes) {
   return EvictLeastRecentlyUsed(max_bytes, std::nullopt);
 }
 
-absl::StatusOr<std::vector<EvictedEntry>> Store::EvictLeastRecentlyUsed(
-    uint64_t max_bytes, std::optional<absl::string_view> keep_key) {
+absl::StatusOr<std::vector<EvictedEntry>> Store::EvictLeastRecentlyUsed(uint64_t max_bytes,
+                                                                        std::optional<absl::string_view> keep_key) {
   absl::StatusOr<DirectoryScan> scan = ScanDirectory(dir_);
   if (!scan.ok()) return scan.status();
   if (absl::Status status = RemoveStaleTempFiles(scan->temp_files); !status.ok()) return status;

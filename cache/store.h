@@ -198,11 +198,11 @@ class Store {
   // other than not_found), also removes it if it is still in place, and logs that as corrupt.
   void RecordMiss(absl::string_view key, const Miss& miss, int fd);
   // Put without the failure counting.
-  absl::StatusOr<PutOutcome> WriteEntry(absl::string_view key, absl::string_view payload,
-                                        double compile_ms, absl::string_view metadata);
+  absl::StatusOr<PutOutcome> WriteEntry(absl::string_view key, absl::string_view payload, double compile_ms,
+                                        absl::string_view metadata);
   // Evicts as EvictTo does, but never the entry of `keep_key`.
-  absl::StatusOr<std::vector<EvictedEntry>> EvictLeastRecentlyUsed(
-      uint64_t max_bytes, std::optional<absl::string_view> keep_key);
+  absl::StatusOr<std::vector<EvictedEntry>> EvictLeastRecentlyUsed(uint64_t max_bytes,
+                                                                   std::optional<absl::string_view> keep_key);
   // Removes the temporary files among `temp_files` older than any write in progress can be.
   absl::Status RemoveStaleTempFiles(const std::vector<TempFile>& temp_files) const;
   // Whether this store may change the directory: trusted, marked and not read-only.

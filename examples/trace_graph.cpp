@@ -1,6 +1,6 @@
 // Traces one layer of an MLP with a softmax on top and prints the graph, its Graphviz form (with
-// --dot) and its hash, all without running anything; then reads the result, which runs it. The hash is the same in every process that builds
-// this graph: that is what lets a compiled executable be found again.
+// --dot) and its hash, all without running anything; then reads the result, which runs it. The hash is the same in
+// every process that builds this graph: that is what lets a compiled executable be found again.
 #include <cstdio>
 #include <cstring>
 #include <vector>

@@ -64,9 +64,10 @@ Flags ParseFlags(int argc, char** argv) {
   for (int i = 1; i < argc; ++i) {
     const std::string flag = argv[i];
     if (flag == "--help" || flag == "-h") {
-      std::printf("train_mlp: trains a 784-256-128-10 MLP on Fashion-MNIST with AdamW, one sync per step\n%s"
-                  "The last line of stdout is one JSON object with the run's results and timings.\n",
-                  kUsage);
+      std::printf(
+          "train_mlp: trains a 784-256-128-10 MLP on Fashion-MNIST with AdamW, one sync per step\n%s"
+          "The last line of stdout is one JSON object with the run's results and timings.\n",
+          kUsage);
       std::exit(0);
     }
     if (i + 1 >= argc) Usage("missing value for " + flag);
@@ -113,7 +114,9 @@ Flags ParseFlags(int argc, char** argv) {
   return f;
 }
 
-lazyrt::Tensor Upload(const std::vector<float>& v, std::vector<int64_t> dims) { return lazyrt::Tensor::FromData(v, dims); }
+lazyrt::Tensor Upload(const std::vector<float>& v, std::vector<int64_t> dims) {
+  return lazyrt::Tensor::FromData(v, dims);
+}
 lazyrt::Tensor Upload(const std::vector<int64_t>& v, std::vector<int64_t> dims) {
   return lazyrt::Tensor::FromData(std::span<const int64_t>(v), dims);
 }
@@ -193,8 +196,8 @@ int main(int argc, char** argv) {
       return 2;
     }
     lazyrt::data::Batches& batches = *made;
-    const int64_t total_steps =
-        flags.steps > 0 ? std::min(flags.steps, flags.epochs * batches.per_epoch()) : flags.epochs * batches.per_epoch();
+    const int64_t total_steps = flags.steps > 0 ? std::min(flags.steps, flags.epochs * batches.per_epoch())
+                                                : flags.epochs * batches.per_epoch();
     const int64_t epochs = (total_steps + batches.per_epoch() - 1) / batches.per_epoch();
     const bool live = isatty(STDOUT_FILENO);
 

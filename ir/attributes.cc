@@ -31,8 +31,8 @@ Attributes::Attributes(std::initializer_list<Entry> entries) {
 }
 
 Attributes& Attributes::Set(AttrKey key, AttrValue value) {
-  auto it = std::lower_bound(entries_.begin(), entries_.end(), key,
-                             [](const Entry& e, AttrKey k) { return e.key < k; });
+  auto it =
+      std::lower_bound(entries_.begin(), entries_.end(), key, [](const Entry& e, AttrKey k) { return e.key < k; });
   if (it != entries_.end() && it->key == key) {
     it->value = std::move(value);
   } else {

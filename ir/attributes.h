@@ -4,9 +4,9 @@
 #include <cstdint>
 #include <initializer_list>
 #include <string>
-#include "absl/strings/string_view.h"
 #include <variant>
 #include <vector>
+#include "absl/strings/string_view.h"
 
 #include "ir/dtype.h"
 #include "ir/hash.h"
@@ -17,16 +17,16 @@ enum class AttrKey : uint8_t {
   kAxes,         // vector: the dims a reduction reduces (sorted)
   kPermutation,  // vector: Permute: result dim i is operand dim permutation[i]
   kSizes,        // vector: Reshape/Expand target sizes
-  kKeepDim,     // bool: reductions keep reduced dims as size 1
-  kDType,       // DType: Convert target
-  kAxis,        // int: concat, index_select, gather, softmax, argmax
-  kStart,       // vector: slice starts
-  kLimit,       // vector: slice limits (exclusive)
-  kStride,      // vector: slice strides
-  kNumClasses,  // int: one_hot
-  kValue,       // double: a Constant's value (static scalars only)
-  kStream,      // int: which random stream of the step an Rng op draws from
-  kApproximate, // bool: Gelu uses the tanh approximation instead of erf
+  kKeepDim,      // bool: reductions keep reduced dims as size 1
+  kDType,        // DType: Convert target
+  kAxis,         // int: concat, index_select, gather, softmax, argmax
+  kStart,        // vector: slice starts
+  kLimit,        // vector: slice limits (exclusive)
+  kStride,       // vector: slice strides
+  kNumClasses,   // int: one_hot
+  kValue,        // double: a Constant's value (static scalars only)
+  kStream,       // int: which random stream of the step an Rng op draws from
+  kApproximate,  // bool: Gelu uses the tanh approximation instead of erf
 };
 
 absl::string_view AttrKeyName(AttrKey key);

@@ -36,8 +36,7 @@ int64_t DTypeSize(DType dtype) {
 }
 
 bool IsFloating(DType dtype) {
-  return dtype == DType::kF32 || dtype == DType::kF64 || dtype == DType::kBF16 ||
-         dtype == DType::kF16;
+  return dtype == DType::kF32 || dtype == DType::kF64 || dtype == DType::kBF16 || dtype == DType::kF16;
 }
 
 bool IsIntegral(DType dtype) { return dtype == DType::kI32 || dtype == DType::kI64; }

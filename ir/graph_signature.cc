@@ -96,7 +96,8 @@ GraphComparison CompareGraphs(const GraphSignature& before, const GraphSignature
   const std::vector<uint32_t> rank_before = Ranks(before), rank_now = Ranks(now);
   absl::flat_hash_map<std::pair<PairKey, uint32_t>, uint32_t> index_before;
   index_before.reserve(before.size());
-  for (size_t i = 0; i < before.size(); ++i) index_before[{KeyOf(before[i]), rank_before[i]}] = static_cast<uint32_t>(i);
+  for (size_t i = 0; i < before.size(); ++i)
+    index_before[{KeyOf(before[i]), rank_before[i]}] = static_cast<uint32_t>(i);
   std::vector<uint32_t> match_now(now.size(), kUnmatched), match_before(before.size(), kUnmatched);
   for (size_t j = 0; j < now.size(); ++j) {
     auto it = index_before.find({KeyOf(now[j]), rank_now[j]});
@@ -212,8 +213,7 @@ GraphComparison CompareGraphs(const GraphSignature& before, const GraphSignature
     for (size_t q = 0; q < result.causes.size(); ++q) {
       GraphDifference& added = result.causes[q];
       if (added.kind != DifferenceKind::kPresence || added.now != "present" || added.repeated || gone.repeated ||
-          added.created_at != gone.created_at ||
-          added.context != gone.context) {
+          added.created_at != gone.created_at || added.context != gone.context) {
         continue;
       }
       added.kind = DifferenceKind::kStructure;

@@ -38,8 +38,8 @@ const char* DifferenceKindName(DifferenceKind kind);  // "constant value", "shap
 
 struct GraphDifference {
   DifferenceKind kind = DifferenceKind::kStructure;
-  size_t node = 0;         // index in the post-order of the graph that has it (the newer one unless absent there)
-  std::string before;      // for kPresence: "present" or "absent"
+  size_t node = 0;     // index in the post-order of the graph that has it (the newer one unless absent there)
+  std::string before;  // for kPresence: "present" or "absent"
   std::string now;
   std::string created_at;  // where the differing node was created
   uint16_t context = 0;    // and by which call stack

@@ -27,7 +27,9 @@ struct NodeAllocator {
   T* allocate(size_t n) { return static_cast<T*>(node_arena::Allocate(n * sizeof(T))); }
   void deallocate(T* p, size_t) { node_arena::Free(p); }
   template <typename U>
-  bool operator==(const NodeAllocator<U>&) const { return true; }
+  bool operator==(const NodeAllocator<U>&) const {
+    return true;
+  }
 };
 
 }  // namespace lazyrt::ir

@@ -5,8 +5,7 @@ namespace lazyrt::ir {
 absl::string_view OpKindName(OpKind op) {
   switch (op) {
 #define LAZYRT_IR_ROW(name, category) \
-  case OpKind::k##name:               \
-    return #name;
+  case OpKind::k##name: return #name;
     LAZYRT_IR_ALL_OPS(LAZYRT_IR_ROW)
 #undef LAZYRT_IR_ROW
   }
@@ -23,8 +22,7 @@ std::optional<OpKind> OpKindFromName(absl::string_view name) {
 OpCategory CategoryOf(OpKind op) {
   switch (op) {
 #define LAZYRT_IR_ROW(name, category) \
-  case OpKind::k##name:               \
-    return OpCategory::category;
+  case OpKind::k##name: return OpCategory::category;
     LAZYRT_IR_ALL_OPS(LAZYRT_IR_ROW)
 #undef LAZYRT_IR_ROW
   }

@@ -10,8 +10,8 @@ std::mutex& TraversalMutex() {
   return mu;
 }
 
-uint64_t g_epoch = 0;          // guarded by TraversalMutex
-size_t g_last_size = 0;        // size of the previous traversal: steps repeat, so it predicts the next
+uint64_t g_epoch = 0;    // guarded by TraversalMutex
+size_t g_last_size = 0;  // size of the previous traversal: steps repeat, so it predicts the next
 
 }  // namespace
 

@@ -13,8 +13,6 @@ int64_t Shape::numel() const {
 
 std::string Shape::ToString() const { return absl::StrCat(DTypeName(dtype_), DimsToString(dims_)); }
 
-std::string DimsToString(std::span<const int64_t> dims) {
-  return absl::StrCat("[", absl::StrJoin(dims, ","), "]");
-}
+std::string DimsToString(std::span<const int64_t> dims) { return absl::StrCat("[", absl::StrJoin(dims, ","), "]"); }
 
 }  // namespace lazyrt::ir

@@ -32,9 +32,7 @@ class Shape {
   // "f32[128,784]"; a scalar is "f32[]".
   std::string ToString() const;
 
-  friend bool operator==(const Shape& a, const Shape& b) {
-    return a.dtype_ == b.dtype_ && a.dims_ == b.dims_;
-  }
+  friend bool operator==(const Shape& a, const Shape& b) { return a.dtype_ == b.dtype_ && a.dims_ == b.dims_; }
 
  private:
   DType dtype_ = DType::kF32;

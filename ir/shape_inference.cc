@@ -9,9 +9,8 @@ namespace lazyrt::ir {
 
 absl::StatusOr<int64_t> NormalizeDim(int64_t dim, int64_t rank) {
   if (dim < -rank || dim >= rank) {
-    return absl::OutOfRangeError(
-        absl::StrCat("dimension ", dim, " is out of range for a tensor of rank ", rank,
-                     rank > 0 ? absl::StrCat(" (valid: ", -rank, " to ", rank - 1, ")") : ""));
+    return absl::OutOfRangeError(absl::StrCat("dimension ", dim, " is out of range for a tensor of rank ", rank,
+                                              rank > 0 ? absl::StrCat(" (valid: ", -rank, " to ", rank - 1, ")") : ""));
   }
   return dim < 0 ? dim + rank : dim;
 }
@@ -23,9 +22,9 @@ absl::StatusOr<Dims> BroadcastDims(std::span<const int64_t> a, std::span<const i
     const int64_t da = i < rank - a.size() ? 1 : a[i - (rank - a.size())];
     const int64_t db = i < rank - b.size() ? 1 : b[i - (rank - b.size())];
     if (da != db && da != 1 && db != 1) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("shapes ", DimsToString(a), " and ", DimsToString(b),
-                       " cannot be broadcast together (dimension ", i, ": ", da, " vs ", db, ")"));
+      return absl::InvalidArgumentError(absl::StrCat("shapes ", DimsToString(a), " and ", DimsToString(b),
+                                                     " cannot be broadcast together (dimension ", i, ": ", da, " vs ",
+                                                     db, ")"));
     }
     out[i] = da == 1 ? db : da;
   }
@@ -53,22 +52,20 @@ absl::StatusOr<Shape> InferElementwise(OpKind op, std::span<const Shape> operand
   const DType dtype = operands[first_value].dtype();
   for (size_t i = first_value + 1; i < operands.size(); ++i) {
     if (operands[i].dtype() != dtype) {
-      return absl::InvalidArgumentError(absl::StrCat("operand dtypes differ: ",
-                                                     operands[first_value].ToString(), " vs ",
-                                                     operands[i].ToString()));
+      return absl::InvalidArgumentError(
+          absl::StrCat("operand dtypes differ: ", operands[first_value].ToString(), " vs ", operands[i].ToString()));
     }
   }
   // Arithmetic on truth values has no single meaning (PyTorch: + is or, - an error): refused.
   const bool arithmetic = op == OpKind::kAdd || op == OpKind::kSub || op == OpKind::kMul || op == OpKind::kDiv ||
                           op == OpKind::kPow || op == OpKind::kNeg;
   if (arithmetic && dtype == DType::kBool) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "arithmetic on bool values (", operands[first_value].ToString(),
-        "); cast to an integer or floating dtype first, or use logical_and/logical_or/logical_not"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("arithmetic on bool values (", operands[first_value].ToString(),
+                     "); cast to an integer or floating dtype first, or use logical_and/logical_or/logical_not"));
   }
   if (op == OpKind::kSelect && operands[0].dtype() != DType::kBool) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("the condition must be bool, got ", operands[0].ToString()));
+    return absl::InvalidArgumentError(absl::StrCat("the condition must be bool, got ", operands[0].ToString()));
   }
   Dims dims = operands[0].dims();
   for (size_t i = 1; i < operands.size(); ++i) {
@@ -87,8 +84,8 @@ absl::StatusOr<Shape> InferElementwise(OpKind op, std::span<const Shape> operand
 
 absl::StatusOr<Shape> InferMatMul(const Shape& a, const Shape& b, bool transpose_a, bool transpose_b) {
   if (a.rank() < 2 || b.rank() < 2) {
-    return absl::InvalidArgumentError(absl::StrCat("matmul needs operands of rank >= 2, got ",
-                                                   a.ToString(), " and ", b.ToString()));
+    return absl::InvalidArgumentError(
+        absl::StrCat("matmul needs operands of rank >= 2, got ", a.ToString(), " and ", b.ToString()));
   }
   if (a.dtype() != b.dtype()) {
     return absl::InvalidArgumentError(
@@ -99,15 +96,14 @@ absl::StatusOr<Shape> InferMatMul(const Shape& a, const Shape& b, bool transpose
   const int64_t kb = b.dim(b.rank() - (transpose_b ? 1 : 2));
   const int64_t n = b.dim(b.rank() - (transpose_b ? 2 : 1));
   if (ka != kb) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("matmul contraction sizes differ: ", a.ToString(), " x ", b.ToString(), " (", ka,
-                     " vs ", kb, ")"));
+    return absl::InvalidArgumentError(absl::StrCat("matmul contraction sizes differ: ", a.ToString(), " x ",
+                                                   b.ToString(), " (", ka, " vs ", kb, ")"));
   }
   absl::StatusOr<Dims> batch =
       BroadcastDims(std::span(a.dims()).first(a.rank() - 2), std::span(b.dims()).first(b.rank() - 2));
   if (!batch.ok()) {
-    return absl::InvalidArgumentError(absl::StrCat("matmul batch dimensions of ", a.ToString(), " and ",
-                                                   b.ToString(), " cannot be broadcast together"));
+    return absl::InvalidArgumentError(absl::StrCat("matmul batch dimensions of ", a.ToString(), " and ", b.ToString(),
+                                                   " cannot be broadcast together"));
   }
   Dims out = *std::move(batch);
   out.push_back(m);
@@ -140,32 +136,30 @@ absl::StatusOr<Shape> InferReshape(const Shape& in, std::span<const int64_t> siz
       }
       infer_at = static_cast<int>(i);
     } else if (out[i] < 0) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("reshape to ", DimsToString(sizes), ": negative size ", out[i]));
+      return absl::InvalidArgumentError(absl::StrCat("reshape to ", DimsToString(sizes), ": negative size ", out[i]));
     } else {
       known *= out[i];
     }
   }
   if (infer_at >= 0) {
     if (known == 0 || in.numel() % known != 0) {
-      return absl::InvalidArgumentError(absl::StrCat("cannot reshape ", in.ToString(), " (", in.numel(),
-                                                     " elements) to ", DimsToString(sizes)));
+      return absl::InvalidArgumentError(
+          absl::StrCat("cannot reshape ", in.ToString(), " (", in.numel(), " elements) to ", DimsToString(sizes)));
     }
     out[static_cast<size_t>(infer_at)] = in.numel() / known;
     known = in.numel();
   }
   if (known != in.numel()) {
-    return absl::InvalidArgumentError(absl::StrCat("cannot reshape ", in.ToString(), " (", in.numel(),
-                                                   " elements) to ", DimsToString(sizes), " (", known,
-                                                   " elements)"));
+    return absl::InvalidArgumentError(absl::StrCat("cannot reshape ", in.ToString(), " (", in.numel(), " elements) to ",
+                                                   DimsToString(sizes), " (", known, " elements)"));
   }
   return Shape(in.dtype(), std::move(out));
 }
 
 absl::StatusOr<Shape> InferPermute(const Shape& in, std::span<const int64_t> perm) {
   if (static_cast<int64_t>(perm.size()) != in.rank()) {
-    return absl::InvalidArgumentError(absl::StrCat("permutation ", DimsToString(perm), " has ",
-                                                   perm.size(), " entries for ", in.ToString()));
+    return absl::InvalidArgumentError(
+        absl::StrCat("permutation ", DimsToString(perm), " has ", perm.size(), " entries for ", in.ToString()));
   }
   // A plain vector: moving an InlinedVector here trips a false -Wmaybe-uninitialized in GCC 12.
   std::vector<int64_t> out;
@@ -193,31 +187,28 @@ absl::StatusOr<Shape> InferExpand(const Shape& in, std::span<const int64_t> size
     if (sizes[i] == -1 && i >= lead) {
       out[i] = have;
     } else if (have != 1 && have != sizes[i]) {
-      return absl::InvalidArgumentError(absl::StrCat("cannot expand ", in.ToString(), " to ",
-                                                     DimsToString(sizes), " (dimension ", i, ": ", have,
-                                                     " vs ", sizes[i], ")"));
+      return absl::InvalidArgumentError(absl::StrCat("cannot expand ", in.ToString(), " to ", DimsToString(sizes),
+                                                     " (dimension ", i, ": ", have, " vs ", sizes[i], ")"));
     } else if (sizes[i] < 0) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("cannot expand ", in.ToString(), " to ", DimsToString(sizes)));
+      return absl::InvalidArgumentError(absl::StrCat("cannot expand ", in.ToString(), " to ", DimsToString(sizes)));
     }
   }
   return Shape(in.dtype(), std::move(out));
 }
 
-absl::StatusOr<Shape> InferSlice(const Shape& in, std::span<const int64_t> start,
-                                 std::span<const int64_t> limit, std::span<const int64_t> stride) {
+absl::StatusOr<Shape> InferSlice(const Shape& in, std::span<const int64_t> start, std::span<const int64_t> limit,
+                                 std::span<const int64_t> stride) {
   const size_t rank = static_cast<size_t>(in.rank());
   if (start.size() != rank || limit.size() != rank || stride.size() != rank) {
-    return absl::InvalidArgumentError(absl::StrCat("slice of ", in.ToString(), " needs ", rank,
-                                                   " starts, limits and strides"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("slice of ", in.ToString(), " needs ", rank, " starts, limits and strides"));
   }
   Dims out(rank);
   for (size_t i = 0; i < rank; ++i) {
     const int64_t size = in.dims()[i];
     if (stride[i] <= 0 || start[i] < 0 || limit[i] < start[i] || limit[i] > size) {
-      return absl::OutOfRangeError(absl::StrCat("slice [", start[i], ":", limit[i], ":", stride[i],
-                                                "] of dimension ", i, " of ", in.ToString(),
-                                                " is out of range"));
+      return absl::OutOfRangeError(absl::StrCat("slice [", start[i], ":", limit[i], ":", stride[i], "] of dimension ",
+                                                i, " of ", in.ToString(), " is out of range"));
     }
     out[i] = (limit[i] - start[i] + stride[i] - 1) / stride[i];
   }
@@ -233,8 +224,8 @@ absl::StatusOr<Shape> InferConcat(std::span<const Shape> inputs, int64_t axis) {
     bool fits = s.rank() == first.rank() && s.dtype() == first.dtype();
     for (int64_t i = 0; fits && i < s.rank(); ++i) fits = i == axis || s.dim(i) == first.dim(i);
     if (!fits) {
-      return absl::InvalidArgumentError(absl::StrCat("cannot concatenate ", first.ToString(), " and ",
-                                                     s.ToString(), " along dimension ", axis));
+      return absl::InvalidArgumentError(
+          absl::StrCat("cannot concatenate ", first.ToString(), " and ", s.ToString(), " along dimension ", axis));
     }
     out[static_cast<size_t>(axis)] += s.dim(axis);
   }
@@ -243,8 +234,7 @@ absl::StatusOr<Shape> InferConcat(std::span<const Shape> inputs, int64_t axis) {
 
 absl::StatusOr<Shape> InferIndexSelect(const Shape& in, int64_t axis, const Shape& index) {
   if (!IsIntegral(index.dtype()) || index.rank() != 1) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("index_select needs a 1-D integer index, got ", index.ToString()));
+    return absl::InvalidArgumentError(absl::StrCat("index_select needs a 1-D integer index, got ", index.ToString()));
   }
   Dims out = in.dims();
   out[static_cast<size_t>(axis)] = index.dim(0);
@@ -265,8 +255,7 @@ absl::StatusOr<Shape> InferGather(const Shape& in, int64_t axis, const Shape& in
 
 absl::StatusOr<Shape> InferOneHot(const Shape& index, int64_t num_classes, DType dtype) {
   if (!IsIntegral(index.dtype())) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("one_hot needs an integer index, got ", index.ToString()));
+    return absl::InvalidArgumentError(absl::StrCat("one_hot needs an integer index, got ", index.ToString()));
   }
   if (num_classes <= 0) {
     return absl::InvalidArgumentError(absl::StrCat("one_hot needs num_classes > 0, got ", num_classes));

@@ -27,15 +27,14 @@ DType ResultType(const Shape& a, const Shape& b);
 absl::StatusOr<Shape> InferElementwise(OpKind op, std::span<const Shape> operands);
 // [..., m, k] x [..., k, n] -> [..., m, n], batch dims broadcast; 1-D operands as in numpy.matmul
 // are the caller's business (it reshapes them).
-absl::StatusOr<Shape> InferMatMul(const Shape& a, const Shape& b, bool transpose_a = false,
-                                  bool transpose_b = false);
+absl::StatusOr<Shape> InferMatMul(const Shape& a, const Shape& b, bool transpose_a = false, bool transpose_b = false);
 // `dims` must be normalized, unique and sorted.
 Shape InferReduce(const Shape& in, std::span<const int64_t> dims, bool keepdim, DType out_dtype);
 absl::StatusOr<Shape> InferReshape(const Shape& in, std::span<const int64_t> sizes);
 absl::StatusOr<Shape> InferPermute(const Shape& in, std::span<const int64_t> perm);
 absl::StatusOr<Shape> InferExpand(const Shape& in, std::span<const int64_t> sizes);
-absl::StatusOr<Shape> InferSlice(const Shape& in, std::span<const int64_t> start,
-                                 std::span<const int64_t> limit, std::span<const int64_t> stride);
+absl::StatusOr<Shape> InferSlice(const Shape& in, std::span<const int64_t> start, std::span<const int64_t> limit,
+                                 std::span<const int64_t> stride);
 absl::StatusOr<Shape> InferConcat(std::span<const Shape> inputs, int64_t axis);
 absl::StatusOr<Shape> InferIndexSelect(const Shape& in, int64_t axis, const Shape& index);
 absl::StatusOr<Shape> InferGather(const Shape& in, int64_t axis, const Shape& index);

@@ -102,8 +102,8 @@ void Tensor::backward(SourceLocation loc) const {
   }
 
   absl::flat_hash_map<detail::TensorImpl*, Tensor> grads;
-  grads[impl_.get()] = ones(std::vector<int64_t>(root.shape.dims().begin(), root.shape.dims().end()), root.shape.dtype(),
-                            Device{root.device}, loc);
+  grads[impl_.get()] = ones(std::vector<int64_t>(root.shape.dims().begin(), root.shape.dims().end()),
+                            root.shape.dtype(), Device{root.device}, loc);
   for (auto it = order.rbegin(); it != order.rend(); ++it) {
     detail::TensorImpl* impl = it->get();
     auto g = grads.find(impl);

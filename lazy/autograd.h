@@ -39,7 +39,8 @@ template <typename Backward>
 Tensor Record(Tensor output, const char* name, std::initializer_list<Tensor> inputs, Backward&& backward,
               const SourceLocation& loc) {
   if (!NeedsGrad(std::span<const Tensor>(inputs.begin(), inputs.size()))) return output;
-  return Record(std::move(output), name, std::vector<Tensor>(inputs), BackwardFn(std::forward<Backward>(backward)), loc);
+  return Record(std::move(output), name, std::vector<Tensor>(inputs), BackwardFn(std::forward<Backward>(backward)),
+                loc);
 }
 
 // Sums `grad` down to `shape`, undoing NumPy broadcasting (leading dims and size-1 dims).

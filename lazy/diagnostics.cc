@@ -234,8 +234,14 @@ void RecordNewGraph(State& s, Site& site, const SyncEvent& e, const ir::PostOrde
       auto [it, inserted] = program.factors.try_emplace(d.id);
       Factor& f = it->second;
       if (inserted) {
-        f = Factor{.kind = d.kind, .created_at = d.created_at, .context = d.context, .leaf = d.leaf,
-                   .repeated = d.repeated, .order = s.factor_order++, .base = d.before, .value = {}};
+        f = Factor{.kind = d.kind,
+                   .created_at = d.created_at,
+                   .context = d.context,
+                   .leaf = d.leaf,
+                   .repeated = d.repeated,
+                   .order = s.factor_order++,
+                   .base = d.before,
+                   .value = {}};
       }
       f.value[index] = d.now;
     }
@@ -243,8 +249,9 @@ void RecordNewGraph(State& s, Site& site, const SyncEvent& e, const ir::PostOrde
     if (Opts().debug >= 1 && e.step > kWarmupSteps && s.late_warnings < kMaxLateWarnings) {
       ++s.late_warnings;
       // With two graphs alone, a constant that changed with a shape most likely follows from it.
-      const bool shapes = std::any_of(best.causes.begin(), best.causes.end(),
-                                      [](const ir::GraphDifference& d) { return d.kind == ir::DifferenceKind::kShape; });
+      const bool shapes = std::any_of(best.causes.begin(), best.causes.end(), [](const ir::GraphDifference& d) {
+        return d.kind == ir::DifferenceKind::kShape;
+      });
       std::vector<std::string> causes;
       for (const ir::GraphDifference& d : best.causes) {
         if (!shapes || d.kind != ir::DifferenceKind::kConstantValue) causes.push_back(DifferenceText(d));
@@ -333,9 +340,10 @@ void RecordSync(SyncEvent e, const ir::PostOrder* order) {
   }
 
   if (Opts().debug >= 2) {
-    DebugLine(absl::StrFormat("sync #%d step %d.%d %s at %s: %d nodes, %d in, %d out, %s, key %.3f ms, compile %.2f ms, load %.2f ms",
-                              e.index, e.step, e.position, SyncCauseName(e.cause), e.location, e.nodes, e.inputs,
-                              e.outputs, SyncOutcomeName(e.outcome), e.key_ms, e.compile_ms, e.load_ms));
+    DebugLine(absl::StrFormat(
+        "sync #%d step %d.%d %s at %s: %d nodes, %d in, %d out, %s, key %.3f ms, compile %.2f ms, load %.2f ms",
+        e.index, e.step, e.position, SyncCauseName(e.cause), e.location, e.nodes, e.inputs, e.outputs,
+        SyncOutcomeName(e.outcome), e.key_ms, e.compile_ms, e.load_ms));
   }
   if (e.cause == SyncCause::kMarkStep) {
     EndStepLocked(s);
@@ -379,13 +387,11 @@ std::string ExtraSyncAdvice(SyncCause cause) {
              "logged, read it after mark_step().";
     case SyncCause::kToHost:
       return "Read values for logging after mark_step(), and every N steps rather than every step.";
-    case SyncCause::kBarrier:
-      return "Intended when a whole step is too big to compile at once; otherwise remove it.";
+    case SyncCause::kBarrier: return "Intended when a whole step is too big to compile at once; otherwise remove it.";
     case SyncCause::kGraphLimit:
       return "Raise LAZYRT_GRAPH_LIMIT, or end steps with mark_step() before the graph grows this large.";
     case SyncCause::kMarkStep:
-    case SyncCause::kExit:
-      return "";
+    case SyncCause::kExit: return "";
   }
   return "";
 }
@@ -457,7 +463,8 @@ const std::string& ValueIn(const Factor& f, size_t v) {
 std::vector<int> Partition(const Factor& f, size_t variants) {
   std::map<std::string, int> classes;
   std::vector<int> p(variants);
-  for (size_t v = 0; v < variants; ++v) p[v] = classes.try_emplace(ValueIn(f, v), static_cast<int>(classes.size())).first->second;
+  for (size_t v = 0; v < variants; ++v)
+    p[v] = classes.try_emplace(ValueIn(f, v), static_cast<int>(classes.size())).first->second;
   return p;
 }
 
@@ -537,7 +544,8 @@ void AddRecompileFindings(const State& s, std::vector<Finding>& out) {
       if (n < 2) continue;
       std::vector<std::pair<const std::string*, const Factor*>> by_order;
       for (const auto& [id, f] : program.factors) by_order.emplace_back(&id, &f);
-      std::sort(by_order.begin(), by_order.end(), [](const auto& a, const auto& b) { return a.second->order < b.second->order; });
+      std::sort(by_order.begin(), by_order.end(),
+                [](const auto& a, const auto& b) { return a.second->order < b.second->order; });
       std::vector<const Factor*> factors;
       std::vector<std::string> ids;
       for (const auto& [id, f] : by_order) {
@@ -578,8 +586,8 @@ void AddRecompileFindings(const State& s, std::vector<Finding>& out) {
           const bool user = !InLazyrt(f.created_at);
           return std::tuple{f.repeated, f.kind == ir::DifferenceKind::kPresence && !f.leaf, !user, f.order};
         };
-        const size_t primary = *std::min_element(members.begin(), members.end(),
-                                                  [&](size_t a, size_t b) { return rank(a) < rank(b); });
+        const size_t primary =
+            *std::min_element(members.begin(), members.end(), [&](size_t a, size_t b) { return rank(a) < rank(b); });
         const Factor& f = *factors[primary];
         // New graphs this cause set apart from their closest variant.
         std::set<std::string> member_ids;
@@ -613,11 +621,10 @@ void AddRecompileFindings(const State& s, std::vector<Finding>& out) {
         out_f.site_syncs = program.syncs;
         out_f.message = absl::StrCat("the sync at ", site_text, " ran ", n, " distinct graphs over ", program.syncs,
                                      " syncs; ", out_f.count, out_f.count == 1 ? " of them differs" : " of them differ",
-                                     " from the closest earlier one in ",
-                                     CauseText(f, place, n));
+                                     " from the closest earlier one in ", CauseText(f, place, n));
         if (!out_f.also_at.empty()) {
-          absl::StrAppend(&out_f.message, " Varies together with what was created at ", absl::StrJoin(out_f.also_at, ", "),
-                          ".");
+          absl::StrAppend(&out_f.message, " Varies together with what was created at ",
+                          absl::StrJoin(out_f.also_at, ", "), ".");
         }
         out.push_back(std::move(out_f));
       }
@@ -677,8 +684,11 @@ std::vector<SyncSiteSummary> sync_sites() {
   std::lock_guard<std::mutex> lock(s.mu);
   std::vector<std::pair<int64_t, SyncSiteSummary>> sites;
   for (const auto& [key, site] : s.sites) {
-    SyncSiteSummary summary{.location = site.location, .stack = detail::UserFrames(site.stack), .syncs = site.syncs,
-                            .programs = static_cast<int64_t>(site.programs.size()), .graphs = 0};
+    SyncSiteSummary summary{.location = site.location,
+                            .stack = detail::UserFrames(site.stack),
+                            .syncs = site.syncs,
+                            .programs = static_cast<int64_t>(site.programs.size()),
+                            .graphs = 0};
     for (const detail::Program& p : site.programs) summary.graphs += static_cast<int64_t>(p.variants.size());
     sites.emplace_back(site.order, std::move(summary));
   }
@@ -699,9 +709,11 @@ std::string diagnostics_summary() {
     graphs = s.graphs;
     max_graphs = s.max_graphs_per_step;
   }
-  const auto warnings = std::count_if(found.begin(), found.end(), [](const Finding& f) { return f.severity == Severity::kWarning; });
-  std::string out = absl::StrFormat("%d graph(s) run over %d step(s); at most %d in one step; %d finding(s), %d warning(s)\n",
-                                    graphs, steps, max_graphs, found.size(), warnings);
+  const auto warnings =
+      std::count_if(found.begin(), found.end(), [](const Finding& f) { return f.severity == Severity::kWarning; });
+  std::string out =
+      absl::StrFormat("%d graph(s) run over %d step(s); at most %d in one step; %d finding(s), %d warning(s)\n", graphs,
+                      steps, max_graphs, found.size(), warnings);
   for (const SyncSiteSummary& site : sites) {
     if (site.graphs < 2) continue;
     absl::StrAppend(&out, "  sync at ", detail::SiteText(site.location, site.stack), ": ", site.graphs,

@@ -24,12 +24,12 @@ struct SyncEvent {
   uint64_t graph_key = 0;
   int64_t nodes = 0, inputs = 0, outputs = 0;
   SyncOutcome outcome = SyncOutcome::kMemoryHit;
-  double start_ms = 0;    // since the runtime started
-  double trace_ms = 0;    // tracing since the previous sync ended
-  double key_ms = 0;      // collecting live tensors, post-order, graph key, arguments
+  double start_ms = 0;  // since the runtime started
+  double trace_ms = 0;  // tracing since the previous sync ended
+  double key_ms = 0;    // collecting live tensors, post-order, graph key, arguments
   double lower_ms = 0, compile_ms = 0, load_ms = 0;
-  double launch_ms = 0;   // enqueueing the execution
-  double execute_ms = -1; // on the device stream; -1 unless timing is on (LAZYRT_DEBUG, _REPORT, _TRACE)
+  double launch_ms = 0;    // enqueueing the execution
+  double execute_ms = -1;  // on the device stream; -1 unless timing is on (LAZYRT_DEBUG, _REPORT, _TRACE)
   double execute_start_ms = 0;
 };
 

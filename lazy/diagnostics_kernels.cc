@@ -42,11 +42,12 @@ std::string KernelProfileText() {
                                         "ITERATION", "RUNS", "TOTAL ms", "MEAN us", "SHARE", "LABEL"));
   for (size_t i = 0; i < rows.size() && i < kShown; ++i) {
     const Row& r = rows[i];
-    absl::StrAppend(&out, absl::StrFormat("  %-16s %4d  %-6s  %-24s %7d %10.2f %9.1f %5.1f%%  %s\n", r.graph,
-                                          r.kernel, r.kind, r.iteration, r.time.runs, r.time.total_ns / 1e6,
-                                          r.time.total_ns / 1e3 / static_cast<double>(r.time.runs),
-                                          100.0 * static_cast<double>(r.time.total_ns) / static_cast<double>(std::max<int64_t>(1, total_ns)),
-                                          r.label));
+    absl::StrAppend(
+        &out, absl::StrFormat(
+                  "  %-16s %4d  %-6s  %-24s %7d %10.2f %9.1f %5.1f%%  %s\n", r.graph, r.kernel, r.kind, r.iteration,
+                  r.time.runs, r.time.total_ns / 1e6, r.time.total_ns / 1e3 / static_cast<double>(r.time.runs),
+                  100.0 * static_cast<double>(r.time.total_ns) / static_cast<double>(std::max<int64_t>(1, total_ns)),
+                  r.label));
   }
   return out;
 }

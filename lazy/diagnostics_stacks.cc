@@ -29,7 +29,9 @@ constexpr size_t kMaxStacks = 65535;
 struct Frames {
   std::array<void*, kCapturedFrames> pc{};
   int size = 0;
-  bool operator==(const Frames& o) const { return size == o.size && std::equal(pc.begin(), pc.begin() + size, o.pc.begin()); }
+  bool operator==(const Frames& o) const {
+    return size == o.size && std::equal(pc.begin(), pc.begin() + size, o.pc.begin());
+  }
   template <typename H>
   friend H AbslHashValue(H h, const Frames& f) {
     return H::combine_contiguous(std::move(h), f.pc.data(), static_cast<size_t>(f.size));
@@ -39,8 +41,8 @@ struct Frames {
 struct Table {
   std::mutex mu;
   absl::flat_hash_map<Frames, uint16_t> ids;
-  std::vector<Frames> stacks{Frames{}};  // id 0: none
-  Dwfl* dwfl = nullptr;                  // opened at the first symbolization
+  std::vector<Frames> stacks{Frames{}};                        // id 0: none
+  Dwfl* dwfl = nullptr;                                        // opened at the first symbolization
   absl::flat_hash_map<void*, std::vector<std::string>> lines;  // pc -> its places (see Symbolize)
 };
 
@@ -86,8 +88,8 @@ const std::vector<std::string>& Symbolize(Table& t, void* pc) {
                                              .section_address = nullptr,
                                              .debuginfo_path = nullptr};
     t.dwfl = dwfl_begin(&callbacks);
-    if (t.dwfl != nullptr && (dwfl_linux_proc_report(t.dwfl, getpid()) != 0 ||
-                              dwfl_report_end(t.dwfl, nullptr, nullptr) != 0)) {
+    if (t.dwfl != nullptr &&
+        (dwfl_linux_proc_report(t.dwfl, getpid()) != 0 || dwfl_report_end(t.dwfl, nullptr, nullptr) != 0)) {
       dwfl_end(t.dwfl);
       t.dwfl = nullptr;
     }

@@ -64,9 +64,9 @@ ExecutableCache::ExecutableCache() {
                   .device_count = options.devices,
                   .compile_options = compile_options_.Fingerprint()};
   const cache::KeyIngredients& k = ingredients_;
-  const std::string context = absl::StrCat("lazyrt ", k.lazyrt_version, "|", k.lowering_version, "|", k.device_kind,
-                                           "|", k.compiler_version, "|", k.compile_options,
-                                           "|devices=", k.device_count);
+  const std::string context =
+      absl::StrCat("lazyrt ", k.lazyrt_version, "|", k.lowering_version, "|", k.device_kind, "|", k.compiler_version,
+                   "|", k.compile_options, "|devices=", k.device_count);
   context_hash_ = ir::HashBytes(context.data(), context.size());
   if (!options.persistent_cache) return;
   absl::StatusOr<std::unique_ptr<cache::Store>> store =
@@ -88,9 +88,8 @@ ir::HashValue ExecutableCache::GraphKey(const ir::PostOrder& order) const {
 }
 
 FoundExecutable ExecutableCache::FindOrCompile(ir::HashValue key, const ir::PostOrder& order,
-                                               std::span<const ir::Value> roots,
-                                               pjrt::Client& client, pjrt::Device* device,
-                                               const SourceLocation& loc) {
+                                               std::span<const ir::Value> roots, pjrt::Client& client,
+                                               pjrt::Device* device, const SourceLocation& loc) {
   FoundExecutable found;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -116,9 +115,9 @@ FoundExecutable ExecutableCache::FindOrCompile(ir::HashValue key, const ir::Post
     RecordTime("lower", found.lower_ms);
     const Clock::time_point compile_start = Clock::now();
     absl::StatusOr<std::shared_ptr<pjrt::Executable>> compiled = client.Compile(*module, compile_options_, device);
-    ThrowIfError(compiled.status(),
-                 absl::StrCat("sync: compiling the pending graph (", order.size(), " nodes, ", roots.size(), " outputs)"),
-                 loc);
+    ThrowIfError(
+        compiled.status(),
+        absl::StrCat("sync: compiling the pending graph (", order.size(), " nodes, ", roots.size(), " outputs)"), loc);
     found.compile_ms = MsSince(compile_start);
     RecordTime("compile", found.compile_ms);
     found.executable = *std::move(compiled);
@@ -131,7 +130,7 @@ FoundExecutable ExecutableCache::FindOrCompile(ir::HashValue key, const ir::Post
 }
 
 cache::EntryMetadata ExecutableCache::GraphMetadata(const std::string& disk_key, const ir::PostOrder& order,
-                                                   std::span<const ir::Value> roots) const {
+                                                    std::span<const ir::Value> roots) const {
   cache::EntryMetadata m;
   m.key = disk_key;
   m.graph_hash = ir::HashToHex(order.dag_hash());

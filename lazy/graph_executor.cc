@@ -38,12 +38,30 @@ std::mutex& ExecutorMutex() {
 
 std::atomic<int64_t>& SyncCounter(SyncCause cause) {
   switch (cause) {
-    case SyncCause::kMarkStep: { static std::atomic<int64_t>& c = Counter(counters::kSyncMarkStep); return c; }
-    case SyncCause::kItem: { static std::atomic<int64_t>& c = Counter(counters::kSyncItem); return c; }
-    case SyncCause::kToHost: { static std::atomic<int64_t>& c = Counter(counters::kSyncToHost); return c; }
-    case SyncCause::kBarrier: { static std::atomic<int64_t>& c = Counter(counters::kSyncBarrier); return c; }
-    case SyncCause::kGraphLimit: { static std::atomic<int64_t>& c = Counter(counters::kSyncGraphLimit); return c; }
-    case SyncCause::kExit: { static std::atomic<int64_t>& c = Counter(counters::kSyncExit); return c; }
+    case SyncCause::kMarkStep: {
+      static std::atomic<int64_t>& c = Counter(counters::kSyncMarkStep);
+      return c;
+    }
+    case SyncCause::kItem: {
+      static std::atomic<int64_t>& c = Counter(counters::kSyncItem);
+      return c;
+    }
+    case SyncCause::kToHost: {
+      static std::atomic<int64_t>& c = Counter(counters::kSyncToHost);
+      return c;
+    }
+    case SyncCause::kBarrier: {
+      static std::atomic<int64_t>& c = Counter(counters::kSyncBarrier);
+      return c;
+    }
+    case SyncCause::kGraphLimit: {
+      static std::atomic<int64_t>& c = Counter(counters::kSyncGraphLimit);
+      return c;
+    }
+    case SyncCause::kExit: {
+      static std::atomic<int64_t>& c = Counter(counters::kSyncExit);
+      return c;
+    }
   }
   std::abort();  // unreachable: the switch covers every cause
 }
@@ -64,8 +82,8 @@ PendingGraph CollectPending(DeviceState& state) {
 }
 
 // A host scalar leaf as a device buffer of the leaf's dtype.
-std::shared_ptr<pjrt::Buffer> UploadScalar(double value, const Shape& shape, pjrt::Client& client,
-                                           pjrt::Device* device, const SourceLocation& loc) {
+std::shared_ptr<pjrt::Buffer> UploadScalar(double value, const Shape& shape, pjrt::Client& client, pjrt::Device* device,
+                                           const SourceLocation& loc) {
   alignas(8) unsigned char bytes[8] = {};
   const pjrt::PrimitiveType type = lowering::DeviceType(shape.dtype());
   pjrt::StoreElement(value, type, bytes);
@@ -75,8 +93,8 @@ std::shared_ptr<pjrt::Buffer> UploadScalar(double value, const Shape& shape, pjr
 }
 
 // Step 2: the graph's parameters in post-order: the leaves' buffers, host scalars uploaded.
-std::vector<std::shared_ptr<pjrt::Buffer>> BuildArguments(const ir::PostOrder& order, Runtime& rt,
-                                                          DeviceState& state, const SourceLocation& loc) {
+std::vector<std::shared_ptr<pjrt::Buffer>> BuildArguments(const ir::PostOrder& order, Runtime& rt, DeviceState& state,
+                                                          const SourceLocation& loc) {
   static std::atomic<int64_t>& transfers = Counter(counters::kTransfersToDevice);  // looked up once
   std::vector<std::shared_ptr<pjrt::Buffer>> args;
   args.reserve(order.parameter_positions().size());
@@ -198,8 +216,7 @@ void Sync(Device device, SyncCause cause, const SourceLocation& loc) {
   event.key_ms = MsSince(start);
   RecordTime("trace_to_key", event.key_ms);
 
-  const FoundExecutable found =
-      executables.FindOrCompile(key, order, pending.roots, rt.client(), state.device, loc);
+  const FoundExecutable found = executables.FindOrCompile(key, order, pending.roots, rt.client(), state.device, loc);
   event.outcome = OutcomeOf(found.source);
   event.load_ms = found.load_ms;
   event.lower_ms = found.lower_ms;

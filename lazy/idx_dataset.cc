@@ -119,9 +119,10 @@ absl::StatusOr<Dataset> LoadFashionMnist(const std::string& dir, const std::stri
   for (const std::string& f : {images, labels}) {
     std::error_code error;
     if (!std::filesystem::exists(f, error)) {
-      return absl::NotFoundError(absl::StrCat(
-          f, " does not exist. Fashion-MNIST is Debian's package dataset-fashion-mnist "
-             "(apt-get install dataset-fashion-mnist, or run tools/setup.sh), or pass --data DIR."));
+      return absl::NotFoundError(
+          absl::StrCat(f,
+                       " does not exist. Fashion-MNIST is Debian's package dataset-fashion-mnist "
+                       "(apt-get install dataset-fashion-mnist, or run tools/setup.sh), or pass --data DIR."));
     }
   }
   return LoadIdx(images, labels, kFashionMnistClasses);

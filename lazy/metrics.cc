@@ -52,8 +52,7 @@ class Timer {
   static size_t BucketOf(double ms) {
     if (!(ms > kSmallestMs)) return 0;
     // Clamped as a double: an infinite or huge duration must not overflow the conversion.
-    return static_cast<size_t>(
-        std::min(static_cast<double>(kBuckets - 1), std::log2(ms / kSmallestMs) * kPerDoubling));
+    return static_cast<size_t>(std::min(static_cast<double>(kBuckets - 1), std::log2(ms / kSmallestMs) * kPerDoubling));
   }
 
   // The sample of rank p*count, as the middle of its bucket (clamped to what was seen).
@@ -114,9 +113,9 @@ int64_t CounterValue(absl::string_view name, std::source_location loc) {
     return names;
   }();
   if (std::find(known->begin(), known->end(), name) == known->end()) {
-    throw Error(absl::StrCat("CounterValue: no counter is named '", name, "'; the counters are ",
-                             absl::StrJoin(*known, ", ")),
-                loc);
+    throw Error(
+        absl::StrCat("CounterValue: no counter is named '", name, "'; the counters are ", absl::StrJoin(*known, ", ")),
+        loc);
   }
   Registry& r = Get();
   std::lock_guard<std::mutex> lock(r.mu);

@@ -14,20 +14,20 @@ namespace lazyrt {
 
 // The runtime's counters: X(constant in lazyrt::counters, name). Besides these, one per persistent-cache
 // miss reason: PersistentCacheMissCounter(reason).
-#define LAZYRT_COUNTERS(X) \
-  X(kGraphsCompiled, "graphs_compiled")     \
-  X(kExecutableCacheHit, "executable_cache_hit") \
-  X(kPersistentCacheHit, "persistent_cache_hit") \
-  X(kPersistentCacheMiss, "persistent_cache_miss") \
-  X(kPersistentCacheWrite, "persistent_cache_write") \
+#define LAZYRT_COUNTERS(X)                                          \
+  X(kGraphsCompiled, "graphs_compiled")                             \
+  X(kExecutableCacheHit, "executable_cache_hit")                    \
+  X(kPersistentCacheHit, "persistent_cache_hit")                    \
+  X(kPersistentCacheMiss, "persistent_cache_miss")                  \
+  X(kPersistentCacheWrite, "persistent_cache_write")                \
   X(kPersistentCacheWriteFailure, "persistent_cache_write_failure") \
-  X(kTransfersToDevice, "transfers_to_device") \
-  X(kTransfersToHost, "transfers_to_host")  \
-  X(kSyncMarkStep, "sync_mark_step")        \
-  X(kSyncItem, "sync_item")                 \
-  X(kSyncToHost, "sync_to_host")            \
-  X(kSyncBarrier, "sync_barrier")           \
-  X(kSyncGraphLimit, "sync_graph_limit")    \
+  X(kTransfersToDevice, "transfers_to_device")                      \
+  X(kTransfersToHost, "transfers_to_host")                          \
+  X(kSyncMarkStep, "sync_mark_step")                                \
+  X(kSyncItem, "sync_item")                                         \
+  X(kSyncToHost, "sync_to_host")                                    \
+  X(kSyncBarrier, "sync_barrier")                                   \
+  X(kSyncGraphLimit, "sync_graph_limit")                            \
   X(kSyncExit, "sync_exit")
 
 namespace counters {

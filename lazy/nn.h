@@ -29,8 +29,7 @@ class MLP {
   MLP(const std::vector<int64_t>& sizes, std::mt19937_64& rng, Device device = {});
   // `between_layers`, if set, is called after every hidden layer with its index (1-based): where a
   // training loop may insert barriers.
-  Tensor operator()(const Tensor& x, const std::function<void(int)>& between_layers = nullptr,
-                    LAZYRT_HERE) const;
+  Tensor operator()(const Tensor& x, const std::function<void(int)>& between_layers = nullptr, LAZYRT_HERE) const;
   std::vector<Tensor> parameters() const;
   size_t num_layers() const { return layers_.size(); }
 

@@ -51,42 +51,58 @@ Tensor Binary(OpKind op, const Tensor& a, const Tensor& b, const SourceLocation&
   const DType t = ComputeType(op, a.shape(), b.shape());
   Tensor out = Elementwise(op, {Converted(ValueOf(a), t, loc), Converted(ValueOf(b), t, loc)}, device, loc);
   if (!ir::IsFloating(t) || ir::IsComparison(op)) return out;
-  return Record(out, "binary", {a, b}, [op, loc](const Tensor& g, const Tensor& y, const Grads& x) -> Grads {
-    const Tensor& a = x[0];
-    const Tensor& b = x[1];
-    Tensor ga, gb;
-    switch (op) {
-      case OpKind::kAdd: ga = g; gb = g; break;
-      case OpKind::kSub: ga = g; gb = neg(g, loc); break;
-      case OpKind::kMul: ga = g * TensorArg(b, loc); gb = g * TensorArg(a, loc); break;
-      case OpKind::kDiv: ga = g / TensorArg(b, loc); gb = neg(g * TensorArg(y, loc) / TensorArg(b, loc), loc); break;
-      case OpKind::kPow: {
-        // As PyTorch (pow_backward_self / pow_backward_exponent): d/da is 0 where b == 0 (b a^(b-1) would
-        // be 0 * inf = NaN at a = 0), and d/db is 0 where a == 0 and b >= 0 (y ln a would be 0 * -inf).
-        Tensor zero = zeros({}, g.dtype(), g.device(), loc);
-        Tensor power = b * TensorArg(pow(a, b - ScalarArg(Scalar::Static(1), loc), loc), loc);
-        ga = where(eq(b, Scalar::Static(0), loc), zero, g * TensorArg(power, loc), loc);
-        Tensor flat = logical_and(eq(a, Scalar::Static(0), loc), ge(b, Scalar::Static(0), loc), loc);
-        gb = g * TensorArg(where(flat, zero, y * TensorArg(log(a, loc), loc), loc), loc);
-        break;
-      }
-      case OpKind::kMaximum:
-      case OpKind::kMinimum: {
-        // As PyTorch: ties split the gradient in halves; otherwise it goes to the operand picked. Where
-        // either is NaN, neither comparison holds and both receive it (PyTorch does the same).
-        Tensor zero = zeros({}, g.dtype(), g.device(), loc);
-        Tensor tie = eq(a, b, loc);
-        Tensor half = g * ScalarArg(Scalar::Static(0.5), loc);
-        Tensor a_loses = op == OpKind::kMaximum ? lt(a, b, loc) : gt(a, b, loc);
-        Tensor b_loses = op == OpKind::kMaximum ? gt(a, b, loc) : lt(a, b, loc);
-        ga = where(tie, half, where(a_loses, zero, g, loc), loc);
-        gb = where(tie, half, where(b_loses, zero, g, loc), loc);
-        break;
-      }
-      default: return {};
-    }
-    return {SumToShape(cast(ga, a.dtype(), loc), a.shape(), loc), SumToShape(cast(gb, b.dtype(), loc), b.shape(), loc)};
-  }, loc);
+  return Record(
+      out, "binary", {a, b},
+      [op, loc](const Tensor& g, const Tensor& y, const Grads& x) -> Grads {
+        const Tensor& a = x[0];
+        const Tensor& b = x[1];
+        Tensor ga, gb;
+        switch (op) {
+          case OpKind::kAdd:
+            ga = g;
+            gb = g;
+            break;
+          case OpKind::kSub:
+            ga = g;
+            gb = neg(g, loc);
+            break;
+          case OpKind::kMul:
+            ga = g * TensorArg(b, loc);
+            gb = g * TensorArg(a, loc);
+            break;
+          case OpKind::kDiv:
+            ga = g / TensorArg(b, loc);
+            gb = neg(g * TensorArg(y, loc) / TensorArg(b, loc), loc);
+            break;
+          case OpKind::kPow: {
+            // As PyTorch (pow_backward_self / pow_backward_exponent): d/da is 0 where b == 0 (b a^(b-1) would
+            // be 0 * inf = NaN at a = 0), and d/db is 0 where a == 0 and b >= 0 (y ln a would be 0 * -inf).
+            Tensor zero = zeros({}, g.dtype(), g.device(), loc);
+            Tensor power = b * TensorArg(pow(a, b - ScalarArg(Scalar::Static(1), loc), loc), loc);
+            ga = where(eq(b, Scalar::Static(0), loc), zero, g * TensorArg(power, loc), loc);
+            Tensor flat = logical_and(eq(a, Scalar::Static(0), loc), ge(b, Scalar::Static(0), loc), loc);
+            gb = g * TensorArg(where(flat, zero, y * TensorArg(log(a, loc), loc), loc), loc);
+            break;
+          }
+          case OpKind::kMaximum:
+          case OpKind::kMinimum: {
+            // As PyTorch: ties split the gradient in halves; otherwise it goes to the operand picked. Where
+            // either is NaN, neither comparison holds and both receive it (PyTorch does the same).
+            Tensor zero = zeros({}, g.dtype(), g.device(), loc);
+            Tensor tie = eq(a, b, loc);
+            Tensor half = g * ScalarArg(Scalar::Static(0.5), loc);
+            Tensor a_loses = op == OpKind::kMaximum ? lt(a, b, loc) : gt(a, b, loc);
+            Tensor b_loses = op == OpKind::kMaximum ? gt(a, b, loc) : lt(a, b, loc);
+            ga = where(tie, half, where(a_loses, zero, g, loc), loc);
+            gb = where(tie, half, where(b_loses, zero, g, loc), loc);
+            break;
+          }
+          default: return {};
+        }
+        return {SumToShape(cast(ga, a.dtype(), loc), a.shape(), loc),
+                SumToShape(cast(gb, b.dtype(), loc), b.shape(), loc)};
+      },
+      loc);
 }
 
 // A tensor and a host scalar: the scalar takes the tensor's dtype (as a PyTorch wrapped number), except
@@ -100,39 +116,42 @@ Tensor BinaryScalar(OpKind op, const Tensor& a, Scalar s, bool scalar_first, con
   ir::Value sv = ScalarValue(s, t, loc);
   Tensor out = Elementwise(op, scalar_first ? ir::OperandList{sv, tv} : ir::OperandList{tv, sv}, impl.device, loc);
   if (!ir::IsFloating(t) || ir::IsComparison(op)) return out;
-  return Record(out, "binary_scalar", {a}, [op, s, scalar_first, loc](const Tensor& g, const Tensor& y, const Grads& x) -> Grads {
-    const Tensor& a = x[0];
-    Tensor ga;
-    switch (op) {
-      case OpKind::kAdd: ga = g; break;
-      case OpKind::kSub: ga = scalar_first ? neg(g, loc) : g; break;
-      case OpKind::kMul: ga = g * ScalarArg(s, loc); break;
-      case OpKind::kDiv:
-        // s / a: -s/a^2 = -y/a
-        ga = scalar_first ? neg(g * TensorArg(y, loc) / TensorArg(a, loc), loc) : g / ScalarArg(s, loc);
-        break;
-      case OpKind::kPow:
-        if (scalar_first) {  // s^a: y ln s
-          ga = g * TensorArg(y, loc) * ScalarArg(Scalar(std::log(s.value())), loc);
-        } else {  // a^s: s a^(s-1), and 0 for s == 0 (PyTorch; not 0 * inf = NaN at a = 0)
-          if (s.is_static() && s.value() == 0) {
-            return {zeros(std::vector<int64_t>(a.dims().begin(), a.dims().end()), a.dtype(), a.device(), loc)};
-          }
-          const Scalar s_minus_1 = s.is_static() ? Scalar::Static(s.value() - 1) : Scalar(s.value() - 1);
-          ga = g * TensorArg(ScalarArg(s, loc) * pow(a, s_minus_1, loc), loc);
-          if (!s.is_static()) {
-            // A device parameter: decided on the device, so a changing exponent never changes the graph.
-            Tensor exponent = full({}, s, g.dtype(), g.device(), loc);
-            ga = where(eq(exponent, Scalar::Static(0), loc), zeros({}, g.dtype(), g.device(), loc), ga, loc);
-          }
+  return Record(
+      out, "binary_scalar", {a},
+      [op, s, scalar_first, loc](const Tensor& g, const Tensor& y, const Grads& x) -> Grads {
+        const Tensor& a = x[0];
+        Tensor ga;
+        switch (op) {
+          case OpKind::kAdd: ga = g; break;
+          case OpKind::kSub: ga = scalar_first ? neg(g, loc) : g; break;
+          case OpKind::kMul: ga = g * ScalarArg(s, loc); break;
+          case OpKind::kDiv:
+            // s / a: -s/a^2 = -y/a
+            ga = scalar_first ? neg(g * TensorArg(y, loc) / TensorArg(a, loc), loc) : g / ScalarArg(s, loc);
+            break;
+          case OpKind::kPow:
+            if (scalar_first) {  // s^a: y ln s
+              ga = g * TensorArg(y, loc) * ScalarArg(Scalar(std::log(s.value())), loc);
+            } else {  // a^s: s a^(s-1), and 0 for s == 0 (PyTorch; not 0 * inf = NaN at a = 0)
+              if (s.is_static() && s.value() == 0) {
+                return {zeros(std::vector<int64_t>(a.dims().begin(), a.dims().end()), a.dtype(), a.device(), loc)};
+              }
+              const Scalar s_minus_1 = s.is_static() ? Scalar::Static(s.value() - 1) : Scalar(s.value() - 1);
+              ga = g * TensorArg(ScalarArg(s, loc) * pow(a, s_minus_1, loc), loc);
+              if (!s.is_static()) {
+                // A device parameter: decided on the device, so a changing exponent never changes the graph.
+                Tensor exponent = full({}, s, g.dtype(), g.device(), loc);
+                ga = where(eq(exponent, Scalar::Static(0), loc), zeros({}, g.dtype(), g.device(), loc), ga, loc);
+              }
+            }
+            break;
+          case OpKind::kMaximum:
+          case OpKind::kMinimum:
+          default: return {};
         }
-        break;
-      case OpKind::kMaximum:
-      case OpKind::kMinimum:
-      default: return {};
-    }
-    return {cast(ga, a.dtype(), loc)};
-  }, loc);
+        return {cast(ga, a.dtype(), loc)};
+      },
+      loc);
 }
 
 // d(op(x))/dx times g, given x and y = op(x), for the floating unary ops (LAZYRT_IR_FLOAT_UNARY_OPS):
@@ -141,12 +160,12 @@ template <OpKind op>
 Tensor FloatUnaryGrad(const Tensor& g, const Tensor& x, const Tensor& y, const SourceLocation& loc) = delete;
 
 // Scalar constants and tensor operands of a gradient formula.
-#define LAZYRT_GRAD_HELPERS                                                  \
-  auto c = [&](double v) { return ScalarArg(Scalar::Static(v), loc); };    \
-  auto t = [&](const Tensor& v) { return TensorArg(v, loc); };              \
-  (void)c;                                                                   \
-  (void)t;                                                                   \
-  (void)x;                                                                   \
+#define LAZYRT_GRAD_HELPERS                                             \
+  auto c = [&](double v) { return ScalarArg(Scalar::Static(v), loc); }; \
+  auto t = [&](const Tensor& v) { return TensorArg(v, loc); };          \
+  (void)c;                                                              \
+  (void)t;                                                              \
+  (void)x;                                                              \
   (void)y
 
 template <>
@@ -175,8 +194,7 @@ Tensor FloatUnaryGrad<OpKind::kTanh>(const Tensor& g, const Tensor& x, const Ten
   return g * t(c(1) - y * t(y));
 }
 template <>
-Tensor FloatUnaryGrad<OpKind::kSigmoid>(const Tensor& g, const Tensor& x, const Tensor& y,
-                                        const SourceLocation& loc) {
+Tensor FloatUnaryGrad<OpKind::kSigmoid>(const Tensor& g, const Tensor& x, const Tensor& y, const SourceLocation& loc) {
   LAZYRT_GRAD_HELPERS;
   return g * t(y * t(c(1) - y));
 }
@@ -204,7 +222,8 @@ Tensor UnaryGrad(OpKind op, const Tensor& g, const Tensor& x, const SourceLocati
   // Zero where x <= 0, as PyTorch's threshold_backward (result <= 0): a NaN input passes its gradient on.
   if (op == OpKind::kRelu) return where(le(x, Scalar::Static(0), loc), zeros({}, g.dtype(), g.device(), loc), g, loc);
   // sign: zero everywhere (as PyTorch, a tensor of zeros rather than no gradient at all).
-  if (op == OpKind::kSign) return zeros(std::vector<int64_t>(x.dims().begin(), x.dims().end()), g.dtype(), g.device(), loc);
+  if (op == OpKind::kSign)
+    return zeros(std::vector<int64_t>(x.dims().begin(), x.dims().end()), g.dtype(), g.device(), loc);
   return Tensor();
 }
 
@@ -215,9 +234,10 @@ Tensor UnaryFloat(OpKind op, GradFormula grad, const Tensor& x, const SourceLoca
   const detail::TensorImpl& impl = ImplOf(x, ir::OpKindName(op), loc);
   const DType t = ir::IsFloating(impl.shape.dtype()) ? impl.shape.dtype() : DType::kF32;
   Tensor out = Elementwise(op, {Converted(ValueOf(x), t, loc)}, impl.device, loc);
-  return Record(out, "unary", {x}, [grad, loc](const Tensor& g, const Tensor& y, const Grads& in) -> Grads {
-    return {grad(g, in[0], y, loc)};
-  }, loc);
+  return Record(
+      out, "unary", {x},
+      [grad, loc](const Tensor& g, const Tensor& y, const Grads& in) -> Grads { return {grad(g, in[0], y, loc)}; },
+      loc);
 }
 
 Tensor Unary(OpKind op, const Tensor& x, const SourceLocation& loc) {
@@ -227,15 +247,15 @@ Tensor Unary(OpKind op, const Tensor& x, const SourceLocation& loc) {
   }
   Tensor out = Elementwise(op, {ValueOf(x)}, impl.device, loc);
   if (!ir::IsFloating(impl.shape.dtype())) return out;
-  return Record(out, "unary", {x}, [op, loc](const Tensor& g, const Tensor&, const Grads& in) -> Grads {
-    return {UnaryGrad(op, g, in[0], loc)};
-  }, loc);
+  return Record(
+      out, "unary", {x},
+      [op, loc](const Tensor& g, const Tensor&, const Grads& in) -> Grads { return {UnaryGrad(op, g, in[0], loc)}; },
+      loc);
 }
 
 void RequireFloating(const Tensor& x, absl::string_view op, const SourceLocation& loc) {
   if (!ir::IsFloating(ImplOf(x, op, loc).shape.dtype())) {
-    throw Error(absl::StrCat(op, ": needs a floating-point tensor, got ", x.shape().ToString(),
-                             " (cast it first)"),
+    throw Error(absl::StrCat(op, ": needs a floating-point tensor, got ", x.shape().ToString(), " (cast it first)"),
                 loc);
   }
 }
@@ -244,7 +264,8 @@ void RequireFloating(const Tensor& x, absl::string_view op, const SourceLocation
 void RequireNonEmptyReduction(const Shape& shape, const std::vector<int64_t>& dims, absl::string_view op,
                               const SourceLocation& loc) {
   if (dims.empty()) {
-    if (shape.numel() == 0) throw Error(absl::StrCat(op, ": cannot reduce ", shape.ToString(), ", which is empty"), loc);
+    if (shape.numel() == 0)
+      throw Error(absl::StrCat(op, ": cannot reduce ", shape.ToString(), ", which is empty"), loc);
     return;
   }
   for (int64_t dim : dims) {
@@ -280,36 +301,40 @@ Tensor Reduce(OpKind op, const Tensor& x, std::vector<int64_t> dims, bool keepdi
   Tensor r = MakeTensor(op, {Converted(ValueOf(x), out_dtype, loc)}, std::move(out), impl.device, loc,
                         ir::Attributes{{AttrKey::kAxes, dims}, {AttrKey::kKeepDim, keepdim}});
   if (!ir::IsFloating(out_dtype)) return r;
-  return Record(r, "reduce", {x}, [op, dims, loc](const Tensor& g, const Tensor& y, const Grads& in) -> Grads {
-    const Tensor& x = in[0];
-    const std::vector<int64_t> full(x.dims().begin(), x.dims().end());
-    // The reduced dims back as size 1, then broadcast over x.
-    std::vector<int64_t> kept = full;
-    int64_t count = 1;
-    for (int64_t d : dims) {
-      kept[static_cast<size_t>(d)] = 1;
-      count *= full[static_cast<size_t>(d)];
-    }
-    Tensor gb = expand(reshape(g, kept, loc), full, loc);
-    if (op == OpKind::kReduceSum) return {gb};
-    if (op == OpKind::kReduceMean) return {gb * ScalarArg(Scalar::Static(1.0 / static_cast<double>(count)), loc)};
-    const Tensor yb = expand(reshape(y, kept, loc), full, loc);
-    if (op == OpKind::kReduceProd) {
-      // y / x where x != 0; where x is 0, the product of the others (computed directly, as PyTorch does).
-      Tensor nonzero = ne(x, Scalar::Static(0), loc);
-      Tensor safe_x = where(nonzero, x, ones({}, x.dtype(), x.device(), loc), loc);
-      Tensor others = expand(reshape(prod(safe_x, dims, true, loc), kept, loc), full, loc);
-      Tensor zeros_in_group = expand(sum(cast(logical_not(nonzero, loc), DType::kI64, loc), dims, true, loc), full, loc);
-      // One zero: that element's derivative is the product of the others; two or more: all are 0.
-      Tensor at_zero = where(eq(zeros_in_group, Scalar::Static(1), loc), others,
-                             zeros({}, x.dtype(), x.device(), loc), loc);
-      return {gb * TensorArg(where(nonzero, yb / TensorArg(safe_x, loc), at_zero, loc), loc)};
-    }
-    // Max and min: shared evenly among the elements equal to the result.
-    Tensor mask = cast(eq(x, yb, loc), x.dtype(), loc);
-    Tensor ties = expand(sum(mask, dims, true, loc), full, loc);
-    return {gb * TensorArg(mask, loc) / TensorArg(ties, loc)};
-  }, loc);
+  return Record(
+      r, "reduce", {x},
+      [op, dims, loc](const Tensor& g, const Tensor& y, const Grads& in) -> Grads {
+        const Tensor& x = in[0];
+        const std::vector<int64_t> full(x.dims().begin(), x.dims().end());
+        // The reduced dims back as size 1, then broadcast over x.
+        std::vector<int64_t> kept = full;
+        int64_t count = 1;
+        for (int64_t d : dims) {
+          kept[static_cast<size_t>(d)] = 1;
+          count *= full[static_cast<size_t>(d)];
+        }
+        Tensor gb = expand(reshape(g, kept, loc), full, loc);
+        if (op == OpKind::kReduceSum) return {gb};
+        if (op == OpKind::kReduceMean) return {gb * ScalarArg(Scalar::Static(1.0 / static_cast<double>(count)), loc)};
+        const Tensor yb = expand(reshape(y, kept, loc), full, loc);
+        if (op == OpKind::kReduceProd) {
+          // y / x where x != 0; where x is 0, the product of the others (computed directly, as PyTorch does).
+          Tensor nonzero = ne(x, Scalar::Static(0), loc);
+          Tensor safe_x = where(nonzero, x, ones({}, x.dtype(), x.device(), loc), loc);
+          Tensor others = expand(reshape(prod(safe_x, dims, true, loc), kept, loc), full, loc);
+          Tensor zeros_in_group =
+              expand(sum(cast(logical_not(nonzero, loc), DType::kI64, loc), dims, true, loc), full, loc);
+          // One zero: that element's derivative is the product of the others; two or more: all are 0.
+          Tensor at_zero =
+              where(eq(zeros_in_group, Scalar::Static(1), loc), others, zeros({}, x.dtype(), x.device(), loc), loc);
+          return {gb * TensorArg(where(nonzero, yb / TensorArg(safe_x, loc), at_zero, loc), loc)};
+        }
+        // Max and min: shared evenly among the elements equal to the result.
+        Tensor mask = cast(eq(x, yb, loc), x.dtype(), loc);
+        Tensor ties = expand(sum(mask, dims, true, loc), full, loc);
+        return {gb * TensorArg(mask, loc) / TensorArg(ties, loc)};
+      },
+      loc);
 }
 
 }  // namespace
@@ -352,15 +377,14 @@ Tensor arange(int64_t start, int64_t end, int64_t step, DType dtype, Device devi
   if (step == 0) throw Error("arange: step must not be 0", loc);
   if ((step > 0 && end < start) || (step < 0 && end > start)) {
     // PyTorch refuses this too: an empty range here is usually a sign error in the caller's bounds.
-    throw Error(absl::StrCat("arange: the bounds [", start, ", ", end, ") are inconsistent with the sign of step ",
-                             step),
-                loc);
+    throw Error(
+        absl::StrCat("arange: the bounds [", start, ", ", end, ") are inconsistent with the sign of step ", step), loc);
   }
   detail::Runtime::Get().device_state(device, loc);
   const int64_t n = std::max<int64_t>(0, (end - start + step + (step > 0 ? -1 : 1)) / step);
-  return MakeTensor(OpKind::kIota, {}, Shape(dtype, {n}), device.index, loc,
-                    ir::Attributes{{AttrKey::kStart, std::vector<int64_t>{start}},
-                                   {AttrKey::kStride, std::vector<int64_t>{step}}});
+  return MakeTensor(
+      OpKind::kIota, {}, Shape(dtype, {n}), device.index, loc,
+      ir::Attributes{{AttrKey::kStart, std::vector<int64_t>{start}}, {AttrKey::kStride, std::vector<int64_t>{step}}});
 }
 
 namespace {
@@ -371,8 +395,8 @@ Tensor Random(OpKind op, std::vector<int64_t> dims, Scalar shift, Scalar scale, 
     throw Error(absl::StrCat(name, ": needs a floating-point dtype, got ", ir::DTypeName(dtype)), loc);
   }
   detail::DeviceState& state = detail::Runtime::Get().device_state(device, loc);
-  Tensor t = MakeTensor(op, {state.SeedValue()}, FactoryShape(std::move(dims), dtype, name, loc),
-                        device.index, loc, ir::Attributes{{AttrKey::kStream, state.NextRngStream()}});
+  Tensor t = MakeTensor(op, {state.SeedValue()}, FactoryShape(std::move(dims), dtype, name, loc), device.index, loc,
+                        ir::Attributes{{AttrKey::kStream, state.NextRngStream()}});
   // Identity scale and shift are skipped only when static, so the graph never depends on a value.
   if (!(scale.is_static() && scale.value() == 1)) t = t * ScalarArg(scale, loc);
   if (!(shift.is_static() && shift.value() == 0)) t = t + ScalarArg(shift, loc);
@@ -385,13 +409,11 @@ Scalar Difference(Scalar high, Scalar low) {
 }
 }  // namespace
 
-Tensor rand(std::vector<int64_t> dims, Scalar low, Scalar high, DType dtype, Device device,
-            SourceLocation loc) {
+Tensor rand(std::vector<int64_t> dims, Scalar low, Scalar high, DType dtype, Device device, SourceLocation loc) {
   return Random(OpKind::kRngUniform, std::move(dims), low, Difference(high, low), dtype, device, loc);
 }
 
-Tensor randn(std::vector<int64_t> dims, Scalar mean, Scalar stddev, DType dtype, Device device,
-             SourceLocation loc) {
+Tensor randn(std::vector<int64_t> dims, Scalar mean, Scalar stddev, DType dtype, Device device, SourceLocation loc) {
   return Random(OpKind::kRngNormal, std::move(dims), mean, stddev, dtype, device, loc);
 }
 
@@ -424,18 +446,14 @@ Tensor pow(const Tensor& a, Scalar exponent, SourceLocation loc) {
   const DType base = ImplOf(a, "pow", loc).shape.dtype();
   if (ir::IsIntegral(base) && exponent.is_integral() && exponent.value() < 0) {
     // The exact result is a fraction (0 for |a| > 1): PyTorch refuses it, and so do we.
-    throw Error(absl::StrCat("pow: integers to negative integer powers are not allowed (", a.shape().ToString(),
-                             " ** ", exponent.value(), "); cast the base to a floating dtype first"),
+    throw Error(absl::StrCat("pow: integers to negative integer powers are not allowed (", a.shape().ToString(), " ** ",
+                             exponent.value(), "); cast the base to a floating dtype first"),
                 loc);
   }
   return BinaryScalar(OpKind::kPow, a, exponent, false, loc);
 }
-Tensor maximum(const Tensor& a, const Tensor& b, SourceLocation loc) {
-  return Binary(OpKind::kMaximum, a, b, loc);
-}
-Tensor minimum(const Tensor& a, const Tensor& b, SourceLocation loc) {
-  return Binary(OpKind::kMinimum, a, b, loc);
-}
+Tensor maximum(const Tensor& a, const Tensor& b, SourceLocation loc) { return Binary(OpKind::kMaximum, a, b, loc); }
+Tensor minimum(const Tensor& a, const Tensor& b, SourceLocation loc) { return Binary(OpKind::kMinimum, a, b, loc); }
 Tensor eq(const Tensor& a, const Tensor& b, SourceLocation loc) { return Binary(OpKind::kEq, a, b, loc); }
 Tensor ne(const Tensor& a, const Tensor& b, SourceLocation loc) { return Binary(OpKind::kNe, a, b, loc); }
 Tensor lt(const Tensor& a, const Tensor& b, SourceLocation loc) { return Binary(OpKind::kLt, a, b, loc); }
@@ -467,9 +485,7 @@ Tensor Logical(OpKind op, std::initializer_list<const Tensor*> xs, const SourceL
 Tensor logical_and(const Tensor& a, const Tensor& b, SourceLocation loc) {
   return Logical(OpKind::kAnd, {&a, &b}, loc);
 }
-Tensor logical_or(const Tensor& a, const Tensor& b, SourceLocation loc) {
-  return Logical(OpKind::kOr, {&a, &b}, loc);
-}
+Tensor logical_or(const Tensor& a, const Tensor& b, SourceLocation loc) { return Logical(OpKind::kOr, {&a, &b}, loc); }
 Tensor logical_not(const Tensor& a, SourceLocation loc) { return Logical(OpKind::kNot, {&a}, loc); }
 
 Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b, SourceLocation loc) {
@@ -478,23 +494,26 @@ Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b, SourceLocatio
     throw Error(absl::StrCat("where: the condition must be bool, got ", cond.shape().ToString()), loc);
   }
   const DType t = ir::ResultType(a.shape(), b.shape());
-  Tensor out = Elementwise(OpKind::kSelect, {ValueOf(cond), Converted(ValueOf(a), t, loc), Converted(ValueOf(b), t, loc)},
-                           device, loc);
+  Tensor out = Elementwise(OpKind::kSelect,
+                           {ValueOf(cond), Converted(ValueOf(a), t, loc), Converted(ValueOf(b), t, loc)}, device, loc);
   if (!ir::IsFloating(t)) return out;
-  return Record(out, "where", {a, b, cond}, [loc](const Tensor& g, const Tensor&, const Grads& x) -> Grads {
-    Tensor zero = zeros({}, g.dtype(), g.device(), loc);
-    return {SumToShape(cast(where(x[2], g, zero, loc), x[0].dtype(), loc), x[0].shape(), loc),
-            SumToShape(cast(where(x[2], zero, g, loc), x[1].dtype(), loc), x[1].shape(), loc)};
-  }, loc);
+  return Record(
+      out, "where", {a, b, cond},
+      [loc](const Tensor& g, const Tensor&, const Grads& x) -> Grads {
+        Tensor zero = zeros({}, g.dtype(), g.device(), loc);
+        return {SumToShape(cast(where(x[2], g, zero, loc), x[0].dtype(), loc), x[0].shape(), loc),
+                SumToShape(cast(where(x[2], zero, g, loc), x[1].dtype(), loc), x[1].shape(), loc)};
+      },
+      loc);
 }
 
 Tensor neg(const Tensor& x, SourceLocation loc) { return Unary(OpKind::kNeg, x, loc); }
 Tensor abs(const Tensor& x, SourceLocation loc) { return Unary(OpKind::kAbs, x, loc); }
 Tensor relu(const Tensor& x, SourceLocation loc) { return Unary(OpKind::kRelu, x, loc); }
 Tensor sign(const Tensor& x, SourceLocation loc) { return Unary(OpKind::kSign, x, loc); }
-#define LAZYRT_X(name, fn, device)                                                      \
-  Tensor fn(const Tensor& x, SourceLocation loc) {                                      \
-    return UnaryFloat(OpKind::k##name, &FloatUnaryGrad<OpKind::k##name>, x, loc);       \
+#define LAZYRT_X(name, fn, device)                                                \
+  Tensor fn(const Tensor& x, SourceLocation loc) {                                \
+    return UnaryFloat(OpKind::k##name, &FloatUnaryGrad<OpKind::k##name>, x, loc); \
   }
 LAZYRT_IR_FLOAT_UNARY_OPS(LAZYRT_X)
 #undef LAZYRT_X
@@ -508,22 +527,25 @@ Tensor gelu(const Tensor& x, absl::string_view approximate, SourceLocation loc) 
   const bool tanh_form = approximate == "tanh";
   Tensor out = MakeTensor(OpKind::kGelu, {Converted(ValueOf(x), dtype, loc)}, Shape(dtype, impl.shape.dims()),
                           impl.device, loc, ir::Attributes{{AttrKey::kApproximate, tanh_form}});
-  return Record(out, "gelu", {x}, [tanh_form, loc](const Tensor& g, const Tensor&, const Grads& in) -> Grads {
-    const Tensor& x = in[0];
-    auto c = [&](double v) { return ScalarArg(Scalar::Static(v), loc); };
-    auto t = [&](const Tensor& v) { return TensorArg(v, loc); };
-    if (!tanh_form) {
-      // d/dx x Phi(x) = Phi(x) + x phi(x): Phi(x) = (1 + erf(x / sqrt 2)) / 2, phi(x) = e^(-x^2/2) / sqrt(2 pi).
-      Tensor cdf = (erf(x * c(M_SQRT1_2), loc) + c(1)) * c(0.5);
-      Tensor pdf = exp(x * t(x) * c(-0.5), loc) * c(1.0 / std::sqrt(2 * M_PI));
-      return {g * t(cdf + x * t(pdf))};
-    }
-    // y = 0.5 x (1 + tanh(u)), u = k (x + 0.044715 x^3), k = sqrt(2/pi)
-    const double k = std::sqrt(2.0 / M_PI);
-    Tensor th = tanh((x + x * t(x) * t(x) * c(0.044715)) * c(k), loc);
-    Tensor du = (x * t(x) * c(3 * 0.044715) + c(1)) * c(k);
-    return {g * t((th + c(1)) * c(0.5) + x * c(0.5) * t(c(1) - th * t(th)) * t(du))};
-  }, loc);
+  return Record(
+      out, "gelu", {x},
+      [tanh_form, loc](const Tensor& g, const Tensor&, const Grads& in) -> Grads {
+        const Tensor& x = in[0];
+        auto c = [&](double v) { return ScalarArg(Scalar::Static(v), loc); };
+        auto t = [&](const Tensor& v) { return TensorArg(v, loc); };
+        if (!tanh_form) {
+          // d/dx x Phi(x) = Phi(x) + x phi(x): Phi(x) = (1 + erf(x / sqrt 2)) / 2, phi(x) = e^(-x^2/2) / sqrt(2 pi).
+          Tensor cdf = (erf(x * c(M_SQRT1_2), loc) + c(1)) * c(0.5);
+          Tensor pdf = exp(x * t(x) * c(-0.5), loc) * c(1.0 / std::sqrt(2 * M_PI));
+          return {g * t(cdf + x * t(pdf))};
+        }
+        // y = 0.5 x (1 + tanh(u)), u = k (x + 0.044715 x^3), k = sqrt(2/pi)
+        const double k = std::sqrt(2.0 / M_PI);
+        Tensor th = tanh((x + x * t(x) * t(x) * c(0.044715)) * c(k), loc);
+        Tensor du = (x * t(x) * c(3 * 0.044715) + c(1)) * c(k);
+        return {g * t((th + c(1)) * c(0.5) + x * c(0.5) * t(c(1) - th * t(th)) * t(du))};
+      },
+      loc);
 }
 
 Tensor cast(const Tensor& x, DType dtype, SourceLocation loc) {
@@ -532,9 +554,9 @@ Tensor cast(const Tensor& x, DType dtype, SourceLocation loc) {
   Tensor out = MakeTensor(OpKind::kConvert, {ValueOf(x)}, impl.shape.WithDType(dtype), impl.device, loc,
                           ir::Attributes{{AttrKey::kDType, dtype}});
   if (!ir::IsFloating(dtype) || !ir::IsFloating(impl.shape.dtype())) return out;
-  return Record(out, "cast", {x}, [loc](const Tensor& g, const Tensor&, const Grads& in) -> Grads {
-    return {cast(g, in[0].dtype(), loc)};
-  }, loc);
+  return Record(
+      out, "cast", {x},
+      [loc](const Tensor& g, const Tensor&, const Grads& in) -> Grads { return {cast(g, in[0].dtype(), loc)}; }, loc);
 }
 
 // ---- Contractions, reductions, composites ---------------------------------------------------------
@@ -544,9 +566,9 @@ Tensor matmul(const Tensor& a, const Tensor& b, SourceLocation loc) {
   RequireFloating(a, "matmul", loc);
   RequireFloating(b, "matmul", loc);
   if (a.rank() == 0 || b.rank() == 0) {
-    throw Error(absl::StrCat("matmul: needs operands of rank >= 1, got ", a.shape().ToString(), " and ",
-                             b.shape().ToString()),
-                loc);
+    throw Error(
+        absl::StrCat("matmul: needs operands of rank >= 1, got ", a.shape().ToString(), " and ", b.shape().ToString()),
+        loc);
   }
   // numpy.matmul: a 1-D left operand is a row, a 1-D right operand a column, removed afterwards.
   const bool row = a.rank() == 1, col = b.rank() == 1;
@@ -554,15 +576,18 @@ Tensor matmul(const Tensor& a, const Tensor& b, SourceLocation loc) {
   Tensor b2 = col ? reshape(b, {b.dim(0), 1}, loc) : b;
   Shape out = Check(ir::InferMatMul(a2.shape(), b2.shape()), "matmul", loc);
   Tensor r = MakeTensor(OpKind::kMatMul, {ValueOf(a2), ValueOf(b2)}, out, device, loc);
-  r = Record(r, "matmul", {a2, b2}, [loc](const Tensor& g, const Tensor&, const Grads& x) -> Grads {
-    // dA = g B^T, dB = A^T g, each summed over batch dims it was broadcast across.
-    Tensor ga = matmul(g, transpose(x[1], -1, -2, loc), loc);
-    Tensor gb = matmul(transpose(x[0], -1, -2, loc), g, loc);
-    return {SumToShape(ga, x[0].shape(), loc), SumToShape(gb, x[1].shape(), loc)};
-  }, loc);
+  r = Record(
+      r, "matmul", {a2, b2},
+      [loc](const Tensor& g, const Tensor&, const Grads& x) -> Grads {
+        // dA = g B^T, dB = A^T g, each summed over batch dims it was broadcast across.
+        Tensor ga = matmul(g, transpose(x[1], -1, -2, loc), loc);
+        Tensor gb = matmul(transpose(x[0], -1, -2, loc), g, loc);
+        return {SumToShape(ga, x[0].shape(), loc), SumToShape(gb, x[1].shape(), loc)};
+      },
+      loc);
   if (row || col) {
     std::vector<int64_t> dims(out.dims().begin(), out.dims().end());
-    if (col) dims.pop_back();                        // the n = 1 column
+    if (col) dims.pop_back();                         // the n = 1 column
     if (row) dims.erase(dims.end() - (col ? 1 : 2));  // the m = 1 row
     r = reshape(r, dims, loc);
   }
@@ -606,10 +631,11 @@ Tensor argmax(const Tensor& x, int64_t dim, bool keepdim, SourceLocation loc) {
     return argmax(reshape(x, {1}, loc), 0, false, loc);
   }
   const int64_t d = Check(ir::NormalizeDim(dim, impl.shape.rank()), "argmax", loc);
-  if (impl.shape.dim(d) == 0) throw Error(absl::StrCat("argmax: dimension ", d, " of ", impl.shape.ToString(), " is empty"), loc);
+  if (impl.shape.dim(d) == 0)
+    throw Error(absl::StrCat("argmax: dimension ", d, " of ", impl.shape.ToString(), " is empty"), loc);
   const int64_t dims[] = {d};
-  return MakeTensor(OpKind::kArgmax, {ValueOf(x)}, ir::InferReduce(impl.shape, dims, keepdim, DType::kI64),
-                    impl.device, loc, ir::Attributes{{AttrKey::kAxis, d}, {AttrKey::kKeepDim, keepdim}});
+  return MakeTensor(OpKind::kArgmax, {ValueOf(x)}, ir::InferReduce(impl.shape, dims, keepdim, DType::kI64), impl.device,
+                    loc, ir::Attributes{{AttrKey::kAxis, d}, {AttrKey::kKeepDim, keepdim}});
 }
 
 namespace {
@@ -624,20 +650,22 @@ Tensor SoftmaxLike(OpKind op, const Tensor& x, int64_t dim, const SourceLocation
   }
   const int64_t d = Check(ir::NormalizeDim(dim, impl.shape.rank()), name, loc);
   Tensor out = MakeTensor(op, {ValueOf(x)}, impl.shape, impl.device, loc, ir::Attributes{{AttrKey::kAxis, d}});
-  return Record(out, "softmax", {x}, [op, d, loc](const Tensor& g, const Tensor& y, const Grads&) -> Grads {
-    const std::vector<int64_t> full(y.dims().begin(), y.dims().end());
-    if (op == OpKind::kSoftmax) {  // y (g - sum(g y))
-      return {y * TensorArg(g - TensorArg(expand(sum(g * TensorArg(y, loc), {d}, true, loc), full, loc), loc), loc)};
-    }
-    // log_softmax: g - exp(y) sum(g)
-    return {g - TensorArg(exp(y, loc) * TensorArg(expand(sum(g, {d}, true, loc), full, loc), loc), loc)};
-  }, loc);
+  return Record(
+      out, "softmax", {x},
+      [op, d, loc](const Tensor& g, const Tensor& y, const Grads&) -> Grads {
+        const std::vector<int64_t> full(y.dims().begin(), y.dims().end());
+        if (op == OpKind::kSoftmax) {  // y (g - sum(g y))
+          return {y *
+                  TensorArg(g - TensorArg(expand(sum(g * TensorArg(y, loc), {d}, true, loc), full, loc), loc), loc)};
+        }
+        // log_softmax: g - exp(y) sum(g)
+        return {g - TensorArg(exp(y, loc) * TensorArg(expand(sum(g, {d}, true, loc), full, loc), loc), loc)};
+      },
+      loc);
 }
 }  // namespace
 
-Tensor softmax(const Tensor& x, int64_t dim, SourceLocation loc) {
-  return SoftmaxLike(OpKind::kSoftmax, x, dim, loc);
-}
+Tensor softmax(const Tensor& x, int64_t dim, SourceLocation loc) { return SoftmaxLike(OpKind::kSoftmax, x, dim, loc); }
 Tensor log_softmax(const Tensor& x, int64_t dim, SourceLocation loc) {
   return SoftmaxLike(OpKind::kLogSoftmax, x, dim, loc);
 }
@@ -651,9 +679,12 @@ Tensor reshape(const Tensor& x, std::vector<int64_t> sizes, SourceLocation loc) 
   std::vector<int64_t> resolved(out.dims().begin(), out.dims().end());
   Tensor r = MakeTensor(OpKind::kReshape, {ValueOf(x)}, std::move(out), impl.device, loc,
                         ir::Attributes{{AttrKey::kSizes, std::move(resolved)}});
-  return Record(r, "reshape", {x}, [loc](const Tensor& g, const Tensor&, const Grads& in) -> Grads {
-    return {reshape(g, std::vector<int64_t>(in[0].dims().begin(), in[0].dims().end()), loc)};
-  }, loc);
+  return Record(
+      r, "reshape", {x},
+      [loc](const Tensor& g, const Tensor&, const Grads& in) -> Grads {
+        return {reshape(g, std::vector<int64_t>(in[0].dims().begin(), in[0].dims().end()), loc)};
+      },
+      loc);
 }
 
 Tensor permute(const Tensor& x, std::vector<int64_t> perm, SourceLocation loc) {
@@ -667,11 +698,14 @@ Tensor permute(const Tensor& x, std::vector<int64_t> perm, SourceLocation loc) {
   if (identity) return x;
   Tensor r = MakeTensor(OpKind::kPermute, {ValueOf(x)}, std::move(out), impl.device, loc,
                         ir::Attributes{{AttrKey::kPermutation, perm}});
-  return Record(r, "permute", {x}, [perm, loc](const Tensor& g, const Tensor&, const Grads&) -> Grads {
-    std::vector<int64_t> inverse(perm.size());
-    for (size_t i = 0; i < perm.size(); ++i) inverse[static_cast<size_t>(perm[i])] = static_cast<int64_t>(i);
-    return {permute(g, inverse, loc)};
-  }, loc);
+  return Record(
+      r, "permute", {x},
+      [perm, loc](const Tensor& g, const Tensor&, const Grads&) -> Grads {
+        std::vector<int64_t> inverse(perm.size());
+        for (size_t i = 0; i < perm.size(); ++i) inverse[static_cast<size_t>(perm[i])] = static_cast<int64_t>(i);
+        return {permute(g, inverse, loc)};
+      },
+      loc);
 }
 
 Tensor transpose(const Tensor& x, int64_t dim0, int64_t dim1, SourceLocation loc) {
@@ -697,9 +731,10 @@ Tensor expand(const Tensor& x, std::vector<int64_t> sizes, SourceLocation loc) {
   std::vector<int64_t> resolved(out.dims().begin(), out.dims().end());
   Tensor r = MakeTensor(OpKind::kExpand, {ValueOf(x)}, std::move(out), impl.device, loc,
                         ir::Attributes{{AttrKey::kSizes, std::move(resolved)}});
-  return Record(r, "expand", {x}, [loc](const Tensor& g, const Tensor&, const Grads& in) -> Grads {
-    return {SumToShape(g, in[0].shape(), loc)};
-  }, loc);
+  return Record(
+      r, "expand", {x},
+      [loc](const Tensor& g, const Tensor&, const Grads& in) -> Grads { return {SumToShape(g, in[0].shape(), loc)}; },
+      loc);
 }
 
 namespace {
@@ -733,14 +768,17 @@ Tensor slice(const Tensor& x, int64_t dim, int64_t start, int64_t end, int64_t s
                         ir::Attributes{{AttrKey::kStart, std::move(starts)},
                                        {AttrKey::kLimit, std::move(limits)},
                                        {AttrKey::kStride, std::move(strides)}});
-  return Record(r, "slice", {x}, [d, s, step, loc](const Tensor& g, const Tensor&, const Grads& in) -> Grads {
-    // Scatter g back: each picked position i along d receives g's slice (one_hot over the positions).
-    const int64_t size = in[0].dim(d), picked = g.dim(d);
-    Tensor positions = arange(s, s + picked * step, step, DType::kI64, g.device(), loc);
-    Tensor scatter = OneHotUnchecked(positions, size, g.dtype(), loc);  // [picked, size]
-    Tensor moved = transpose(g, d, -1, loc);                                          // [..., picked]
-    return {transpose(matmul(moved, scatter, loc), d, -1, loc)};
-  }, loc);
+  return Record(
+      r, "slice", {x},
+      [d, s, step, loc](const Tensor& g, const Tensor&, const Grads& in) -> Grads {
+        // Scatter g back: each picked position i along d receives g's slice (one_hot over the positions).
+        const int64_t size = in[0].dim(d), picked = g.dim(d);
+        Tensor positions = arange(s, s + picked * step, step, DType::kI64, g.device(), loc);
+        Tensor scatter = OneHotUnchecked(positions, size, g.dtype(), loc);  // [picked, size]
+        Tensor moved = transpose(g, d, -1, loc);                            // [..., picked]
+        return {transpose(matmul(moved, scatter, loc), d, -1, loc)};
+      },
+      loc);
 }
 
 Tensor cat(const std::vector<Tensor>& tensors, int64_t dim, SourceLocation loc) {
@@ -761,15 +799,18 @@ Tensor cat(const std::vector<Tensor>& tensors, int64_t dim, SourceLocation loc) 
   Shape out = Check(ir::InferConcat(shapes, d), "cat", loc);
   Tensor r = MakeTensor(OpKind::kConcat, std::move(operands), std::move(out), first.device, loc,
                         ir::Attributes{{AttrKey::kAxis, d}});
-  return Record(r, "cat", tensors, [d, loc](const Tensor& g, const Tensor&, const Grads& in) -> Grads {
-    Grads out;
-    int64_t at = 0;
-    for (const Tensor& t : in) {
-      out.push_back(cast(slice(g, d, at, at + t.dim(d), 1, loc), t.dtype(), loc));
-      at += t.dim(d);
-    }
-    return out;
-  }, loc);
+  return Record(
+      r, "cat", tensors,
+      [d, loc](const Tensor& g, const Tensor&, const Grads& in) -> Grads {
+        Grads out;
+        int64_t at = 0;
+        for (const Tensor& t : in) {
+          out.push_back(cast(slice(g, d, at, at + t.dim(d), 1, loc), t.dtype(), loc));
+          at += t.dim(d);
+        }
+        return out;
+      },
+      loc);
 }
 
 Tensor index_select(const Tensor& x, int64_t dim, const Tensor& index, SourceLocation loc) {
@@ -778,11 +819,14 @@ Tensor index_select(const Tensor& x, int64_t dim, const Tensor& index, SourceLoc
   Shape out = Check(ir::InferIndexSelect(x.shape(), d, index.shape()), "index_select", loc);
   Tensor r = MakeTensor(OpKind::kIndexSelect, {ValueOf(x), ValueOf(index)}, std::move(out), device, loc,
                         ir::Attributes{{AttrKey::kAxis, d}});
-  return Record(r, "index_select", {x, index}, [d, loc](const Tensor& g, const Tensor&, const Grads& in) -> Grads {
-    // Rows picked several times receive the sum of their gradients: g moved to the end, times one_hot.
-    Tensor scatter = OneHotUnchecked(in[1], in[0].dim(d), g.dtype(), loc);  // [n, size]
-    return {transpose(matmul(transpose(g, d, -1, loc), scatter, loc), d, -1, loc), Tensor()};
-  }, loc);
+  return Record(
+      r, "index_select", {x, index},
+      [d, loc](const Tensor& g, const Tensor&, const Grads& in) -> Grads {
+        // Rows picked several times receive the sum of their gradients: g moved to the end, times one_hot.
+        Tensor scatter = OneHotUnchecked(in[1], in[0].dim(d), g.dtype(), loc);  // [n, size]
+        return {transpose(matmul(transpose(g, d, -1, loc), scatter, loc), d, -1, loc), Tensor()};
+      },
+      loc);
 }
 
 Tensor gather(const Tensor& x, int64_t dim, const Tensor& index, SourceLocation loc) {
@@ -791,28 +835,34 @@ Tensor gather(const Tensor& x, int64_t dim, const Tensor& index, SourceLocation 
   Shape out = Check(ir::InferGather(x.shape(), d, index.shape()), "gather", loc);
   Tensor r = MakeTensor(OpKind::kGather, {ValueOf(x), ValueOf(index)}, std::move(out), device, loc,
                         ir::Attributes{{AttrKey::kAxis, d}});
-  return Record(r, "gather", {x, index}, [d, loc](const Tensor& g, const Tensor&, const Grads& in) -> Grads {
-    // grad_x[.., k, ..] = sum over j of g[.., j, ..] where index[.., j, ..] == k, then padded to x.
-    const Tensor& x = in[0];
-    Tensor hits = OneHotUnchecked(transpose(in[1], d, -1, loc), x.dim(d), g.dtype(), loc);
-    Tensor gt = reshape(transpose(g, d, -1, loc), [&] {
-      std::vector<int64_t> s(g.rank() + 1);
-      Tensor moved = transpose(g, d, -1, loc);
-      for (int64_t i = 0; i < moved.rank(); ++i) s[static_cast<size_t>(i)] = moved.dim(i);
-      s.back() = 1;
-      return s;
-    }(), loc);
-    Tensor summed = sum(hits * TensorArg(gt, loc), {-2}, false, loc);  // [moved dims without j, size]
-    Tensor back = transpose(summed, d, -1, loc);
-    // Dims other than d may be smaller in index than in x: pad by scattering into zeros via cat.
-    for (int64_t k = 0; k < x.rank(); ++k) {
-      if (k == d || back.dim(k) == x.dim(k)) continue;
-      std::vector<int64_t> pad(back.dims().begin(), back.dims().end());
-      pad[static_cast<size_t>(k)] = x.dim(k) - back.dim(k);
-      back = cat({back, zeros(pad, back.dtype(), back.device(), loc)}, k, loc);
-    }
-    return {back, Tensor()};
-  }, loc);
+  return Record(
+      r, "gather", {x, index},
+      [d, loc](const Tensor& g, const Tensor&, const Grads& in) -> Grads {
+        // grad_x[.., k, ..] = sum over j of g[.., j, ..] where index[.., j, ..] == k, then padded to x.
+        const Tensor& x = in[0];
+        Tensor hits = OneHotUnchecked(transpose(in[1], d, -1, loc), x.dim(d), g.dtype(), loc);
+        Tensor gt = reshape(
+            transpose(g, d, -1, loc),
+            [&] {
+              std::vector<int64_t> s(g.rank() + 1);
+              Tensor moved = transpose(g, d, -1, loc);
+              for (int64_t i = 0; i < moved.rank(); ++i) s[static_cast<size_t>(i)] = moved.dim(i);
+              s.back() = 1;
+              return s;
+            }(),
+            loc);
+        Tensor summed = sum(hits * TensorArg(gt, loc), {-2}, false, loc);  // [moved dims without j, size]
+        Tensor back = transpose(summed, d, -1, loc);
+        // Dims other than d may be smaller in index than in x: pad by scattering into zeros via cat.
+        for (int64_t k = 0; k < x.rank(); ++k) {
+          if (k == d || back.dim(k) == x.dim(k)) continue;
+          std::vector<int64_t> pad(back.dims().begin(), back.dims().end());
+          pad[static_cast<size_t>(k)] = x.dim(k) - back.dim(k);
+          back = cat({back, zeros(pad, back.dtype(), back.device(), loc)}, k, loc);
+        }
+        return {back, Tensor()};
+      },
+      loc);
 }
 
 namespace {
@@ -860,9 +910,9 @@ Tensor one_hot(const Tensor& index, int64_t num_classes, DType dtype, SourceLoca
   const DType zero_type = dtype == DType::kBool ? DType::kI32 : dtype;
   std::vector<int64_t> dims(impl.shape.dims().begin(), impl.shape.dims().end());
   dims.push_back(1);
-  Tensor check = reshape(index_select(zeros({num_classes}, zero_type, Device{impl.device}, loc), 0,
-                                      reshape(index, {-1}, loc), loc),
-                         dims, loc);
+  Tensor check = reshape(
+      index_select(zeros({num_classes}, zero_type, Device{impl.device}, loc), 0, reshape(index, {-1}, loc), loc), dims,
+      loc);
   if (dtype == DType::kBool) return logical_or(out, ne(check, Scalar::Static(0), loc), loc);
   return out + TensorArg(check, loc);
 }

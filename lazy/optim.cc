@@ -10,8 +10,10 @@ std::vector<int64_t> DimsOf(const Tensor& t) { return {t.dims().begin(), t.dims(
 // step then traces the very graph every later step does.
 Tensor StateLike(const Tensor& p, const SourceLocation& loc) {
   const std::vector<int64_t> dims = DimsOf(p);
-  if (p.dtype() == DType::kF64) return Tensor::FromData(std::vector<double>(static_cast<size_t>(p.numel())), dims, p.device(), loc);
-  if (p.dtype() == DType::kF32) return Tensor::FromData(std::vector<float>(static_cast<size_t>(p.numel())), dims, p.device(), loc);
+  if (p.dtype() == DType::kF64)
+    return Tensor::FromData(std::vector<double>(static_cast<size_t>(p.numel())), dims, p.device(), loc);
+  if (p.dtype() == DType::kF32)
+    return Tensor::FromData(std::vector<float>(static_cast<size_t>(p.numel())), dims, p.device(), loc);
   return zeros(dims, p.dtype(), p.device(), loc);
 }
 }  // namespace

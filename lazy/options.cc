@@ -51,8 +51,8 @@ absl::StatusOr<int64_t> ParseDeviceMemory(absl::string_view text) {
 // A path: no NUL byte, shorter than PATH_MAX.
 absl::StatusOr<std::string> ParsePath(absl::string_view t) {
   if (t.size() >= PATH_MAX || absl::StrContains(t, '\0')) {
-    return absl::InvalidArgumentError(absl::StrCat("a path of ", t.size(), " bytes is not a valid path (at most ",
-                                                   PATH_MAX - 1, " bytes, no NUL)"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("a path of ", t.size(), " bytes is not a valid path (at most ", PATH_MAX - 1, " bytes, no NUL)"));
   }
   return std::string(t);
 }
@@ -67,15 +67,14 @@ struct Setting {
 
 template <typename T, typename Parser>
 Setting Declare(absl::string_view name, absl::string_view help, T Options::*field, Parser parser) {
-  return Setting{
-      name, help,
-      [field, parser](Options& o, absl::string_view text) -> absl::Status {
-        auto parsed = parser(text);
-        if (!parsed.ok()) return parsed.status();
-        o.*field = static_cast<T>(*parsed);
-        return absl::OkStatus();
-      },
-      [field](const Options& o) -> std::string { return absl::StrCat(o.*field); }};
+  return Setting{name, help,
+                 [field, parser](Options& o, absl::string_view text) -> absl::Status {
+                   auto parsed = parser(text);
+                   if (!parsed.ok()) return parsed.status();
+                   o.*field = static_cast<T>(*parsed);
+                   return absl::OkStatus();
+                 },
+                 [field](const Options& o) -> std::string { return absl::StrCat(o.*field); }};
 }
 
 absl::StatusOr<double> ParseMs(absl::string_view t) {
@@ -90,14 +89,13 @@ const std::vector<Setting>& Settings() {
   static const std::vector<Setting> settings = {
       Declare("LAZYRT_DEVICES", "number of simulated devices", &Options::devices,
               [](absl::string_view t) { return ParseInt<int>(t, 1, kMaxDevices); }),
-      Declare("LAZYRT_DEVICE_MEMORY", "memory per device, e.g. 16G", &Options::device_memory_bytes,
-              ParseDeviceMemory),
-      Declare("LAZYRT_SPECIAL_SCALARS", "bake host scalars 0 and 1 into graphs (0/1)",
-              &Options::special_scalars, ParseBool),
+      Declare("LAZYRT_DEVICE_MEMORY", "memory per device, e.g. 16G", &Options::device_memory_bytes, ParseDeviceMemory),
+      Declare("LAZYRT_SPECIAL_SCALARS", "bake host scalars 0 and 1 into graphs (0/1)", &Options::special_scalars,
+              ParseBool),
       Declare("LAZYRT_SEED", "seed of the device random number generator", &Options::seed,
               [](absl::string_view t) { return ParseInt<uint64_t>(t, 0); }),
-      Declare("LAZYRT_GRAPH_LIMIT", "sync after this many traced ops without a sync (0: never)",
-              &Options::graph_limit, [](absl::string_view t) { return ParseInt<int64_t>(t, 0); }),
+      Declare("LAZYRT_GRAPH_LIMIT", "sync after this many traced ops without a sync (0: never)", &Options::graph_limit,
+              [](absl::string_view t) { return ParseInt<int64_t>(t, 0); }),
       Declare("LAZYRT_PERSISTENT_CACHE", "use the persistent executable cache (0/1)", &Options::persistent_cache,
               ParseBool),
       Declare("LAZYRT_CACHE_DIR", "directory of the persistent cache", &Options::cache_dir, ParsePath),
@@ -107,7 +105,8 @@ const std::vector<Setting>& Settings() {
               &Options::cache_max_bytes, ParseByteSize),
       Declare("LAZYRT_CACHE_MIN_COMPILE_MS", "do not store results that compiled faster than this",
               &Options::cache_min_compile_ms, ParseMs),
-      Declare("LAZYRT_DEBUG", "diagnostics: 0 off, 1 analysis at exit, 2 also a line per sync, 3 also device time by kernel",
+      Declare("LAZYRT_DEBUG",
+              "diagnostics: 0 off, 1 analysis at exit, 2 also a line per sync, 3 also device time by kernel",
               &Options::debug, [](absl::string_view t) { return ParseInt<int>(t, 0, kMaxDebugLevel); }),
       Declare("LAZYRT_DEBUG_FILE", "where diagnostics go instead of stderr", &Options::debug_file, ParsePath),
       Declare("LAZYRT_REPORT", "write the run report (JSON) to this file at exit", &Options::report, ParsePath),
@@ -123,13 +122,11 @@ absl::Status Options::Set(absl::string_view name, absl::string_view value) {
     if (s.name != name) continue;
     absl::Status status = s.parse(*this, value);
     if (!status.ok()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(name, "=", value, ": ", status.message(), " (", s.help, ")"));
+      return absl::InvalidArgumentError(absl::StrCat(name, "=", value, ": ", status.message(), " (", s.help, ")"));
     }
     return absl::OkStatus();
   }
-  return absl::InvalidArgumentError(
-      absl::StrCat("unknown setting ", name, "; the valid settings are ", ValidNames()));
+  return absl::InvalidArgumentError(absl::StrCat("unknown setting ", name, "; the valid settings are ", ValidNames()));
 }
 
 absl::StatusOr<Options> Options::FromEnvironment() {
@@ -138,8 +135,7 @@ absl::StatusOr<Options> Options::FromEnvironment() {
     absl::string_view entry(*env);
     if (!absl::StartsWith(entry, "LAZYRT_")) continue;
     const size_t eq = entry.find('=');
-    absl::Status status = options.Set(entry.substr(0, eq),
-                                      eq == absl::string_view::npos ? "" : entry.substr(eq + 1));
+    absl::Status status = options.Set(entry.substr(0, eq), eq == absl::string_view::npos ? "" : entry.substr(eq + 1));
     if (!status.ok()) return status;
   }
   return options;
@@ -180,8 +176,7 @@ absl::StatusOr<int64_t> ParseByteSize(absl::string_view text) {
   } else if (unit == "T") {
     shift = 40;
   } else {
-    return absl::InvalidArgumentError(
-        absl::StrCat("'", text, "' has an unknown unit (use B, K, M, G or T)"));
+    return absl::InvalidArgumentError(absl::StrCat("'", text, "' has an unknown unit (use B, K, M, G or T)"));
   }
   const double bytes = std::ldexp(number, shift);
   if (bytes >= 9.2e18) return absl::InvalidArgumentError(absl::StrCat("'", text, "' is too large"));

@@ -5,10 +5,9 @@
 
 #include <cstdint>
 #include <string>
-#include <string>
-#include "absl/strings/string_view.h"
 #include <utility>
 #include <vector>
+#include "absl/strings/string_view.h"
 
 #include "absl/status/statusor.h"
 

@@ -52,24 +52,15 @@ json Manifest() {
 }
 
 json EventJson(const SyncEvent& e) {
-  return json{{"index", e.index},
-              {"step", e.step},
-              {"position", e.position},
-              {"cause", std::string(SyncCauseName(e.cause))},
-              {"location", e.location},
-              {"graph_key", ir::HashToHex(e.graph_key)},
-              {"nodes", e.nodes},
-              {"inputs", e.inputs},
-              {"outputs", e.outputs},
-              {"outcome", std::string(SyncOutcomeName(e.outcome))},
-              {"start_ms", e.start_ms},
-              {"trace_ms", e.trace_ms},
-              {"key_ms", e.key_ms},
-              {"lower_ms", e.lower_ms},
-              {"compile_ms", e.compile_ms},
-              {"load_ms", e.load_ms},
-              {"launch_ms", e.launch_ms},
-              {"execute_ms", e.execute_ms}};
+  return json{{"index", e.index},           {"step", e.step},
+              {"position", e.position},     {"cause", std::string(SyncCauseName(e.cause))},
+              {"location", e.location},     {"graph_key", ir::HashToHex(e.graph_key)},
+              {"nodes", e.nodes},           {"inputs", e.inputs},
+              {"outputs", e.outputs},       {"outcome", std::string(SyncOutcomeName(e.outcome))},
+              {"start_ms", e.start_ms},     {"trace_ms", e.trace_ms},
+              {"key_ms", e.key_ms},         {"lower_ms", e.lower_ms},
+              {"compile_ms", e.compile_ms}, {"load_ms", e.load_ms},
+              {"launch_ms", e.launch_ms},   {"execute_ms", e.execute_ms}};
 }
 
 // A finding as the report holds it (tools/cli/diag_command.cc reads these fields).
@@ -96,7 +87,8 @@ json FindingJson(const Finding& f) {
 void WriteFile(const std::string& path, const std::string& text, absl::string_view what) {
   std::ofstream out(path, std::ios::trunc);
   out << text;
-  if (!out) std::fprintf(stderr, "lazyrt: warning: could not write the %s to %s\n", std::string(what).c_str(), path.c_str());
+  if (!out)
+    std::fprintf(stderr, "lazyrt: warning: could not write the %s to %s\n", std::string(what).c_str(), path.c_str());
 }
 
 }  // namespace
@@ -120,8 +112,8 @@ void write_report(const std::string& path) {
   report["counters"] = counters;
   json timers = json::object();
   for (const TimerSummary& t : metrics_timers()) {
-    timers[t.name] = json{{"count", t.count}, {"total_ms", t.total_ms}, {"mean_ms", t.mean_ms},
-                          {"p50_ms", t.p50_ms}, {"p90_ms", t.p90_ms}, {"max_ms", t.max_ms}};
+    timers[t.name] = json{{"count", t.count},   {"total_ms", t.total_ms}, {"mean_ms", t.mean_ms},
+                          {"p50_ms", t.p50_ms}, {"p90_ms", t.p90_ms},     {"max_ms", t.max_ms}};
   }
   report["timers"] = timers;
   json event_list = json::array();
@@ -142,8 +134,11 @@ void write_report(const std::string& path) {
   report["steps"] = steps;
   json sites = json::array();
   for (const SyncSiteSummary& site : sync_sites()) {
-    sites.push_back(json{{"location", site.location}, {"stack", site.stack}, {"syncs", site.syncs},
-                         {"programs", site.programs}, {"graphs", site.graphs}});
+    sites.push_back(json{{"location", site.location},
+                         {"stack", site.stack},
+                         {"syncs", site.syncs},
+                         {"programs", site.programs},
+                         {"graphs", site.graphs}});
   }
   report["sync_sites"] = sites;
   json found = json::array();
@@ -158,17 +153,27 @@ void write_trace(const std::string& path) {
   json trace = json::array();
   auto span = [&](const std::string& name, double start_ms, double ms, int tid, const json& args) {
     if (ms < 0) return;
-    trace.push_back(json{{"name", name}, {"ph", "X"}, {"pid", 1}, {"tid", tid}, {"ts", start_ms * 1000},
-                         {"dur", ms * 1000}, {"args", args}});
+    trace.push_back(json{{"name", name},
+                         {"ph", "X"},
+                         {"pid", 1},
+                         {"tid", tid},
+                         {"ts", start_ms * 1000},
+                         {"dur", ms * 1000},
+                         {"args", args}});
   };
-  trace.push_back(json{{"name", "thread_name"}, {"ph", "M"}, {"pid", 1}, {"tid", 1}, {"args", {{"name", "host: syncs"}}}});
-  trace.push_back(json{{"name", "thread_name"}, {"ph", "M"}, {"pid", 1}, {"tid", 2}, {"args", {{"name", "device 0 stream"}}}});
+  trace.push_back(
+      json{{"name", "thread_name"}, {"ph", "M"}, {"pid", 1}, {"tid", 1}, {"args", {{"name", "host: syncs"}}}});
+  trace.push_back(
+      json{{"name", "thread_name"}, {"ph", "M"}, {"pid", 1}, {"tid", 2}, {"args", {{"name", "device 0 stream"}}}});
   for (const SyncEvent& e : sync_events()) {
     const json args = EventJson(e);
     double t = e.start_ms;
     span("trace", t - e.trace_ms, e.trace_ms, 1, args);
-    for (const auto& [name, ms] : {std::pair<const char*, double>{"key", e.key_ms}, {"lower", e.lower_ms},
-                                   {"compile", e.compile_ms}, {"load", e.load_ms}, {"launch", e.launch_ms}}) {
+    for (const auto& [name, ms] : {std::pair<const char*, double>{"key", e.key_ms},
+                                   {"lower", e.lower_ms},
+                                   {"compile", e.compile_ms},
+                                   {"load", e.load_ms},
+                                   {"launch", e.launch_ms}}) {
       if (ms <= 0) continue;
       span(name, t, ms, 1, args);
       t += ms;

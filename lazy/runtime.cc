@@ -79,10 +79,9 @@ ir::Value DeviceState::SeedValue() {
   if (!seed_value) {
     const uint64_t step_seed = Mix(rng_seed ^ Mix(rng_step));
     // The seed is a parameter (i64[]), so its value never enters the graph's hash.
-    seed_value = ir::Value{ir::MakeNode(ir::OpKind::kDeviceData, ir::OperandList{},
-                                        ir::ShapeList{Shape(DType::kI64, {})}, ir::Attributes{},
-                                        std::make_shared<ScalarLeaf>(
-                                            static_cast<double>(step_seed >> 11)))};
+    seed_value =
+        ir::Value{ir::MakeNode(ir::OpKind::kDeviceData, ir::OperandList{}, ir::ShapeList{Shape(DType::kI64, {})},
+                               ir::Attributes{}, std::make_shared<ScalarLeaf>(static_cast<double>(step_seed >> 11)))};
   }
   return seed_value;
 }
@@ -122,8 +121,8 @@ void Runtime::AtExit() {
 }
 
 Runtime::Runtime(Options options) : options_(std::move(options)) {
-  absl::StatusOr<std::unique_ptr<pjrt::Client>> client = pjrt::Client::Create(
-      {.num_devices = options_.devices, .device_memory_bytes = options_.device_memory_bytes});
+  absl::StatusOr<std::unique_ptr<pjrt::Client>> client =
+      pjrt::Client::Create({.num_devices = options_.devices, .device_memory_bytes = options_.device_memory_bytes});
   if (!client.ok()) throw Error(absl::StrCat("cannot create the device client: ", client.status().message()));
   client_ = *std::move(client);
   std::atexit(&AtExit);
@@ -152,10 +151,10 @@ Runtime& Runtime::Get() {
 
 DeviceState& Runtime::device_state(Device device, const SourceLocation& loc) {
   if (device.index < 0 || device.index >= num_devices()) {
-    throw Error(absl::StrCat("device ", device.ToString(), " does not exist; this runtime has ",
-                             num_devices(), " device(s), lazy:0 to lazy:", num_devices() - 1,
-                             " (set LAZYRT_DEVICES or Options::devices)"),
-                loc);
+    throw Error(
+        absl::StrCat("device ", device.ToString(), " does not exist; this runtime has ", num_devices(),
+                     " device(s), lazy:0 to lazy:", num_devices() - 1, " (set LAZYRT_DEVICES or Options::devices)"),
+        loc);
   }
   return *devices_[static_cast<size_t>(device.index)];
 }
@@ -169,7 +168,8 @@ void configure(const Options& options) {
   }
   // The options in code win over the environment, but a LAZYRT_* variable that names no setting (or
   // holds no valid value) is still a mistake to report: a typo must not pass unnoticed.
-  if (absl::StatusOr<Options> env = Options::FromEnvironment(); !env.ok()) throw Error(std::string(env.status().message()));
+  if (absl::StatusOr<Options> env = Options::FromEnvironment(); !env.ok())
+    throw Error(std::string(env.status().message()));
   detail::g_runtime.store(new detail::Runtime(options), std::memory_order_release);
 }
 

@@ -4,10 +4,10 @@
 
 #include "absl/strings/str_cat.h"
 #include "ir/dump.h"
-#include "ir/shape_inference.h"
 #include "ir/post_order.h"
-#include "lazy/runtime.h"
+#include "ir/shape_inference.h"
 #include "lazy/metrics.h"
+#include "lazy/runtime.h"
 #include "lazy/sync.h"
 #include "lazy/tracing.h"
 #include "lowering/dtype.h"
@@ -36,14 +36,13 @@ ir::Value ValueOf(const Tensor& t) {
   return impl.ir;
 }
 
-int CommonDevice(std::initializer_list<const Tensor*> tensors, absl::string_view op,
-                 const SourceLocation& loc) {
+int CommonDevice(std::initializer_list<const Tensor*> tensors, absl::string_view op, const SourceLocation& loc) {
   int device = -1;
   for (const Tensor* t : tensors) {
     const int d = ImplOf(*t, op, loc).device;
     if (device >= 0 && d != device) {
-      throw Error(absl::StrCat(op, ": tensors are on different devices, ", Device{device}.ToString(),
-                               " and ", Device{d}.ToString(), "; move one of them first"),
+      throw Error(absl::StrCat(op, ": tensors are on different devices, ", Device{device}.ToString(), " and ",
+                               Device{d}.ToString(), "; move one of them first"),
                   loc);
     }
     device = d;
@@ -54,8 +53,7 @@ int CommonDevice(std::initializer_list<const Tensor*> tensors, absl::string_view
 ir::Value ScalarValue(Scalar s, DType dtype, const SourceLocation& loc) {
   const bool special = Runtime::Get().options().special_scalars && (s.value() == 0 || s.value() == 1);
   if (s.is_static() || special) {
-    return ir::Value{ir::MakeNode(ir::OpKind::kConstant, ir::OperandList{},
-                                  ir::ShapeList{Shape(dtype, {})},
+    return ir::Value{ir::MakeNode(ir::OpKind::kConstant, ir::OperandList{}, ir::ShapeList{Shape(dtype, {})},
                                   ir::Attributes{{ir::AttrKey::kValue, s.value()}}, nullptr, loc)};
   }
   return ir::Value{ir::MakeNode(ir::OpKind::kDeviceData, ir::OperandList{}, ir::ShapeList{Shape(dtype, {})},
@@ -64,16 +62,15 @@ ir::Value ScalarValue(Scalar s, DType dtype, const SourceLocation& loc) {
 
 ir::Value Converted(const ir::Value& v, DType dtype, const SourceLocation& loc) {
   if (v.shape().dtype() == dtype) return v;
-  return ir::Value{ir::MakeNode(ir::OpKind::kConvert, ir::OperandList{v},
-                                ir::ShapeList{v.shape().WithDType(dtype)},
+  return ir::Value{ir::MakeNode(ir::OpKind::kConvert, ir::OperandList{v}, ir::ShapeList{v.shape().WithDType(dtype)},
                                 ir::Attributes{{ir::AttrKey::kDType, dtype}}, nullptr, loc)};
 }
 
-Tensor MakeTensor(ir::OpKind op, ir::OperandList operands, Shape shape, int device,
-                  const SourceLocation& loc, ir::Attributes attrs) {
+Tensor MakeTensor(ir::OpKind op, ir::OperandList operands, Shape shape, int device, const SourceLocation& loc,
+                  ir::Attributes attrs) {
   auto impl = std::make_shared<TensorImpl>(shape, device, loc);
-  impl->ir = ir::Value{ir::MakeNode(op, std::move(operands), ir::ShapeList{std::move(shape)},
-                                    std::move(attrs), nullptr, loc)};
+  impl->ir =
+      ir::Value{ir::MakeNode(op, std::move(operands), ir::ShapeList{std::move(shape)}, std::move(attrs), nullptr, loc)};
   Runtime& rt = Runtime::Get();
   DeviceState& state = rt.device_state({device}, loc);
   state.Register(impl.get());
@@ -95,14 +92,15 @@ Tensor FromHost(std::span<const T> values, const std::vector<int64_t>& dims, DTy
     if (d < 0) throw Error(absl::StrCat("FromData: negative dimension in ", shape.ToString()), loc);
   }
   if (static_cast<int64_t>(values.size()) != shape.numel()) {
-    throw Error(absl::StrCat("FromData: ", values.size(), " values do not fill ", shape.ToString(), " (",
-                             shape.numel(), " elements)"),
+    throw Error(absl::StrCat("FromData: ", values.size(), " values do not fill ", shape.ToString(), " (", shape.numel(),
+                             " elements)"),
                 loc);
   }
   detail::Runtime& rt = detail::Runtime::Get();
   detail::DeviceState& state = rt.device_state(device, loc);
   absl::StatusOr<std::shared_ptr<pjrt::Buffer>> buffer = rt.client().BufferFromHost(
-      values.data(), pjrt::ArrayShape{lowering::DeviceType(dtype), std::vector<int64_t>(dims.begin(), dims.end())}, state.device);
+      values.data(), pjrt::ArrayShape{lowering::DeviceType(dtype), std::vector<int64_t>(dims.begin(), dims.end())},
+      state.device);
   ThrowIfError(buffer.status(), "FromData", loc);
   static std::atomic<int64_t>& transfers = Counter(counters::kTransfersToDevice);  // looked up once
   transfers.fetch_add(1);
@@ -129,8 +127,8 @@ Tensor Tensor::FromData(std::span<const int64_t> values, const std::vector<int64
                         SourceLocation loc) {
   return FromHost(values, dims, DType::kI64, device, loc);
 }
-Tensor Tensor::FromData(std::initializer_list<float> values, std::initializer_list<int64_t> dims,
-                        Device device, SourceLocation loc) {
+Tensor Tensor::FromData(std::initializer_list<float> values, std::initializer_list<int64_t> dims, Device device,
+                        SourceLocation loc) {
   return FromData(std::span<const float>(values.begin(), values.size()), std::vector<int64_t>(dims), device, loc);
 }
 
@@ -157,8 +155,7 @@ void Tensor::assign(const Tensor& other, SourceLocation loc) {
   const TensorImpl& src = ImplOf(other, "assign", loc);
   TensorImpl& dst = ImplOf(*this, "assign", loc);
   if (!(src.shape == dst.shape)) {
-    throw Error(absl::StrCat("assign: cannot assign ", src.shape.ToString(), " to a tensor of ",
-                             dst.shape.ToString()),
+    throw Error(absl::StrCat("assign: cannot assign ", src.shape.ToString(), " to a tensor of ", dst.shape.ToString()),
                 loc);
   }
   detail::CommonDevice({this, &other}, "assign", loc);

@@ -69,7 +69,7 @@ struct TensorArg {
 struct ScalarArg {
   template <typename T>
     requires std::is_arithmetic_v<T>
-  ScalarArg(T v, SourceLocation where = SourceLocation::current()) : scalar(v), loc(where) {}  // NOLINT
+  ScalarArg(T v, SourceLocation where = SourceLocation::current()) : scalar(v), loc(where) {}       // NOLINT
   ScalarArg(Scalar s, SourceLocation where = SourceLocation::current()) : scalar(s), loc(where) {}  // NOLINT
   Scalar scalar;
   SourceLocation loc;
@@ -89,12 +89,12 @@ class Tensor {
                          LAZYRT_HERE);
   static Tensor FromData(std::span<const double> values, const std::vector<int64_t>& dims, Device device = {},
                          LAZYRT_HERE);
-  static Tensor FromData(std::span<const int32_t> values, const std::vector<int64_t>& dims,
-                         Device device = {}, LAZYRT_HERE);
-  static Tensor FromData(std::span<const int64_t> values, const std::vector<int64_t>& dims,
-                         Device device = {}, LAZYRT_HERE);
-  static Tensor FromData(std::initializer_list<float> values, std::initializer_list<int64_t> dims,
-                         Device device = {}, LAZYRT_HERE);
+  static Tensor FromData(std::span<const int32_t> values, const std::vector<int64_t>& dims, Device device = {},
+                         LAZYRT_HERE);
+  static Tensor FromData(std::span<const int64_t> values, const std::vector<int64_t>& dims, Device device = {},
+                         LAZYRT_HERE);
+  static Tensor FromData(std::initializer_list<float> values, std::initializer_list<int64_t> dims, Device device = {},
+                         LAZYRT_HERE);
 
   bool defined() const { return impl_ != nullptr; }
   const Shape& shape() const;
@@ -166,19 +166,16 @@ class NoGradGuard {
 Tensor zeros(std::vector<int64_t> dims, DType dtype = DType::kF32, Device device = {}, LAZYRT_HERE);
 Tensor ones(std::vector<int64_t> dims, DType dtype = DType::kF32, Device device = {}, LAZYRT_HERE);
 // Every element `value` (a device parameter unless static).
-Tensor full(std::vector<int64_t> dims, Scalar value, DType dtype = DType::kF32, Device device = {},
-            LAZYRT_HERE);
+Tensor full(std::vector<int64_t> dims, Scalar value, DType dtype = DType::kF32, Device device = {}, LAZYRT_HERE);
 // [start, end) in steps of `step`.
-Tensor arange(int64_t start, int64_t end, int64_t step = 1, DType dtype = DType::kI64, Device device = {},
-              LAZYRT_HERE);
+Tensor arange(int64_t start, int64_t end, int64_t step = 1, DType dtype = DType::kI64, Device device = {}, LAZYRT_HERE);
 inline Tensor arange(int64_t end, LAZYRT_HERE) { return arange(0, end, 1, DType::kI64, {}, loc); }
 // Uniform in [low, high) / normal(mean, std), drawn on the device from the runtime's seed, which
 // advances every step: the graph stays the same from step to step, the numbers do not.
-Tensor rand(std::vector<int64_t> dims, Scalar low = Scalar::Static(0.0), Scalar high = Scalar::Static(1.0), DType dtype = DType::kF32,
-            Device device = {}, LAZYRT_HERE);
-Tensor randn(std::vector<int64_t> dims, Scalar mean = Scalar::Static(0.0),
-             Scalar stddev = Scalar::Static(1.0), DType dtype = DType::kF32,
-             Device device = {}, LAZYRT_HERE);
+Tensor rand(std::vector<int64_t> dims, Scalar low = Scalar::Static(0.0), Scalar high = Scalar::Static(1.0),
+            DType dtype = DType::kF32, Device device = {}, LAZYRT_HERE);
+Tensor randn(std::vector<int64_t> dims, Scalar mean = Scalar::Static(0.0), Scalar stddev = Scalar::Static(1.0),
+             DType dtype = DType::kF32, Device device = {}, LAZYRT_HERE);
 // Sets the device random seed (takes effect for random ops traced after the call).
 void manual_seed(uint64_t seed, Device device = {});
 

@@ -17,8 +17,7 @@ TensorImpl& ImplOf(const Tensor& t, absl::string_view op, const SourceLocation& 
 // The IR value computing `t` (creating its DeviceData leaf on first use after a sync).
 ir::Value ValueOf(const Tensor& t);
 // The device shared by `tensors`; throws naming both devices otherwise.
-int CommonDevice(std::initializer_list<const Tensor*> tensors, absl::string_view op,
-                 const SourceLocation& loc);
+int CommonDevice(std::initializer_list<const Tensor*> tensors, absl::string_view op, const SourceLocation& loc);
 
 // A host scalar as an IR value of `dtype` and shape []: a device parameter, or a baked constant if
 // static (or 0/1 with special scalars on).
@@ -27,8 +26,8 @@ ir::Value ScalarValue(Scalar s, DType dtype, const SourceLocation& loc);
 ir::Value Converted(const ir::Value& v, DType dtype, const SourceLocation& loc);
 
 // A new node with one output, wrapped in a registered pending tensor.
-Tensor MakeTensor(ir::OpKind op, ir::OperandList operands, Shape shape, int device,
-                  const SourceLocation& loc, ir::Attributes attrs = {});
+Tensor MakeTensor(ir::OpKind op, ir::OperandList operands, Shape shape, int device, const SourceLocation& loc,
+                  ir::Attributes attrs = {});
 
 // Unwraps `result` or throws Error("<op>: <message> (at file:line)").
 template <typename T>

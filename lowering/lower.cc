@@ -69,9 +69,7 @@ class ModuleBuilder {
   int64_t Reshape(int64_t x, const std::vector<int64_t>& dims) {
     return DimsOf(x) == dims ? x : Simple(Opcode::kReshape, ShapeOf(x).type(), dims, {x});
   }
-  int64_t Binary(Opcode op, int64_t a, int64_t b) {
-    return Simple(op, ShapeOf(a).type(), DimsOf(a), {a, b});
-  }
+  int64_t Binary(Opcode op, int64_t a, int64_t b) { return Simple(op, ShapeOf(a).type(), DimsOf(a), {a, b}); }
   int64_t Unary(Opcode op, int64_t x) { return Simple(op, ShapeOf(x).type(), DimsOf(x), {x}); }
   int64_t Reduce(pjrt::Combiner combiner, int64_t x, const std::vector<int64_t>& axes) {
     std::vector<int64_t> kept;
@@ -140,7 +138,7 @@ absl::StatusOr<proto::Module> LowerGraph(const ir::PostOrder& order, std::string
         break;
 #define LAZYRT_X(name, fn, device) \
   case OpKind::k##name: id = b.Unary(Opcode::k##device, in(0)); break;
-      LAZYRT_IR_FLOAT_UNARY_OPS(LAZYRT_X)
+        LAZYRT_IR_FLOAT_UNARY_OPS(LAZYRT_X)
 #undef LAZYRT_X
       case OpKind::kNeg: id = b.Unary(Opcode::kNegate, in(0)); break;
       case OpKind::kAbs: id = b.Unary(Opcode::kAbs, in(0)); break;
@@ -174,14 +172,16 @@ absl::StatusOr<proto::Module> LowerGraph(const ir::PostOrder& order, std::string
         // 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))), PyTorch's approximate="tanh".
         const int64_t x3 = b.Binary(Opcode::kMultiply, b.Binary(Opcode::kMultiply, x, x), x);
         const int64_t inner = b.Binary(Opcode::kAdd, x, b.Binary(Opcode::kMultiply, b.Scalar(0.044715, x), x3));
-        const int64_t t = b.Unary(Opcode::kTanh, b.Binary(Opcode::kMultiply, b.Scalar(std::sqrt(2.0 / M_PI), x), inner));
+        const int64_t t =
+            b.Unary(Opcode::kTanh, b.Binary(Opcode::kMultiply, b.Scalar(std::sqrt(2.0 / M_PI), x), inner));
         id = b.Binary(Opcode::kMultiply, b.Binary(Opcode::kMultiply, b.Scalar(0.5, x), x),
                       b.Binary(Opcode::kAdd, b.Scalar(1, x), t));
         break;
       }
       case OpKind::kConvert: id = b.Simple(Opcode::kConvert, type, dims, {in(0)}); break;
       case OpKind::kSelect:
-        id = b.Simple(Opcode::kSelect, type, dims, {b.BroadcastTo(in(0), dims), b.BroadcastTo(in(1), dims), b.BroadcastTo(in(2), dims)});
+        id = b.Simple(Opcode::kSelect, type, dims,
+                      {b.BroadcastTo(in(0), dims), b.BroadcastTo(in(1), dims), b.BroadcastTo(in(2), dims)});
         break;
       case OpKind::kReshape: id = b.Reshape(in(0), dims); break;
       case OpKind::kPermute: {
@@ -223,12 +223,12 @@ absl::StatusOr<proto::Module> LowerGraph(const ir::PostOrder& order, std::string
         id = b.Simple(Opcode::kConvert, type, dims, {b.Compare(CompareDirection::kEq, dims, iota, expanded)});
         break;
       }
-#define LAZYRT_X(name, combiner)                                                                    \
-  case OpKind::k##name:                                                                             \
+#define LAZYRT_X(name, combiner)                                                                                  \
+  case OpKind::k##name:                                                                                           \
     id = b.Reshape(b.Reduce(pjrt::Combiner::k##combiner, in(0), attrs.Get<std::vector<int64_t>>(AttrKey::kAxes)), \
-                   dims); /* keepdim re-inserts size-1 dims */                                       \
+                   dims); /* keepdim re-inserts size-1 dims */                                                    \
     break;
-      LAZYRT_IR_REDUCE_OPS(LAZYRT_X)
+        LAZYRT_IR_REDUCE_OPS(LAZYRT_X)
 #undef LAZYRT_X
       case OpKind::kReduceMean: {
         const std::vector<int64_t>& axes = attrs.Get<std::vector<int64_t>>(AttrKey::kAxes);
@@ -236,7 +236,8 @@ absl::StatusOr<proto::Module> LowerGraph(const ir::PostOrder& order, std::string
         const std::vector<int64_t> in_dims = b.DimsOf(in(0));
         for (int64_t a : axes) count *= in_dims[static_cast<size_t>(a)];
         const int64_t sum = b.Reduce(pjrt::Combiner::kSum, in(0), axes);
-        const int64_t r = b.Binary(Opcode::kMultiply, sum, b.Scalar(count == 0 ? NAN : 1.0 / static_cast<double>(count), sum));
+        const int64_t r =
+            b.Binary(Opcode::kMultiply, sum, b.Scalar(count == 0 ? NAN : 1.0 / static_cast<double>(count), sum));
         id = b.Reshape(r, dims);  // keepdim re-inserts size-1 dims
         break;
       }

@@ -6,15 +6,13 @@
 
 namespace lazyrt::pjrt {
 
-Buffer::Buffer(Device* device, ArrayShape shape, std::shared_ptr<DeviceMemory> memory,
-               std::shared_ptr<Event> ready)
+Buffer::Buffer(Device* device, ArrayShape shape, std::shared_ptr<DeviceMemory> memory, std::shared_ptr<Event> ready)
     : device_(device), shape_(std::move(shape)), ready_(std::move(ready)), memory_(std::move(memory)) {}
 
 absl::Status Buffer::ToHost(void* dst, size_t dst_bytes) const {
   if (dst_bytes != static_cast<size_t>(shape_.byte_size())) {
-    return absl::InvalidArgumentError(absl::StrCat("copying ", shape_.ToString(), " (",
-                                                   shape_.byte_size(), " bytes) to a host region of ",
-                                                   dst_bytes, " bytes"));
+    return absl::InvalidArgumentError(absl::StrCat("copying ", shape_.ToString(), " (", shape_.byte_size(),
+                                                   " bytes) to a host region of ", dst_bytes, " bytes"));
   }
   absl::Status status = ready_->Wait();
   if (!status.ok()) return status;

@@ -15,8 +15,7 @@ namespace lazyrt::pjrt {
 
 class Buffer {
  public:
-  Buffer(Device* device, ArrayShape shape, std::shared_ptr<DeviceMemory> memory,
-         std::shared_ptr<Event> ready);
+  Buffer(Device* device, ArrayShape shape, std::shared_ptr<DeviceMemory> memory, std::shared_ptr<Event> ready);
 
   Device* device() const { return device_; }
   const ArrayShape& shape() const { return shape_; }

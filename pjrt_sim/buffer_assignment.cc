@@ -21,9 +21,11 @@ int64_t AssignBuffers(proto::Executable& exe) {
   const int64_t end = exe.kernels_size();
   std::vector<int64_t> last_use(static_cast<size_t>(num_slots), -1);
   for (int64_t k = 0; k < end; ++k) {
-    for (int64_t in : exe.kernels(static_cast<int>(k)).inputs()) last_use[static_cast<size_t>(storage[static_cast<size_t>(in)])] = k;
+    for (int64_t in : exe.kernels(static_cast<int>(k)).inputs())
+      last_use[static_cast<size_t>(storage[static_cast<size_t>(in)])] = k;
   }
-  for (int64_t out : exe.outputs()) last_use[static_cast<size_t>(storage[static_cast<size_t>(out)])] = end;  // copied at the end
+  for (int64_t out : exe.outputs())
+    last_use[static_cast<size_t>(storage[static_cast<size_t>(out)])] = end;  // copied at the end
 
   std::map<int64_t, int64_t> free_chunks;  // offset -> size
   int64_t arena = 0, naive = 0;

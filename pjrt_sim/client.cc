@@ -10,12 +10,11 @@ namespace lazyrt::pjrt {
 
 absl::StatusOr<std::unique_ptr<Client>> Client::Create(ClientOptions options) {
   if (options.num_devices < 1) {
-    return absl::InvalidArgumentError(absl::StrCat("a client needs at least one device, asked for ",
-                                                   options.num_devices));
+    return absl::InvalidArgumentError(
+        absl::StrCat("a client needs at least one device, asked for ", options.num_devices));
   }
   if (options.device_memory_bytes < 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("negative device memory capacity ", options.device_memory_bytes));
+    return absl::InvalidArgumentError(absl::StrCat("negative device memory capacity ", options.device_memory_bytes));
   }
   return std::unique_ptr<Client>(new Client(options));
 }
@@ -35,8 +34,7 @@ Client::~Client() {
 absl::string_view Client::platform_version() const { return kCompilerVersion; }
 
 Device* Client::device(int id) const {
-  return id >= 0 && id < static_cast<int>(devices_.size()) ? device_ptrs_[static_cast<size_t>(id)]
-                                                            : nullptr;
+  return id >= 0 && id < static_cast<int>(devices_.size()) ? device_ptrs_[static_cast<size_t>(id)] : nullptr;
 }
 
 absl::StatusOr<std::shared_ptr<Buffer>> Client::BufferFromHost(const void* data, const ArrayShape& shape,
@@ -44,12 +42,11 @@ absl::StatusOr<std::shared_ptr<Buffer>> Client::BufferFromHost(const void* data,
   absl::StatusOr<DeviceMemory> memory = device->Allocate(shape.byte_size());
   if (!memory.ok()) return memory.status();
   if (shape.byte_size() > 0) std::memcpy(memory->data(), data, static_cast<size_t>(shape.byte_size()));
-  return std::make_shared<Buffer>(device, shape, std::make_shared<DeviceMemory>(*std::move(memory)),
-                                  Event::Ready());
+  return std::make_shared<Buffer>(device, shape, std::make_shared<DeviceMemory>(*std::move(memory)), Event::Ready());
 }
 
-absl::StatusOr<std::shared_ptr<Executable>> Client::Compile(const proto::Module& module,
-                                                            const CompileOptions& options, Device* device) {
+absl::StatusOr<std::shared_ptr<Executable>> Client::Compile(const proto::Module& module, const CompileOptions& options,
+                                                            Device* device) {
   return pjrt::Compile(module, options, device != nullptr ? device : devices_[0].get());
 }
 
@@ -61,7 +58,8 @@ absl::StatusOr<std::shared_ptr<Executable>> Client::LoadSerializedExecutable(abs
   int64_t largest = 0;
   for (const auto& device : devices_) largest = std::max(largest, device->memory_stats().bytes_limit);
   if (parsed->arena_bytes() > largest) {
-    return absl::InvalidArgumentError(absl::StrCat("invalid executable: an arena of ", HumanBytes(parsed->arena_bytes()),
+    return absl::InvalidArgumentError(absl::StrCat("invalid executable: an arena of ",
+                                                   HumanBytes(parsed->arena_bytes()),
                                                    ", more than any device's memory (", HumanBytes(largest), ")"));
   }
   return Executable::Load(*std::move(parsed));

@@ -10,8 +10,8 @@
 #include "absl/status/statusor.h"
 #include "pjrt_sim/buffer.h"
 #include "pjrt_sim/compiler.h"
-#include "pjrt_sim/executable.h"
 #include "pjrt_sim/device.h"
+#include "pjrt_sim/executable.h"
 #include "pjrt_sim/types.h"
 
 namespace lazyrt::pjrt {
@@ -37,8 +37,7 @@ class Client {
   Device* device(int id) const;
 
   // Copies `shape.byte_size()` bytes from `data` into a new buffer on `device`; ready at return.
-  absl::StatusOr<std::shared_ptr<Buffer>> BufferFromHost(const void* data, const ArrayShape& shape,
-                                                         Device* device);
+  absl::StatusOr<std::shared_ptr<Buffer>> BufferFromHost(const void* data, const ArrayShape& shape, Device* device);
 
   // Compiles `module` (autotuning on `device`, device 0 if null).
   absl::StatusOr<std::shared_ptr<Executable>> Compile(const proto::Module& module, const CompileOptions& options,

@@ -11,8 +11,8 @@
 #include "pjrt_sim/fusion.h"
 #include "pjrt_sim/hlo.h"
 #include "pjrt_sim/module_verifier.h"
-#include "pjrt_sim/status_macros.h"
 #include "pjrt_sim/passes.h"
+#include "pjrt_sim/status_macros.h"
 #include "pjrt_sim/version.h"
 
 namespace lazyrt::pjrt {

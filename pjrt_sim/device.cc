@@ -55,10 +55,9 @@ absl::StatusOr<DeviceMemory> Device::Allocate(int64_t bytes) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (bytes > stats_.bytes_limit - stats_.bytes_in_use) {
-      return absl::ResourceExhaustedError(absl::StrCat(
-          DebugString(), " is out of memory: requested ", HumanBytes(bytes), " (", bytes,
-          " bytes) with ", HumanBytes(stats_.bytes_in_use), " in use of a ",
-          HumanBytes(stats_.bytes_limit), " limit"));
+      return absl::ResourceExhaustedError(
+          absl::StrCat(DebugString(), " is out of memory: requested ", HumanBytes(bytes), " (", bytes, " bytes) with ",
+                       HumanBytes(stats_.bytes_in_use), " in use of a ", HumanBytes(stats_.bytes_limit), " limit"));
     }
     stats_.bytes_in_use += bytes;
     stats_.peak_bytes_in_use = std::max(stats_.peak_bytes_in_use, stats_.bytes_in_use);

@@ -18,8 +18,8 @@ namespace lazyrt::pjrt {
 struct MemoryStats {
   int64_t bytes_in_use = 0;
   int64_t peak_bytes_in_use = 0;
-  int64_t num_allocs = 0;          // allocations made since the device was created
-  int64_t live_allocations = 0;    // allocations not yet freed
+  int64_t num_allocs = 0;        // allocations made since the device was created
+  int64_t live_allocations = 0;  // allocations not yet freed
   int64_t largest_alloc_size = 0;
   int64_t bytes_limit = 0;
   int64_t bytes_cached = 0;  // freed blocks kept for reuse (not in use, not counted against the limit)

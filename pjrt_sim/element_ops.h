@@ -51,13 +51,37 @@ To SaturatingCast(From v) {
 // `v` stored as one element of `type` at dst (rounded and saturated as a kernel's store would be).
 inline void StoreElement(double v, PrimitiveType type, void* dst) {
   switch (type) {
-    case PrimitiveType::kF32: { const float x = static_cast<float>(v); std::memcpy(dst, &x, 4); return; }
+    case PrimitiveType::kF32: {
+      const float x = static_cast<float>(v);
+      std::memcpy(dst, &x, 4);
+      return;
+    }
     case PrimitiveType::kF64: std::memcpy(dst, &v, 8); return;
-    case PrimitiveType::kBF16: { const uint16_t x = FloatToBf16(static_cast<float>(v)); std::memcpy(dst, &x, 2); return; }
-    case PrimitiveType::kF16: { const uint16_t x = FloatToHalf(static_cast<float>(v)); std::memcpy(dst, &x, 2); return; }
-    case PrimitiveType::kS32: { const int32_t x = SaturatingCast<int32_t>(v); std::memcpy(dst, &x, 4); return; }
-    case PrimitiveType::kS64: { const int64_t x = SaturatingCast<int64_t>(v); std::memcpy(dst, &x, 8); return; }
-    case PrimitiveType::kPred: { const uint8_t x = v != 0; std::memcpy(dst, &x, 1); return; }
+    case PrimitiveType::kBF16: {
+      const uint16_t x = FloatToBf16(static_cast<float>(v));
+      std::memcpy(dst, &x, 2);
+      return;
+    }
+    case PrimitiveType::kF16: {
+      const uint16_t x = FloatToHalf(static_cast<float>(v));
+      std::memcpy(dst, &x, 2);
+      return;
+    }
+    case PrimitiveType::kS32: {
+      const int32_t x = SaturatingCast<int32_t>(v);
+      std::memcpy(dst, &x, 4);
+      return;
+    }
+    case PrimitiveType::kS64: {
+      const int64_t x = SaturatingCast<int64_t>(v);
+      std::memcpy(dst, &x, 8);
+      return;
+    }
+    case PrimitiveType::kPred: {
+      const uint8_t x = v != 0;
+      std::memcpy(dst, &x, 1);
+      return;
+    }
   }
 }
 
@@ -65,12 +89,36 @@ inline void StoreElement(double v, PrimitiveType type, void* dst) {
 inline double LoadElement(const void* base, PrimitiveType type, int64_t i) {
   const auto* bytes = static_cast<const unsigned char*>(base);
   switch (type) {
-    case PrimitiveType::kF32: { float x; std::memcpy(&x, bytes + i * 4, 4); return x; }
-    case PrimitiveType::kF64: { double x; std::memcpy(&x, bytes + i * 8, 8); return x; }
-    case PrimitiveType::kBF16: { uint16_t x; std::memcpy(&x, bytes + i * 2, 2); return Bf16ToFloat(x); }
-    case PrimitiveType::kF16: { uint16_t x; std::memcpy(&x, bytes + i * 2, 2); return HalfToFloat(x); }
-    case PrimitiveType::kS32: { int32_t x; std::memcpy(&x, bytes + i * 4, 4); return x; }
-    case PrimitiveType::kS64: { int64_t x; std::memcpy(&x, bytes + i * 8, 8); return static_cast<double>(x); }
+    case PrimitiveType::kF32: {
+      float x;
+      std::memcpy(&x, bytes + i * 4, 4);
+      return x;
+    }
+    case PrimitiveType::kF64: {
+      double x;
+      std::memcpy(&x, bytes + i * 8, 8);
+      return x;
+    }
+    case PrimitiveType::kBF16: {
+      uint16_t x;
+      std::memcpy(&x, bytes + i * 2, 2);
+      return Bf16ToFloat(x);
+    }
+    case PrimitiveType::kF16: {
+      uint16_t x;
+      std::memcpy(&x, bytes + i * 2, 2);
+      return HalfToFloat(x);
+    }
+    case PrimitiveType::kS32: {
+      int32_t x;
+      std::memcpy(&x, bytes + i * 4, 4);
+      return x;
+    }
+    case PrimitiveType::kS64: {
+      int64_t x;
+      std::memcpy(&x, bytes + i * 8, 8);
+      return static_cast<double>(x);
+    }
     case PrimitiveType::kPred: return bytes[i];
   }
   return 0;  // unreachable: the switch covers every type
@@ -203,14 +251,15 @@ constexpr bool kComputes(TypeClass c) {
 template <typename T>
 T ApplyUnary(Opcode op, T x) {
   switch (op) {
-#define LAZYRT_X(name, number, types, fn)                                     \
-  case Opcode::k##name:                                                       \
+#define LAZYRT_X(name, number, types, fn)                                    \
+  case Opcode::k##name:                                                      \
     if constexpr (kComputes<T>(TypeClass::types)) return static_cast<T>(fn); \
     break;
     LAZYRT_UNARY_OPCODES(LAZYRT_X)
 #undef LAZYRT_X
 #define LAZYRT_X(name, ...) case Opcode::k##name:
-    LAZYRT_BINARY_OPCODES(LAZYRT_X) LAZYRT_OTHER_OPCODES(LAZYRT_X)
+    LAZYRT_BINARY_OPCODES(LAZYRT_X)
+    LAZYRT_OTHER_OPCODES(LAZYRT_X)
 #undef LAZYRT_X
     break;
   }
@@ -221,14 +270,15 @@ T ApplyUnary(Opcode op, T x) {
 template <typename T>
 T ApplyBinary(Opcode op, T a, T b) {
   switch (op) {
-#define LAZYRT_X(name, number, types, fn)                                     \
-  case Opcode::k##name:                                                       \
+#define LAZYRT_X(name, number, types, fn)                                    \
+  case Opcode::k##name:                                                      \
     if constexpr (kComputes<T>(TypeClass::types)) return static_cast<T>(fn); \
     break;
     LAZYRT_BINARY_OPCODES(LAZYRT_X)
 #undef LAZYRT_X
 #define LAZYRT_X(name, ...) case Opcode::k##name:
-    LAZYRT_UNARY_OPCODES(LAZYRT_X) LAZYRT_OTHER_OPCODES(LAZYRT_X)
+    LAZYRT_UNARY_OPCODES(LAZYRT_X)
+    LAZYRT_OTHER_OPCODES(LAZYRT_X)
 #undef LAZYRT_X
     break;
   }
@@ -251,7 +301,7 @@ template <typename T>
 T ReduceIdentity(Combiner combiner) {
   switch (combiner) {
 #define LAZYRT_X(name, number, types, identity, fn)                                \
-  case Combiner::k##name:                                                         \
+  case Combiner::k##name:                                                          \
     if constexpr (kComputes<T>(TypeClass::types)) return static_cast<T>(identity); \
     break;
     LAZYRT_REDUCE_COMBINERS(LAZYRT_X)
@@ -265,7 +315,7 @@ template <typename T>
 T Combine(Combiner combiner, T a, T b) {
   switch (combiner) {
 #define LAZYRT_X(name, number, types, identity, fn)                          \
-  case Combiner::k##name:                                                   \
+  case Combiner::k##name:                                                    \
     if constexpr (kComputes<T>(TypeClass::types)) return static_cast<T>(fn); \
     break;
     LAZYRT_REDUCE_COMBINERS(LAZYRT_X)

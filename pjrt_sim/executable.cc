@@ -4,10 +4,10 @@
 #include <chrono>
 #include <cstring>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
-#include "absl/strings/numbers.h"
 #include "absl/strings/strip.h"
 #include "google/protobuf/descriptor.h"
 #include "google/protobuf/io/coded_stream.h"
@@ -80,10 +80,10 @@ bool ChargeParse(google::protobuf::io::CodedInputStream& in, const Descriptor* t
           in.PopLimit(limit);
         } else {
           // A packed list holds at most one element per byte; strings and unknown fields are copied.
-          charged += repeated && field->type() != FieldDescriptor::TYPE_STRING &&
-                             field->type() != FieldDescriptor::TYPE_BYTES
-                         ? uint64_t{8} * length
-                         : length;
+          charged +=
+              repeated && field->type() != FieldDescriptor::TYPE_STRING && field->type() != FieldDescriptor::TYPE_BYTES
+                  ? uint64_t{8} * length
+                  : length;
           if (!in.Skip(static_cast<int>(length))) return false;
         }
         break;
@@ -120,7 +120,8 @@ absl::StatusOr<proto::Executable> Executable::Parse(absl::string_view bytes) {
         absl::StrCat("executable format version ", version, ", this runtime reads ", kFormatVersion));
   }
   if (length != bytes.size() - kHeaderBytes) {
-    return Invalid(absl::StrCat("length ", length, " does not match the ", bytes.size() - kHeaderBytes, " bytes present"));
+    return Invalid(
+        absl::StrCat("length ", length, " does not match the ", bytes.size() - kHeaderBytes, " bytes present"));
   }
   if (length > kMaxSerializedBytes) {
     return Invalid(absl::StrCat("a body of ", length, " bytes; no executable is over ", kMaxSerializedBytes));
@@ -177,8 +178,8 @@ std::string Executable::Serialize() const {
 
 absl::StatusOr<std::shared_ptr<Executable>> Executable::Load(proto::Executable p) {
   if (p.compiler_version() != kCompilerVersion) {
-    return absl::FailedPreconditionError(absl::StrCat("executable compiled by '", p.compiler_version(),
-                                                      "', this runtime is '", kCompilerVersion, "'"));
+    return absl::FailedPreconditionError(
+        absl::StrCat("executable compiled by '", p.compiler_version(), "', this runtime is '", kCompilerVersion, "'"));
   }
   if (p.device_kind() != Device::kKind) {
     return absl::FailedPreconditionError(
@@ -312,8 +313,9 @@ absl::Status Executable::RunKernels(std::span<void* const> slot_ptrs, bool profi
     if (absl::Status s = kernels_[k]->Run(inputs, outputs); !s.ok()) return s;
     if (profile) {
       kernel_times_[k].runs.fetch_add(1, std::memory_order_relaxed);
-      kernel_times_[k].total_ns.fetch_add(std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - start).count(),
-                                          std::memory_order_relaxed);
+      kernel_times_[k].total_ns.fetch_add(
+          std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - start).count(),
+          std::memory_order_relaxed);
     }
   }
   return absl::OkStatus();
@@ -336,8 +338,8 @@ std::string KernelIterationText(const proto::Kernel& kernel) {
   return absl::StrJoin(kernel.iteration_shape().dims(), "x");
 }
 
-absl::StatusOr<std::vector<std::shared_ptr<Buffer>>> Executable::Execute(
-    std::span<const std::shared_ptr<Buffer>> args, Device* device) const {
+absl::StatusOr<std::vector<std::shared_ptr<Buffer>>> Executable::Execute(std::span<const std::shared_ptr<Buffer>> args,
+                                                                         Device* device) const {
   if (args.size() != parameter_shapes_.size()) {
     return absl::InvalidArgumentError(
         absl::StrCat("executable takes ", parameter_shapes_.size(), " arguments, got ", args.size()));
@@ -377,34 +379,34 @@ absl::StatusOr<std::vector<std::shared_ptr<Buffer>>> Executable::Execute(
   const bool profile = device->kernel_profiling();
   bool inline_ok = runs_inline_;
   for (const auto& ready : arg_ready) inline_ok = inline_ok && ready->IsReady();
-  device->stream().Submit(inline_ok, [self = shared_from_this(), arg_memory = std::move(arg_memory),
-                            arg_ready = std::move(arg_ready), arena_memory, out_memory,
-                            done = std::move(done), profile]() mutable {
-    absl::Status status;
-    for (const auto& ready : arg_ready) {
-      if (status = ready->Wait(); !status.ok()) break;
-    }
-    if (status.ok()) {
-      std::vector<void*> params, outs;
-      for (const auto& m : arg_memory) params.push_back(m->data());
-      for (const auto& m : out_memory) outs.push_back(m->data());
-      const std::vector<void*> slots = self->SlotPointers(params, arena_memory->data(), outs);
-      status = self->RunKernels(slots, profile);
-      // Results not written in place (a parameter, an alias, a repeated value) are copied.
-      for (size_t j = 0; status.ok() && j < outs.size(); ++j) {
-        void* src = slots[static_cast<size_t>(self->proto_.outputs(static_cast<int>(j)))];
-        if (src != outs[j] && out_memory[j]->size() > 0) {
-          std::memcpy(outs[j], src, static_cast<size_t>(out_memory[j]->size()));
+  device->stream().Submit(
+      inline_ok, [self = shared_from_this(), arg_memory = std::move(arg_memory), arg_ready = std::move(arg_ready),
+                  arena_memory, out_memory, done = std::move(done), profile]() mutable {
+        absl::Status status;
+        for (const auto& ready : arg_ready) {
+          if (status = ready->Wait(); !status.ok()) break;
         }
-      }
-    }
-    // Memory goes back to the device before anyone waiting learns the execution ended, so that once
-    // the results are read and dropped, bytes in use is back where it was.
-    arena_memory.reset();
-    arg_memory.clear();
-    out_memory.clear();
-    for (const auto& event : done) event->Set(status);
-  });
+        if (status.ok()) {
+          std::vector<void*> params, outs;
+          for (const auto& m : arg_memory) params.push_back(m->data());
+          for (const auto& m : out_memory) outs.push_back(m->data());
+          const std::vector<void*> slots = self->SlotPointers(params, arena_memory->data(), outs);
+          status = self->RunKernels(slots, profile);
+          // Results not written in place (a parameter, an alias, a repeated value) are copied.
+          for (size_t j = 0; status.ok() && j < outs.size(); ++j) {
+            void* src = slots[static_cast<size_t>(self->proto_.outputs(static_cast<int>(j)))];
+            if (src != outs[j] && out_memory[j]->size() > 0) {
+              std::memcpy(outs[j], src, static_cast<size_t>(out_memory[j]->size()));
+            }
+          }
+        }
+        // Memory goes back to the device before anyone waiting learns the execution ended, so that once
+        // the results are read and dropped, bytes in use is back where it was.
+        arena_memory.reset();
+        arg_memory.clear();
+        out_memory.clear();
+        for (const auto& event : done) event->Set(status);
+      });
   return results;
 }
 

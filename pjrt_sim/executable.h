@@ -34,7 +34,7 @@ class Executable : public std::enable_shared_from_this<Executable> {
   // immediately on a wrong argument or when the device cannot hold the arena and results. A small
   // executable (runs_inline()) on an idle stream runs on the calling thread before this returns.
   absl::StatusOr<std::vector<std::shared_ptr<Buffer>>> Execute(std::span<const std::shared_ptr<Buffer>> args,
-                                                              Device* device) const;
+                                                               Device* device) const;
 
   // Runs the kernels in order on memory the caller provides: one pointer per slot (aliases and arena
   // slots resolved by the caller through SlotPointers). Used by Execute and by autotuning. With

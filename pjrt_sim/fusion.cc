@@ -13,9 +13,7 @@ namespace {
 bool IsView(Opcode op) { return op == Opcode::kBroadcast || op == Opcode::kTranspose || op == Opcode::kSlice; }
 bool IsRng(Opcode op) { return op == Opcode::kRngUniform || op == Opcode::kRngNormal; }
 // Ops whose values can be computed inside another kernel's program.
-bool IsFusable(Opcode op) {
-  return IsElementwise(op) || IsView(op) || op == Opcode::kConstant || op == Opcode::kIota;
-}
+bool IsFusable(Opcode op) { return IsElementwise(op) || IsView(op) || op == Opcode::kConstant || op == Opcode::kIota; }
 // Consumers that read their operands from memory (they cannot take a fused operand).
 bool ReadsMaterializedOperands(Opcode op) {
   return op == Opcode::kDot || op == Opcode::kArgmax || op == Opcode::kIndexSelect || op == Opcode::kGather ||
@@ -121,7 +119,8 @@ class Emitter {
     for (int64_t out : m_.outputs) is_output[static_cast<size_t>(out)] = true;
     for (size_t i = 0; i < n; ++i) {
       const int64_t into = AbsorbingKernel(static_cast<int64_t>(i));
-      if (into < 0 || program_steps[static_cast<size_t>(into)] + program_steps[i] > options_.max_program_steps) continue;
+      if (into < 0 || program_steps[static_cast<size_t>(into)] + program_steps[i] > options_.max_program_steps)
+        continue;
       program_steps[static_cast<size_t>(into)] += program_steps[i];
       absorbed_into_[i] = into;
       // A result is written by that kernel as an extra output; any other value is read by that kernel
@@ -154,7 +153,8 @@ class Emitter {
   // The kernel that finally computes `id` (following absorptions), or -1 if `id` is not absorbed.
   int64_t FinalKernel(int64_t id) const {
     int64_t into = absorbed_into_[static_cast<size_t>(id)];
-    while (into >= 0 && absorbed_into_[static_cast<size_t>(into)] >= 0) into = absorbed_into_[static_cast<size_t>(into)];
+    while (into >= 0 && absorbed_into_[static_cast<size_t>(into)] >= 0)
+      into = absorbed_into_[static_cast<size_t>(into)];
     return into;
   }
 
@@ -194,7 +194,7 @@ class Emitter {
   // --- program building -------------------------------------------------------------------------
   struct ProgramBuilder {
     proto::Kernel* kernel;
-    int64_t root;  // the instruction the kernel computes
+    int64_t root;                                                      // the instruction the kernel computes
     std::map<std::pair<int64_t, std::vector<int64_t>>, int64_t> memo;  // (inst, flattened view) -> step
     absl::flat_hash_map<int64_t, int64_t> input_of_slot;
   };
@@ -241,8 +241,8 @@ class Emitter {
           break;
         case Opcode::kIota: {
           // A rank-0 iota has no axis to count along (the verifier allows axis 0): it is `start`.
-          const AxisMap a = static_cast<size_t>(inst.axis) < view.size() ? view[static_cast<size_t>(inst.axis)]
-                                                                         : AxisMap{-1, 0, 0};
+          const AxisMap a =
+              static_cast<size_t>(inst.axis) < view.size() ? view[static_cast<size_t>(inst.axis)] : AxisMap{-1, 0, 0};
           step.set_opcode(static_cast<int32_t>(Opcode::kIota));
           step.set_axis(a.src);
           // Wrapping arithmetic, as the kernel's: the module's start and step are unbounded.
@@ -285,7 +285,8 @@ class Emitter {
           return Memo(b, key, Build(b, inst.operands[0], v, space_rank, false));
         }
 #define LAZYRT_X(name, ...) case Opcode::k##name:
-        LAZYRT_UNARY_OPCODES(LAZYRT_X) LAZYRT_BINARY_OPCODES(LAZYRT_X)
+          LAZYRT_UNARY_OPCODES(LAZYRT_X)
+          LAZYRT_BINARY_OPCODES(LAZYRT_X)
 #undef LAZYRT_X
         case Opcode::kConvert:
         case Opcode::kCompare:
@@ -384,7 +385,8 @@ class Emitter {
         k->set_axis(inst.axis);
         break;
 #define LAZYRT_X(name, ...) case Opcode::k##name:
-      LAZYRT_UNARY_OPCODES(LAZYRT_X) LAZYRT_BINARY_OPCODES(LAZYRT_X)
+        LAZYRT_UNARY_OPCODES(LAZYRT_X)
+        LAZYRT_BINARY_OPCODES(LAZYRT_X)
 #undef LAZYRT_X
       case Opcode::kConvert:
       case Opcode::kCompare:

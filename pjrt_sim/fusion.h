@@ -20,7 +20,6 @@ struct FusionOptions {
 
 // Fills `exe`'s parameters, slots (kind and shape; arena offsets are left to AssignBuffers),
 // kernels (in schedule order) and outputs. Returns the number of instructions fused away.
-absl::StatusOr<int64_t> EmitKernels(const HloModule& module, const FusionOptions& options,
-                                    proto::Executable& exe);
+absl::StatusOr<int64_t> EmitKernels(const HloModule& module, const FusionOptions& options, proto::Executable& exe);
 
 }  // namespace lazyrt::pjrt

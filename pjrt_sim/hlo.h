@@ -13,7 +13,6 @@
 
 namespace lazyrt::pjrt {
 
-
 struct HloInst {
   Opcode opcode = Opcode::kParameter;
   std::vector<int64_t> operands;

@@ -16,13 +16,10 @@ constexpr int kMaxRank = 16;
 constexpr int64_t kMaxElements = int64_t{1} << 40;
 
 std::string ShapeText(const proto::Shape& s) {
-  return absl::StrCat(absl::AsciiStrToLower(proto::ElementType_Name(s.type())), "[",
-                      absl::StrJoin(s.dims(), ","), "]");
+  return absl::StrCat(absl::AsciiStrToLower(proto::ElementType_Name(s.type())), "[", absl::StrJoin(s.dims(), ","), "]");
 }
 
-bool IsFloat(proto::ElementType t) {
-  return t == proto::F32 || t == proto::F64 || t == proto::BF16 || t == proto::F16;
-}
+bool IsFloat(proto::ElementType t) { return t == proto::F32 || t == proto::F64 || t == proto::BF16 || t == proto::F16; }
 absl::string_view TypeClassText(TypeClass types) {
   switch (types) {
     case TypeClass::kAny: return "any type";
@@ -63,8 +60,8 @@ class Verifier {
   const proto::Shape& ShapeOf(int64_t id) const { return m_.instructions(static_cast<int>(id)).shape(); }
 
   absl::Status Fail(int64_t id, const std::string& what) const {
-    return absl::InvalidArgumentError(
-        absl::StrCat("%", id, " ", OpcodeName(static_cast<Opcode>(m_.instructions(static_cast<int>(id)).opcode())), ": ", what));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "%", id, " ", OpcodeName(static_cast<Opcode>(m_.instructions(static_cast<int>(id)).opcode())), ": ", what));
   }
 
   // The element types an op's row in the opcode table accepts.
@@ -90,7 +87,8 @@ class Verifier {
   absl::Status CheckInstruction(int64_t id, std::vector<bool>& seen_param) {
     const proto::Instruction& inst = m_.instructions(static_cast<int>(id));
     const std::optional<Opcode> opcode = OpcodeFromNumber(inst.opcode());
-    if (!opcode.has_value()) return absl::InvalidArgumentError(absl::StrCat("%", id, ": invalid opcode ", inst.opcode()));
+    if (!opcode.has_value())
+      return absl::InvalidArgumentError(absl::StrCat("%", id, ": invalid opcode ", inst.opcode()));
     if (absl::Status s = CheckShape(id, inst.shape()); !s.ok()) return s;
     for (int64_t op : inst.operands()) {
       if (op < 0 || op >= id) return Fail(id, absl::StrCat("operand %", op, " is not an earlier instruction"));
@@ -108,214 +106,219 @@ class Verifier {
 
     switch (op) {
       case Opcode::kParameter: {
-      if (absl::Status s = want_operands(0); !s.ok()) return s;
-      const int64_t p = inst.parameter_number();
-      if (p < 0 || p >= m_.instructions_size()) return Fail(id, absl::StrCat("bad parameter number ", p));
-      if (static_cast<int64_t>(seen_param.size()) <= p) seen_param.resize(static_cast<size_t>(p) + 1, false);
-      if (seen_param[static_cast<size_t>(p)]) return Fail(id, absl::StrCat("parameter ", p, " defined twice"));
-      seen_param[static_cast<size_t>(p)] = true;
-      return absl::OkStatus();
-    }
-      case Opcode::kConstant: return want_operands(0);
-      case Opcode::kIota: {
-      if (absl::Status s = want_operands(0); !s.ok()) return s;
-      if (inst.axis() < 0 || inst.axis() >= std::max(rank, 1)) return Fail(id, "axis out of range");
-      if (inst.start_size() != 1 || inst.stride_size() != 1) return Fail(id, "needs one start and one step");
-      return absl::OkStatus();
-    }
-      case Opcode::kRngUniform:
-      case Opcode::kRngNormal: {
-      if (absl::Status s = want_operands(1); !s.ok()) return s;
-      if (operand(0).type() != proto::S64 || operand(0).dims_size() != 0) return Fail(id, "the seed must be s64[]");
-      if (!IsFloat(out.type())) return Fail(id, "needs a floating result");
-      return absl::OkStatus();
-    }
-#define LAZYRT_X(name, ...) case Opcode::k##name:
-      LAZYRT_UNARY_OPCODES(LAZYRT_X)
-#undef LAZYRT_X
-      case Opcode::kConvert: {
-      if (absl::Status s = want_operands(1); !s.ok()) return s;
-      if (!SameDims(operand(0), out)) {
-        return Fail(id, absl::StrCat("operand ", ShapeText(operand(0)), " and result ", ShapeText(out), " differ"));
-      }
-      if (op != Opcode::kConvert && operand(0).type() != out.type()) return Fail(id, "operand and result types differ");
-      return CheckTypeClass(id, TypeClassOf(op), out.type());
-    }
-#define LAZYRT_X(name, ...) case Opcode::k##name:
-      LAZYRT_BINARY_OPCODES(LAZYRT_X)
-#undef LAZYRT_X
-      case Opcode::kCompare: {
-      if (absl::Status s = want_operands(2); !s.ok()) return s;
-      if (!SameDims(operand(0), out) || !SameDims(operand(1), out) || operand(0).type() != operand(1).type()) {
-        return Fail(id, absl::StrCat("operands ", ShapeText(operand(0)), " and ", ShapeText(operand(1)),
-                                     " do not match the result ", ShapeText(out)));
-      }
-      const bool to_pred = op == Opcode::kCompare;
-      if ((to_pred ? proto::PRED : operand(0).type()) != out.type()) return Fail(id, "wrong result type");
-      if (to_pred) {
-        if (!CompareDirectionFromNumber(inst.direction()).has_value()) return Fail(id, "invalid comparison direction");
+        if (absl::Status s = want_operands(0); !s.ok()) return s;
+        const int64_t p = inst.parameter_number();
+        if (p < 0 || p >= m_.instructions_size()) return Fail(id, absl::StrCat("bad parameter number ", p));
+        if (static_cast<int64_t>(seen_param.size()) <= p) seen_param.resize(static_cast<size_t>(p) + 1, false);
+        if (seen_param[static_cast<size_t>(p)]) return Fail(id, absl::StrCat("parameter ", p, " defined twice"));
+        seen_param[static_cast<size_t>(p)] = true;
         return absl::OkStatus();
       }
-      return CheckTypeClass(id, TypeClassOf(op), out.type());
-    }
+      case Opcode::kConstant: return want_operands(0);
+      case Opcode::kIota: {
+        if (absl::Status s = want_operands(0); !s.ok()) return s;
+        if (inst.axis() < 0 || inst.axis() >= std::max(rank, 1)) return Fail(id, "axis out of range");
+        if (inst.start_size() != 1 || inst.stride_size() != 1) return Fail(id, "needs one start and one step");
+        return absl::OkStatus();
+      }
+      case Opcode::kRngUniform:
+      case Opcode::kRngNormal: {
+        if (absl::Status s = want_operands(1); !s.ok()) return s;
+        if (operand(0).type() != proto::S64 || operand(0).dims_size() != 0) return Fail(id, "the seed must be s64[]");
+        if (!IsFloat(out.type())) return Fail(id, "needs a floating result");
+        return absl::OkStatus();
+      }
+#define LAZYRT_X(name, ...) case Opcode::k##name:
+        LAZYRT_UNARY_OPCODES(LAZYRT_X)
+#undef LAZYRT_X
+      case Opcode::kConvert: {
+        if (absl::Status s = want_operands(1); !s.ok()) return s;
+        if (!SameDims(operand(0), out)) {
+          return Fail(id, absl::StrCat("operand ", ShapeText(operand(0)), " and result ", ShapeText(out), " differ"));
+        }
+        if (op != Opcode::kConvert && operand(0).type() != out.type())
+          return Fail(id, "operand and result types differ");
+        return CheckTypeClass(id, TypeClassOf(op), out.type());
+      }
+#define LAZYRT_X(name, ...) case Opcode::k##name:
+        LAZYRT_BINARY_OPCODES(LAZYRT_X)
+#undef LAZYRT_X
+      case Opcode::kCompare: {
+        if (absl::Status s = want_operands(2); !s.ok()) return s;
+        if (!SameDims(operand(0), out) || !SameDims(operand(1), out) || operand(0).type() != operand(1).type()) {
+          return Fail(id, absl::StrCat("operands ", ShapeText(operand(0)), " and ", ShapeText(operand(1)),
+                                       " do not match the result ", ShapeText(out)));
+        }
+        const bool to_pred = op == Opcode::kCompare;
+        if ((to_pred ? proto::PRED : operand(0).type()) != out.type()) return Fail(id, "wrong result type");
+        if (to_pred) {
+          if (!CompareDirectionFromNumber(inst.direction()).has_value())
+            return Fail(id, "invalid comparison direction");
+          return absl::OkStatus();
+        }
+        return CheckTypeClass(id, TypeClassOf(op), out.type());
+      }
       case Opcode::kSelect: {
-      if (absl::Status s = want_operands(3); !s.ok()) return s;
-      if (operand(0).type() != proto::PRED) return Fail(id, "the condition must be pred");
-      for (int i = 0; i < 3; ++i) {
-        if (!SameDims(operand(i), out)) return Fail(id, "operand dims differ from the result");
+        if (absl::Status s = want_operands(3); !s.ok()) return s;
+        if (operand(0).type() != proto::PRED) return Fail(id, "the condition must be pred");
+        for (int i = 0; i < 3; ++i) {
+          if (!SameDims(operand(i), out)) return Fail(id, "operand dims differ from the result");
+        }
+        if (operand(1).type() != out.type() || operand(2).type() != out.type()) return Fail(id, "value types differ");
+        return absl::OkStatus();
       }
-      if (operand(1).type() != out.type() || operand(2).type() != out.type()) return Fail(id, "value types differ");
-      return absl::OkStatus();
-    }
       case Opcode::kBroadcast: {
-      if (absl::Status s = want_operands(1); !s.ok()) return s;
-      const proto::Shape& in = operand(0);
-      if (inst.dims_size() != in.dims_size() || in.type() != out.type()) return Fail(id, "dims must map every operand dimension");
-      for (int i = 0; i < inst.dims_size(); ++i) {
-        const int64_t d = inst.dims(i);
-        if (d < 0 || d >= rank || (i > 0 && d <= inst.dims(i - 1))) return Fail(id, "dims must increase within the result rank");
-        if (in.dims(i) != out.dims(static_cast<int>(d)) && in.dims(i) != 1) {
-          return Fail(id, absl::StrCat("cannot broadcast ", ShapeText(in), " to ", ShapeText(out)));
+        if (absl::Status s = want_operands(1); !s.ok()) return s;
+        const proto::Shape& in = operand(0);
+        if (inst.dims_size() != in.dims_size() || in.type() != out.type())
+          return Fail(id, "dims must map every operand dimension");
+        for (int i = 0; i < inst.dims_size(); ++i) {
+          const int64_t d = inst.dims(i);
+          if (d < 0 || d >= rank || (i > 0 && d <= inst.dims(i - 1)))
+            return Fail(id, "dims must increase within the result rank");
+          if (in.dims(i) != out.dims(static_cast<int>(d)) && in.dims(i) != 1) {
+            return Fail(id, absl::StrCat("cannot broadcast ", ShapeText(in), " to ", ShapeText(out)));
+          }
         }
+        return absl::OkStatus();
       }
-      return absl::OkStatus();
-    }
       case Opcode::kReshape: {
-      if (absl::Status s = want_operands(1); !s.ok()) return s;
-      int64_t a = 1, b = 1;
-      for (int64_t d : operand(0).dims()) a *= d;
-      for (int64_t d : out.dims()) b *= d;
-      if (a != b || operand(0).type() != out.type()) {
-        return Fail(id, absl::StrCat("cannot reshape ", ShapeText(operand(0)), " to ", ShapeText(out)));
+        if (absl::Status s = want_operands(1); !s.ok()) return s;
+        int64_t a = 1, b = 1;
+        for (int64_t d : operand(0).dims()) a *= d;
+        for (int64_t d : out.dims()) b *= d;
+        if (a != b || operand(0).type() != out.type()) {
+          return Fail(id, absl::StrCat("cannot reshape ", ShapeText(operand(0)), " to ", ShapeText(out)));
+        }
+        return absl::OkStatus();
       }
-      return absl::OkStatus();
-    }
       case Opcode::kTranspose: {
-      if (absl::Status s = want_operands(1); !s.ok()) return s;
-      const proto::Shape& in = operand(0);
-      if (inst.dims_size() != rank || in.dims_size() != rank || in.type() != out.type()) return Fail(id, "bad permutation");
-      std::vector<bool> used(static_cast<size_t>(rank), false);
-      for (int i = 0; i < rank; ++i) {
-        const int64_t p = inst.dims(i);
-        if (p < 0 || p >= rank || used[static_cast<size_t>(p)] || in.dims(static_cast<int>(p)) != out.dims(i)) {
+        if (absl::Status s = want_operands(1); !s.ok()) return s;
+        const proto::Shape& in = operand(0);
+        if (inst.dims_size() != rank || in.dims_size() != rank || in.type() != out.type())
           return Fail(id, "bad permutation");
+        std::vector<bool> used(static_cast<size_t>(rank), false);
+        for (int i = 0; i < rank; ++i) {
+          const int64_t p = inst.dims(i);
+          if (p < 0 || p >= rank || used[static_cast<size_t>(p)] || in.dims(static_cast<int>(p)) != out.dims(i)) {
+            return Fail(id, "bad permutation");
+          }
+          used[static_cast<size_t>(p)] = true;
         }
-        used[static_cast<size_t>(p)] = true;
+        return absl::OkStatus();
       }
-      return absl::OkStatus();
-    }
       case Opcode::kSlice: {
-      if (absl::Status s = want_operands(1); !s.ok()) return s;
-      const proto::Shape& in = operand(0);
-      if (in.dims_size() != rank || inst.start_size() != rank || inst.limit_size() != rank ||
-          inst.stride_size() != rank || in.type() != out.type()) {
-        return Fail(id, "needs a start, limit and stride per dimension");
-      }
-      for (int i = 0; i < rank; ++i) {
-        const int64_t s = inst.start(i), l = inst.limit(i), st = inst.stride(i);
-        // ceil((l - s) / st), written so that a huge stride cannot overflow.
-        if (st < 1 || s < 0 || l < s || l > in.dims(i) || (l == s ? 0 : (l - s - 1) / st + 1) != out.dims(i)) {
-          return Fail(id, absl::StrCat("slice of dimension ", i, " is out of range"));
+        if (absl::Status s = want_operands(1); !s.ok()) return s;
+        const proto::Shape& in = operand(0);
+        if (in.dims_size() != rank || inst.start_size() != rank || inst.limit_size() != rank ||
+            inst.stride_size() != rank || in.type() != out.type()) {
+          return Fail(id, "needs a start, limit and stride per dimension");
         }
+        for (int i = 0; i < rank; ++i) {
+          const int64_t s = inst.start(i), l = inst.limit(i), st = inst.stride(i);
+          // ceil((l - s) / st), written so that a huge stride cannot overflow.
+          if (st < 1 || s < 0 || l < s || l > in.dims(i) || (l == s ? 0 : (l - s - 1) / st + 1) != out.dims(i)) {
+            return Fail(id, absl::StrCat("slice of dimension ", i, " is out of range"));
+          }
+        }
+        return absl::OkStatus();
       }
-      return absl::OkStatus();
-    }
       case Opcode::kConcatenate: {
-      if (inst.operands_size() < 1) return Fail(id, "needs operands");
-      if (inst.axis() < 0 || inst.axis() >= rank) return Fail(id, "axis out of range");
-      int64_t total = 0;
-      for (int i = 0; i < inst.operands_size(); ++i) {
-        const proto::Shape& in = operand(i);
-        if (in.dims_size() != rank || in.type() != out.type()) return Fail(id, "operand rank or type differs");
-        for (int d = 0; d < rank; ++d) {
-          if (d != inst.axis() && in.dims(d) != out.dims(d)) return Fail(id, "operand dims differ");
+        if (inst.operands_size() < 1) return Fail(id, "needs operands");
+        if (inst.axis() < 0 || inst.axis() >= rank) return Fail(id, "axis out of range");
+        int64_t total = 0;
+        for (int i = 0; i < inst.operands_size(); ++i) {
+          const proto::Shape& in = operand(i);
+          if (in.dims_size() != rank || in.type() != out.type()) return Fail(id, "operand rank or type differs");
+          for (int d = 0; d < rank; ++d) {
+            if (d != inst.axis() && in.dims(d) != out.dims(d)) return Fail(id, "operand dims differ");
+          }
+          total += in.dims(static_cast<int>(inst.axis()));
         }
-        total += in.dims(static_cast<int>(inst.axis()));
+        if (total != out.dims(static_cast<int>(inst.axis()))) return Fail(id, "sizes along the axis do not add up");
+        return absl::OkStatus();
       }
-      if (total != out.dims(static_cast<int>(inst.axis()))) return Fail(id, "sizes along the axis do not add up");
-      return absl::OkStatus();
-    }
       case Opcode::kIndexSelect:
       case Opcode::kGather: {
-      if (absl::Status s = want_operands(2); !s.ok()) return s;
-      const proto::Shape& in = operand(0);
-      const proto::Shape& index = operand(1);
-      if (in.dims_size() != rank || in.type() != out.type() || !IsInt(index.type())) return Fail(id, "bad operands");
-      if (inst.axis() < 0 || inst.axis() >= rank) return Fail(id, "axis out of range");
-      if (op == Opcode::kIndexSelect) {
-        if (index.dims_size() != 1) return Fail(id, "the index must be 1-D");
-        for (int d = 0; d < rank; ++d) {
-          const int64_t want = d == inst.axis() ? index.dims(0) : in.dims(d);
-          if (out.dims(d) != want) return Fail(id, "result dims are wrong");
+        if (absl::Status s = want_operands(2); !s.ok()) return s;
+        const proto::Shape& in = operand(0);
+        const proto::Shape& index = operand(1);
+        if (in.dims_size() != rank || in.type() != out.type() || !IsInt(index.type())) return Fail(id, "bad operands");
+        if (inst.axis() < 0 || inst.axis() >= rank) return Fail(id, "axis out of range");
+        if (op == Opcode::kIndexSelect) {
+          if (index.dims_size() != 1) return Fail(id, "the index must be 1-D");
+          for (int d = 0; d < rank; ++d) {
+            const int64_t want = d == inst.axis() ? index.dims(0) : in.dims(d);
+            if (out.dims(d) != want) return Fail(id, "result dims are wrong");
+          }
+        } else {
+          if (!SameDims(index, out)) return Fail(id, "the index must have the result's dims");
+          for (int d = 0; d < rank; ++d) {
+            if (d != inst.axis() && out.dims(d) > in.dims(d)) return Fail(id, "index larger than the operand");
+          }
         }
-      } else {
-        if (!SameDims(index, out)) return Fail(id, "the index must have the result's dims");
-        for (int d = 0; d < rank; ++d) {
-          if (d != inst.axis() && out.dims(d) > in.dims(d)) return Fail(id, "index larger than the operand");
-        }
+        return absl::OkStatus();
       }
-      return absl::OkStatus();
-    }
       case Opcode::kReduce:
       case Opcode::kArgmax: {
-      if (absl::Status s = want_operands(1); !s.ok()) return s;
-      const proto::Shape& in = operand(0);
-      std::vector<int64_t> dims(inst.dims().begin(), inst.dims().end());
-      if (op == Opcode::kArgmax) {
-        if (inst.axis() < 0 || inst.axis() >= in.dims_size()) return Fail(id, "axis out of range");
-        if (in.dims(static_cast<int>(inst.axis())) == 0) return Fail(id, "argmax over an empty dimension");
-        if (out.type() != proto::S64) return Fail(id, "result must be s64");
-        dims = {inst.axis()};
-      } else if (in.type() != out.type()) {
-        return Fail(id, "operand and result types differ");
-      } else {
-        const std::optional<Combiner> combiner = CombinerFromNumber(inst.combiner());
-        if (!combiner.has_value()) return Fail(id, absl::StrCat("invalid combiner ", inst.combiner()));
-        if (!Accepts(TypeClassOf(*combiner), FromProto(in.type()))) {
-          return Fail(id, absl::StrCat("a ", CombinerName(*combiner), " takes ", TypeClassText(TypeClassOf(*combiner)),
-                                       ", not ", ShapeText(in)));
+        if (absl::Status s = want_operands(1); !s.ok()) return s;
+        const proto::Shape& in = operand(0);
+        std::vector<int64_t> dims(inst.dims().begin(), inst.dims().end());
+        if (op == Opcode::kArgmax) {
+          if (inst.axis() < 0 || inst.axis() >= in.dims_size()) return Fail(id, "axis out of range");
+          if (in.dims(static_cast<int>(inst.axis())) == 0) return Fail(id, "argmax over an empty dimension");
+          if (out.type() != proto::S64) return Fail(id, "result must be s64");
+          dims = {inst.axis()};
+        } else if (in.type() != out.type()) {
+          return Fail(id, "operand and result types differ");
+        } else {
+          const std::optional<Combiner> combiner = CombinerFromNumber(inst.combiner());
+          if (!combiner.has_value()) return Fail(id, absl::StrCat("invalid combiner ", inst.combiner()));
+          if (!Accepts(TypeClassOf(*combiner), FromProto(in.type()))) {
+            return Fail(id, absl::StrCat("a ", CombinerName(*combiner), " takes ",
+                                         TypeClassText(TypeClassOf(*combiner)), ", not ", ShapeText(in)));
+          }
         }
-      }
-      for (size_t i = 0; i < dims.size(); ++i) {
-        if (dims[i] < 0 || dims[i] >= in.dims_size() || (i > 0 && dims[i] <= dims[i - 1])) {
-          return Fail(id, "reduced dims must be sorted and in range");
+        for (size_t i = 0; i < dims.size(); ++i) {
+          if (dims[i] < 0 || dims[i] >= in.dims_size() || (i > 0 && dims[i] <= dims[i - 1])) {
+            return Fail(id, "reduced dims must be sorted and in range");
+          }
         }
+        std::vector<int64_t> kept;
+        for (int d = 0; d < in.dims_size(); ++d) {
+          if (std::find(dims.begin(), dims.end(), d) == dims.end()) kept.push_back(in.dims(d));
+        }
+        if (!std::equal(kept.begin(), kept.end(), out.dims().begin(), out.dims().end())) {
+          return Fail(id, absl::StrCat("result ", ShapeText(out), " does not match reducing ", ShapeText(in)));
+        }
+        return absl::OkStatus();
       }
-      std::vector<int64_t> kept;
-      for (int d = 0; d < in.dims_size(); ++d) {
-        if (std::find(dims.begin(), dims.end(), d) == dims.end()) kept.push_back(in.dims(d));
-      }
-      if (!std::equal(kept.begin(), kept.end(), out.dims().begin(), out.dims().end())) {
-        return Fail(id, absl::StrCat("result ", ShapeText(out), " does not match reducing ", ShapeText(in)));
-      }
-      return absl::OkStatus();
-    }
       case Opcode::kDot: {
-      if (absl::Status s = want_operands(2); !s.ok()) return s;
-      const proto::Shape& a = operand(0);
-      const proto::Shape& b = operand(1);
-      if (a.dims_size() < 2 || b.dims_size() < 2 || rank < 2 || a.type() != b.type() || a.type() != out.type() ||
-          !IsFloat(a.type())) {
-        return Fail(id, "needs floating operands of rank >= 2 and the same type");
-      }
-      const int ra = a.dims_size(), rb = b.dims_size();
-      const int64_t m = a.dims(ra - (inst.transpose_lhs() ? 1 : 2));
-      const int64_t ka = a.dims(ra - (inst.transpose_lhs() ? 2 : 1));
-      const int64_t kb = b.dims(rb - (inst.transpose_rhs() ? 1 : 2));
-      const int64_t n = b.dims(rb - (inst.transpose_rhs() ? 2 : 1));
-      if (ka != kb || out.dims(rank - 2) != m || out.dims(rank - 1) != n) {
-        return Fail(id, absl::StrCat("contraction of ", ShapeText(a), " and ", ShapeText(b), " does not give ",
-                                     ShapeText(out)));
-      }
-      // Each operand either has the result's batch dims or none (it is then shared by every batch).
-      for (const proto::Shape* s : {&a, &b}) {
-        if (s->dims_size() == 2) continue;
-        if (s->dims_size() != rank || !std::equal(s->dims().begin(), s->dims().end() - 2, out.dims().begin())) {
-          return Fail(id, "batch dims must equal the result's");
+        if (absl::Status s = want_operands(2); !s.ok()) return s;
+        const proto::Shape& a = operand(0);
+        const proto::Shape& b = operand(1);
+        if (a.dims_size() < 2 || b.dims_size() < 2 || rank < 2 || a.type() != b.type() || a.type() != out.type() ||
+            !IsFloat(a.type())) {
+          return Fail(id, "needs floating operands of rank >= 2 and the same type");
         }
+        const int ra = a.dims_size(), rb = b.dims_size();
+        const int64_t m = a.dims(ra - (inst.transpose_lhs() ? 1 : 2));
+        const int64_t ka = a.dims(ra - (inst.transpose_lhs() ? 2 : 1));
+        const int64_t kb = b.dims(rb - (inst.transpose_rhs() ? 1 : 2));
+        const int64_t n = b.dims(rb - (inst.transpose_rhs() ? 2 : 1));
+        if (ka != kb || out.dims(rank - 2) != m || out.dims(rank - 1) != n) {
+          return Fail(id, absl::StrCat("contraction of ", ShapeText(a), " and ", ShapeText(b), " does not give ",
+                                       ShapeText(out)));
+        }
+        // Each operand either has the result's batch dims or none (it is then shared by every batch).
+        for (const proto::Shape* s : {&a, &b}) {
+          if (s->dims_size() == 2) continue;
+          if (s->dims_size() != rank || !std::equal(s->dims().begin(), s->dims().end() - 2, out.dims().begin())) {
+            return Fail(id, "batch dims must equal the result's");
+          }
+        }
+        return absl::OkStatus();
       }
-      return absl::OkStatus();
-    }
     }
     return Fail(id, "unsupported opcode");  // unreachable: the switch covers every opcode
   }

@@ -50,7 +50,8 @@ TypeClass TypeClassOf(Opcode op) {
   switch (op) {
 #define LAZYRT_X(name, number, types, ...) \
   case Opcode::k##name: return TypeClass::types;
-    LAZYRT_UNARY_OPCODES(LAZYRT_X) LAZYRT_BINARY_OPCODES(LAZYRT_X)
+    LAZYRT_UNARY_OPCODES(LAZYRT_X)
+    LAZYRT_BINARY_OPCODES(LAZYRT_X)
 #undef LAZYRT_X
 #define LAZYRT_X(name, ...) case Opcode::k##name:
     LAZYRT_OTHER_OPCODES(LAZYRT_X)
@@ -62,8 +63,8 @@ TypeClass TypeClassOf(Opcode op) {
 
 bool Accepts(TypeClass types, PrimitiveType type) {
   const bool is_pred = type == PrimitiveType::kPred;
-  const bool is_float = type == PrimitiveType::kF32 || type == PrimitiveType::kF64 ||
-                        type == PrimitiveType::kBF16 || type == PrimitiveType::kF16;
+  const bool is_float = type == PrimitiveType::kF32 || type == PrimitiveType::kF64 || type == PrimitiveType::kBF16 ||
+                        type == PrimitiveType::kF16;
   switch (types) {
     case TypeClass::kAny: return true;
     case TypeClass::kNumeric: return !is_pred;
@@ -84,7 +85,9 @@ const std::string& OpcodeName(Opcode op) {
   static const auto* names = [] {
     auto* n = new std::array<std::string, 128>;
 #define LAZYRT_X(name, number, ...) (*n)[number] = SnakeCase(#name);
-    LAZYRT_UNARY_OPCODES(LAZYRT_X) LAZYRT_BINARY_OPCODES(LAZYRT_X) LAZYRT_OTHER_OPCODES(LAZYRT_X)
+    LAZYRT_UNARY_OPCODES(LAZYRT_X)
+    LAZYRT_BINARY_OPCODES(LAZYRT_X)
+    LAZYRT_OTHER_OPCODES(LAZYRT_X)
 #undef LAZYRT_X
     return n;
   }();
@@ -159,14 +162,11 @@ std::string CombinerName(Combiner combiner) {
 }
 
 std::ostream& operator<<(std::ostream& os, Opcode op) { return os << OpcodeName(op); }
-std::ostream& operator<<(std::ostream& os, CompareDirection direction) {
-  return os << CompareDirectionName(direction);
-}
+std::ostream& operator<<(std::ostream& os, CompareDirection direction) { return os << CompareDirectionName(direction); }
 std::ostream& operator<<(std::ostream& os, Combiner combiner) { return os << CombinerName(combiner); }
 
 void OpcodeUnreachable(const char* what, int32_t code) {
-  std::fprintf(stderr, "lazyrt: internal error: %s reached with code %d, which its table does not allow\n", what,
-               code);
+  std::fprintf(stderr, "lazyrt: internal error: %s reached with code %d, which its table does not allow\n", what, code);
   std::abort();
 }
 

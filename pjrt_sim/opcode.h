@@ -24,52 +24,52 @@ enum class TypeClass : uint8_t {
 };
 
 // Elementwise, one operand: X(Name, number, type class, element function of `x`, computed in T).
-#define LAZYRT_UNARY_OPCODES(X)                              \
-  X(Negate, 10, kNumeric, Negate(x))                         \
-  X(Abs, 11, kNumeric, Abs(x))                               \
-  X(Exp, 12, kFloat, std::exp(x))                            \
-  X(Log, 13, kFloat, std::log(x))                            \
-  X(Sqrt, 14, kFloat, std::sqrt(x))                          \
-  X(Rsqrt, 15, kFloat, T{1} / std::sqrt(x))                  \
-  X(Tanh, 16, kFloat, std::tanh(x))                          \
-  X(Logistic, 17, kFloat, T{1} / (T{1} + std::exp(-x)))      \
-  X(Sign, 18, kNumeric, Sign(x))                             \
-  X(Not, 19, kPred, static_cast<T>(!x))                      \
-  X(Erf, 21, kFloat, std::erf(x))                            \
-  X(Sin, 22, kFloat, std::sin(x))                            \
+#define LAZYRT_UNARY_OPCODES(X)                         \
+  X(Negate, 10, kNumeric, Negate(x))                    \
+  X(Abs, 11, kNumeric, Abs(x))                          \
+  X(Exp, 12, kFloat, std::exp(x))                       \
+  X(Log, 13, kFloat, std::log(x))                       \
+  X(Sqrt, 14, kFloat, std::sqrt(x))                     \
+  X(Rsqrt, 15, kFloat, T{1} / std::sqrt(x))             \
+  X(Tanh, 16, kFloat, std::tanh(x))                     \
+  X(Logistic, 17, kFloat, T{1} / (T{1} + std::exp(-x))) \
+  X(Sign, 18, kNumeric, Sign(x))                        \
+  X(Not, 19, kPred, static_cast<T>(!x))                 \
+  X(Erf, 21, kFloat, std::erf(x))                       \
+  X(Sin, 22, kFloat, std::sin(x))                       \
   X(Cos, 23, kFloat, std::cos(x))
 
 // Elementwise, two operands of one type: X(Name, number, type class, element function of `a`, `b`).
-#define LAZYRT_BINARY_OPCODES(X)                  \
-  X(Add, 30, kNumeric, Add(a, b))                 \
-  X(Subtract, 31, kNumeric, Subtract(a, b))       \
-  X(Multiply, 32, kNumeric, Multiply(a, b))       \
-  X(Divide, 33, kNumeric, Divide(a, b))           \
-  X(Power, 34, kNumeric, Power(a, b))             \
-  X(Maximum, 35, kAny, Maximum(a, b))             \
-  X(Minimum, 36, kAny, Minimum(a, b))             \
-  X(And, 38, kPred, static_cast<T>(a && b))       \
+#define LAZYRT_BINARY_OPCODES(X)            \
+  X(Add, 30, kNumeric, Add(a, b))           \
+  X(Subtract, 31, kNumeric, Subtract(a, b)) \
+  X(Multiply, 32, kNumeric, Multiply(a, b)) \
+  X(Divide, 33, kNumeric, Divide(a, b))     \
+  X(Power, 34, kNumeric, Power(a, b))       \
+  X(Maximum, 35, kAny, Maximum(a, b))       \
+  X(Minimum, 36, kAny, Minimum(a, b))       \
+  X(And, 38, kPred, static_cast<T>(a && b)) \
   X(Or, 39, kPred, static_cast<T>(a || b))
 
 // Everything else: X(Name, number, class). The classes are OpClass below.
-#define LAZYRT_OTHER_OPCODES(X)   \
-  X(Parameter, 1, kParameter)     \
-  X(Constant, 2, kGenerator)      \
-  X(Iota, 3, kGenerator)          \
-  X(RngUniform, 4, kGenerator)    \
-  X(RngNormal, 5, kGenerator)     \
-  X(Convert, 20, kConvert)        \
-  X(Compare, 37, kCompare)        \
-  X(Select, 40, kSelect)          \
-  X(Broadcast, 50, kView)         \
-  X(Reshape, 51, kReshape)        \
-  X(Transpose, 52, kView)         \
-  X(Slice, 53, kView)             \
+#define LAZYRT_OTHER_OPCODES(X)     \
+  X(Parameter, 1, kParameter)       \
+  X(Constant, 2, kGenerator)        \
+  X(Iota, 3, kGenerator)            \
+  X(RngUniform, 4, kGenerator)      \
+  X(RngNormal, 5, kGenerator)       \
+  X(Convert, 20, kConvert)          \
+  X(Compare, 37, kCompare)          \
+  X(Select, 40, kSelect)            \
+  X(Broadcast, 50, kView)           \
+  X(Reshape, 51, kReshape)          \
+  X(Transpose, 52, kView)           \
+  X(Slice, 53, kView)               \
   X(Concatenate, 54, kDataMovement) \
   X(IndexSelect, 55, kDataMovement) \
-  X(Gather, 56, kDataMovement)    \
-  X(Reduce, 60, kReduce)          \
-  X(Argmax, 62, kArgmax)          \
+  X(Gather, 56, kDataMovement)      \
+  X(Reduce, 60, kReduce)            \
+  X(Argmax, 62, kArgmax)            \
   X(Dot, 63, kDot)
 
 enum class Opcode : int32_t {
@@ -135,12 +135,12 @@ std::string CompareDirectionName(CompareDirection direction);  // "eq", "lt", ..
 // The combiners of REDUCE: X(Name, number, type class, identity, combine of accumulator `a` and value
 // `b`). The identity is the result over an empty set; a reduction whose identity is not a value (max,
 // min) is refused over an empty dimension by the layers above.
-#define LAZYRT_REDUCE_COMBINERS(X)                      \
-  X(Sum, 0, kNumeric, T{0}, Add(a, b))                   \
-  X(Max, 1, kAny, Lowest<T>(), Maximum(a, b))            \
-  X(Min, 2, kAny, Highest<T>(), Minimum(a, b))           \
-  X(Prod, 3, kNumeric, T{1}, Multiply(a, b))             \
-  X(All, 4, kPred, T{1}, static_cast<T>(a && b))         \
+#define LAZYRT_REDUCE_COMBINERS(X)               \
+  X(Sum, 0, kNumeric, T{0}, Add(a, b))           \
+  X(Max, 1, kAny, Lowest<T>(), Maximum(a, b))    \
+  X(Min, 2, kAny, Highest<T>(), Minimum(a, b))   \
+  X(Prod, 3, kNumeric, T{1}, Multiply(a, b))     \
+  X(All, 4, kPred, T{1}, static_cast<T>(a && b)) \
   X(Any, 5, kPred, T{0}, static_cast<T>(a || b))
 
 enum class Combiner : int32_t {

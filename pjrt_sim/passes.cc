@@ -121,9 +121,9 @@ int64_t EliminateCommonSubexpressions(HloModule& module) {
     // constants 1 and 1.0000001.
     const std::string key = absl::StrCat(
         static_cast<int32_t>(inst.opcode), "|", absl::StrJoin(inst.operands, ","), "|", inst.shape.ToString(), "|",
-        std::bit_cast<uint64_t>(inst.value), "|",
-        absl::StrJoin(inst.dims, ","), "|", absl::StrJoin(inst.start, ","), "|", absl::StrJoin(inst.limit, ","),
-        "|", absl::StrJoin(inst.stride, ","), "|", inst.axis, "|", static_cast<int32_t>(inst.direction), "|", static_cast<int32_t>(inst.combiner), "|", inst.stream, "|",
+        std::bit_cast<uint64_t>(inst.value), "|", absl::StrJoin(inst.dims, ","), "|", absl::StrJoin(inst.start, ","),
+        "|", absl::StrJoin(inst.limit, ","), "|", absl::StrJoin(inst.stride, ","), "|", inst.axis, "|",
+        static_cast<int32_t>(inst.direction), "|", static_cast<int32_t>(inst.combiner), "|", inst.stream, "|",
         inst.transpose_lhs, inst.transpose_rhs);
     auto [it, inserted] = seen.emplace(key, static_cast<int64_t>(i));
     if (!inserted) {
@@ -153,15 +153,19 @@ int64_t SimplifyAlgebra(HloModule& module) {
     const bool same_as_operand0 = !inst.operands.empty() && operand(0).shape == inst.shape;
     switch (inst.opcode) {
       case Opcode::kAdd:
-        if (IsSplat(operand(1), 0) && same_as_operand0) replace_with(inst.operands[0]);
-        else if (IsSplat(operand(0), 0) && operand(1).shape == inst.shape) replace_with(inst.operands[1]);
+        if (IsSplat(operand(1), 0) && same_as_operand0)
+          replace_with(inst.operands[0]);
+        else if (IsSplat(operand(0), 0) && operand(1).shape == inst.shape)
+          replace_with(inst.operands[1]);
         break;
       case Opcode::kSubtract:
         if (IsSplat(operand(1), 0) && same_as_operand0) replace_with(inst.operands[0]);
         break;
       case Opcode::kMultiply:
-        if (IsSplat(operand(1), 1) && same_as_operand0) replace_with(inst.operands[0]);
-        else if (IsSplat(operand(0), 1) && operand(1).shape == inst.shape) replace_with(inst.operands[1]);
+        if (IsSplat(operand(1), 1) && same_as_operand0)
+          replace_with(inst.operands[0]);
+        else if (IsSplat(operand(0), 1) && operand(1).shape == inst.shape)
+          replace_with(inst.operands[1]);
         break;
       case Opcode::kDivide:
         if (IsSplat(operand(1), 1) && same_as_operand0) replace_with(inst.operands[0]);
@@ -274,22 +278,27 @@ int64_t FoldConstants(HloModule& module) {
   for (HloInst& inst : module.insts) {
     if (inst.operands.empty() || inst.opcode == Opcode::kRngUniform || inst.opcode == Opcode::kRngNormal) continue;
     bool all_splat = true;
-    for (int64_t op : inst.operands) all_splat = all_splat && module.insts[static_cast<size_t>(op)].opcode == Opcode::kConstant;
+    for (int64_t op : inst.operands)
+      all_splat = all_splat && module.insts[static_cast<size_t>(op)].opcode == Opcode::kConstant;
     // A reduction over an empty dimension yields its identity, not the splat.
-    if (!all_splat || (inst.opcode == Opcode::kReduce && module.insts[static_cast<size_t>(inst.operands[0])].shape.numel() == 0)) {
+    if (!all_splat ||
+        (inst.opcode == Opcode::kReduce && module.insts[static_cast<size_t>(inst.operands[0])].shape.numel() == 0)) {
       continue;
     }
     auto arg_type = [&](size_t k) { return module.insts[static_cast<size_t>(inst.operands[k])].shape.type; };
     // An operand as a kernel would load it: a module constant's value need not be representable in its
     // type (0.1 as f32 or bf16, 2 as pred, 3e9 as s32), and the kernel rounds it first.
-    auto arg = [&](size_t k) { return RoundTo(arg_type(k), module.insts[static_cast<size_t>(inst.operands[k])].value); };
+    auto arg = [&](size_t k) {
+      return RoundTo(arg_type(k), module.insts[static_cast<size_t>(inst.operands[k])].value);
+    };
     double value;
     if (IsUnary(inst.opcode)) {
       value = DispatchComputeType(inst.shape.type, [&]<typename T>() {
         return static_cast<double>(ApplyUnary<T>(inst.opcode, static_cast<T>(arg(0))));
       });
     } else if (inst.opcode == Opcode::kConvert) {
-      value = DispatchComputeType(inst.shape.type, [&]<typename T>() { return static_cast<double>(SaturatingCast<T>(arg(0))); });
+      value = DispatchComputeType(inst.shape.type,
+                                  [&]<typename T>() { return static_cast<double>(SaturatingCast<T>(arg(0))); });
     } else if (inst.opcode == Opcode::kCompare) {
       value = DispatchComputeType(arg_type(0), [&]<typename T>() {
         return static_cast<double>(ApplyCompare<T>(inst.direction, static_cast<T>(arg(0)), static_cast<T>(arg(1))));
@@ -300,8 +309,9 @@ int64_t FoldConstants(HloModule& module) {
       });
     } else if (inst.opcode == Opcode::kSelect) {
       value = arg(0) != 0 ? arg(1) : arg(2);
-    } else if (inst.opcode == Opcode::kReshape || inst.opcode == Opcode::kTranspose || inst.opcode == Opcode::kBroadcast ||
-               inst.opcode == Opcode::kSlice || (inst.opcode == Opcode::kReduce && IsSelective(inst.combiner))) {
+    } else if (inst.opcode == Opcode::kReshape || inst.opcode == Opcode::kTranspose ||
+               inst.opcode == Opcode::kBroadcast || inst.opcode == Opcode::kSlice ||
+               (inst.opcode == Opcode::kReduce && IsSelective(inst.combiner))) {
       value = arg(0);  // a splat stays a splat (and the max, min, all or any of copies of a value is it)
     } else {
       continue;  // sums of splats, dots, gathers...: left to the kernels

@@ -13,20 +13,19 @@
 
 // Returns the status of `expr` (an absl::Status or absl::StatusOr) from the enclosing function when it
 // is not OK.
-#define RETURN_IF_ERROR(expr)                                                 \
-  do {                                                                        \
-    if (auto lazyrt_status_ = ::lazyrt::status_internal::AsStatus((expr));    \
-        !lazyrt_status_.ok()) {                                               \
-      return lazyrt_status_;                                                  \
-    }                                                                         \
+#define RETURN_IF_ERROR(expr)                                                                      \
+  do {                                                                                             \
+    if (auto lazyrt_status_ = ::lazyrt::status_internal::AsStatus((expr)); !lazyrt_status_.ok()) { \
+      return lazyrt_status_;                                                                       \
+    }                                                                                              \
   } while (false)
 
 // `lhs = value of expr`, or returns its status from the enclosing function. `lhs` may declare a
 // variable: ASSIGN_OR_RETURN(auto module, Lower(graph));
 #define ASSIGN_OR_RETURN(lhs, expr) \
   LAZYRT_ASSIGN_OR_RETURN_IMPL(LAZYRT_STATUS_CONCAT(lazyrt_statusor_, __LINE__), lhs, expr)
-#define LAZYRT_ASSIGN_OR_RETURN_IMPL(statusor, lhs, expr) \
-  auto statusor = (expr);                                 \
+#define LAZYRT_ASSIGN_OR_RETURN_IMPL(statusor, lhs, expr)  \
+  auto statusor = (expr);                                  \
   if (!statusor.ok()) return std::move(statusor).status(); \
   lhs = *std::move(statusor)
 

@@ -4,16 +4,16 @@
 
 #include <cstdint>
 #include <string>
-#include "absl/strings/string_view.h"
 #include <vector>
+#include "absl/strings/string_view.h"
 
 namespace lazyrt::pjrt {
 
 enum class PrimitiveType : uint8_t { kF32, kF64, kBF16, kF16, kS32, kS64, kPred };
 
-inline constexpr PrimitiveType kAllPrimitiveTypes[] = {
-    PrimitiveType::kF32, PrimitiveType::kF64, PrimitiveType::kBF16, PrimitiveType::kF16,
-    PrimitiveType::kS32, PrimitiveType::kS64, PrimitiveType::kPred};
+inline constexpr PrimitiveType kAllPrimitiveTypes[] = {PrimitiveType::kF32, PrimitiveType::kF64, PrimitiveType::kBF16,
+                                                       PrimitiveType::kF16, PrimitiveType::kS32, PrimitiveType::kS64,
+                                                       PrimitiveType::kPred};
 
 int64_t ByteWidth(PrimitiveType type);
 absl::string_view PrimitiveTypeName(PrimitiveType type);

@@ -115,7 +115,8 @@ inline Dataset LoadTrain(const std::string& dir) {
   Dataset d;
   d.count = BigEndian32(images, 4);
   d.features = int64_t{BigEndian32(images, 8)} * BigEndian32(images, 12);
-  if (images.size() != 16 + static_cast<size_t>(d.count * d.features) || labels.size() != 8 + static_cast<size_t>(d.count)) {
+  if (images.size() != 16 + static_cast<size_t>(d.count * d.features) ||
+      labels.size() != 8 + static_cast<size_t>(d.count)) {
     throw std::runtime_error("truncated IDX files in " + dir);
   }
   d.images.resize(static_cast<size_t>(d.count * d.features));
@@ -130,7 +131,8 @@ inline Dataset LoadTrain(const std::string& dir) {
   const double mean = sum / n, stddev = std::sqrt(sq / n - mean * mean);
   for (float& v : d.images) v = static_cast<float>((v - mean) / stddev);
   d.labels.resize(static_cast<size_t>(d.count));
-  for (int64_t i = 0; i < d.count; ++i) d.labels[static_cast<size_t>(i)] = static_cast<unsigned char>(labels[8 + static_cast<size_t>(i)]);
+  for (int64_t i = 0; i < d.count; ++i)
+    d.labels[static_cast<size_t>(i)] = static_cast<unsigned char>(labels[8 + static_cast<size_t>(i)]);
   return d;
 }
 
@@ -202,8 +204,7 @@ inline void PrintResult(const Result& r) {
       "\"steady_step_ms\": %.4f, \"mean_step_ms\": %.4f, \"first_loss\": %.7g, \"last_loss\": %.7g, "
       "\"op_ns\": %.1f, \"op_kind\": \"%s\"}\n",
       r.peer.c_str(), r.threads, static_cast<long long>(r.steps), static_cast<long long>(r.warmup), r.step_ms[0],
-      Median(steady), r.total_ms / static_cast<double>(r.steps), r.first_loss, r.last_loss, r.op_ns,
-      r.op_kind.c_str());
+      Median(steady), r.total_ms / static_cast<double>(r.steps), r.first_loss, r.last_loss, r.op_ns, r.op_kind.c_str());
 }
 
 }  // namespace peers

@@ -153,9 +153,7 @@ const void* IotaStep(const Step& s, const void* const*, const Context& c, void* 
   return out;
 }
 
-uint64_t Seed(const Step& s, const void* const* values) {
-  return static_cast<uint64_t>(*Arg<int64_t>(s, values, 0));
-}
+uint64_t Seed(const Step& s, const void* const* values) { return static_cast<uint64_t>(*Arg<int64_t>(s, values, 0)); }
 
 template <typename T>
 const void* UniformStep(const Step& s, const void* const* values, const Context& c, void* out) {
@@ -180,7 +178,8 @@ template <typename T>
 const void* NormalStep(const Step& s, const void* const* values, const Context& c, void* out) {
   const uint64_t seed = Seed(s, values);
   T* o = static_cast<T*>(out);
-  for (int64_t i = 0; i < c.n; ++i) o[i] = static_cast<T>(RandomNormal(seed, s.stream, static_cast<uint64_t>(c.begin + i)));
+  for (int64_t i = 0; i < c.n; ++i)
+    o[i] = static_cast<T>(RandomNormal(seed, s.stream, static_cast<uint64_t>(c.begin + i)));
   return out;
 }
 
@@ -285,13 +284,13 @@ StepFn ChooseStepFn(const Step& s, int scalar) {
         }
         return nullptr;
       });
-#define LAZYRT_X(name, ...)                                                          \
-  case Opcode::k##name:                                                              \
+#define LAZYRT_X(name, ...) \
+  case Opcode::k##name:     \
     return DispatchComputeType(ct, []<typename T>() -> StepFn { return &UnaryStep<T, Opcode::k##name>; });
       LAZYRT_UNARY_OPCODES(LAZYRT_X)
 #undef LAZYRT_X
-#define LAZYRT_X(name, ...)                                                                                 \
-  case Opcode::k##name:                                                                                     \
+#define LAZYRT_X(name, ...) \
+  case Opcode::k##name:     \
     return DispatchComputeType(ct, [&]<typename T>() -> StepFn { return PairStepFor<T, Opcode::k##name>(scalar); });
       LAZYRT_BINARY_OPCODES(LAZYRT_X)
 #undef LAZYRT_X
@@ -371,8 +370,7 @@ absl::StatusOr<FusedProgram> FusedProgram::Build(const google::protobuf::Repeate
         if (overflow || lo < 0 || hi >= in.numel()) return fail("load reaches outside its input");
       }
       const bool scalar = std::all_of(s.strides.begin(), s.strides.end(), [](int64_t x) { return x == 0; });
-      s.access = scalar ? Access::kScalar
-                        : (s.strides == row_major ? Access::kContiguous : Access::kStrided);
+      s.access = scalar ? Access::kScalar : (s.strides == row_major ? Access::kContiguous : Access::kStrided);
       if (s.access == Access::kStrided && rank == 0) s.access = Access::kScalar;
       program.steps_.push_back(std::move(s));
       continue;
@@ -461,8 +459,8 @@ void FusedProgram::Assign() {
     Step& s = steps_[i];
     arity[i] = s.load || s.opcode == Opcode::kConstant || s.opcode == Opcode::kIota ? 0
                : s.opcode == Opcode::kSelect                                        ? 3
-               : IsBinary(s.opcode) || s.opcode == Opcode::kCompare                ? 2
-                                                                                  : 1;
+               : IsBinary(s.opcode) || s.opcode == Opcode::kCompare                 ? 2
+                                                                                    : 1;
     const bool varies = s.load ? s.access != Access::kScalar
                                : s.opcode == Opcode::kRngUniform || s.opcode == Opcode::kRngNormal ||
                                      (s.opcode == Opcode::kIota && s.axis >= 0);
@@ -535,7 +533,8 @@ void FusedProgram::Prepare(std::span<const void* const> inputs, void* scratch) c
   for (const Step& s : steps_) {
     if (!s.uniform) continue;
     const int64_t n = s.scalar ? 1 : kBlock;
-    void* out = s.scalar ? scalars + static_cast<size_t>(s.reg) * 8 : registers + static_cast<size_t>(s.reg) * kRegisterBytes;
+    void* out =
+        s.scalar ? scalars + static_cast<size_t>(s.reg) * 8 : registers + static_cast<size_t>(s.reg) * kRegisterBytes;
     values[&s - steps_.data()] = s.fn(s, values, Context{inputs, space_dims_, 0, n}, out);
     if (s.round16) Round16(s.type, static_cast<float*>(out), n);
   }
@@ -545,8 +544,7 @@ const void* FusedProgram::ResultBlock(const void* scratch, size_t r) const {
   return static_cast<const void* const*>(scratch)[roots_[r]];
 }
 
-const void* FusedProgram::Evaluate(std::span<const void* const> inputs, int64_t begin, int64_t n,
-                                   void* scratch) const {
+const void* FusedProgram::Evaluate(std::span<const void* const> inputs, int64_t begin, int64_t n, void* scratch) const {
   const void** values = static_cast<const void**>(scratch);
   char* registers = Registers(scratch);
   const Context context{inputs, space_dims_, begin, n};

@@ -14,8 +14,8 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "pjrt_sim/executable.pb.h"
 #include "pjrt_sim/compute_type.h"
+#include "pjrt_sim/executable.pb.h"
 #include "pjrt_sim/opcode.h"
 #include "pjrt_sim/types.h"
 

@@ -52,7 +52,9 @@ void ForEachChunk(int64_t n, int64_t grain, const std::function<void(int64_t, in
 class LoopKernel final : public Kernel {
  public:
   LoopKernel(FusedProgram program, ArrayShape output, std::vector<PrimitiveType> result_types, int64_t grain)
-      : program_(std::move(program)), output_(std::move(output)), result_types_(std::move(result_types)),
+      : program_(std::move(program)),
+        output_(std::move(output)),
+        result_types_(std::move(result_types)),
         grain_(grain) {}
 
   absl::Status Run(std::span<const void* const> inputs, std::span<void* const> outputs) const override {
@@ -167,8 +169,8 @@ class ReduceKernel final : public Kernel {
     for (int64_t d : reduce_dims) reduced[static_cast<size_t>(d)] = true;
     size_t first_reduced = rank;
     while (first_reduced > 0 && reduced[first_reduced - 1]) --first_reduced;
-    row_reduce_ = std::all_of(reduced.begin(), reduced.begin() + static_cast<long>(first_reduced),
-                              [](bool r) { return !r; });
+    row_reduce_ =
+        std::all_of(reduced.begin(), reduced.begin() + static_cast<long>(first_reduced), [](bool r) { return !r; });
     row_length_ = 1;
     for (size_t d = first_reduced; d < rank; ++d) row_length_ *= space_.dims[d];
     kept_suffix_ = rank;
@@ -204,7 +206,8 @@ class ReduceKernel final : public Kernel {
     const A identity = ReduceIdentity<A>(combiner_);
     thread_local std::vector<A> acc_storage;
     if (row_reduce_) {
-      const int64_t rows_per_task = grain_ <= 0 ? outputs : std::max<int64_t>(1, grain_ / std::max<int64_t>(1, row_length_));
+      const int64_t rows_per_task =
+          grain_ <= 0 ? outputs : std::max<int64_t>(1, grain_ / std::max<int64_t>(1, row_length_));
       ForEachChunk(outputs, rows_per_task >= outputs ? 0 : rows_per_task, [&](int64_t r0, int64_t r1) {
         void* scratch = Scratch(program_.scratch_bytes());
         program_.Prepare(inputs, scratch);
@@ -237,7 +240,7 @@ class ReduceKernel final : public Kernel {
         for (int64_t b = 0; b < run_length_; b += kBlock) {
           const int64_t n = std::min(kBlock, run_length_ - b);
           Accumulate<A, T>(combiner_, acc.data() + out_index + b,
-                        static_cast<const T*>(program_.Evaluate(inputs, start + b, n, scratch)), n);
+                           static_cast<const T*>(program_.Evaluate(inputs, start + b, n, scratch)), n);
         }
         for (size_t d = kept_suffix_; d-- > 0;) {
           out_index += out_strides_[d];
@@ -270,8 +273,8 @@ class ReduceKernel final : public Kernel {
   template <typename A>
   void StoreBlockTyped(const A* acc, void* dst, int64_t n) const {
     for (int64_t b = 0; b < n; b += kBlock) {
-      StoreBlock(acc + b, kComputeTypeOf<A>, output_.type,
-                 static_cast<char*>(dst) + b * ByteWidth(output_.type), std::min(kBlock, n - b));
+      StoreBlock(acc + b, kComputeTypeOf<A>, output_.type, static_cast<char*>(dst) + b * ByteWidth(output_.type),
+                 std::min(kBlock, n - b));
     }
   }
 
@@ -424,8 +427,7 @@ class ArgmaxKernel final : public Kernel {
 };
 
 absl::Status IndexError(int64_t index, int64_t size, const char* op) {
-  return absl::OutOfRangeError(
-      absl::StrCat(op, ": index ", index, " is out of range for a dimension of size ", size));
+  return absl::OutOfRangeError(absl::StrCat(op, ": index ", index, " is out of range for a dimension of size ", size));
 }
 
 class IndexSelectKernel final : public Kernel {
@@ -519,22 +521,26 @@ absl::Status Expect(bool ok, const proto::Kernel& k, const std::string& what) {
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<Kernel>> BuildKernel(const proto::Kernel& k, std::span<const ArrayShape> inputs,
-                                                    const ArrayShape& output, std::span<const ArrayShape> extra_outputs) {
-  if (k.extra_outputs_size() != static_cast<int>(extra_outputs.size()) || k.extra_roots_size() != k.extra_outputs_size() ||
+                                                    const ArrayShape& output,
+                                                    std::span<const ArrayShape> extra_outputs) {
+  if (k.extra_outputs_size() != static_cast<int>(extra_outputs.size()) ||
+      k.extra_roots_size() != k.extra_outputs_size() ||
       (k.extra_outputs_size() > 0 && k.kind() != proto::Kernel::LOOP)) {
     return Expect(false, k, "extra outputs need a LOOP kernel and a result step each");
   }
   switch (k.kind()) {
     case proto::Kernel::LOOP: {
       if (!(FromProto(k.iteration_shape()) == output)) return Expect(false, k, "iteration space must be the output");
-      absl::StatusOr<FusedProgram> program =
-          FusedProgram::Build(k.program(), inputs, output, std::span<const int64_t>(k.extra_roots().data(), static_cast<size_t>(k.extra_roots_size())));
+      absl::StatusOr<FusedProgram> program = FusedProgram::Build(
+          k.program(), inputs, output,
+          std::span<const int64_t>(k.extra_roots().data(), static_cast<size_t>(k.extra_roots_size())));
       if (!program.ok()) return program.status();
       std::vector<PrimitiveType> result_types = {output.type};
       for (size_t r = 0; r < extra_outputs.size(); ++r) {
         if (extra_outputs[r].dims != output.dims || program->result_type(r + 1) != extra_outputs[r].type) {
-          return Expect(false, k, absl::StrCat("extra output ", r, " is not a ", PrimitiveTypeName(program->result_type(r + 1)),
-                                               " array of the output's dims"));
+          return Expect(false, k,
+                        absl::StrCat("extra output ", r, " is not a ", PrimitiveTypeName(program->result_type(r + 1)),
+                                     " array of the output's dims"));
         }
         result_types.push_back(extra_outputs[r].type);
       }
@@ -563,16 +569,15 @@ absl::StatusOr<std::unique_ptr<Kernel>> BuildKernel(const proto::Kernel& k, std:
       absl::StatusOr<FusedProgram> program = FusedProgram::Build(k.program(), inputs, space);
       if (!program.ok()) return program.status();
       if (program->result_type() != output.type) return Expect(false, k, "program type differs from the output");
-      return std::make_unique<ReduceKernel>(*std::move(program), space, std::move(dims), *combiner, output,
-                                            k.grain());
+      return std::make_unique<ReduceKernel>(*std::move(program), space, std::move(dims), *combiner, output, k.grain());
     }
     case proto::Kernel::DOT: {
       int64_t products = 0;
       const bool shapes_ok =
-          inputs.size() == 2 && k.m() >= 0 && k.n() >= 0 && k.k() >= 0 && k.batch() >= 0 &&
-          k.m() < (1 << 30) && k.n() < (1 << 30) && k.k() < (1 << 30) && inputs[0].type == output.type &&
-          inputs[1].type == output.type && !__builtin_mul_overflow(k.batch(), k.m() * k.n(), &products) &&
-          output.numel() == products && k.lhs_batch_stride() >= 0 && k.rhs_batch_stride() >= 0 &&
+          inputs.size() == 2 && k.m() >= 0 && k.n() >= 0 && k.k() >= 0 && k.batch() >= 0 && k.m() < (1 << 30) &&
+          k.n() < (1 << 30) && k.k() < (1 << 30) && inputs[0].type == output.type && inputs[1].type == output.type &&
+          !__builtin_mul_overflow(k.batch(), k.m() * k.n(), &products) && output.numel() == products &&
+          k.lhs_batch_stride() >= 0 && k.rhs_batch_stride() >= 0 &&
           BatchFits(k.batch(), k.lhs_batch_stride(), k.m() * k.k(), inputs[0].numel()) &&
           BatchFits(k.batch(), k.rhs_batch_stride(), k.k() * k.n(), inputs[1].numel()) &&
           (k.variant() == kDotSerial || k.variant() == kDotColumnPanels || k.variant() == kDotRowPanels);
@@ -615,7 +620,8 @@ absl::StatusOr<std::unique_ptr<Kernel>> BuildKernel(const proto::Kernel& k, std:
         }
       }
       if (absl::Status s = Expect(ok, k, "bad indexing shapes"); !s.ok()) return s;
-      if (k.kind() == proto::Kernel::INDEX_SELECT) return std::make_unique<IndexSelectKernel>(inputs[0], inputs[1], axis);
+      if (k.kind() == proto::Kernel::INDEX_SELECT)
+        return std::make_unique<IndexSelectKernel>(inputs[0], inputs[1], axis);
       return std::make_unique<GatherKernel>(inputs[0], inputs[1], axis);
     }
     case proto::Kernel::CONCATENATE: {

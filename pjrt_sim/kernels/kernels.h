@@ -29,8 +29,7 @@ class Kernel {
 
 // Validates `kernel` against the shapes of its input and output slots (`extra_outputs`: those of
 // kernel.extra_outputs()) and builds it.
-absl::StatusOr<std::unique_ptr<Kernel>> BuildKernel(const proto::Kernel& kernel,
-                                                    std::span<const ArrayShape> inputs,
+absl::StatusOr<std::unique_ptr<Kernel>> BuildKernel(const proto::Kernel& kernel, std::span<const ArrayShape> inputs,
                                                     const ArrayShape& output,
                                                     std::span<const ArrayShape> extra_outputs = {});
 

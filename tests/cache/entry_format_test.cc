@@ -58,9 +58,7 @@ void StoreLittleEndian(std::string& file, size_t offset, uint64_t value, int byt
 }
 
 // Rewrites the prefix checksum so that a crafted fixed header passes it.
-void ResealPrefix(std::string& file) {
-  StoreLittleEndian(file, 64, XXH3_64bits(file.data(), 64), 8);
-}
+void ResealPrefix(std::string& file) { StoreLittleEndian(file, 64, XXH3_64bits(file.data(), 64), 8); }
 
 TEST(EntryFormat, RoundTripKeepsPayloadBytesAndHeaderFields) {
   const std::string payload = TestPayload();
@@ -146,13 +144,11 @@ TEST(EntryFormat, IdentityChecksProducerVersionThenKey) {
   EXPECT_FALSE(CheckEntryIdentity(header, kKey, kProducer).has_value());
   EXPECT_EQ(CheckEntryIdentity(header, kKey, "test-compiler/2")->reason, MissReason::kProducerVersion);
   EXPECT_EQ(CheckEntryIdentity(header, "other-key", kProducer)->reason, MissReason::kKeyMismatch);
-  EXPECT_EQ(CheckEntryIdentity(header, "other-key", "test-compiler/2")->reason,
-            MissReason::kProducerVersion);
+  EXPECT_EQ(CheckEntryIdentity(header, "other-key", "test-compiler/2")->reason, MissReason::kProducerVersion);
 }
 
 TEST(EntryFormat, TrailingBytesArePayloadDamage) {
-  EXPECT_EQ(ReasonOf(DecodeFile(Encode(TestHeader(), TestPayload()) + "x")),
-            MissReason::kPayloadChecksum);
+  EXPECT_EQ(ReasonOf(DecodeFile(Encode(TestHeader(), TestPayload()) + "x")), MissReason::kPayloadChecksum);
 }
 
 TEST(EntryFormat, CraftedLengthsBeyondTheLimitsAreRejectedBeforeAnyRead) {

@@ -45,18 +45,17 @@ class EventLogTest : public ::testing::Test {
 TEST_F(EventLogTest, WritesOneJsonLinePerEventWithTheFieldsOfItsKind) {
   const EventLog log(dir_.path(), kDefaultEventLogMaxBytes);
   const int64_t before_ms = absl::ToUnixMillis(absl::Now());
-  ASSERT_TRUE(log.Append({.kind = EventKind::kHit, .key = "h", .raw_bytes = 100, .file_bytes = 60,
-                          .compile_ms = 12.5})
-                  .ok());
-  ASSERT_TRUE(log.Append({.kind = EventKind::kMiss, .key = "m", .reason = MissReason::kTruncated,
-                          .detail = "short"})
-                  .ok());
-  ASSERT_TRUE(log.Append({.kind = EventKind::kWrite, .key = "w", .raw_bytes = 100, .file_bytes = 70,
-                          .compile_ms = 3})
-                  .ok());
+  ASSERT_TRUE(
+      log.Append({.kind = EventKind::kHit, .key = "h", .raw_bytes = 100, .file_bytes = 60, .compile_ms = 12.5}).ok());
+  ASSERT_TRUE(
+      log.Append({.kind = EventKind::kMiss, .key = "m", .reason = MissReason::kTruncated, .detail = "short"}).ok());
+  ASSERT_TRUE(
+      log.Append({.kind = EventKind::kWrite, .key = "w", .raw_bytes = 100, .file_bytes = 70, .compile_ms = 3}).ok());
   ASSERT_TRUE(log.Append({.kind = EventKind::kEvict, .key = "e", .file_bytes = 80}).ok());
-  ASSERT_TRUE(log.Append({.kind = EventKind::kCorrupt, .key = "c",
-                          .reason = MissReason::kPayloadChecksum, .detail = "flip",
+  ASSERT_TRUE(log.Append({.kind = EventKind::kCorrupt,
+                          .key = "c",
+                          .reason = MissReason::kPayloadChecksum,
+                          .detail = "flip",
                           .file_bytes = 90})
                   .ok());
 
@@ -100,11 +99,12 @@ TEST_F(EventLogTest, AMissingLogIsEmptyStats) {
 }
 
 TEST_F(EventLogTest, LinesThatAreNotEventsAreCountedAndSkipped) {
-  WriteFile(LogPath(), "{\"event\":\"hit\",\"key\":\"k\",\"compile_ms\":2}\n"
-                       "{\"event\":\"hit\",\"compile_ms\":\"not a number\"}\n"
-                       "{\"event\":\"miss\",\"key\":\"k\",\"rea\n"
-                       "[1,2]\n"
-                       "{\"event\":\"unknown\"}\n");
+  WriteFile(LogPath(),
+            "{\"event\":\"hit\",\"key\":\"k\",\"compile_ms\":2}\n"
+            "{\"event\":\"hit\",\"compile_ms\":\"not a number\"}\n"
+            "{\"event\":\"miss\",\"key\":\"k\",\"rea\n"
+            "[1,2]\n"
+            "{\"event\":\"unknown\"}\n");
   absl::StatusOr<EventStats> stats = EventLog(dir_.path(), kDefaultEventLogMaxBytes).ReadStats();
   ASSERT_TRUE(stats.ok());
   EXPECT_EQ(stats->hits, 1);
@@ -144,8 +144,10 @@ TEST_F(EventLogTest, ConcurrentAppendsFromProcessesNeverInterleave) {
     const EventLog log(dir_.path(), kDefaultEventLogMaxBytes);
     for (int i = 0; i < kLinesEach; ++i) {
       // Long details make a torn or interleaved line likely if appends were not atomic.
-      const Event miss{.kind = EventKind::kMiss, .key = absl::StrCat("k", child),
-                       .reason = MissReason::kNotFound, .detail = std::string(2000, 'a' + child)};
+      const Event miss{.kind = EventKind::kMiss,
+                       .key = absl::StrCat("k", child),
+                       .reason = MissReason::kNotFound,
+                       .detail = std::string(2000, 'a' + child)};
       if (!log.Append(miss).ok()) return 1;
     }
     return 0;
@@ -157,8 +159,7 @@ TEST_F(EventLogTest, ConcurrentAppendsFromProcessesNeverInterleave) {
 }
 
 TEST_F(EventLogTest, TheStoreLogsEveryOutcomeAndStatsReadThemBack) {
-  absl::StatusOr<std::unique_ptr<Store>> opened =
-      Store::Open({.dir = dir_.path(), .producer_version = "v"});
+  absl::StatusOr<std::unique_ptr<Store>> opened = Store::Open({.dir = dir_.path(), .producer_version = "v"});
   ASSERT_TRUE(opened.ok());
   Store& store = **opened;
   ASSERT_TRUE(store.Put("a", "payload a", 30, "").ok());
@@ -176,8 +177,7 @@ TEST_F(EventLogTest, TheStoreLogsEveryOutcomeAndStatsReadThemBack) {
   EXPECT_EQ(stats->bytes, 0u);
   EXPECT_EQ(stats->events.hits, 2);
   EXPECT_EQ(stats->events.compile_ms_saved, 60);
-  EXPECT_EQ(stats->events.misses_by_reason,
-            (std::map<std::string, int64_t>{{"not_found", 1}, {"format_version", 1}}));
+  EXPECT_EQ(stats->events.misses_by_reason, (std::map<std::string, int64_t>{{"not_found", 1}, {"format_version", 1}}));
   EXPECT_EQ(stats->events.writes, 2);
   EXPECT_EQ(stats->events.corrupt, 1);
   EXPECT_EQ(stats->events.evictions, 1);

@@ -5,8 +5,8 @@
 #include <atomic>
 #include <cstdint>
 #include <cstdio>
-#include <functional>
 #include <filesystem>
+#include <functional>
 #include <random>
 #include <string>
 #include <thread>
@@ -26,10 +26,10 @@ namespace lazyrt::cache {
 namespace {
 
 using testing::DirNames;
-using testing::RunInChildProcesses;
 using testing::Exists;
 using testing::MtimeSeconds;
 using testing::ReadFile;
+using testing::RunInChildProcesses;
 using testing::ScratchDir;
 using testing::SetMtime;
 using testing::WriteFile;
@@ -74,9 +74,7 @@ class StoreTest : public ::testing::Test {
     ASSERT_EQ(*outcome, PutOutcome::kWritten);
   }
 
-  std::string EntryPath(absl::string_view key) const {
-    return dir_ / EntryFileName(key);
-  }
+  std::string EntryPath(absl::string_view key) const { return dir_ / EntryFileName(key); }
 
   ScratchDir dir_;
 };
@@ -139,8 +137,7 @@ TEST_F(StoreTest, InvalidKeysAreRejectedByPutAndMissByLookup) {
 // Writes `damaged` as the entry file of `key`, looks it up, and checks: a miss with `reason`, the
 // file gone, and a fresh Put + Lookup of the key hitting.
 void ExpectDamageIsAMissThatHeals(Store& store, const std::string& path, absl::string_view key,
-                                  const std::string& damaged, MissReason reason,
-                                  const std::string& context) {
+                                  const std::string& damaged, MissReason reason, const std::string& context) {
   WriteFile(path, damaged);
   EXPECT_EQ(ReasonOf(store.Lookup(key)), reason) << context;
   // A file without the cache's magic is not the cache's to remove (it may be the user's); a write
@@ -158,8 +155,8 @@ TEST_F(StoreTest, TruncationAtEveryOffsetIsATruncatedMissAndTheFileIsRemoved) {
   PutOk(*store, "t", std::string(64, 'a') + "bcdefgh");
   const std::string file = ReadFile(EntryPath("t"));
   for (size_t size = 0; size < file.size(); ++size) {
-    ExpectDamageIsAMissThatHeals(*store, EntryPath("t"), "t", file.substr(0, size),
-                                 MissReason::kTruncated, absl::StrCat("size ", size));
+    ExpectDamageIsAMissThatHeals(*store, EntryPath("t"), "t", file.substr(0, size), MissReason::kTruncated,
+                                 absl::StrCat("size ", size));
   }
   EXPECT_EQ(store->counters().misses(MissReason::kTruncated), static_cast<int64_t>(file.size()));
 }
@@ -177,8 +174,7 @@ TEST_F(StoreTest, EveryFlippedByteIsAMissWithItsReasonAndTheFileIsRemoved) {
                                 : offset < 12          ? MissReason::kFormatVersion
                                 : offset < header_size ? MissReason::kHeaderChecksum
                                                        : MissReason::kPayloadChecksum;
-    ExpectDamageIsAMissThatHeals(*store, EntryPath("f"), "f", damaged, expected,
-                                 absl::StrCat("offset ", offset));
+    ExpectDamageIsAMissThatHeals(*store, EntryPath("f"), "f", damaged, expected, absl::StrCat("offset ", offset));
   }
 }
 
@@ -198,8 +194,7 @@ TEST_F(StoreTest, AnotherFormatVersionIsAMissAndRemoved) {
   header.format_version = kEntryFormatVersion + 1;
   absl::StatusOr<std::string> other_version = EncodeHeader(header);
   ASSERT_TRUE(other_version.ok());
-  ExpectDamageIsAMissThatHeals(*store, EntryPath("v"), "v",
-                               *other_version + file.substr(EncodedHeaderSize(header)),
+  ExpectDamageIsAMissThatHeals(*store, EntryPath("v"), "v", *other_version + file.substr(EncodedHeaderSize(header)),
                                MissReason::kFormatVersion, "format version");
 }
 
@@ -207,8 +202,7 @@ TEST_F(StoreTest, AnotherProducerVersionIsAMissAndRemoved) {
   PutOk(*OpenStore({.producer_version = "test-compiler/0"}), "p", "old compiler's payload");
   std::unique_ptr<Store> store = OpenStore();
   const std::string old_file = ReadFile(EntryPath("p"));
-  ExpectDamageIsAMissThatHeals(*store, EntryPath("p"), "p", old_file, MissReason::kProducerVersion,
-                               "producer version");
+  ExpectDamageIsAMissThatHeals(*store, EntryPath("p"), "p", old_file, MissReason::kProducerVersion, "producer version");
 }
 
 TEST_F(StoreTest, EntryRenamedToAnotherKeyIsKeyMismatchAndRemoved) {
@@ -216,8 +210,7 @@ TEST_F(StoreTest, EntryRenamedToAnotherKeyIsKeyMismatchAndRemoved) {
   PutOk(*store, "a", "payload of a");
   ASSERT_EQ(std::rename(EntryPath("a").c_str(), EntryPath("b").c_str()), 0);
   const std::string file = ReadFile(EntryPath("b"));
-  ExpectDamageIsAMissThatHeals(*store, EntryPath("b"), "b", file, MissReason::kKeyMismatch,
-                               "renamed");
+  ExpectDamageIsAMissThatHeals(*store, EntryPath("b"), "b", file, MissReason::kKeyMismatch, "renamed");
 }
 
 TEST_F(StoreTest, ReportUnloadableCountsAndRemovesTheEntry) {
@@ -285,8 +278,7 @@ TEST_F(StoreTest, WriteIntoARemovedDirectoryFailsClearlyAndLookupsGoOn) {
   ASSERT_FALSE(outcome.ok());
   EXPECT_EQ(outcome.status().code(), absl::StatusCode::kNotFound);
   EXPECT_TRUE(absl::StrContains(outcome.status().message(), dir_.path())) << outcome.status();
-  EXPECT_TRUE(absl::StrContains(outcome.status().message(), "No such file or directory"))
-      << outcome.status();
+  EXPECT_TRUE(absl::StrContains(outcome.status().message(), "No such file or directory")) << outcome.status();
   EXPECT_EQ(store->counters().write_failures, 1);
   EXPECT_EQ(ReasonOf(store->Lookup("before")), MissReason::kNotFound);
   EXPECT_EQ(ReasonOf(store->Lookup("after")), MissReason::kNotFound);
@@ -340,8 +332,7 @@ TEST_F(StoreTest, AHitMakesAnEntryRecentlyUsed) {
   ASSERT_TRUE(std::holds_alternative<Entry>(store->Lookup("older")));
   EXPECT_GT(MtimeSeconds(EntryPath("older")), 2000);
 
-  absl::StatusOr<std::vector<EvictedEntry>> evicted =
-      store->EvictTo(ReadFile(EntryPath("older")).size());
+  absl::StatusOr<std::vector<EvictedEntry>> evicted = store->EvictTo(ReadFile(EntryPath("older")).size());
   ASSERT_TRUE(evicted.ok());
   EXPECT_EQ(KeysOf(*evicted), std::vector<std::string>{"old"});
 }
@@ -474,8 +465,7 @@ TEST_F(StoreTest, AGroupOrOtherWritableDirectoryIsDistrusted) {
 // One child process of the concurrency test: puts and looks up a few keys at random. Returns its
 // exit code: 0 when every lookup was a not_found miss or a hit with exactly one writer's bytes.
 int WriteAndReadConcurrently(const std::string& dir, int writer) {
-  absl::StatusOr<std::unique_ptr<Store>> store =
-      Store::Open({.dir = dir, .producer_version = std::string(kProducer)});
+  absl::StatusOr<std::unique_ptr<Store>> store = Store::Open({.dir = dir, .producer_version = std::string(kProducer)});
   if (!store.ok()) return 10;
   std::mt19937 choose(static_cast<unsigned>(writer));
   for (int i = 0; i < 100; ++i) {
@@ -496,9 +486,7 @@ int WriteAndReadConcurrently(const std::string& dir, int writer) {
 }
 
 TEST_F(StoreTest, ConcurrentProcessesSeeWholeEntriesOrNone) {
-  RunInChildProcesses(8, [&](int writer) {
-    return WriteAndReadConcurrently(dir_.path(), writer);
-  });
+  RunInChildProcesses(8, [&](int writer) { return WriteAndReadConcurrently(dir_.path(), writer); });
   for (const std::string& name : DirNames(dir_.path())) {
     EXPECT_FALSE(IsTempFileName(name)) << name;
   }

@@ -68,8 +68,7 @@ std::string Repaired(std::string bytes) {
 
 // The lookup outcome the in-memory functions predict for `bytes` as the entry of `key` in a store
 // of `producer`: the payload, or the miss.
-std::variant<std::string, Miss> Predict(const std::string& bytes, absl::string_view key,
-                                        absl::string_view producer) {
+std::variant<std::string, Miss> Predict(const std::string& bytes, absl::string_view key, absl::string_view producer) {
   const absl::string_view view(bytes);
   Decoded<EntryHeader> header = DecodeHeader(view.substr(0, kMaxHeaderSize), bytes.size());
   if (Miss* miss = std::get_if<Miss>(&header)) return *miss;
@@ -96,8 +95,8 @@ std::variant<std::string, Miss> Predict(const std::string& bytes, absl::string_v
   if (!again.ok()) Violation("a decoded entry does not encode: " + std::string(again.status().message()));
   Decoded<EntryHeader> again_header = DecodeHeader(absl::string_view(*again).substr(0, kMaxHeaderSize), again->size());
   if (!std::holds_alternative<EntryHeader>(again_header)) Violation("a re-encoded entry does not decode");
-  Decoded<std::string> again_payload = DecodePayload(
-      std::get<EntryHeader>(again_header), absl::string_view(*again).substr(EncodedHeaderSize(h)));
+  Decoded<std::string> again_payload =
+      DecodePayload(std::get<EntryHeader>(again_header), absl::string_view(*again).substr(EncodedHeaderSize(h)));
   if (!std::holds_alternative<std::string>(again_payload) || std::get<std::string>(again_payload) != raw) {
     Violation("a re-encoded payload does not decode to itself");
   }

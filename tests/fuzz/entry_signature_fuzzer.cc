@@ -47,7 +47,8 @@ void Check(absl::string_view metadata_text, absl::string_view payload) {
   if (metadata.ok()) {
     Stats().Count(0);
     absl::StatusOr<cache::EntryMetadata> again = cache::DecodeEntryMetadata(cache::EncodeEntryMetadata(*metadata));
-    if (!again.ok()) Violation(kName, "decoded metadata does not decode once encoded: " + std::string(again.status().message()));
+    if (!again.ok())
+      Violation(kName, "decoded metadata does not decode once encoded: " + std::string(again.status().message()));
     if (cache::SignatureMismatch(*again, *metadata) || !(again->ingredients == metadata->ingredients) ||
         again->graph_hash != metadata->graph_hash || again->nodes != metadata->nodes) {
       Violation(kName, "metadata changes when encoded and decoded");
@@ -68,7 +69,8 @@ void Check(absl::string_view metadata_text, absl::string_view payload) {
   actual.results = Signature((*loaded)->output_shapes());
   const bool fits = !cache::SignatureMismatch(*metadata, actual).has_value();
   const bool equal = actual.parameters == metadata->parameters && actual.results == metadata->results;
-  if (fits != equal) Violation(kName, fits ? "a signature that differs was said to fit" : "an equal signature was said not to fit");
+  if (fits != equal)
+    Violation(kName, fits ? "a signature that differs was said to fit" : "an equal signature was said not to fit");
   if (fits) Stats().Count(2);
 }
 

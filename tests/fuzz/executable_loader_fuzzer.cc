@@ -58,7 +58,8 @@ void LoadAndRun(const pjrt::proto::Executable& proto) {
   // A loaded executable round-trips.
   const std::string bytes = (*loaded)->Serialize();
   absl::StatusOr<pjrt::proto::Executable> reparsed = pjrt::Executable::Parse(bytes);
-  if (!reparsed.ok()) Violation(kName, "a loaded executable's bytes do not parse: " + std::string(reparsed.status().message()));
+  if (!reparsed.ok())
+    Violation(kName, "a loaded executable's bytes do not parse: " + std::string(reparsed.status().message()));
   google::protobuf::util::DefaultFieldComparator comparator;
   comparator.set_treat_nan_as_equal(true);  // a NaN compile time is the same NaN
   google::protobuf::util::MessageDifferencer differencer;

@@ -71,14 +71,16 @@ void CompileAndRun(const pjrt::proto::Module& module) {
   absl::StatusOr<std::shared_ptr<pjrt::Executable>> reloaded =
       SmallClient().LoadSerializedExecutable((*compiled)->Serialize());
   if (!reloaded.ok()) {
-    Violation(kName, "the compiler emitted an executable the loader refuses: " + std::string(reloaded.status().message()));
+    Violation(kName,
+              "the compiler emitted an executable the loader refuses: " + std::string(reloaded.status().message()));
   }
   for (unsigned char fill : {0x00, 0xff}) {
     absl::StatusOr<std::vector<std::string>> first = RunWithFill(**compiled, fill);
     absl::StatusOr<std::vector<std::string>> second = RunWithFill(**reloaded, fill);
     if (first.ok()) Stats().Count(3);
     if (first.ok() != second.ok() || (first.ok() && *first != *second)) {
-      Violation(kName, "the compiled and the reloaded executable differ: " + Describe(first) + " vs " + Describe(second));
+      Violation(kName,
+                "the compiled and the reloaded executable differ: " + Describe(first) + " vs " + Describe(second));
     }
   }
 }

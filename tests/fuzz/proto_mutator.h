@@ -140,7 +140,8 @@ class ProtoMutator {
   // (proto3 enums are open: any int32 parses).
   int NewEnum(const Field* field) {
     const google::protobuf::EnumDescriptor* e = field->enum_type();
-    if (Below(4) == 0) return Below(2) == 0 ? -1 : e->value(e->value_count() - 1)->number() + 1 + static_cast<int>(Below(3));
+    if (Below(4) == 0)
+      return Below(2) == 0 ? -1 : e->value(e->value_count() - 1)->number() + 1 + static_cast<int>(Below(3));
     return e->value(static_cast<int>(Below(static_cast<uint64_t>(e->value_count()))))->number();
   }
 
@@ -154,17 +155,20 @@ class ProtoMutator {
         break;
       }
       case Field::CPPTYPE_INT32: {
-        const int32_t v = static_cast<int32_t>(NewInt(rep ? r->GetRepeatedInt32(m, field, index) : r->GetInt32(m, field)));
+        const int32_t v =
+            static_cast<int32_t>(NewInt(rep ? r->GetRepeatedInt32(m, field, index) : r->GetInt32(m, field)));
         rep ? r->SetRepeatedInt32(&m, field, index, v) : r->SetInt32(&m, field, v);
         break;
       }
       case Field::CPPTYPE_UINT64: {
-        const uint64_t v = static_cast<uint64_t>(NewInt(static_cast<int64_t>(rep ? r->GetRepeatedUInt64(m, field, index) : r->GetUInt64(m, field))));
+        const uint64_t v = static_cast<uint64_t>(
+            NewInt(static_cast<int64_t>(rep ? r->GetRepeatedUInt64(m, field, index) : r->GetUInt64(m, field))));
         rep ? r->SetRepeatedUInt64(&m, field, index, v) : r->SetUInt64(&m, field, v);
         break;
       }
       case Field::CPPTYPE_UINT32: {
-        const uint32_t v = static_cast<uint32_t>(NewInt(rep ? r->GetRepeatedUInt32(m, field, index) : r->GetUInt32(m, field)));
+        const uint32_t v =
+            static_cast<uint32_t>(NewInt(rep ? r->GetRepeatedUInt32(m, field, index) : r->GetUInt32(m, field)));
         rep ? r->SetRepeatedUInt32(&m, field, index, v) : r->SetUInt32(&m, field, v);
         break;
       }
@@ -174,7 +178,8 @@ class ProtoMutator {
         break;
       }
       case Field::CPPTYPE_FLOAT: {
-        const float v = static_cast<float>(NewDouble(rep ? r->GetRepeatedFloat(m, field, index) : r->GetFloat(m, field)));
+        const float v =
+            static_cast<float>(NewDouble(rep ? r->GetRepeatedFloat(m, field, index) : r->GetFloat(m, field)));
         rep ? r->SetRepeatedFloat(&m, field, index, v) : r->SetFloat(&m, field, v);
         break;
       }
@@ -203,14 +208,18 @@ class ProtoMutator {
     const int size = r->FieldSize(m, field);
     const int from = size > 0 && Below(4) != 0 ? static_cast<int>(Below(static_cast<uint64_t>(size))) : -1;
     switch (field->cpp_type()) {
-      case Field::CPPTYPE_INT64: r->AddInt64(&m, field, from >= 0 ? r->GetRepeatedInt64(m, field, from) : NewInt(0)); break;
+      case Field::CPPTYPE_INT64:
+        r->AddInt64(&m, field, from >= 0 ? r->GetRepeatedInt64(m, field, from) : NewInt(0));
+        break;
       case Field::CPPTYPE_INT32: r->AddInt32(&m, field, from >= 0 ? r->GetRepeatedInt32(m, field, from) : 0); break;
       case Field::CPPTYPE_UINT64: r->AddUInt64(&m, field, from >= 0 ? r->GetRepeatedUInt64(m, field, from) : 0); break;
       case Field::CPPTYPE_UINT32: r->AddUInt32(&m, field, from >= 0 ? r->GetRepeatedUInt32(m, field, from) : 0); break;
       case Field::CPPTYPE_DOUBLE: r->AddDouble(&m, field, from >= 0 ? r->GetRepeatedDouble(m, field, from) : 0); break;
       case Field::CPPTYPE_FLOAT: r->AddFloat(&m, field, from >= 0 ? r->GetRepeatedFloat(m, field, from) : 0); break;
       case Field::CPPTYPE_BOOL: r->AddBool(&m, field, from >= 0 && r->GetRepeatedBool(m, field, from)); break;
-      case Field::CPPTYPE_ENUM: r->AddEnumValue(&m, field, from >= 0 ? r->GetRepeatedEnumValue(m, field, from) : NewEnum(field)); break;
+      case Field::CPPTYPE_ENUM:
+        r->AddEnumValue(&m, field, from >= 0 ? r->GetRepeatedEnumValue(m, field, from) : NewEnum(field));
+        break;
       case Field::CPPTYPE_STRING: r->AddString(&m, field, from >= 0 ? r->GetRepeatedString(m, field, from) : ""); break;
       case Field::CPPTYPE_MESSAGE: {
         Message* added = r->AddMessage(&m, field);

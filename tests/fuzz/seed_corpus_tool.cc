@@ -63,8 +63,8 @@ int Payloads(const std::string& cache_dir, const std::string& out_dir, const std
   for (const lazyrt::cache::ListedEntry& e : *listed) {
     const auto* header = std::get_if<lazyrt::cache::EntryHeader>(&e.header);
     if (header == nullptr) continue;
-    absl::StatusOr<std::unique_ptr<lazyrt::cache::Store>> store = lazyrt::cache::Store::Open(
-        {.dir = cache_dir, .producer_version = header->producer_version, .read_only = true});
+    absl::StatusOr<std::unique_ptr<lazyrt::cache::Store>> store =
+        lazyrt::cache::Store::Open({.dir = cache_dir, .producer_version = header->producer_version, .read_only = true});
     if (!store.ok()) Fail(std::string(store.status().message()));
     lazyrt::cache::LookupResult found = (*store)->Lookup(e.key);
     if (const auto* entry = std::get_if<lazyrt::cache::Entry>(&found)) {
@@ -112,8 +112,7 @@ void WriteIdxSeed(const std::string& path, uint32_t count, uint32_t rows, uint32
 int IdxCommand(const std::string& out_dir) {
   WriteIdxSeed(out_dir + "/tiny", 2, 1, 3, std::string("\x00\x80\xff\x01\x02\x03", 6), std::string("\x00\x09", 2));
   WriteIdxSeed(out_dir + "/one", 1, 1, 1, std::string(1, '\x7f'), std::string(1, '\x05'));
-  absl::StatusOr<lazyrt::data::Dataset> test =
-      lazyrt::data::LoadFashionMnist(lazyrt::data::kFashionMnistDir, "t10k");
+  absl::StatusOr<lazyrt::data::Dataset> test = lazyrt::data::LoadFashionMnist(lazyrt::data::kFashionMnistDir, "t10k");
   if (!test.ok()) Fail(std::string(test.status().message()));
   constexpr uint32_t kItems = 16;
   std::string pixels, labels;
@@ -157,37 +156,41 @@ std::vector<std::pair<std::string, std::vector<Tensor>>> Graphs() {
   }
   {
     Tensor x = Range({4, 3});
-    graphs.push_back({"indexing", {index_select(x, 0, Indices({3, 0, 1}, {3})),
-                                   gather(x, 1, Indices({0, 2, 1, 1, 0, 2, 2, 2, 0, 1, 1, 0}, {4, 3}))}});
+    graphs.push_back({"indexing",
+                      {index_select(x, 0, Indices({3, 0, 1}, {3})),
+                       gather(x, 1, Indices({0, 2, 1, 1, 0, 2, 2, 2, 0, 1, 1, 0}, {4, 3}))}});
   }
   {
     Tensor x = Range({2, 3, 4});
-    graphs.push_back({"movement", {permute(x, {2, 0, 1}), transpose(x, 0, 2), reshape(x, {6, 4}),
-                                   slice(x, 2, 1, 4, 2), cat({x, x * 2.0}, 1), expand(Range({1, 3, 1}), {2, 3, 4})}});
+    graphs.push_back({"movement",
+                      {permute(x, {2, 0, 1}), transpose(x, 0, 2), reshape(x, {6, 4}), slice(x, 2, 1, 4, 2),
+                       cat({x, x * 2.0}, 1), expand(Range({1, 3, 1}), {2, 3, 4})}});
   }
   {
     Tensor a = Range({6}), b = Range({6}, -0.5f);
     Tensor m = logical_and(gt(a, b), logical_not(eq(a, b)));
-    graphs.push_back({"logic", {where(logical_or(m, lt(a, 0.0)), a, b), ne(a, b), le(a, b), ge(a, b),
-                                minimum(a, b), maximum(a, b)}});
+    graphs.push_back(
+        {"logic",
+         {where(logical_or(m, lt(a, 0.0)), a, b), ne(a, b), le(a, b), ge(a, b), minimum(a, b), maximum(a, b)}});
   }
   {
     Tensor x = Range({5});
-    graphs.push_back({"unary", {exp(x), log(abs(x) + 1.0), sqrt(abs(x)), rsqrt(abs(x) + 1.0), tanh(x),
-                                sigmoid(x), gelu(x), sign(x), pow(abs(x), 1.5), x / (x * x + 1.0)}});
+    graphs.push_back({"unary",
+                      {exp(x), log(abs(x) + 1.0), sqrt(abs(x)), rsqrt(abs(x) + 1.0), tanh(x), sigmoid(x), gelu(x),
+                       sign(x), pow(abs(x), 1.5), x / (x * x + 1.0)}});
   }
   {
     Tensor x = Range({2, 4});
-    graphs.push_back({"dtypes", {cast(x, DType::kF64) * 2.0, cast(x, DType::kBF16) + cast(x, DType::kBF16),
-                                 cast(x, DType::kF16) * cast(x, DType::kF16), cast(x, DType::kI32) + cast(x, DType::kI32),
-                                 arange(0, 8, 2), cast(arange(0, 8, 1), DType::kF32)}});
+    graphs.push_back({"dtypes",
+                      {cast(x, DType::kF64) * 2.0, cast(x, DType::kBF16) + cast(x, DType::kBF16),
+                       cast(x, DType::kF16) * cast(x, DType::kF16), cast(x, DType::kI32) + cast(x, DType::kI32),
+                       arange(0, 8, 2), cast(arange(0, 8, 1), DType::kF32)}});
   }
-  {
-    graphs.push_back({"random", {rand({3, 4}), randn({4}, 1.0, 2.0), full({2, 2}, 3.5)}});
-  }
+  { graphs.push_back({"random", {rand({3, 4}), randn({4}, 1.0, 2.0), full({2, 2}, 3.5)}}); }
   {
     Tensor a = Range({2, 3, 4}), b = Range({2, 4, 5}), v = Range({4});
-    graphs.push_back({"batched_matmul", {matmul(a, b), matmul(a, v), matmul(transpose(Range({4, 3}), 0, 1), Range({4, 2}))}});
+    graphs.push_back(
+        {"batched_matmul", {matmul(a, b), matmul(a, v), matmul(transpose(Range({4, 3}), 0, 1), Range({4, 2}))}});
   }
   return graphs;
 }
@@ -226,7 +229,8 @@ int main(int argc, char** argv) {
   } catch (const std::exception& e) {
     Fail(e.what());
   }
-  std::fprintf(stderr, "usage: seed_corpus_tool payloads CACHE_DIR OUT_DIR [SIGNATURE_DIR] | graphs MODULE_DIR "
-                       "EXECUTABLE_DIR | idx OUT_DIR\n");
+  std::fprintf(stderr,
+               "usage: seed_corpus_tool payloads CACHE_DIR OUT_DIR [SIGNATURE_DIR] | graphs MODULE_DIR "
+               "EXECUTABLE_DIR | idx OUT_DIR\n");
   return 2;
 }

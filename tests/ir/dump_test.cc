@@ -11,7 +11,7 @@ using ::testing::HasSubstr;
 std::vector<Value> SmallGraph() {
   const Shape s(DType::kF32, {2, 3});
   Value a{MakeNode(OpKind::kDeviceData, OperandList{}, ShapeList{s})};
-  Value c{MakeNode(OpKind::kConstant, OperandList{}, ShapeList{Shape(DType::kF32, {})}, 
+  Value c{MakeNode(OpKind::kConstant, OperandList{}, ShapeList{Shape(DType::kF32, {})},
                    Attributes{{AttrKey::kValue, 0.5}})};
   Value m{MakeNode(OpKind::kMul, OperandList{a, c}, ShapeList{s})};
   return {m};

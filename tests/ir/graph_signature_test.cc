@@ -60,7 +60,8 @@ GraphSignature WithOptional(bool present, std::source_location x_at = std::sourc
     h = Value{MakeNode(OpKind::kAdd, OperandList{x, o}, ShapeList{s}, Attributes{}, nullptr,
                        std::source_location::current())};
   }
-  Value r{MakeNode(OpKind::kRelu, OperandList{h}, ShapeList{s}, Attributes{}, nullptr, std::source_location::current())};
+  Value r{
+      MakeNode(OpKind::kRelu, OperandList{h}, ShapeList{s}, Attributes{}, nullptr, std::source_location::current())};
   Value sum{MakeNode(OpKind::kReduceSum, OperandList{r}, ShapeList{Shape(DType::kF32, {})},
                      Attributes{{AttrKey::kAxes, std::vector<int64_t>{0}}}, nullptr, std::source_location::current())};
   std::vector<Value> roots{sum};
@@ -105,9 +106,11 @@ GraphSignature SumOfInputs(int n) {
   const Shape s(DType::kF32, {4});
   Value total;
   for (int i = 0; i < n; ++i) {
-    Value x{MakeNode(OpKind::kDeviceData, OperandList{}, ShapeList{s}, Attributes{}, nullptr, std::source_location::current())};
-    total = i == 0 ? x : Value{MakeNode(OpKind::kAdd, OperandList{total, x}, ShapeList{s}, Attributes{}, nullptr,
-                                        std::source_location::current())};
+    Value x{MakeNode(OpKind::kDeviceData, OperandList{}, ShapeList{s}, Attributes{}, nullptr,
+                     std::source_location::current())};
+    total = i == 0 ? x
+                   : Value{MakeNode(OpKind::kAdd, OperandList{total, x}, ShapeList{s}, Attributes{}, nullptr,
+                                    std::source_location::current())};
   }
   std::vector<Value> roots{total};
   return SignatureOf(PostOrder(roots));

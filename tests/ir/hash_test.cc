@@ -42,8 +42,7 @@ TEST(NodeHash, ChangesWithAttribute) {
   Value x = Leaf(kF32_2x3);
   Shape out(DType::kF32, {3});
   Value s0 = Op(OpKind::kReduceSum, {x}, out, {{AttrKey::kAxes, std::vector<int64_t>{0}}});
-  Value s0k = Op(OpKind::kReduceSum, {x}, out,
-                 {{AttrKey::kAxes, std::vector<int64_t>{0}}, {AttrKey::kKeepDim, true}});
+  Value s0k = Op(OpKind::kReduceSum, {x}, out, {{AttrKey::kAxes, std::vector<int64_t>{0}}, {AttrKey::kKeepDim, true}});
   Value s1 = Op(OpKind::kReduceSum, {x}, out, {{AttrKey::kAxes, std::vector<int64_t>{1}}});
   EXPECT_NE(s0.hash(), s1.hash());
   EXPECT_NE(s0.hash(), s0k.hash());
@@ -56,8 +55,10 @@ TEST(NodeHash, AttributeOrderDoesNotMatter) {
   const Attributes keepdim_first = {{AttrKey::kKeepDim, true}, {AttrKey::kAxes, std::vector<int64_t>{0}}};
   Attributes set_one_by_one;
   set_one_by_one.Set(AttrKey::kKeepDim, true).Set(AttrKey::kAxes, std::vector<int64_t>{0});
-  EXPECT_EQ(Op(OpKind::kReduceSum, {x}, out, dims_first).hash(), Op(OpKind::kReduceSum, {x}, out, keepdim_first).hash());
-  EXPECT_EQ(Op(OpKind::kReduceSum, {x}, out, dims_first).hash(), Op(OpKind::kReduceSum, {x}, out, set_one_by_one).hash());
+  EXPECT_EQ(Op(OpKind::kReduceSum, {x}, out, dims_first).hash(),
+            Op(OpKind::kReduceSum, {x}, out, keepdim_first).hash());
+  EXPECT_EQ(Op(OpKind::kReduceSum, {x}, out, dims_first).hash(),
+            Op(OpKind::kReduceSum, {x}, out, set_one_by_one).hash());
   EXPECT_TRUE(dims_first == keepdim_first);
   EXPECT_EQ(dims_first.ToString(), keepdim_first.ToString());
 }
@@ -70,13 +71,11 @@ TEST(NodeHash, ChangesWithConstantValue) {
 
 TEST(NodeHash, ChangesWithOutputShape) {
   Value x = Leaf(Shape(DType::kF32, {6}));
-  EXPECT_NE(Op(OpKind::kReshape, {x}, kF32_2x3).hash(),
-            Op(OpKind::kReshape, {x}, Shape(DType::kF32, {3, 2})).hash());
+  EXPECT_NE(Op(OpKind::kReshape, {x}, kF32_2x3).hash(), Op(OpKind::kReshape, {x}, Shape(DType::kF32, {3, 2})).hash());
 }
 
 TEST(NodeHash, ValueHashDistinguishesOutputs) {
-  NodePtr n = MakeNode(OpKind::kAdd, OperandList{Leaf(kF32_2x3), Leaf(kF32_2x3)},
-                       ShapeList{kF32_2x3, kF32_2x3});
+  NodePtr n = MakeNode(OpKind::kAdd, OperandList{Leaf(kF32_2x3), Leaf(kF32_2x3)}, ShapeList{kF32_2x3, kF32_2x3});
   EXPECT_NE((Value{n, 0}.hash()), (Value{n, 1}.hash()));
 }
 

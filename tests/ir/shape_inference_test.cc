@@ -9,8 +9,7 @@ namespace {
 using ::testing::HasSubstr;
 
 TEST(Broadcast, NumpyRules) {
-  EXPECT_EQ(*BroadcastDims(std::vector<int64_t>{2, 1, 3}, std::vector<int64_t>{4, 1}),
-            (Dims{2, 4, 3}));
+  EXPECT_EQ(*BroadcastDims(std::vector<int64_t>{2, 1, 3}, std::vector<int64_t>{4, 1}), (Dims{2, 4, 3}));
   EXPECT_EQ(*BroadcastDims(std::vector<int64_t>{}, std::vector<int64_t>{5}), (Dims{5}));
   EXPECT_EQ(*BroadcastDims(std::vector<int64_t>{0, 1}, std::vector<int64_t>{1, 7}), (Dims{0, 7}));
 }
@@ -59,8 +58,7 @@ TEST(MatMul, ContractionMismatch) {
 }
 
 TEST(Reshape, InfersOneDimension) {
-  EXPECT_EQ(*InferReshape(Shape(DType::kF32, {4, 6}), std::vector<int64_t>{-1, 3}),
-            Shape(DType::kF32, {8, 3}));
+  EXPECT_EQ(*InferReshape(Shape(DType::kF32, {4, 6}), std::vector<int64_t>{-1, 3}), Shape(DType::kF32, {8, 3}));
   EXPECT_FALSE(InferReshape(Shape(DType::kF32, {4, 6}), std::vector<int64_t>{5, -1}).ok());
   EXPECT_FALSE(InferReshape(Shape(DType::kF32, {4, 6}), std::vector<int64_t>{-1, -1}).ok());
 }
@@ -73,23 +71,21 @@ TEST(Reduce, KeepDim) {
 
 TEST(Permute, RejectsNonPermutation) {
   EXPECT_FALSE(InferPermute(Shape(DType::kF32, {2, 3}), std::vector<int64_t>{0, 0}).ok());
-  EXPECT_EQ(*InferPermute(Shape(DType::kF32, {2, 3, 4}), std::vector<int64_t>{2, 0, 1}),
-            Shape(DType::kF32, {4, 2, 3}));
+  EXPECT_EQ(*InferPermute(Shape(DType::kF32, {2, 3, 4}), std::vector<int64_t>{2, 0, 1}), Shape(DType::kF32, {4, 2, 3}));
 }
 
 TEST(Expand, OnlySizeOneDimsGrow) {
-  EXPECT_EQ(*InferExpand(Shape(DType::kF32, {3, 1}), std::vector<int64_t>{2, 3, 4}),
-            Shape(DType::kF32, {2, 3, 4}));
+  EXPECT_EQ(*InferExpand(Shape(DType::kF32, {3, 1}), std::vector<int64_t>{2, 3, 4}), Shape(DType::kF32, {2, 3, 4}));
   EXPECT_FALSE(InferExpand(Shape(DType::kF32, {3, 2}), std::vector<int64_t>{3, 4}).ok());
 }
 
 TEST(Slice, SizesAndBounds) {
-  EXPECT_EQ(*InferSlice(Shape(DType::kF32, {10}), std::vector<int64_t>{1}, std::vector<int64_t>{8},
-                        std::vector<int64_t>{3}),
-            Shape(DType::kF32, {3}));
-  EXPECT_FALSE(InferSlice(Shape(DType::kF32, {10}), std::vector<int64_t>{1}, std::vector<int64_t>{11},
-                          std::vector<int64_t>{1})
-                   .ok());
+  EXPECT_EQ(
+      *InferSlice(Shape(DType::kF32, {10}), std::vector<int64_t>{1}, std::vector<int64_t>{8}, std::vector<int64_t>{3}),
+      Shape(DType::kF32, {3}));
+  EXPECT_FALSE(
+      InferSlice(Shape(DType::kF32, {10}), std::vector<int64_t>{1}, std::vector<int64_t>{11}, std::vector<int64_t>{1})
+          .ok());
 }
 
 TEST(Concat, SumsTheAxis) {
@@ -99,11 +95,9 @@ TEST(Concat, SumsTheAxis) {
 }
 
 TEST(Indexing, IndexSelectGatherOneHot) {
-  EXPECT_EQ(*InferIndexSelect(Shape(DType::kF32, {100, 16}), 0, Shape(DType::kI64, {7})),
-            Shape(DType::kF32, {7, 16}));
+  EXPECT_EQ(*InferIndexSelect(Shape(DType::kF32, {100, 16}), 0, Shape(DType::kI64, {7})), Shape(DType::kF32, {7, 16}));
   EXPECT_FALSE(InferIndexSelect(Shape(DType::kF32, {100, 16}), 0, Shape(DType::kF32, {7})).ok());
-  EXPECT_EQ(*InferGather(Shape(DType::kF32, {4, 10}), 1, Shape(DType::kI64, {4, 1})),
-            Shape(DType::kF32, {4, 1}));
+  EXPECT_EQ(*InferGather(Shape(DType::kF32, {4, 10}), 1, Shape(DType::kI64, {4, 1})), Shape(DType::kF32, {4, 1}));
   EXPECT_EQ(*InferOneHot(Shape(DType::kI64, {8}), 10, DType::kF32), Shape(DType::kF32, {8, 10}));
 }
 

@@ -39,7 +39,8 @@ void GradCheck(const std::string& name, const Fn& f, std::vector<std::vector<int
 
   auto loss_of = [&](const std::vector<std::vector<double>>& vals) {
     std::vector<Tensor> xs;
-    for (size_t i = 0; i < vals.size(); ++i) xs.push_back(Tensor::FromData(std::span<const double>(vals[i]), shapes[i]));
+    for (size_t i = 0; i < vals.size(); ++i)
+      xs.push_back(Tensor::FromData(std::span<const double>(vals[i]), shapes[i]));
     return sum(f(xs) * weights).item();
   };
   std::vector<Tensor> params;
@@ -57,7 +58,8 @@ void GradCheck(const std::string& name, const Fn& f, std::vector<std::vector<int
       plus[i][j] += eps;
       minus[i][j] -= eps;
       const double numeric = (loss_of(plus) - loss_of(minus)) / (2 * eps);
-      EXPECT_NEAR(analytic[j], numeric, tolerance * std::max(1.0, std::abs(numeric))) << "input " << i << " element " << j;
+      EXPECT_NEAR(analytic[j], numeric, tolerance * std::max(1.0, std::abs(numeric)))
+          << "input " << i << " element " << j;
     }
   }
 }
@@ -66,31 +68,42 @@ TEST(Gradients, Elementwise) {
   GradCheck("add", [](auto& x) { return x[0] + x[1]; }, {{2, 3}, {3}});
   GradCheck("sub", [](auto& x) { return x[0] - x[1]; }, {{2, 3}, {2, 1}});
   GradCheck("mul", [](auto& x) { return x[0] * x[1]; }, {{2, 3}, {2, 3}});
-  GradCheck("div", [](auto& x) { return x[0] / x[1]; }, {{2, 3}, {3}}, 0.5, 2);
-  GradCheck("pow", [](auto& x) { return pow(x[0], x[1]); }, {{2, 2}, {2, 2}}, 0.5, 2);
+  GradCheck(
+      "div", [](auto& x) { return x[0] / x[1]; }, {{2, 3}, {3}}, 0.5, 2);
+  GradCheck(
+      "pow", [](auto& x) { return pow(x[0], x[1]); }, {{2, 2}, {2, 2}}, 0.5, 2);
   GradCheck("maximum", [](auto& x) { return maximum(x[0], x[1]); }, {{4}, {4}});
   GradCheck("minimum", [](auto& x) { return minimum(x[0], x[1]); }, {{4}, {4}});
   GradCheck("scalar ops", [](auto& x) { return (2.0 - x[0]) * 3.0 / 1.5 + 0.5; }, {{5}});
-  GradCheck("scalar div", [](auto& x) { return 1.0 / x[0]; }, {{5}}, 0.5, 2);
+  GradCheck(
+      "scalar div", [](auto& x) { return 1.0 / x[0]; }, {{5}}, 0.5, 2);
   GradCheck("pow scalar", [](auto& x) { return pow(x[0], Scalar(3.0)); }, {{5}});
   GradCheck("where", [](auto& x) { return where(gt(x[0], 0.0), x[0], x[1]); }, {{6}, {6}});
   GradCheck("neg", [](auto& x) { return neg(x[0]); }, {{4}});
   GradCheck("abs", [](auto& x) { return abs(x[0]); }, {{4}});
   GradCheck("exp", [](auto& x) { return exp(x[0]); }, {{4}});
-  GradCheck("log", [](auto& x) { return log(x[0]); }, {{4}}, 0.5, 2);
-  GradCheck("sqrt", [](auto& x) { return sqrt(x[0]); }, {{4}}, 0.5, 2);
-  GradCheck("rsqrt", [](auto& x) { return rsqrt(x[0]); }, {{4}}, 0.5, 2);
+  GradCheck(
+      "log", [](auto& x) { return log(x[0]); }, {{4}}, 0.5, 2);
+  GradCheck(
+      "sqrt", [](auto& x) { return sqrt(x[0]); }, {{4}}, 0.5, 2);
+  GradCheck(
+      "rsqrt", [](auto& x) { return rsqrt(x[0]); }, {{4}}, 0.5, 2);
   GradCheck("tanh", [](auto& x) { return tanh(x[0]); }, {{4}});
   GradCheck("sigmoid", [](auto& x) { return sigmoid(x[0]); }, {{4}});
   GradCheck("relu", [](auto& x) { return relu(x[0]); }, {{6}});
-  GradCheck("gelu", [](auto& x) { return gelu(x[0]); }, {{6}}, -3, 3);
-  GradCheck("gelu tanh", [](auto& x) { return gelu(x[0], "tanh"); }, {{6}}, -3, 3);
-  GradCheck("erf", [](auto& x) { return erf(x[0]); }, {{6}}, -2, 2);
-  GradCheck("sin", [](auto& x) { return sin(x[0]); }, {{6}}, -3, 3);
-  GradCheck("cos", [](auto& x) { return cos(x[0]); }, {{6}}, -3, 3);
+  GradCheck(
+      "gelu", [](auto& x) { return gelu(x[0]); }, {{6}}, -3, 3);
+  GradCheck(
+      "gelu tanh", [](auto& x) { return gelu(x[0], "tanh"); }, {{6}}, -3, 3);
+  GradCheck(
+      "erf", [](auto& x) { return erf(x[0]); }, {{6}}, -2, 2);
+  GradCheck(
+      "sin", [](auto& x) { return sin(x[0]); }, {{6}}, -3, 3);
+  GradCheck(
+      "cos", [](auto& x) { return cos(x[0]); }, {{6}}, -3, 3);
   // Through f32 the function is a staircase of ~1e-7 steps: a wider difference sees its slope.
-  GradCheck("cast", [](auto& x) { return cast(cast(x[0], DType::kF32), DType::kF64) * x[0]; }, {{3}}, -1, 1,
-            1e-2, 1e-4);
+  GradCheck(
+      "cast", [](auto& x) { return cast(cast(x[0], DType::kF32), DType::kF64) * x[0]; }, {{3}}, -1, 1, 1e-2, 1e-4);
 }
 
 TEST(Gradients, ReductionsAndContractions) {
@@ -104,9 +117,11 @@ TEST(Gradients, ReductionsAndContractions) {
   GradCheck("min", [](auto& x) { return min(x[0], {0}); }, {{3, 4}});
   GradCheck("prod", [](auto& x) { return prod(x[0], {1}); }, {{3, 4}});
   // A row with one zero (its derivative is the product of the others) and one with two (all zero).
-  GradCheck("prod with zeros", [](auto& x) {
-    return prod(x[0] * Tensor::FromData(std::vector<double>{1, 0, 1, 0, 1, 0}, {2, 3}), {1});
-  }, {{2, 3}});
+  GradCheck("prod with zeros",
+            [](auto& x) {
+              return prod(x[0] * Tensor::FromData(std::vector<double>{1, 0, 1, 0, 1, 0}, {2, 3}), {1});
+            },
+            {{2, 3}});
   GradCheck("softmax", [](auto& x) { return softmax(x[0], 1); }, {{2, 4}});
   GradCheck("log_softmax", [](auto& x) { return log_softmax(x[0], 0); }, {{3, 2}});
 }
@@ -118,16 +133,20 @@ TEST(Gradients, DataMovement) {
   GradCheck("expand", [](auto& x) { return expand(x[0], {2, 3, 4}); }, {{3, 1}});
   GradCheck("slice", [](auto& x) { return slice(x[0], 1, 1, 5, 2); }, {{2, 6}});
   GradCheck("cat", [](auto& x) { return cat({x[0], x[1]}, 0); }, {{2, 3}, {1, 3}});
-  GradCheck("index_select", [](auto& x) {
-    std::vector<int64_t> idx = {2, 0, 2};
-    const std::vector<int64_t> dims = {3};
-    return index_select(x[0], 0, Tensor::FromData(std::span<const int64_t>(idx), dims));
-  }, {{3, 2}});
-  GradCheck("gather", [](auto& x) {
-    std::vector<int64_t> idx = {1, 1, 0, 2};
-    const std::vector<int64_t> dims = {2, 2};
-    return gather(x[0], 1, Tensor::FromData(std::span<const int64_t>(idx), dims));
-  }, {{3, 3}});
+  GradCheck("index_select",
+            [](auto& x) {
+              std::vector<int64_t> idx = {2, 0, 2};
+              const std::vector<int64_t> dims = {3};
+              return index_select(x[0], 0, Tensor::FromData(std::span<const int64_t>(idx), dims));
+            },
+            {{3, 2}});
+  GradCheck("gather",
+            [](auto& x) {
+              std::vector<int64_t> idx = {1, 1, 0, 2};
+              const std::vector<int64_t> dims = {2, 2};
+              return gather(x[0], 1, Tensor::FromData(std::span<const int64_t>(idx), dims));
+            },
+            {{3, 3}});
 }
 
 TEST(Autograd, AccumulatesAcrossBackwardCallsAndRespectsNoGrad) {

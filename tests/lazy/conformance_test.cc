@@ -74,13 +74,13 @@ Tensor Ones(DType dtype, const std::vector<int64_t>& dims) { return ones(dims, d
 // (bool < integer < floating) is higher; two 0-dim operands promote as usual.
 TEST(Conformance, ZeroDimTensorsPromoteOnlyAcrossCategories) {
   const PromotionCase cases[] = {
-      {DType::kF32, {3}, DType::kF64, {}, DType::kF32},    {DType::kF64, {}, DType::kF32, {3}, DType::kF32},
-      {DType::kI32, {3}, DType::kI64, {}, DType::kI32},    {DType::kI32, {3}, DType::kF32, {}, DType::kF32},
-      {DType::kI32, {3}, DType::kF64, {}, DType::kF64},    {DType::kI64, {2, 2}, DType::kF32, {}, DType::kF32},
-      {DType::kBool, {3}, DType::kI64, {}, DType::kI64},   {DType::kBF16, {3}, DType::kF64, {}, DType::kBF16},
-      {DType::kF32, {}, DType::kF64, {}, DType::kF64},     {DType::kI32, {}, DType::kI64, {}, DType::kI64},
-      {DType::kF32, {3}, DType::kF64, {3}, DType::kF64},   {DType::kF32, {1}, DType::kF64, {}, DType::kF32},
-      {DType::kI32, {3}, DType::kI64, {1}, DType::kI64},   {DType::kF16, {0}, DType::kF32, {}, DType::kF16},
+      {DType::kF32, {3}, DType::kF64, {}, DType::kF32},  {DType::kF64, {}, DType::kF32, {3}, DType::kF32},
+      {DType::kI32, {3}, DType::kI64, {}, DType::kI32},  {DType::kI32, {3}, DType::kF32, {}, DType::kF32},
+      {DType::kI32, {3}, DType::kF64, {}, DType::kF64},  {DType::kI64, {2, 2}, DType::kF32, {}, DType::kF32},
+      {DType::kBool, {3}, DType::kI64, {}, DType::kI64}, {DType::kBF16, {3}, DType::kF64, {}, DType::kBF16},
+      {DType::kF32, {}, DType::kF64, {}, DType::kF64},   {DType::kI32, {}, DType::kI64, {}, DType::kI64},
+      {DType::kF32, {3}, DType::kF64, {3}, DType::kF64}, {DType::kF32, {1}, DType::kF64, {}, DType::kF32},
+      {DType::kI32, {3}, DType::kI64, {1}, DType::kI64}, {DType::kF16, {0}, DType::kF32, {}, DType::kF16},
   };
   for (const PromotionCase& c : cases) {
     SCOPED_TRACE(Shape(c.a, c.a_dims).ToString() + " with " + Shape(c.b, c.b_dims).ToString());
@@ -168,7 +168,9 @@ TEST(Conformance, OneHotIsI64AndRefusesIndicesOutOfRange) {
 
 TEST(Conformance, IntegerPow) {
   // By a negative host integer: refused, as PyTorch ("Integers to negative integer powers").
-  EXPECT_THAT(ErrorOf([] { pow(I32({2, 3}, {2}), Scalar(-1)); }),
+  EXPECT_THAT(ErrorOf([] {
+                pow(I32({2, 3}, {2}), Scalar(-1));
+              }),
               AllOf(HasSubstr("pow: integers to negative integer powers are not allowed"), HasSubstr("i32[2]")));
   EXPECT_THAT(ErrorOf([] { pow(I64({2}, {1}), Scalar(int64_t{-3})); }), HasSubstr("negative integer powers"));
   // By a negative integer tensor, PyTorch computes (as here) the integer part: 1 for 1, +-1 for -1,
@@ -247,9 +249,10 @@ TEST(Conformance, ReductionsOverEmptyDimensions) {
 // ---- sign, casts ----------------------------------------------------------------------------------------
 
 TEST(Conformance, SignOfNaNIsZero) {
-  const std::vector<float> s =
-      sign(F32({static_cast<float>(kNaN), -0.0f, 0.0f, 2.5f, -3.0f, static_cast<float>(kInf), static_cast<float>(-kInf)}, {7}))
-          .to_vector<float>();
+  const std::vector<float> s = sign(F32({static_cast<float>(kNaN), -0.0f, 0.0f, 2.5f, -3.0f, static_cast<float>(kInf),
+                                         static_cast<float>(-kInf)},
+                                        {7}))
+                                   .to_vector<float>();
   EXPECT_THAT(s, ElementsAre(0.0f, 0.0f, 0.0f, 1.0f, -1.0f, 1.0f, -1.0f));
   EXPECT_THAT(sign(I64({-4, 0, 9}, {3})).to_vector<int64_t>(), ElementsAre(-1, 0, 1));
 }

@@ -75,7 +75,7 @@ void StaticLrWithAccumulation(int64_t steps) {
     for (int micro = 0; micro < 2; ++micro) {
       const Tensor x = Tensor::FromData(RandomData(kBatch * kFeatures), {kBatch, kFeatures});
       Loss(w, x, RandomLabels(kBatch)).backward();  // TRAP: accumulate
-      lazyrt::mark_step();  // one graph per micro-step
+      lazyrt::mark_step();                          // one graph per micro-step
     }
     const double lr = 0.1 / static_cast<double>(1 + step / 3);  // a step schedule
     lazyrt::NoGradGuard no_grad;
@@ -100,7 +100,8 @@ Tensor Encode(const Tensor& x, const Tensor& w, const std::optional<Tensor>& a, 
 
 void OptionalInputs(int64_t steps) {
   Tensor wq = Parameter(kFeatures, kClasses), wk = Parameter(kFeatures, kClasses);
-  std::vector<Tensor> extra = {Parameter(kWidthA, kClasses), Parameter(kWidthB, kClasses), Parameter(kWidthC, kClasses)};
+  std::vector<Tensor> extra = {Parameter(kWidthA, kClasses), Parameter(kWidthB, kClasses),
+                               Parameter(kWidthC, kClasses)};
   for (int64_t step = 0; step < steps; ++step) {
     const Tensor x = Tensor::FromData(RandomData(kBatch * kFeatures), {kBatch, kFeatures});
     // Metadata columns that come and go with the batch.
@@ -137,9 +138,10 @@ void Finish() { lazyrt::mark_step(); }
 
 double Evaluate(const Tensor& w) {
   const Tensor x = Tensor::FromData(RandomData(kBatch * kFeatures), {kBatch, kFeatures});
-  const Tensor correct = lazyrt::sum(lazyrt::cast(lazyrt::eq(lazyrt::argmax(lazyrt::matmul(x, w), 1),
-                                                             Tensor::FromData(std::span<const int64_t>(RandomLabels(kBatch)), {kBatch})),
-                                                  lazyrt::DType::kF32));
+  const Tensor correct =
+      lazyrt::sum(lazyrt::cast(lazyrt::eq(lazyrt::argmax(lazyrt::matmul(x, w), 1),
+                                          Tensor::FromData(std::span<const int64_t>(RandomLabels(kBatch)), {kBatch})),
+                               lazyrt::DType::kF32));
   lazyrt::sync();
   return correct.item();  // after the sync: nothing pending, no sync
 }

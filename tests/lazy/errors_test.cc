@@ -25,8 +25,8 @@ TEST(Errors, BroadcastMismatchNamesShapesAndCallerLine) {
     Tensor c = a + b;
     FAIL() << "no error";
   } catch (const Error& e) {
-    EXPECT_THAT(e.what(), AllOf(HasSubstr("f32[2,3]"), HasSubstr("f32[4]"),
-                                HasSubstr("errors_test.cc:" + std::to_string(line))));
+    EXPECT_THAT(e.what(),
+                AllOf(HasSubstr("f32[2,3]"), HasSubstr("f32[4]"), HasSubstr("errors_test.cc:" + std::to_string(line))));
     EXPECT_THAT(e.location(), HasSubstr("errors_test.cc:" + std::to_string(line)));
   }
 }
@@ -34,7 +34,10 @@ TEST(Errors, BroadcastMismatchNamesShapesAndCallerLine) {
 TEST(Errors, MatmulMismatchViaNamedFunction) {
   Tensor a = Input({2, 3}), b = Input({4, 5});
   const int line = __LINE__ + 1;
-  try { matmul(a, b); FAIL(); } catch (const Error& e) {
+  try {
+    matmul(a, b);
+    FAIL();
+  } catch (const Error& e) {
     EXPECT_THAT(e.what(), AllOf(HasSubstr("matmul"), HasSubstr("f32[2,3]"), HasSubstr("f32[4,5]"),
                                 HasSubstr(":" + std::to_string(line))));
   }
@@ -44,7 +47,10 @@ TEST(Errors, ScalarOperatorCapturesCallerLine) {
   Tensor b = Input({2});
   Tensor undefined;
   const int line = __LINE__ + 1;
-  try { Tensor c = undefined * 2.0; FAIL(); } catch (const Error& e) {
+  try {
+    Tensor c = undefined * 2.0;
+    FAIL();
+  } catch (const Error& e) {
     EXPECT_THAT(e.what(), AllOf(HasSubstr("undefined tensor"), HasSubstr(":" + std::to_string(line))));
   }
 }
@@ -52,9 +58,12 @@ TEST(Errors, ScalarOperatorCapturesCallerLine) {
 TEST(Errors, ArithmeticOnBoolIsRefused) {
   Tensor p = gt(Input({3}), Input({3})), q = lt(Input({3}), Input({3}));
   const int line = __LINE__ + 1;
-  try { Tensor r = add(p, q); FAIL() << "bool + bool computed something"; } catch (const Error& e) {
-    EXPECT_THAT(e.what(), AllOf(HasSubstr("arithmetic on bool"), HasSubstr("logical_or"),
-                                HasSubstr(":" + std::to_string(line))));
+  try {
+    Tensor r = add(p, q);
+    FAIL() << "bool + bool computed something";
+  } catch (const Error& e) {
+    EXPECT_THAT(e.what(),
+                AllOf(HasSubstr("arithmetic on bool"), HasSubstr("logical_or"), HasSubstr(":" + std::to_string(line))));
   }
   EXPECT_THROW(mul(p, q), Error);
   EXPECT_THROW(sub(p, q), Error);

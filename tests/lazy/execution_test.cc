@@ -16,9 +16,9 @@ namespace {
 
 using ::testing::AllOf;
 using ::testing::ElementsAre;
+using ::testing::FloatNear;
 using ::testing::HasSubstr;
 using ::testing::Pointwise;
-using ::testing::FloatNear;
 
 Tensor Range(std::vector<int64_t> dims, float scale = 1.0f) {
   int64_t n = 1;
@@ -29,7 +29,7 @@ Tensor Range(std::vector<int64_t> dims, float scale = 1.0f) {
 }
 
 TEST(Execution, ElementwiseWithBroadcastAndScalars) {
-  Tensor a = Range({2, 3});          // [-3 -2 -1; 0 1 2]
+  Tensor a = Range({2, 3});  // [-3 -2 -1; 0 1 2]
   Tensor b = Tensor::FromData({10, 20, 30}, {3});
   EXPECT_THAT((a * b + 1.0).to_vector<float>(), ElementsAre(-29, -39, -29, 1, 21, 61));
   EXPECT_THAT(relu(a).to_vector<float>(), ElementsAre(0, 0, 0, 0, 1, 2));
@@ -45,8 +45,7 @@ TEST(Execution, MatmulReductionsAndSoftmax) {
   Tensor x = Tensor::FromData({1, 2, 3, 4, 5, 6}, {2, 3});
   Tensor w = Tensor::FromData({1, 0, 0, 1, 1, 1}, {3, 2});
   EXPECT_THAT(matmul(x, w).to_vector<float>(), ElementsAre(4, 5, 10, 11));
-  EXPECT_THAT(matmul(transpose(x, 0, 1), x).to_vector<float>(),
-              ElementsAre(17, 22, 27, 22, 29, 36, 27, 36, 45));
+  EXPECT_THAT(matmul(transpose(x, 0, 1), x).to_vector<float>(), ElementsAre(17, 22, 27, 22, 29, 36, 27, 36, 45));
   EXPECT_THAT(sum(x, {0}).to_vector<float>(), ElementsAre(5, 7, 9));
   EXPECT_THAT(sum(x, {1}, true).to_vector<float>(), ElementsAre(6, 15));
   EXPECT_THAT(max(x, {1}).to_vector<float>(), ElementsAre(3, 6));
@@ -74,7 +73,8 @@ TEST(Execution, DataMovement) {
   EXPECT_THAT(one_hot(index, 3).to_vector<float>(), ElementsAre(0, 1, 0, 1, 0, 0, 0, 1, 0));
   std::vector<int64_t> g = {2, 0};
   const std::vector<int64_t> g_dims = {2, 1};
-  EXPECT_THAT(gather(x, 1, Tensor::FromData(std::span<const int64_t>(g), g_dims)).to_vector<float>(), ElementsAre(3, 4));
+  EXPECT_THAT(gather(x, 1, Tensor::FromData(std::span<const int64_t>(g), g_dims)).to_vector<float>(),
+              ElementsAre(3, 4));
   EXPECT_THAT(arange(2, 10, 3).to_vector<int64_t>(), ElementsAre(2, 5, 8));
   EXPECT_THAT(full({2}, 7.5).to_vector<float>(), ElementsAre(7.5, 7.5));
 }
@@ -139,7 +139,10 @@ TEST(Execution, OutOfMemoryIsAClearErrorAndTheRuntimeGoesOn) {
   {
     Tensor huge = zeros({5, int64_t{1} << 30});  // 20 GiB on a 16 GiB device
     const int line = __LINE__ + 1;
-    try { sync(); FAIL() << "no error"; } catch (const Error& e) {
+    try {
+      sync();
+      FAIL() << "no error";
+    } catch (const Error& e) {
       EXPECT_THAT(e.what(), AllOf(HasSubstr("out of memory"), HasSubstr("limit"),
                                   HasSubstr("execution_test.cc:" + std::to_string(line))));
     }
@@ -152,7 +155,10 @@ TEST(Execution, OutOfRangeIndexIsReportedWhenRead) {
   std::vector<int64_t> idx = {0, 7};
   const std::vector<int64_t> dims = {2};
   Tensor bad = index_select(Range({3, 2}), 0, Tensor::FromData(std::span<const int64_t>(idx), dims));
-  try { bad.to_vector<float>(); FAIL(); } catch (const Error& e) {
+  try {
+    bad.to_vector<float>();
+    FAIL();
+  } catch (const Error& e) {
     EXPECT_THAT(e.what(), AllOf(HasSubstr("index 7"), HasSubstr("size 3")));
   }
 }

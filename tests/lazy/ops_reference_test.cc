@@ -154,8 +154,7 @@ class Rng {
   Values Mixed(int64_t n, int64_t lo, int64_t hi, double p_int = 0.3) {
     Values v(Ix(n));
     for (double& x : v) {
-      x = Chance(p_int) ? static_cast<double>(Int(lo, hi))
-                        : Real(static_cast<double>(lo), static_cast<double>(hi));
+      x = Chance(p_int) ? static_cast<double>(Int(lo, hi)) : Real(static_cast<double>(lo), static_cast<double>(hi));
     }
     return v;
   }
@@ -219,8 +218,7 @@ Host Positive(const Host& x) {
 
 // What an op must produce.
 struct Reference {
-  Reference(DType dtype_in, Dims dims_in)
-      : dtype(dtype_in), dims(std::move(dims_in)), values(Ix(Numel(dims))) {}
+  Reference(DType dtype_in, Dims dims_in) : dtype(dtype_in), dims(std::move(dims_in)), values(Ix(Numel(dims))) {}
   DType dtype;
   Dims dims;
   Values values;
@@ -253,8 +251,8 @@ Reference Map3(DType dtype, const Host& a, const Host& b, const Host& c, F f) {
   Reference r(dtype, Broadcast(Broadcast(a.dims, b.dims), c.dims));
   for (int64_t i = 0; i < Numel(r.dims); ++i) {
     const Dims at = Unravel(i, r.dims);
-    r.values[Ix(i)] = f(a.values[Ix(SourceOf(at, a.dims))], b.values[Ix(SourceOf(at, b.dims))],
-                        c.values[Ix(SourceOf(at, c.dims))]);
+    r.values[Ix(i)] =
+        f(a.values[Ix(SourceOf(at, a.dims))], b.values[Ix(SourceOf(at, b.dims))], c.values[Ix(SourceOf(at, c.dims))]);
   }
   return r;
 }
@@ -266,15 +264,15 @@ struct Tol {
   double absolute;
 };
 constexpr Tol kExact{0, 0};
-constexpr Tol kUlps{5e-7, 1e-37};       // a few f32 ulps: a libm call, or two roundings
-constexpr Tol kLoose{1e-5, 1e-6};       // f32 composites of several roundings (gelu, mean of reals)
+constexpr Tol kUlps{5e-7, 1e-37};  // a few f32 ulps: a libm call, or two roundings
+constexpr Tol kLoose{1e-5, 1e-6};  // f32 composites of several roundings (gelu, mean of reals)
 constexpr Tol kSoftmaxTol{1e-5, 1e-37};
 constexpr Tol kLogSoftmaxTol{1e-5, 1e-5};
-constexpr Tol kSlack{0, 1e-7};          // f32 sums: the reference's per-element bound
+constexpr Tol kSlack{0, 1e-7};  // f32 sums: the reference's per-element bound
 constexpr Tol kDoubleTol{1e-12, 1e-14};
 constexpr Tol kDoubleSlack{0, 1e-14};
-constexpr Tol kHalfTol{4.9e-4, 6e-8};   // f16 rounding: half an ulp is 2^-11 relative
-constexpr Tol kNnTol{1e-5, 1e-5};       // two f32 layers of products and sums
+constexpr Tol kHalfTol{4.9e-4, 6e-8};  // f16 rounding: half an ulp is 2^-11 relative
+constexpr Tol kNnTol{1e-5, 1e-5};      // two f32 layers of products and sums
 
 // Round to nearest even, as bf16 keeps an f32.
 double RoundBf16(double v) {
@@ -378,15 +376,14 @@ class Case {
       const double expected = (exact || std::isinf(rounded)) ? rounded : want.values[i];
       double allowed = 0;
       if (!exact) {
-        allowed = item.tol.absolute + item.tol.relative * std::abs(expected) +
-                  (want.slack.empty() ? 0.0 : want.slack[i]);
+        allowed =
+            item.tol.absolute + item.tol.relative * std::abs(expected) + (want.slack.empty() ? 0.0 : want.slack[i]);
       }
       if (Matches(got[i], expected, allowed)) continue;
       if (++bad <= kReportedPerResult) {
         ADD_FAILURE() << where << " -> " << Desc(want.dtype, want.dims) << ": element " << i << " (index "
-                      << DimsText(Unravel(static_cast<int64_t>(i), want.dims)) << ") is " << Num(got[i])
-                      << ", want " << Num(expected)
-                      << (exact ? std::string(" exactly") : " within " + Num(allowed));
+                      << DimsText(Unravel(static_cast<int64_t>(i), want.dims)) << ") is " << Num(got[i]) << ", want "
+                      << Num(expected) << (exact ? std::string(" exactly") : " within " + Num(allowed));
       }
     }
     if (bad > kReportedPerResult) {
@@ -411,9 +408,9 @@ std::string Label(const std::string& test, int c) { return test + " case " + std
 
 // Operand shapes of a broadcasting op: hand-picked pairs first, then random ones.
 std::pair<Dims, Dims> BroadcastPair(Rng& rng, int c) {
-  const std::vector<std::pair<Dims, Dims>> picked = {
-      {{3, 1, 5}, {4, 1}}, {{}, {2, 3}},         {{0}, {1}},         {{2, 0, 3}, {1, 3}},
-      {{1}, {0}},          {{5, 1, 1, 2}, {3, 1}}, {{1, 1}, {}},       {{4, 3}, {4, 3}}};
+  const std::vector<std::pair<Dims, Dims>> picked = {{{3, 1, 5}, {4, 1}}, {{}, {2, 3}},    {{0}, {1}},
+                                                     {{2, 0, 3}, {1, 3}}, {{1}, {0}},      {{5, 1, 1, 2}, {3, 1}},
+                                                     {{1, 1}, {}},        {{4, 3}, {4, 3}}};
   if (Ix(c) < picked.size()) return picked[Ix(c)];
   const Dims out = rng.RandomDims();
   Dims a = rng.Chance(0.25) ? out : rng.BroadcastableTo(out);
@@ -490,46 +487,82 @@ TEST(OpsReference, Unary) {
     const Host xd = MakeHost(kF64, dims, rng.Reals(n, -4, 4));
     const Host posd = MakeHost(kF64, dims, rng.Reals(n, 0.05, 5));
     Case k(Label("Unary", c));
-    k.Expect(Call("neg", x), [&] { return neg(x.t); }, Map1(kF32, x, Negate));
-    k.Expect(Call("operator-", x), [&] { return -x.t; }, Map1(kF32, x, Negate));
-    k.Expect(Call("abs", x), [&] { return abs(x.t); }, Map1(kF32, x, Abs));
-    k.Expect(Call("relu", x), [&] { return relu(x.t); }, Map1(kF32, x, Relu));
-    k.Expect(Call("sign", x), [&] { return sign(x.t); }, Map1(kF32, x, Sign));
-    k.Expect(Call("exp", x), [&] { return exp(x.t); }, Map1(kF32, x, Exp), kUlps);
-    k.Expect(Call("log", pos), [&] { return log(pos.t); }, Map1(kF32, pos, Log), kUlps);
-    k.Expect(Call("sqrt", pos), [&] { return sqrt(pos.t); }, Map1(kF32, pos, Sqrt));
-    k.Expect(Call("rsqrt", pos), [&] { return rsqrt(pos.t); }, Map1(kF32, pos, Rsqrt), kUlps);
-    k.Expect(Call("tanh", x), [&] { return tanh(x.t); }, Map1(kF32, x, Tanh), kUlps);
-    k.Expect(Call("sigmoid", x), [&] { return sigmoid(x.t); }, Map1(kF32, x, Sigmoid), kUlps);
-    k.Expect(Call("gelu", x), [&] { return gelu(x.t); }, Map1(kF32, x, Gelu), kLoose);
-    k.Expect(Call("gelu tanh", x), [&] { return gelu(x.t, "tanh"); }, Map1(kF32, x, GeluTanh), kLoose);
-    k.Expect(Call("erf", x), [&] { return erf(x.t); }, Map1(kF32, x, Erf), kUlps);
-    k.Expect(Call("sin", x), [&] { return sin(x.t); }, Map1(kF32, x, Sin), kUlps);
-    k.Expect(Call("cos", x), [&] { return cos(x.t); }, Map1(kF32, x, Cos), kUlps);
-    k.Expect(Call("exp(x).detach", x), [&] { return exp(x.t).detach(); }, Map1(kF32, x, Exp), kUlps);
-    k.Expect(Call("logical_not(gt(x, 0))", x), [&] { return logical_not(gt(x.t, Scalar(0))); },
-             Map1(kBool, x, [](double v) { return v > 0 ? 0.0 : 1.0; }));
+    k.Expect(
+        Call("neg", x), [&] { return neg(x.t); }, Map1(kF32, x, Negate));
+    k.Expect(
+        Call("operator-", x), [&] { return -x.t; }, Map1(kF32, x, Negate));
+    k.Expect(
+        Call("abs", x), [&] { return abs(x.t); }, Map1(kF32, x, Abs));
+    k.Expect(
+        Call("relu", x), [&] { return relu(x.t); }, Map1(kF32, x, Relu));
+    k.Expect(
+        Call("sign", x), [&] { return sign(x.t); }, Map1(kF32, x, Sign));
+    k.Expect(
+        Call("exp", x), [&] { return exp(x.t); }, Map1(kF32, x, Exp), kUlps);
+    k.Expect(
+        Call("log", pos), [&] { return log(pos.t); }, Map1(kF32, pos, Log), kUlps);
+    k.Expect(
+        Call("sqrt", pos), [&] { return sqrt(pos.t); }, Map1(kF32, pos, Sqrt));
+    k.Expect(
+        Call("rsqrt", pos), [&] { return rsqrt(pos.t); }, Map1(kF32, pos, Rsqrt), kUlps);
+    k.Expect(
+        Call("tanh", x), [&] { return tanh(x.t); }, Map1(kF32, x, Tanh), kUlps);
+    k.Expect(
+        Call("sigmoid", x), [&] { return sigmoid(x.t); }, Map1(kF32, x, Sigmoid), kUlps);
+    k.Expect(
+        Call("gelu", x), [&] { return gelu(x.t); }, Map1(kF32, x, Gelu), kLoose);
+    k.Expect(
+        Call("gelu tanh", x), [&] { return gelu(x.t, "tanh"); }, Map1(kF32, x, GeluTanh), kLoose);
+    k.Expect(
+        Call("erf", x), [&] { return erf(x.t); }, Map1(kF32, x, Erf), kUlps);
+    k.Expect(
+        Call("sin", x), [&] { return sin(x.t); }, Map1(kF32, x, Sin), kUlps);
+    k.Expect(
+        Call("cos", x), [&] { return cos(x.t); }, Map1(kF32, x, Cos), kUlps);
+    k.Expect(
+        Call("exp(x).detach", x), [&] { return exp(x.t).detach(); }, Map1(kF32, x, Exp), kUlps);
+    k.Expect(
+        Call("logical_not(gt(x, 0))", x), [&] { return logical_not(gt(x.t, Scalar(0))); },
+        Map1(kBool, x, [](double v) { return v > 0 ? 0.0 : 1.0; }));
     // Integer inputs: neg, abs, sign and relu keep the dtype; the float functions compute in f32.
-    k.Expect(Call("neg", xi), [&] { return neg(xi.t); }, Map1(kI64, xi, Negate));
-    k.Expect(Call("abs", xi), [&] { return abs(xi.t); }, Map1(kI64, xi, Abs));
-    k.Expect(Call("sign", xi), [&] { return sign(xi.t); }, Map1(kI64, xi, Sign));
-    k.Expect(Call("relu", xi), [&] { return relu(xi.t); }, Map1(kI64, xi, Relu));
-    k.Expect(Call("exp", xi), [&] { return exp(xi.t); }, Map1(kF32, xi, Exp), kUlps);
-    k.Expect(Call("sqrt(abs)", xi), [&] { return sqrt(abs(xi.t)); },
-             Map1(kF32, xi, [](double v) { return std::sqrt(std::abs(v)); }));
+    k.Expect(
+        Call("neg", xi), [&] { return neg(xi.t); }, Map1(kI64, xi, Negate));
+    k.Expect(
+        Call("abs", xi), [&] { return abs(xi.t); }, Map1(kI64, xi, Abs));
+    k.Expect(
+        Call("sign", xi), [&] { return sign(xi.t); }, Map1(kI64, xi, Sign));
+    k.Expect(
+        Call("relu", xi), [&] { return relu(xi.t); }, Map1(kI64, xi, Relu));
+    k.Expect(
+        Call("exp", xi), [&] { return exp(xi.t); }, Map1(kF32, xi, Exp), kUlps);
+    k.Expect(
+        Call("sqrt(abs)", xi), [&] { return sqrt(abs(xi.t)); },
+        Map1(kF32, xi, [](double v) { return std::sqrt(std::abs(v)); }));
     // f64 computes in f64.
-    k.Expect(Call("neg", xd), [&] { return neg(xd.t); }, Map1(kF64, xd, Negate));
-    k.Expect(Call("exp", xd), [&] { return exp(xd.t); }, Map1(kF64, xd, Exp), kDoubleTol);
-    k.Expect(Call("log", posd), [&] { return log(posd.t); }, Map1(kF64, posd, Log), kDoubleTol);
-    k.Expect(Call("sqrt", posd), [&] { return sqrt(posd.t); }, Map1(kF64, posd, Sqrt));
-    k.Expect(Call("rsqrt", posd), [&] { return rsqrt(posd.t); }, Map1(kF64, posd, Rsqrt), kDoubleTol);
-    k.Expect(Call("tanh", xd), [&] { return tanh(xd.t); }, Map1(kF64, xd, Tanh), kDoubleTol);
-    k.Expect(Call("sigmoid", xd), [&] { return sigmoid(xd.t); }, Map1(kF64, xd, Sigmoid), kDoubleTol);
-    k.Expect(Call("gelu", xd), [&] { return gelu(xd.t); }, Map1(kF64, xd, Gelu), kDoubleTol);
-    k.Expect(Call("gelu tanh", xd), [&] { return gelu(xd.t, "tanh"); }, Map1(kF64, xd, GeluTanh), kDoubleTol);
-    k.Expect(Call("erf", xd), [&] { return erf(xd.t); }, Map1(kF64, xd, Erf), kDoubleTol);
-    k.Expect(Call("sin", xd), [&] { return sin(xd.t); }, Map1(kF64, xd, Sin), kDoubleTol);
-    k.Expect(Call("cos", xd), [&] { return cos(xd.t); }, Map1(kF64, xd, Cos), kDoubleTol);
+    k.Expect(
+        Call("neg", xd), [&] { return neg(xd.t); }, Map1(kF64, xd, Negate));
+    k.Expect(
+        Call("exp", xd), [&] { return exp(xd.t); }, Map1(kF64, xd, Exp), kDoubleTol);
+    k.Expect(
+        Call("log", posd), [&] { return log(posd.t); }, Map1(kF64, posd, Log), kDoubleTol);
+    k.Expect(
+        Call("sqrt", posd), [&] { return sqrt(posd.t); }, Map1(kF64, posd, Sqrt));
+    k.Expect(
+        Call("rsqrt", posd), [&] { return rsqrt(posd.t); }, Map1(kF64, posd, Rsqrt), kDoubleTol);
+    k.Expect(
+        Call("tanh", xd), [&] { return tanh(xd.t); }, Map1(kF64, xd, Tanh), kDoubleTol);
+    k.Expect(
+        Call("sigmoid", xd), [&] { return sigmoid(xd.t); }, Map1(kF64, xd, Sigmoid), kDoubleTol);
+    k.Expect(
+        Call("gelu", xd), [&] { return gelu(xd.t); }, Map1(kF64, xd, Gelu), kDoubleTol);
+    k.Expect(
+        Call("gelu tanh", xd), [&] { return gelu(xd.t, "tanh"); }, Map1(kF64, xd, GeluTanh), kDoubleTol);
+    k.Expect(
+        Call("erf", xd), [&] { return erf(xd.t); }, Map1(kF64, xd, Erf), kDoubleTol);
+    k.Expect(
+        Call("sin", xd), [&] { return sin(xd.t); }, Map1(kF64, xd, Sin), kDoubleTol);
+    k.Expect(
+        Call("cos", xd), [&] { return cos(xd.t); }, Map1(kF64, xd, Cos), kDoubleTol);
     k.Check();
   }
 }
@@ -551,35 +584,57 @@ TEST(OpsReference, BinaryBroadcasting) {
     const Host ja = MakeHost(kI32, ad, rng.Ints(na, -6, 6));
     const Host db = MakeHost(kF64, bd, rng.Reals(nb, -4, 4));
     Case k(Label("BinaryBroadcasting", c));
-    k.Expect(Call("add", a, b), [&] { return add(a.t, b.t); }, Map2(kF32, a, b, Plus));
-    k.Expect(Call("sub", a, b), [&] { return sub(a.t, b.t); }, Map2(kF32, a, b, Minus));
-    k.Expect(Call("mul", a, b), [&] { return mul(a.t, b.t); }, Map2(kF32, a, b, Times));
-    k.Expect(Call("div", a, b), [&] { return div(a.t, b.t); }, Map2(kF32, a, b, Over));
-    k.Expect(Call("operator+", a, b), [&] { return a.t + b.t; }, Map2(kF32, a, b, Plus));
-    k.Expect(Call("operator-", a, b), [&] { return a.t - b.t; }, Map2(kF32, a, b, Minus));
-    k.Expect(Call("operator*", a, b), [&] { return a.t * b.t; }, Map2(kF32, a, b, Times));
-    k.Expect(Call("operator/", a, b), [&] { return a.t / b.t; }, Map2(kF32, a, b, Over));
-    k.Expect(Call("maximum", a, b), [&] { return maximum(a.t, b.t); }, Map2(kF32, a, b, Larger));
-    k.Expect(Call("minimum", a, b), [&] { return minimum(a.t, b.t); }, Map2(kF32, a, b, Smaller));
-    k.Expect(Call("pow", base, expo), [&] { return pow(base.t, expo.t); }, Map2(kF32, base, expo, Power), kUlps);
+    k.Expect(
+        Call("add", a, b), [&] { return add(a.t, b.t); }, Map2(kF32, a, b, Plus));
+    k.Expect(
+        Call("sub", a, b), [&] { return sub(a.t, b.t); }, Map2(kF32, a, b, Minus));
+    k.Expect(
+        Call("mul", a, b), [&] { return mul(a.t, b.t); }, Map2(kF32, a, b, Times));
+    k.Expect(
+        Call("div", a, b), [&] { return div(a.t, b.t); }, Map2(kF32, a, b, Over));
+    k.Expect(
+        Call("operator+", a, b), [&] { return a.t + b.t; }, Map2(kF32, a, b, Plus));
+    k.Expect(
+        Call("operator-", a, b), [&] { return a.t - b.t; }, Map2(kF32, a, b, Minus));
+    k.Expect(
+        Call("operator*", a, b), [&] { return a.t * b.t; }, Map2(kF32, a, b, Times));
+    k.Expect(
+        Call("operator/", a, b), [&] { return a.t / b.t; }, Map2(kF32, a, b, Over));
+    k.Expect(
+        Call("maximum", a, b), [&] { return maximum(a.t, b.t); }, Map2(kF32, a, b, Larger));
+    k.Expect(
+        Call("minimum", a, b), [&] { return minimum(a.t, b.t); }, Map2(kF32, a, b, Smaller));
+    k.Expect(
+        Call("pow", base, expo), [&] { return pow(base.t, expo.t); }, Map2(kF32, base, expo, Power), kUlps);
     // Integers compute in i64, except division, which is true division in f32.
-    k.Expect(Call("add", ia, ib), [&] { return add(ia.t, ib.t); }, Map2(kI64, ia, ib, Plus));
-    k.Expect(Call("sub", ia, ib), [&] { return sub(ia.t, ib.t); }, Map2(kI64, ia, ib, Minus));
-    k.Expect(Call("mul", ia, ib), [&] { return mul(ia.t, ib.t); }, Map2(kI64, ia, ib, Times));
-    k.Expect(Call("maximum", ia, ib), [&] { return maximum(ia.t, ib.t); }, Map2(kI64, ia, ib, Larger));
-    k.Expect(Call("minimum", ia, ib), [&] { return minimum(ia.t, ib.t); }, Map2(kI64, ia, ib, Smaller));
-    k.Expect(Call("div", ia, ib), [&] { return div(ia.t, ib.t); }, Map2(kF32, ia, ib, Over));
-    k.Expect(Call("pow", ia, ie), [&] { return pow(ia.t, ie.t); }, Map2(kI64, ia, ie, IntPower));
+    k.Expect(
+        Call("add", ia, ib), [&] { return add(ia.t, ib.t); }, Map2(kI64, ia, ib, Plus));
+    k.Expect(
+        Call("sub", ia, ib), [&] { return sub(ia.t, ib.t); }, Map2(kI64, ia, ib, Minus));
+    k.Expect(
+        Call("mul", ia, ib), [&] { return mul(ia.t, ib.t); }, Map2(kI64, ia, ib, Times));
+    k.Expect(
+        Call("maximum", ia, ib), [&] { return maximum(ia.t, ib.t); }, Map2(kI64, ia, ib, Larger));
+    k.Expect(
+        Call("minimum", ia, ib), [&] { return minimum(ia.t, ib.t); }, Map2(kI64, ia, ib, Smaller));
+    k.Expect(
+        Call("div", ia, ib), [&] { return div(ia.t, ib.t); }, Map2(kF32, ia, ib, Over));
+    k.Expect(
+        Call("pow", ia, ie), [&] { return pow(ia.t, ie.t); }, Map2(kI64, ia, ie, IntPower));
     // Mixed dtypes promote: bool < integers < floats, wider wins; but a 0-dim operand only promotes the
     // other across categories (PyTorch's result_type: i32[3] with i64[] is i32, f32[3] with f64[] f32).
     const bool b_zero_dim_only = Rank(bd) == 0 && Rank(ad) > 0;
-    k.Expect(Call("add", a, ib), [&] { return add(a.t, ib.t); }, Map2(kF32, a, ib, Plus));
-    k.Expect(Call("mul", ia, b), [&] { return mul(ia.t, b.t); }, Map2(kF32, ia, b, Times));
-    k.Expect(Call("maximum", ja, ib), [&] { return maximum(ja.t, ib.t); },
-             Map2(b_zero_dim_only ? kI32 : kI64, ja, ib, Larger));
+    k.Expect(
+        Call("add", a, ib), [&] { return add(a.t, ib.t); }, Map2(kF32, a, ib, Plus));
+    k.Expect(
+        Call("mul", ia, b), [&] { return mul(ia.t, b.t); }, Map2(kF32, ia, b, Times));
+    k.Expect(
+        Call("maximum", ja, ib), [&] { return maximum(ja.t, ib.t); },
+        Map2(b_zero_dim_only ? kI32 : kI64, ja, ib, Larger));
     const Host db_in_f32 = MakeHost(kF32, bd, db.values);  // what a 0-dim f64 operand becomes in f32
-    k.Expect(Call("sub", a, db), [&] { return sub(a.t, db.t); },
-             b_zero_dim_only ? Map2(kF32, a, db_in_f32, Minus) : Map2(kF64, a, db, Minus));
+    k.Expect(
+        Call("sub", a, db), [&] { return sub(a.t, db.t); },
+        b_zero_dim_only ? Map2(kF32, a, db_in_f32, Minus) : Map2(kF64, a, db, Minus));
     k.Check();
   }
 }
@@ -598,45 +653,71 @@ TEST(OpsReference, ScalarOperands) {
     const int64_t si = rng.Int(-4, 4);
     const double sid = static_cast<double>(si);
     Case k(Label("ScalarOperands", c) + " (s = " + Num(sd) + ", si = " + std::to_string(si) + ")");
-    k.Expect(Call("x + s", x), [&] { return x.t + s; }, Map1(kF32, x, [sd](double v) { return v + sd; }));
-    k.Expect(Call("x - s", x), [&] { return x.t - s; }, Map1(kF32, x, [sd](double v) { return v - sd; }));
-    k.Expect(Call("x * s", x), [&] { return x.t * s; }, Map1(kF32, x, [sd](double v) { return v * sd; }));
-    k.Expect(Call("x / s", x), [&] { return x.t / s; }, Map1(kF32, x, [sd](double v) { return v / sd; }));
-    k.Expect(Call("s + x", x), [&] { return s + x.t; }, Map1(kF32, x, [sd](double v) { return sd + v; }));
-    k.Expect(Call("s - x", x), [&] { return s - x.t; }, Map1(kF32, x, [sd](double v) { return sd - v; }));
-    k.Expect(Call("s * x", x), [&] { return s * x.t; }, Map1(kF32, x, [sd](double v) { return sd * v; }));
-    k.Expect(Call("s / x", x), [&] { return s / x.t; }, Map1(kF32, x, [sd](double v) { return sd / v; }));
-    k.Expect(Call("x * static_scalar(s)", x), [&] { return x.t * static_scalar(sd); },
-             Map1(kF32, x, [sd](double v) { return v * sd; }));
-    k.Expect(Call("x * si", x), [&] { return x.t * si; }, Map1(kF32, x, [sid](double v) { return v * sid; }));
-    k.Expect(Call("pow(x, 2)", x), [&] { return pow(x.t, Scalar(2)); },
-             Map1(kF32, x, [](double v) { return std::pow(v, 2.0); }), kUlps);
-    k.Expect(Call("pow(x, static 3)", x), [&] { return pow(x.t, Scalar::Static(3.0)); },
-             Map1(kF32, x, [](double v) { return std::pow(v, 3.0); }), kUlps);
-    k.Expect(Call("pow(x, s)", pos), [&] { return pow(pos.t, Scalar(s)); },
-             Map1(kF32, pos, [sd](double v) { return std::pow(v, sd); }), kUlps);
-    k.Expect(Call("gt(x, s)", x), [&] { return gt(x.t, Scalar(s)); },
-             Map1(kBool, x, [sd](double v) { return v > sd ? 1.0 : 0.0; }));
-    k.Expect(Call("lt(x, s)", x), [&] { return lt(x.t, Scalar(s)); },
-             Map1(kBool, x, [sd](double v) { return v < sd ? 1.0 : 0.0; }));
-    k.Expect(Call("ge(x, s)", x), [&] { return ge(x.t, Scalar(s)); },
-             Map1(kBool, x, [sd](double v) { return v >= sd ? 1.0 : 0.0; }));
-    k.Expect(Call("le(x, s)", x), [&] { return le(x.t, Scalar(s)); },
-             Map1(kBool, x, [sd](double v) { return v <= sd ? 1.0 : 0.0; }));
-    k.Expect(Call("eq(x, si)", xi), [&] { return eq(xi.t, Scalar(si)); },
-             Map1(kBool, xi, [sid](double v) { return v == sid ? 1.0 : 0.0; }));
-    k.Expect(Call("ne(x, si)", xi), [&] { return ne(xi.t, Scalar(si)); },
-             Map1(kBool, xi, [sid](double v) { return v != sid ? 1.0 : 0.0; }));
+    k.Expect(
+        Call("x + s", x), [&] { return x.t + s; }, Map1(kF32, x, [sd](double v) { return v + sd; }));
+    k.Expect(
+        Call("x - s", x), [&] { return x.t - s; }, Map1(kF32, x, [sd](double v) { return v - sd; }));
+    k.Expect(
+        Call("x * s", x), [&] { return x.t * s; }, Map1(kF32, x, [sd](double v) { return v * sd; }));
+    k.Expect(
+        Call("x / s", x), [&] { return x.t / s; }, Map1(kF32, x, [sd](double v) { return v / sd; }));
+    k.Expect(
+        Call("s + x", x), [&] { return s + x.t; }, Map1(kF32, x, [sd](double v) { return sd + v; }));
+    k.Expect(
+        Call("s - x", x), [&] { return s - x.t; }, Map1(kF32, x, [sd](double v) { return sd - v; }));
+    k.Expect(
+        Call("s * x", x), [&] { return s * x.t; }, Map1(kF32, x, [sd](double v) { return sd * v; }));
+    k.Expect(
+        Call("s / x", x), [&] { return s / x.t; }, Map1(kF32, x, [sd](double v) { return sd / v; }));
+    k.Expect(
+        Call("x * static_scalar(s)", x), [&] { return x.t * static_scalar(sd); },
+        Map1(kF32, x, [sd](double v) { return v * sd; }));
+    k.Expect(
+        Call("x * si", x), [&] { return x.t * si; }, Map1(kF32, x, [sid](double v) { return v * sid; }));
+    k.Expect(
+        Call("pow(x, 2)", x), [&] { return pow(x.t, Scalar(2)); },
+        Map1(kF32, x, [](double v) { return std::pow(v, 2.0); }), kUlps);
+    k.Expect(
+        Call("pow(x, static 3)", x), [&] { return pow(x.t, Scalar::Static(3.0)); },
+        Map1(kF32, x, [](double v) { return std::pow(v, 3.0); }), kUlps);
+    k.Expect(
+        Call("pow(x, s)", pos), [&] { return pow(pos.t, Scalar(s)); },
+        Map1(kF32, pos, [sd](double v) { return std::pow(v, sd); }), kUlps);
+    k.Expect(
+        Call("gt(x, s)", x), [&] { return gt(x.t, Scalar(s)); },
+        Map1(kBool, x, [sd](double v) { return v > sd ? 1.0 : 0.0; }));
+    k.Expect(
+        Call("lt(x, s)", x), [&] { return lt(x.t, Scalar(s)); },
+        Map1(kBool, x, [sd](double v) { return v < sd ? 1.0 : 0.0; }));
+    k.Expect(
+        Call("ge(x, s)", x), [&] { return ge(x.t, Scalar(s)); },
+        Map1(kBool, x, [sd](double v) { return v >= sd ? 1.0 : 0.0; }));
+    k.Expect(
+        Call("le(x, s)", x), [&] { return le(x.t, Scalar(s)); },
+        Map1(kBool, x, [sd](double v) { return v <= sd ? 1.0 : 0.0; }));
+    k.Expect(
+        Call("eq(x, si)", xi), [&] { return eq(xi.t, Scalar(si)); },
+        Map1(kBool, xi, [sid](double v) { return v == sid ? 1.0 : 0.0; }));
+    k.Expect(
+        Call("ne(x, si)", xi), [&] { return ne(xi.t, Scalar(si)); },
+        Map1(kBool, xi, [sid](double v) { return v != sid ? 1.0 : 0.0; }));
     // An integer tensor keeps its dtype with an integral scalar; a fractional one (or division) is f32.
-    k.Expect(Call("x + si", xi), [&] { return xi.t + si; }, Map1(kI64, xi, [sid](double v) { return v + sid; }));
-    k.Expect(Call("x * si", xi), [&] { return xi.t * si; }, Map1(kI64, xi, [sid](double v) { return v * sid; }));
-    k.Expect(Call("si - x", xi), [&] { return si - xi.t; }, Map1(kI64, xi, [sid](double v) { return sid - v; }));
-    k.Expect(Call("x * 0.5", xi), [&] { return xi.t * 0.5; }, Map1(kF32, xi, [](double v) { return v * 0.5; }));
-    k.Expect(Call("x / 2", xi), [&] { return xi.t / 2; }, Map1(kF32, xi, [](double v) { return v / 2; }));
-    k.Expect(Call("gt(x, si)", xi), [&] { return gt(xi.t, Scalar(si)); },
-             Map1(kBool, xi, [sid](double v) { return v > sid ? 1.0 : 0.0; }));
-    k.Expect(Call("lt(x, 0.5)", xi), [&] { return lt(xi.t, Scalar(0.5)); },
-             Map1(kBool, xi, [](double v) { return v < 0.5 ? 1.0 : 0.0; }));
+    k.Expect(
+        Call("x + si", xi), [&] { return xi.t + si; }, Map1(kI64, xi, [sid](double v) { return v + sid; }));
+    k.Expect(
+        Call("x * si", xi), [&] { return xi.t * si; }, Map1(kI64, xi, [sid](double v) { return v * sid; }));
+    k.Expect(
+        Call("si - x", xi), [&] { return si - xi.t; }, Map1(kI64, xi, [sid](double v) { return sid - v; }));
+    k.Expect(
+        Call("x * 0.5", xi), [&] { return xi.t * 0.5; }, Map1(kF32, xi, [](double v) { return v * 0.5; }));
+    k.Expect(
+        Call("x / 2", xi), [&] { return xi.t / 2; }, Map1(kF32, xi, [](double v) { return v / 2; }));
+    k.Expect(
+        Call("gt(x, si)", xi), [&] { return gt(xi.t, Scalar(si)); },
+        Map1(kBool, xi, [sid](double v) { return v > sid ? 1.0 : 0.0; }));
+    k.Expect(
+        Call("lt(x, 0.5)", xi), [&] { return lt(xi.t, Scalar(0.5)); },
+        Map1(kBool, xi, [](double v) { return v < 0.5 ? 1.0 : 0.0; }));
     k.Check();
   }
 }
@@ -666,28 +747,46 @@ TEST(OpsReference, ComparisonsLogicalAndWhere) {
     const Host pa = Positive(a);
     const Host pb = Positive(b);
     Case k(Label("ComparisonsLogicalAndWhere", c));
-    k.Expect(Call("eq", a, b), [&] { return eq(a.t, b.t); }, Map2(kBool, a, b, Eq));
-    k.Expect(Call("ne", a, b), [&] { return ne(a.t, b.t); }, Map2(kBool, a, b, Ne));
-    k.Expect(Call("lt", a, b), [&] { return lt(a.t, b.t); }, Map2(kBool, a, b, Lt));
-    k.Expect(Call("le", a, b), [&] { return le(a.t, b.t); }, Map2(kBool, a, b, Le));
-    k.Expect(Call("gt", a, b), [&] { return gt(a.t, b.t); }, Map2(kBool, a, b, Gt));
-    k.Expect(Call("ge", a, b), [&] { return ge(a.t, b.t); }, Map2(kBool, a, b, Ge));
-    k.Expect(Call("eq", ia, ib), [&] { return eq(ia.t, ib.t); }, Map2(kBool, ia, ib, Eq));
-    k.Expect(Call("lt", ia, ib), [&] { return lt(ia.t, ib.t); }, Map2(kBool, ia, ib, Lt));
-    k.Expect(Call("ge", ia, ib), [&] { return ge(ia.t, ib.t); }, Map2(kBool, ia, ib, Ge));
-    k.Expect(Call("le", a, ib), [&] { return le(a.t, ib.t); }, Map2(kBool, a, ib, Le));
-    k.Expect(Call("ne", ia, b), [&] { return ne(ia.t, b.t); }, Map2(kBool, ia, b, Ne));
-    k.Expect(Call("logical_and", pa, pb), [&] { return logical_and(pa.t, pb.t); },
-             Map2(kBool, pa, pb, [](double x, double y) { return Bool(x != 0 && y != 0); }));
-    k.Expect(Call("logical_or", pa, pb), [&] { return logical_or(pa.t, pb.t); },
-             Map2(kBool, pa, pb, [](double x, double y) { return Bool(x != 0 || y != 0); }));
-    k.Expect(Call("logical_not", pa), [&] { return logical_not(pa.t); },
-             Map1(kBool, pa, [](double x) { return Bool(x == 0); }));
+    k.Expect(
+        Call("eq", a, b), [&] { return eq(a.t, b.t); }, Map2(kBool, a, b, Eq));
+    k.Expect(
+        Call("ne", a, b), [&] { return ne(a.t, b.t); }, Map2(kBool, a, b, Ne));
+    k.Expect(
+        Call("lt", a, b), [&] { return lt(a.t, b.t); }, Map2(kBool, a, b, Lt));
+    k.Expect(
+        Call("le", a, b), [&] { return le(a.t, b.t); }, Map2(kBool, a, b, Le));
+    k.Expect(
+        Call("gt", a, b), [&] { return gt(a.t, b.t); }, Map2(kBool, a, b, Gt));
+    k.Expect(
+        Call("ge", a, b), [&] { return ge(a.t, b.t); }, Map2(kBool, a, b, Ge));
+    k.Expect(
+        Call("eq", ia, ib), [&] { return eq(ia.t, ib.t); }, Map2(kBool, ia, ib, Eq));
+    k.Expect(
+        Call("lt", ia, ib), [&] { return lt(ia.t, ib.t); }, Map2(kBool, ia, ib, Lt));
+    k.Expect(
+        Call("ge", ia, ib), [&] { return ge(ia.t, ib.t); }, Map2(kBool, ia, ib, Ge));
+    k.Expect(
+        Call("le", a, ib), [&] { return le(a.t, ib.t); }, Map2(kBool, a, ib, Le));
+    k.Expect(
+        Call("ne", ia, b), [&] { return ne(ia.t, b.t); }, Map2(kBool, ia, b, Ne));
+    k.Expect(
+        Call("logical_and", pa, pb), [&] { return logical_and(pa.t, pb.t); },
+        Map2(kBool, pa, pb, [](double x, double y) { return Bool(x != 0 && y != 0); }));
+    k.Expect(
+        Call("logical_or", pa, pb), [&] { return logical_or(pa.t, pb.t); },
+        Map2(kBool, pa, pb, [](double x, double y) { return Bool(x != 0 || y != 0); }));
+    k.Expect(
+        Call("logical_not", pa), [&] { return logical_not(pa.t); },
+        Map1(kBool, pa, [](double x) { return Bool(x == 0); }));
     const auto pick = [](double q, double x, double y) { return q != 0 ? x : y; };
-    k.Expect(Call("where", cond, a, b), [&] { return where(cond.t, a.t, b.t); }, Map3(kF32, cond, a, b, pick));
-    k.Expect(Call("where", cond, a, ib), [&] { return where(cond.t, a.t, ib.t); }, Map3(kF32, cond, a, ib, pick));
-    k.Expect(Call("where", cond, ia, ib), [&] { return where(cond.t, ia.t, ib.t); }, Map3(kI64, cond, ia, ib, pick));
-    k.Expect(Call("where", pa, b, a), [&] { return where(pa.t, b.t, a.t); }, Map3(kF32, pa, b, a, pick));
+    k.Expect(
+        Call("where", cond, a, b), [&] { return where(cond.t, a.t, b.t); }, Map3(kF32, cond, a, b, pick));
+    k.Expect(
+        Call("where", cond, a, ib), [&] { return where(cond.t, a.t, ib.t); }, Map3(kF32, cond, a, ib, pick));
+    k.Expect(
+        Call("where", cond, ia, ib), [&] { return where(cond.t, ia.t, ib.t); }, Map3(kI64, cond, ia, ib, pick));
+    k.Expect(
+        Call("where", pa, b, a), [&] { return where(pa.t, b.t, a.t); }, Map3(kF32, pa, b, a, pick));
     k.Check();
   }
 }
@@ -708,25 +807,44 @@ TEST(OpsReference, Cast) {
     const auto trunc = [](double v) { return std::trunc(v); };
     const auto nonzero = [](double v) { return Bool(v != 0); };
     Case k(Label("Cast", c));
-    k.Expect(Call("cast f64", x), [&] { return cast(x.t, kF64); }, Map1(kF64, x, same));
-    k.Expect(Call("Tensor::to f64", x), [&] { return x.t.to(kF64); }, Map1(kF64, x, same));
-    k.Expect(Call("cast f32", x), [&] { return cast(x.t, kF32); }, Map1(kF32, x, same));
-    k.Expect(Call("cast i64", x), [&] { return cast(x.t, kI64); }, Map1(kI64, x, trunc));
-    k.Expect(Call("cast i32", x), [&] { return cast(x.t, kI32); }, Map1(kI32, x, trunc));
-    k.Expect(Call("cast bool", x), [&] { return cast(x.t, kBool); }, Map1(kBool, x, nonzero));
-    k.Expect(Call("cast bf16", x), [&] { return cast(x.t, kBF16); }, Map1(kBF16, x, same));
-    k.Expect(Call("cast bf16 then f32", x), [&] { return cast(cast(x.t, kBF16), kF32); }, Map1(kF32, x, RoundBf16));
-    k.Expect(Call("cast f16", x), [&] { return cast(x.t, kF16); }, Map1(kF16, x, same), kHalfTol);
-    k.Expect(Call("cast f32", xi), [&] { return cast(xi.t, kF32); }, Map1(kF32, xi, same));
-    k.Expect(Call("cast f64", xi), [&] { return cast(xi.t, kF64); }, Map1(kF64, xi, same));
-    k.Expect(Call("cast i32", xi), [&] { return cast(xi.t, kI32); }, Map1(kI32, xi, same));
-    k.Expect(Call("cast bool", xi), [&] { return cast(xi.t, kBool); }, Map1(kBool, xi, nonzero));
-    k.Expect(Call("cast i64", ji), [&] { return cast(ji.t, kI64); }, Map1(kI64, ji, same));
-    k.Expect(Call("cast f32", ji), [&] { return cast(ji.t, kF32); }, Map1(kF32, ji, same));
-    k.Expect(Call("cast f32", px), [&] { return cast(px.t, kF32); }, Map1(kF32, px, same));
-    k.Expect(Call("cast i64", px), [&] { return cast(px.t, kI64); }, Map1(kI64, px, same));
-    k.Expect(Call("cast f32", xd), [&] { return cast(xd.t, kF32); }, Map1(kF32, xd, same));  // rounded to nearest
-    k.Expect(Call("cast i64", xd), [&] { return cast(xd.t, kI64); }, Map1(kI64, xd, trunc));
+    k.Expect(
+        Call("cast f64", x), [&] { return cast(x.t, kF64); }, Map1(kF64, x, same));
+    k.Expect(
+        Call("Tensor::to f64", x), [&] { return x.t.to(kF64); }, Map1(kF64, x, same));
+    k.Expect(
+        Call("cast f32", x), [&] { return cast(x.t, kF32); }, Map1(kF32, x, same));
+    k.Expect(
+        Call("cast i64", x), [&] { return cast(x.t, kI64); }, Map1(kI64, x, trunc));
+    k.Expect(
+        Call("cast i32", x), [&] { return cast(x.t, kI32); }, Map1(kI32, x, trunc));
+    k.Expect(
+        Call("cast bool", x), [&] { return cast(x.t, kBool); }, Map1(kBool, x, nonzero));
+    k.Expect(
+        Call("cast bf16", x), [&] { return cast(x.t, kBF16); }, Map1(kBF16, x, same));
+    k.Expect(
+        Call("cast bf16 then f32", x), [&] { return cast(cast(x.t, kBF16), kF32); }, Map1(kF32, x, RoundBf16));
+    k.Expect(
+        Call("cast f16", x), [&] { return cast(x.t, kF16); }, Map1(kF16, x, same), kHalfTol);
+    k.Expect(
+        Call("cast f32", xi), [&] { return cast(xi.t, kF32); }, Map1(kF32, xi, same));
+    k.Expect(
+        Call("cast f64", xi), [&] { return cast(xi.t, kF64); }, Map1(kF64, xi, same));
+    k.Expect(
+        Call("cast i32", xi), [&] { return cast(xi.t, kI32); }, Map1(kI32, xi, same));
+    k.Expect(
+        Call("cast bool", xi), [&] { return cast(xi.t, kBool); }, Map1(kBool, xi, nonzero));
+    k.Expect(
+        Call("cast i64", ji), [&] { return cast(ji.t, kI64); }, Map1(kI64, ji, same));
+    k.Expect(
+        Call("cast f32", ji), [&] { return cast(ji.t, kF32); }, Map1(kF32, ji, same));
+    k.Expect(
+        Call("cast f32", px), [&] { return cast(px.t, kF32); }, Map1(kF32, px, same));
+    k.Expect(
+        Call("cast i64", px), [&] { return cast(px.t, kI64); }, Map1(kI64, px, same));
+    k.Expect(
+        Call("cast f32", xd), [&] { return cast(xd.t, kF32); }, Map1(kF32, xd, same));  // rounded to nearest
+    k.Expect(
+        Call("cast i64", xd), [&] { return cast(xd.t, kI64); }, Map1(kI64, xd, trunc));
     k.Check();
   }
 }
@@ -811,22 +929,27 @@ TEST(OpsReference, Matmul) {
     const Host bd64 = MakeHost(kF64, bd, rng.Reals(nb, -1, 1));
     Case k(Label("Matmul", c));
     // Eighths: every partial sum is exact, so any summation order gives the exact product.
-    k.Expect(Call("matmul", ae, be), [&] { return matmul(ae.t, be.t); }, MatmulRef(kF32, ae, be, 0));
-    k.Expect(Call("matmul", ar, br), [&] { return matmul(ar.t, br.t); }, MatmulRef(kF32, ar, br, 1e-5), kSlack);
-    k.Expect(Call("matmul", ad64, bd64), [&] { return matmul(ad64.t, bd64.t); }, MatmulRef(kF64, ad64, bd64, 1e-13),
-             kDoubleSlack);
+    k.Expect(
+        Call("matmul", ae, be), [&] { return matmul(ae.t, be.t); }, MatmulRef(kF32, ae, be, 0));
+    k.Expect(
+        Call("matmul", ar, br), [&] { return matmul(ar.t, br.t); }, MatmulRef(kF32, ar, br, 1e-5), kSlack);
+    k.Expect(
+        Call("matmul", ad64, bd64), [&] { return matmul(ad64.t, bd64.t); }, MatmulRef(kF64, ad64, bd64, 1e-13),
+        kDoubleSlack);
     // Transposed operands (the lowering may fold the transpose into the product).
     if (ad.size() >= 2) {
       const Host at = MakeHost(kF32, SwapLastTwo(ad), rng.Eighths(na, -2, 2));
       const Host a_of_at = Derived(PermuteRef(at, SwapLastTwo(Identity(Rank(ad)))));
-      k.Expect(Call("matmul(transpose(a, -1, -2), b)", at, be), [&] { return matmul(transpose(at.t, -1, -2), be.t); },
-               MatmulRef(kF32, a_of_at, be, 0));
+      k.Expect(
+          Call("matmul(transpose(a, -1, -2), b)", at, be), [&] { return matmul(transpose(at.t, -1, -2), be.t); },
+          MatmulRef(kF32, a_of_at, be, 0));
     }
     if (bd.size() >= 2) {
       const Host bt = MakeHost(kF32, SwapLastTwo(bd), rng.Eighths(nb, -2, 2));
       const Host b_of_bt = Derived(PermuteRef(bt, SwapLastTwo(Identity(Rank(bd)))));
-      k.Expect(Call("matmul(a, transpose(b, -2, -1))", ae, bt), [&] { return matmul(ae.t, transpose(bt.t, -2, -1)); },
-               MatmulRef(kF32, ae, b_of_bt, 0));
+      k.Expect(
+          Call("matmul(a, transpose(b, -2, -1))", ae, bt), [&] { return matmul(ae.t, transpose(bt.t, -2, -1)); },
+          MatmulRef(kF32, ae, b_of_bt, 0));
     }
     k.Check();
   }
@@ -954,34 +1077,50 @@ TEST(OpsReference, Reductions) {
     for (bool keep : {false, true}) {
       const std::string how = " dims=" + DimsText(picked) + " keepdim=" + (keep ? "true" : "false");
       const Reduction r = ReductionOf(dims, picked, keep);
-      k.Expect(Call("sum", x) + how, [&] { return sum(x.t, picked, keep); }, SumRef(kF32, x, r, 1e-5), kSlack);
-      k.Expect(Call("sum", xe) + how, [&] { return sum(xe.t, picked, keep); }, SumRef(kF32, xe, r, 0));
-      k.Expect(Call("mean", x) + how, [&] { return mean(x.t, picked, keep); }, MeanRef(x, r, 1e-5), kLoose);
-      k.Expect(Call("mean", xe) + how, [&] { return mean(xe.t, picked, keep); }, MeanRef(xe, r, 0), kUlps);
+      k.Expect(
+          Call("sum", x) + how, [&] { return sum(x.t, picked, keep); }, SumRef(kF32, x, r, 1e-5), kSlack);
+      k.Expect(
+          Call("sum", xe) + how, [&] { return sum(xe.t, picked, keep); }, SumRef(kF32, xe, r, 0));
+      k.Expect(
+          Call("mean", x) + how, [&] { return mean(x.t, picked, keep); }, MeanRef(x, r, 1e-5), kLoose);
+      k.Expect(
+          Call("mean", xe) + how, [&] { return mean(xe.t, picked, keep); }, MeanRef(xe, r, 0), kUlps);
       if (r.count > 0) {
-        k.Expect(Call("max", x) + how, [&] { return max(x.t, picked, keep); }, MaxRef(x, r));
-        k.Expect(Call("min", x) + how, [&] { return min(x.t, picked, keep); }, MinRef(x, r));
-        k.Expect(Call("max", xi) + how, [&] { return max(xi.t, picked, keep); }, MaxRef(xi, r));
+        k.Expect(
+            Call("max", x) + how, [&] { return max(x.t, picked, keep); }, MaxRef(x, r));
+        k.Expect(
+            Call("min", x) + how, [&] { return min(x.t, picked, keep); }, MinRef(x, r));
+        k.Expect(
+            Call("max", xi) + how, [&] { return max(xi.t, picked, keep); }, MaxRef(xi, r));
       } else {  // the max or min of nothing: refused, as PyTorch does
         EXPECT_THROW(max(x.t, picked, keep), Error) << Label("Reductions", c) << how;
         EXPECT_THROW(min(x.t, picked, keep), Error) << Label("Reductions", c) << how;
         EXPECT_THROW(max(xi.t, picked, keep), Error) << Label("Reductions", c) << how;
       }
-      k.Expect(Call("prod", near1) + how, [&] { return prod(near1.t, picked, keep); }, ProdRef(kF32, near1, r), kUlps);
-      k.Expect(Call("prod", signs) + how, [&] { return prod(signs.t, picked, keep); }, ProdRef(kI64, signs, r));
-      k.Expect(Call("sum", xi) + how, [&] { return sum(xi.t, picked, keep); }, SumRef(kI64, xi, r, 0));
-      k.Expect(Call("sum", px) + how, [&] { return sum(px.t, picked, keep); }, SumRef(kI64, px, r, 0));
+      k.Expect(
+          Call("prod", near1) + how, [&] { return prod(near1.t, picked, keep); }, ProdRef(kF32, near1, r), kUlps);
+      k.Expect(
+          Call("prod", signs) + how, [&] { return prod(signs.t, picked, keep); }, ProdRef(kI64, signs, r));
+      k.Expect(
+          Call("sum", xi) + how, [&] { return sum(xi.t, picked, keep); }, SumRef(kI64, xi, r, 0));
+      k.Expect(
+          Call("sum", px) + how, [&] { return sum(px.t, picked, keep); }, SumRef(kI64, px, r, 0));
     }
     const std::string how = " dims=" + DimsText(picked);
-    k.Expect(Call("Tensor::sum", x) + how, [&] { return x.t.sum(picked); },
-             SumRef(kF32, x, ReductionOf(dims, picked, false), 1e-5), kSlack);
-    k.Expect(Call("Tensor::mean", x) + how + " keepdim=true", [&] { return x.t.mean(picked, true); },
-             MeanRef(x, ReductionOf(dims, picked, true), 1e-5), kLoose);
+    k.Expect(
+        Call("Tensor::sum", x) + how, [&] { return x.t.sum(picked); },
+        SumRef(kF32, x, ReductionOf(dims, picked, false), 1e-5), kSlack);
+    k.Expect(
+        Call("Tensor::mean", x) + how + " keepdim=true", [&] { return x.t.mean(picked, true); },
+        MeanRef(x, ReductionOf(dims, picked, true), 1e-5), kLoose);
     const Reduction all = ReductionOf(dims, Dims{}, false);
-    k.Expect(Call("sum", xe) + " (all)", [&] { return sum(xe.t); }, SumRef(kF32, xe, all, 0));
-    k.Expect(Call("mean", x) + " (all)", [&] { return mean(x.t); }, MeanRef(x, all, 1e-5), kLoose);
+    k.Expect(
+        Call("sum", xe) + " (all)", [&] { return sum(xe.t); }, SumRef(kF32, xe, all, 0));
+    k.Expect(
+        Call("mean", x) + " (all)", [&] { return mean(x.t); }, MeanRef(x, all, 1e-5), kLoose);
     if (Numel(dims) > 0) {
-      k.Expect(Call("max", x) + " (all)", [&] { return max(x.t); }, MaxRef(x, all));
+      k.Expect(
+          Call("max", x) + " (all)", [&] { return max(x.t); }, MaxRef(x, all));
     } else {
       EXPECT_THROW(max(x.t), Error) << Label("Reductions", c) << " max (all) of " << DimsText(dims);
     }
@@ -994,15 +1133,17 @@ TEST(OpsReference, Reductions) {
       if (rng.Chance(0.4)) d -= rank;
       for (bool keep : {false, true}) {
         const std::string how_arg = " dim=" + std::to_string(d) + " keepdim=" + (keep ? "true" : "false");
-        k.Expect(Call("argmax", xt) + how_arg, [&] { return argmax(xt.t, d, keep); }, ArgmaxRef(xt, d, keep));
-        k.Expect(Call("argmax", xi) + how_arg, [&] { return argmax(xi.t, d, keep); }, ArgmaxRef(xi, d, keep));
+        k.Expect(
+            Call("argmax", xt) + how_arg, [&] { return argmax(xt.t, d, keep); }, ArgmaxRef(xt, d, keep));
+        k.Expect(
+            Call("argmax", xi) + how_arg, [&] { return argmax(xi.t, d, keep); }, ArgmaxRef(xi, d, keep));
       }
     }
     const Tensor total = sum(xe.t);  // computed with the rest; item() then reads the stored value
     k.Check();
     try {
-      EXPECT_EQ(total.item(), SumRef(kF32, xe, all, 0).values[0]) << Label("Reductions", c) << ": item() of "
-                                                                 << Call("sum", xe);
+      EXPECT_EQ(total.item(), SumRef(kF32, xe, all, 0).values[0])
+          << Label("Reductions", c) << ": item() of " << Call("sum", xe);
     } catch (const std::exception& e) {
       ADD_FAILURE() << Label("Reductions", c) << ": item() of " << Call("sum", xe) << " threw: " << e.what();
     }
@@ -1060,14 +1201,17 @@ TEST(OpsReference, SoftmaxLogSoftmaxAndCrossEntropy) {
     const Host logits = MakeHost(kF32, Dims{rows, classes}, rng.Reals(rows * classes, -3, 3));
     const Host labels = MakeHost(kI64, Dims{rows}, rng.Ints(rows, 0, classes - 1));
     Case k(Label("SoftmaxLogSoftmaxAndCrossEntropy", c));
-    k.Expect(Call("softmax", x) + how, [&] { return softmax(x.t, d); }, SoftmaxRef(x, d, false), kSoftmaxTol);
-    k.Expect(Call("log_softmax", x) + how, [&] { return log_softmax(x.t, d); }, SoftmaxRef(x, d, true),
-             kLogSoftmaxTol);
-    k.Expect(Call("softmax", xd) + how, [&] { return softmax(xd.t, d); }, SoftmaxRef(xd, d, false), kDoubleTol);
-    k.Expect(Call("log_softmax", xd) + how, [&] { return log_softmax(xd.t, d); }, SoftmaxRef(xd, d, true),
-             kDoubleTol);
-    k.Expect(Call("nn::cross_entropy", logits, labels), [&] { return nn::cross_entropy(logits.t, labels.t); },
-             CrossEntropyRef(logits, labels), kLogSoftmaxTol);
+    k.Expect(
+        Call("softmax", x) + how, [&] { return softmax(x.t, d); }, SoftmaxRef(x, d, false), kSoftmaxTol);
+    k.Expect(
+        Call("log_softmax", x) + how, [&] { return log_softmax(x.t, d); }, SoftmaxRef(x, d, true), kLogSoftmaxTol);
+    k.Expect(
+        Call("softmax", xd) + how, [&] { return softmax(xd.t, d); }, SoftmaxRef(xd, d, false), kDoubleTol);
+    k.Expect(
+        Call("log_softmax", xd) + how, [&] { return log_softmax(xd.t, d); }, SoftmaxRef(xd, d, true), kDoubleTol);
+    k.Expect(
+        Call("nn::cross_entropy", logits, labels), [&] { return nn::cross_entropy(logits.t, labels.t); },
+        CrossEntropyRef(logits, labels), kLogSoftmaxTol);
     k.Check();
   }
 }
@@ -1108,11 +1252,13 @@ TEST(OpsReference, NnLinearAndMlp) {
     Reference want_mlp(kF32, ydims);
     const Values h = LinearRows(x.values, rows, in, HostValues(mp[0]), HostValues(mp[1]), hidden, true);
     want_mlp.values = LinearRows(h, rows, hidden, HostValues(mp[2]), HostValues(mp[3]), out, false);
-    const std::string sizes = " in=" + std::to_string(in) + " hidden=" + std::to_string(hidden) +
-                              " out=" + std::to_string(out);
+    const std::string sizes =
+        " in=" + std::to_string(in) + " hidden=" + std::to_string(hidden) + " out=" + std::to_string(out);
     Case k(Label("NnLinearAndMlp", c));
-    k.Expect(Call("nn::Linear", x) + sizes, [&] { return linear(x.t); }, want_linear, kNnTol);
-    k.Expect(Call("nn::MLP", x) + sizes, [&] { return mlp(x.t); }, want_mlp, kNnTol);
+    k.Expect(
+        Call("nn::Linear", x) + sizes, [&] { return linear(x.t); }, want_linear, kNnTol);
+    k.Expect(
+        Call("nn::MLP", x) + sizes, [&] { return mlp(x.t); }, want_mlp, kNnTol);
     k.Check();
   }
 }
@@ -1174,17 +1320,23 @@ TEST(OpsReference, Reshape) {
     const Dims resolved = Resolved(target, n);
     const std::string to = " to " + DimsText(target);
     Case k(Label("Reshape", c));
-    k.Expect(Call("reshape", x) + to, [&] { return reshape(x.t, target); }, WithDims(x, resolved));
-    k.Expect(Call("Tensor::reshape", x) + to, [&] { return x.t.reshape(target); }, WithDims(x, resolved));
-    k.Expect(Call("reshape", xi) + to, [&] { return reshape(xi.t, target); }, WithDims(xi, resolved));
-    k.Expect(Call("reshape", x) + " to [-1]", [&] { return reshape(x.t, {-1}); }, WithDims(x, Dims{n}));
-    k.Expect(Call("reshape(exp)", x) + to, [&] { return reshape(exp(x.t), target); },
-             WithDims(Derived(Map1(kF32, x, Exp)), resolved), kUlps);
+    k.Expect(
+        Call("reshape", x) + to, [&] { return reshape(x.t, target); }, WithDims(x, resolved));
+    k.Expect(
+        Call("Tensor::reshape", x) + to, [&] { return x.t.reshape(target); }, WithDims(x, resolved));
+    k.Expect(
+        Call("reshape", xi) + to, [&] { return reshape(xi.t, target); }, WithDims(xi, resolved));
+    k.Expect(
+        Call("reshape", x) + " to [-1]", [&] { return reshape(x.t, {-1}); }, WithDims(x, Dims{n}));
+    k.Expect(
+        Call("reshape(exp)", x) + to, [&] { return reshape(exp(x.t), target); },
+        WithDims(Derived(Map1(kF32, x, Exp)), resolved), kUlps);
     if (rank >= 2) {  // a transposed input: the elements move
       Dims perm = Identity(rank);
       std::swap(perm.front(), perm.back());
-      k.Expect(Call("reshape(transpose(x, 0, -1))", x) + to, [&] { return reshape(transpose(x.t, 0, -1), target); },
-               WithDims(Derived(PermuteRef(x, perm)), resolved));
+      k.Expect(
+          Call("reshape(transpose(x, 0, -1))", x) + to, [&] { return reshape(transpose(x.t, 0, -1), target); },
+          WithDims(Derived(PermuteRef(x, perm)), resolved));
     }
     k.Check();
   }
@@ -1205,21 +1357,27 @@ TEST(OpsReference, TransposeAndPermute) {
     const Dims perm2 = RandomPerm(rng, rank);
     const std::string how = " perm=" + DimsText(signed_perm);
     Case k(Label("TransposeAndPermute", c));
-    k.Expect(Call("permute", x) + how, [&] { return permute(x.t, signed_perm); }, PermuteRef(x, perm));
-    k.Expect(Call("permute", xi) + how, [&] { return permute(xi.t, signed_perm); }, PermuteRef(xi, perm));
-    k.Expect(Call("neg(permute)", x) + how, [&] { return neg(permute(x.t, signed_perm)); },
-             Map1(kF32, Derived(PermuteRef(x, perm)), Negate));
-    k.Expect(Call("permute(permute)", x) + how + " then " + DimsText(perm2),
-             [&] { return permute(permute(x.t, signed_perm), perm2); },
-             PermuteRef(Derived(PermuteRef(x, perm)), perm2));
+    k.Expect(
+        Call("permute", x) + how, [&] { return permute(x.t, signed_perm); }, PermuteRef(x, perm));
+    k.Expect(
+        Call("permute", xi) + how, [&] { return permute(xi.t, signed_perm); }, PermuteRef(xi, perm));
+    k.Expect(
+        Call("neg(permute)", x) + how, [&] { return neg(permute(x.t, signed_perm)); },
+        Map1(kF32, Derived(PermuteRef(x, perm)), Negate));
+    k.Expect(
+        Call("permute(permute)", x) + how + " then " + DimsText(perm2),
+        [&] { return permute(permute(x.t, signed_perm), perm2); }, PermuteRef(Derived(PermuteRef(x, perm)), perm2));
     if (rank >= 1) {
       const int64_t d0 = rng.Int(-rank, rank - 1), d1 = rng.Int(-rank, rank - 1);
       Dims swapped = Identity(rank);
       std::swap(swapped[Ix(Norm(d0, rank))], swapped[Ix(Norm(d1, rank))]);
       const std::string which = " dims " + std::to_string(d0) + "," + std::to_string(d1);
-      k.Expect(Call("transpose", x) + which, [&] { return transpose(x.t, d0, d1); }, PermuteRef(x, swapped));
-      k.Expect(Call("Tensor::transpose", x) + which, [&] { return x.t.transpose(d0, d1); }, PermuteRef(x, swapped));
-      k.Expect(Call("transpose", xi) + which, [&] { return transpose(xi.t, d0, d1); }, PermuteRef(xi, swapped));
+      k.Expect(
+          Call("transpose", x) + which, [&] { return transpose(x.t, d0, d1); }, PermuteRef(x, swapped));
+      k.Expect(
+          Call("Tensor::transpose", x) + which, [&] { return x.t.transpose(d0, d1); }, PermuteRef(x, swapped));
+      k.Expect(
+          Call("transpose", xi) + which, [&] { return transpose(xi.t, d0, d1); }, PermuteRef(xi, swapped));
     }
     k.Check();
   }
@@ -1255,12 +1413,16 @@ TEST(OpsReference, Expand) {
     const Host xi = MakeHost(kI64, dims, rng.Ints(n, -9, 9));
     const std::string to = " to " + DimsText(sizes);
     Case k(Label("Expand", c));
-    k.Expect(Call("expand", x) + to, [&] { return expand(x.t, sizes); }, ExpandRef(x, out));
-    k.Expect(Call("expand", xi) + to, [&] { return expand(xi.t, sizes); }, ExpandRef(xi, out));
-    k.Expect(Call("expand(neg)", x) + to, [&] { return expand(neg(x.t), sizes); },
-             ExpandRef(Derived(Map1(kF32, x, Negate)), out));
-    k.Expect(Call("expand * 2", x) + to, [&] { return expand(x.t, sizes) * 2.0; },
-             Map1(kF32, Derived(ExpandRef(x, out)), [](double v) { return v * 2; }));
+    k.Expect(
+        Call("expand", x) + to, [&] { return expand(x.t, sizes); }, ExpandRef(x, out));
+    k.Expect(
+        Call("expand", xi) + to, [&] { return expand(xi.t, sizes); }, ExpandRef(xi, out));
+    k.Expect(
+        Call("expand(neg)", x) + to, [&] { return expand(neg(x.t), sizes); },
+        ExpandRef(Derived(Map1(kF32, x, Negate)), out));
+    k.Expect(
+        Call("expand * 2", x) + to, [&] { return expand(x.t, sizes) * 2.0; },
+        Map1(kF32, Derived(ExpandRef(x, out)), [](double v) { return v * 2; }));
     k.Check();
   }
 }
@@ -1313,16 +1475,21 @@ TEST(OpsReference, Slice) {
     const Reference first = SliceRef(x, s.dim, s.start, s.end, s.step);
     const SliceArgs s2 = RandomSlice(rng, first.dims);
     Case k(Label("Slice", c));
-    k.Expect(Call("slice", x) + s.text(), [&] { return slice(x.t, s.dim, s.start, s.end, s.step); }, first);
-    k.Expect(Call("slice", xi) + s.text(), [&] { return slice(xi.t, s.dim, s.start, s.end, s.step); },
-             SliceRef(xi, s.dim, s.start, s.end, s.step));
-    k.Expect(Call("slice (step 1 by default)", x) + s.text(), [&] { return slice(x.t, s.dim, s.start, s.end); },
-             SliceRef(x, s.dim, s.start, s.end, 1));
-    k.Expect(Call("slice(slice)", x) + s.text() + " then" + s2.text(),
-             [&] { return slice(slice(x.t, s.dim, s.start, s.end, s.step), s2.dim, s2.start, s2.end, s2.step); },
-             SliceRef(Derived(first), s2.dim, s2.start, s2.end, s2.step));
-    k.Expect(Call("slice * 2", x) + s.text(), [&] { return slice(x.t, s.dim, s.start, s.end, s.step) * 2.0; },
-             Map1(kF32, Derived(first), [](double v) { return v * 2; }));
+    k.Expect(
+        Call("slice", x) + s.text(), [&] { return slice(x.t, s.dim, s.start, s.end, s.step); }, first);
+    k.Expect(
+        Call("slice", xi) + s.text(), [&] { return slice(xi.t, s.dim, s.start, s.end, s.step); },
+        SliceRef(xi, s.dim, s.start, s.end, s.step));
+    k.Expect(
+        Call("slice (step 1 by default)", x) + s.text(), [&] { return slice(x.t, s.dim, s.start, s.end); },
+        SliceRef(x, s.dim, s.start, s.end, 1));
+    k.Expect(
+        Call("slice(slice)", x) + s.text() + " then" + s2.text(),
+        [&] { return slice(slice(x.t, s.dim, s.start, s.end, s.step), s2.dim, s2.start, s2.end, s2.step); },
+        SliceRef(Derived(first), s2.dim, s2.start, s2.end, s2.step));
+    k.Expect(
+        Call("slice * 2", x) + s.text(), [&] { return slice(x.t, s.dim, s.start, s.end, s.step) * 2.0; },
+        Map1(kF32, Derived(first), [](double v) { return v * 2; }));
     k.Check();
   }
 }
@@ -1372,15 +1539,18 @@ TEST(OpsReference, Cat) {
     negated_first[0] = Derived(Map1(kF32, parts[0], Negate));
     const std::string how = "{" + shapes + "} dim=" + std::to_string(dim);
     Case k(Label("Cat", c));
-    k.Expect("cat f32 " + how, [&] { return cat(TensorsOf(parts), dim); }, CatRef(parts, dim));
-    k.Expect("cat i64 " + how, [&] { return cat(TensorsOf(int_parts), dim); }, CatRef(int_parts, dim));
-    k.Expect("cat with neg(first) f32 " + how,
-             [&] {
-               std::vector<Tensor> ts = TensorsOf(parts);
-               ts[0] = neg(ts[0]);
-               return cat(ts, dim);
-             },
-             CatRef(negated_first, dim));
+    k.Expect(
+        "cat f32 " + how, [&] { return cat(TensorsOf(parts), dim); }, CatRef(parts, dim));
+    k.Expect(
+        "cat i64 " + how, [&] { return cat(TensorsOf(int_parts), dim); }, CatRef(int_parts, dim));
+    k.Expect(
+        "cat with neg(first) f32 " + how,
+        [&] {
+          std::vector<Tensor> ts = TensorsOf(parts);
+          ts[0] = neg(ts[0]);
+          return cat(ts, dim);
+        },
+        CatRef(negated_first, dim));
     k.Check();
   }
 }
@@ -1411,12 +1581,15 @@ TEST(OpsReference, IndexSelect) {
     const Host index = MakeHost(c % 2 ? kI32 : kI64, Dims{len}, rng.Ints(len, 0, size - 1));
     const std::string how = " dim=" + std::to_string(dim);
     Case k(Label("IndexSelect", c));
-    k.Expect(Call("index_select", x, index) + how, [&] { return index_select(x.t, dim, index.t); },
-             IndexSelectRef(x, dim, index));
-    k.Expect(Call("index_select", xi, index) + how, [&] { return index_select(xi.t, dim, index.t); },
-             IndexSelectRef(xi, dim, index));
-    k.Expect(Call("index_select(neg)", x, index) + how, [&] { return index_select(neg(x.t), dim, index.t); },
-             IndexSelectRef(Derived(Map1(kF32, x, Negate)), dim, index));
+    k.Expect(
+        Call("index_select", x, index) + how, [&] { return index_select(x.t, dim, index.t); },
+        IndexSelectRef(x, dim, index));
+    k.Expect(
+        Call("index_select", xi, index) + how, [&] { return index_select(xi.t, dim, index.t); },
+        IndexSelectRef(xi, dim, index));
+    k.Expect(
+        Call("index_select(neg)", x, index) + how, [&] { return index_select(neg(x.t), dim, index.t); },
+        IndexSelectRef(Derived(Map1(kF32, x, Negate)), dim, index));
     k.Check();
   }
 }
@@ -1454,8 +1627,10 @@ TEST(OpsReference, Gather) {
     const Host index = MakeHost(c % 2 ? kI32 : kI64, index_dims, rng.Ints(Numel(index_dims), 0, dims[Ix(d)] - 1));
     const std::string how = " dim=" + std::to_string(dim);
     Case k(Label("Gather", c));
-    k.Expect(Call("gather", x, index) + how, [&] { return gather(x.t, dim, index.t); }, GatherRef(x, dim, index));
-    k.Expect(Call("gather", xi, index) + how, [&] { return gather(xi.t, dim, index.t); }, GatherRef(xi, dim, index));
+    k.Expect(
+        Call("gather", x, index) + how, [&] { return gather(x.t, dim, index.t); }, GatherRef(x, dim, index));
+    k.Expect(
+        Call("gather", xi, index) + how, [&] { return gather(xi.t, dim, index.t); }, GatherRef(xi, dim, index));
     k.Check();
   }
 }
@@ -1480,10 +1655,12 @@ TEST(OpsReference, OneHot) {
     const Host index = MakeHost(c % 2 ? kI32 : kI64, dims, rng.Ints(Numel(dims), 0, classes - 1));
     const std::string how = " classes=" + std::to_string(classes);
     Case k(Label("OneHot", c));
-    k.Expect(Call("one_hot", index) + how, [&] { return one_hot(index.t, classes); }, OneHotRef(index, classes, kI64));
+    k.Expect(
+        Call("one_hot", index) + how, [&] { return one_hot(index.t, classes); }, OneHotRef(index, classes, kI64));
     for (DType dtype : {kF32, kF64, kI32, kI64, kBool}) {
-      k.Expect(Call("one_hot", index) + how + " dtype=" + std::string(ir::DTypeName(dtype)),
-               [&] { return one_hot(index.t, classes, dtype); }, OneHotRef(index, classes, dtype));
+      k.Expect(
+          Call("one_hot", index) + how + " dtype=" + std::string(ir::DTypeName(dtype)),
+          [&] { return one_hot(index.t, classes, dtype); }, OneHotRef(index, classes, dtype));
     }
     k.Check();
   }
@@ -1539,24 +1716,35 @@ TEST(OpsReference, Factories) {
     const std::string of = DimsText(dims);
     const std::string range = std::to_string(start) + ", " + std::to_string(end) + ", " + std::to_string(step);
     Case k(Label("Factories", c));
-    k.Expect("zeros(" + of + ")", [&] { return zeros(dims); }, Filled(kF32, dims, 0));
-    k.Expect("zeros(" + of + ", i64)", [&] { return zeros(dims, kI64); }, Filled(kI64, dims, 0));
-    k.Expect("ones(" + of + ")", [&] { return ones(dims); }, Filled(kF32, dims, 1));
-    k.Expect("ones(" + of + ", f64)", [&] { return ones(dims, kF64); }, Filled(kF64, dims, 1));
-    k.Expect("ones(" + of + ", bool)", [&] { return ones(dims, kBool); }, Filled(kBool, dims, 1));
-    k.Expect("full(" + of + ", " + Num(v) + ")", [&] { return full(dims, Scalar(v)); }, Filled(kF32, dims, v));
-    k.Expect("full(" + of + ", static " + Num(v64) + ", f64)", [&] { return full(dims, Scalar::Static(v64), kF64); },
-             Filled(kF64, dims, v64));
-    k.Expect("full(" + of + ", " + std::to_string(vi) + ", i64)", [&] { return full(dims, Scalar(vi), kI64); },
-             Filled(kI64, dims, static_cast<double>(vi)));
+    k.Expect(
+        "zeros(" + of + ")", [&] { return zeros(dims); }, Filled(kF32, dims, 0));
+    k.Expect(
+        "zeros(" + of + ", i64)", [&] { return zeros(dims, kI64); }, Filled(kI64, dims, 0));
+    k.Expect(
+        "ones(" + of + ")", [&] { return ones(dims); }, Filled(kF32, dims, 1));
+    k.Expect(
+        "ones(" + of + ", f64)", [&] { return ones(dims, kF64); }, Filled(kF64, dims, 1));
+    k.Expect(
+        "ones(" + of + ", bool)", [&] { return ones(dims, kBool); }, Filled(kBool, dims, 1));
+    k.Expect(
+        "full(" + of + ", " + Num(v) + ")", [&] { return full(dims, Scalar(v)); }, Filled(kF32, dims, v));
+    k.Expect(
+        "full(" + of + ", static " + Num(v64) + ", f64)", [&] { return full(dims, Scalar::Static(v64), kF64); },
+        Filled(kF64, dims, v64));
+    k.Expect(
+        "full(" + of + ", " + std::to_string(vi) + ", i64)", [&] { return full(dims, Scalar(vi), kI64); },
+        Filled(kI64, dims, static_cast<double>(vi)));
     if ((step > 0 && end < start) || (step < 0 && end > start)) {  // bounds against the step: refused
       EXPECT_THROW(arange(start, end, step), Error) << "arange(" << range << ")";
     } else {
-      k.Expect("arange(" + range + ")", [&] { return arange(start, end, step); }, ArangeRef(start, end, step, kI64));
-      k.Expect("arange(" + range + ", f32)", [&] { return arange(start, end, step, kF32); },
-               ArangeRef(start, end, step, kF32));
+      k.Expect(
+          "arange(" + range + ")", [&] { return arange(start, end, step); }, ArangeRef(start, end, step, kI64));
+      k.Expect(
+          "arange(" + range + ", f32)", [&] { return arange(start, end, step, kF32); },
+          ArangeRef(start, end, step, kF32));
     }
-    k.Expect("arange(" + std::to_string(stop) + ")", [&] { return arange(stop); }, ArangeRef(0, stop, 1, kI64));
+    k.Expect(
+        "arange(" + std::to_string(stop) + ")", [&] { return arange(stop); }, ArangeRef(0, stop, 1, kI64));
     const Tensor uniform = rand(dims);
     const Tensor wide = rand(dims, Scalar::Static(-2.0), Scalar::Static(2.0));
     const Tensor normal = randn(dims);

@@ -95,8 +95,7 @@ TEST(Optim, SgdMatchesReferenceStepByStep) {
           d = velocity[i];
         }
         ref[i] -= lr * d;
-        EXPECT_NEAR(got[i], ref[i], 2e-6 * std::max(1.0, std::abs(ref[i])))
-            << "step " << step << " element " << i;
+        EXPECT_NEAR(got[i], ref[i], 2e-6 * std::max(1.0, std::abs(ref[i]))) << "step " << step << " element " << i;
       }
       opt.zero_grad();
       EXPECT_FALSE(p.grad().defined()) << "zero_grad left a gradient after step " << step;
@@ -228,8 +227,8 @@ constexpr double kTorchAdamWLosses[][3] = {
 
 // The MLP's training loss tracks torch.optim.AdamW's (f32, same weights and batches) within 1e-4
 // relative for every step of the reference (120). With the former f32 bias corrections, 1 - exp(t ln b),
-// it left PyTorch's at step 25. The reference covers only steps where PyTorch f32 itself stays within 1e-4 of PyTorch f64
-// (its third column): beyond, f32 rounding alone decides the trajectory.
+// it left PyTorch's at step 25. The reference covers only steps where PyTorch f32 itself stays within 1e-4 of PyTorch
+// f64 (its third column): beyond, f32 rounding alone decides the trajectory.
 TEST(Optim, AdamWTracksTorchOptimOnAnMlp) {
   const std::vector<int64_t> sizes = {64, 48, 32, 10};
   constexpr int64_t kBatch = 32;
@@ -449,7 +448,8 @@ TEST(Nn, MlpStacksLinearLayersWithReluBetween) {
     for (size_t j = 0; j < 2; ++j) {
       host.push_back(params[2 * l + j].to_vector<float>());
       for (size_t i = 0; i < host.back().size(); ++i) {
-        EXPECT_LE(std::abs(host.back()[i]), bound) << "layer " << l << (j == 0 ? " weight" : " bias") << " element " << i;
+        EXPECT_LE(std::abs(host.back()[i]), bound)
+            << "layer " << l << (j == 0 ? " weight" : " bias") << " element " << i;
       }
     }
   }

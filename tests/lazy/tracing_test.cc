@@ -52,9 +52,7 @@ TEST(Tracing, HashSensitiveToShapeOpAndOperandOrder) {
 }
 
 TEST(Tracing, SameProgramSameHash) {
-  auto step = [](const Tensor& x, const Tensor& w, double lr) {
-    return softmax(matmul(x, w) * lr, -1);
-  };
+  auto step = [](const Tensor& x, const Tensor& w, double lr) { return softmax(matmul(x, w) * lr, -1); };
   Tensor x = Input({8, 4}), w = Input({4, 3});
   EXPECT_EQ(graph_hash({step(x, w, 0.1)}), graph_hash({step(x, w, 0.01)}));
 }
@@ -90,7 +88,7 @@ TEST(Tracing, OpShapes) {
   EXPECT_EQ(matmul(Input({3}), Input({3, 7})).shape(), Shape(DType::kF32, {7}));
   EXPECT_EQ(matmul(Input({2, 3}), Input({3})).shape(), Shape(DType::kF32, {2}));
   EXPECT_EQ(log_softmax(x, 1).shape(), x.shape());
-  EXPECT_EQ(where(gt(x, 0.0), x, zeros({1}) ).shape(), x.shape());
+  EXPECT_EQ(where(gt(x, 0.0), x, zeros({1})).shape(), x.shape());
   Tensor idx = arange(0, 4);
   EXPECT_EQ(idx.shape(), Shape(DType::kI64, {4}));
   EXPECT_EQ(arange(10, 0, -3).shape(), Shape(DType::kI64, {4}));

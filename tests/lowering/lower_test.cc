@@ -17,8 +17,8 @@
 namespace lazyrt::lowering {
 namespace {
 
-using ir::AttrKey;
 using ir::Attributes;
+using ir::AttrKey;
 using ir::DType;
 using ir::OpKind;
 using ir::Shape;
@@ -46,29 +46,29 @@ std::map<Opcode, int> Lowered(const Value& root, pjrt::proto::Module* out = null
 
 const Shape kF32_2x3(DType::kF32, {2, 3});
 
-TEST(Lowering, EveryFloatUnaryOpIsItsDeviceOpcode) {
-#define LAZYRT_X(name, fn, device)                                                 \
-  {                                                                                \
+TEST(Lowering, EveryFloatUnaryOpIsItsDeviceOpcode){
+#define LAZYRT_X(name, fn, device)                                                              \
+  {                                                                                             \
     const std::map<Opcode, int> ops = Lowered(Op(OpKind::k##name, {Leaf(kF32_2x3)}, kF32_2x3)); \
-    EXPECT_EQ(ops.count(Opcode::k##device), 1u) << #name;                          \
-    EXPECT_EQ(ops.size(), 2u) << #name << ": a parameter and the op";              \
+    EXPECT_EQ(ops.count(Opcode::k##device), 1u) << #name;                                       \
+    EXPECT_EQ(ops.size(), 2u) << #name << ": a parameter and the op";                           \
   }
-  LAZYRT_IR_FLOAT_UNARY_OPS(LAZYRT_X)
+    LAZYRT_IR_FLOAT_UNARY_OPS(LAZYRT_X)
 #undef LAZYRT_X
 }
 
-TEST(Lowering, EveryReductionIsOneReduceWithItsCombiner) {
-#define LAZYRT_X(name, kind)                                                                              \
-  {                                                                                                       \
-    pjrt::proto::Module m;                                                                                \
-    Lowered(Op(OpKind::k##name, {Leaf(kF32_2x3)}, Shape(DType::kF32, {2}),                                \
-               Attributes{{AttrKey::kAxes, std::vector<int64_t>{1}}, {AttrKey::kKeepDim, false}}),        \
-            &m);                                                                                          \
-    ASSERT_EQ(m.instructions_size(), 2) << #name;                                                         \
-    EXPECT_EQ(m.instructions(1).opcode(), static_cast<int32_t>(Opcode::kReduce)) << #name;                \
-    EXPECT_EQ(m.instructions(1).combiner(), static_cast<int32_t>(pjrt::Combiner::k##kind)) << #name;      \
+TEST(Lowering, EveryReductionIsOneReduceWithItsCombiner){
+#define LAZYRT_X(name, kind)                                                                         \
+  {                                                                                                  \
+    pjrt::proto::Module m;                                                                           \
+    Lowered(Op(OpKind::k##name, {Leaf(kF32_2x3)}, Shape(DType::kF32, {2}),                           \
+               Attributes{{AttrKey::kAxes, std::vector<int64_t>{1}}, {AttrKey::kKeepDim, false}}),   \
+            &m);                                                                                     \
+    ASSERT_EQ(m.instructions_size(), 2) << #name;                                                    \
+    EXPECT_EQ(m.instructions(1).opcode(), static_cast<int32_t>(Opcode::kReduce)) << #name;           \
+    EXPECT_EQ(m.instructions(1).combiner(), static_cast<int32_t>(pjrt::Combiner::k##kind)) << #name; \
   }
-  LAZYRT_IR_REDUCE_OPS(LAZYRT_X)
+    LAZYRT_IR_REDUCE_OPS(LAZYRT_X)
 #undef LAZYRT_X
 }
 

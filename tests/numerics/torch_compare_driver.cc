@@ -116,30 +116,38 @@ const std::map<std::string, OpFn>& Ops() {
       {"lt", [](const Inputs& x, const json&) { return lt(x[0], x[1]); }},
       {"ge", [](const Inputs& x, const json&) { return ge(x[0], x[1]); }},
       {"where", [](const Inputs& x, const json&) { return where(x[0], x[1], x[2]); }},
-      {"cast", [](const Inputs& x, const json& a) {
-         return cast(x[0], *ir::DTypeFromName(a.at("dtype").get<std::string>()));
-       }},
+      {"cast",
+       [](const Inputs& x, const json& a) { return cast(x[0], *ir::DTypeFromName(a.at("dtype").get<std::string>())); }},
       {"matmul", [](const Inputs& x, const json&) { return matmul(x[0], x[1]); }},
-      {"sum", [=](const Inputs& x, const json& a) { return sum(x[0], dims_attr(a, "dims"), a.value("keepdim", false)); }},
-      {"mean", [=](const Inputs& x, const json& a) { return mean(x[0], dims_attr(a, "dims"), a.value("keepdim", false)); }},
-      {"amax", [=](const Inputs& x, const json& a) { return max(x[0], dims_attr(a, "dims"), a.value("keepdim", false)); }},
-      {"amin", [=](const Inputs& x, const json& a) { return min(x[0], dims_attr(a, "dims"), a.value("keepdim", false)); }},
-      {"prod", [=](const Inputs& x, const json& a) { return prod(x[0], dims_attr(a, "dims"), a.value("keepdim", false)); }},
-      {"argmax", [](const Inputs& x, const json& a) { return argmax(x[0], a.at("dim").get<int64_t>(), a.value("keepdim", false)); }},
+      {"sum",
+       [=](const Inputs& x, const json& a) { return sum(x[0], dims_attr(a, "dims"), a.value("keepdim", false)); }},
+      {"mean",
+       [=](const Inputs& x, const json& a) { return mean(x[0], dims_attr(a, "dims"), a.value("keepdim", false)); }},
+      {"amax",
+       [=](const Inputs& x, const json& a) { return max(x[0], dims_attr(a, "dims"), a.value("keepdim", false)); }},
+      {"amin",
+       [=](const Inputs& x, const json& a) { return min(x[0], dims_attr(a, "dims"), a.value("keepdim", false)); }},
+      {"prod",
+       [=](const Inputs& x, const json& a) { return prod(x[0], dims_attr(a, "dims"), a.value("keepdim", false)); }},
+      {"argmax", [](const Inputs& x,
+                    const json& a) { return argmax(x[0], a.at("dim").get<int64_t>(), a.value("keepdim", false)); }},
       {"softmax", [](const Inputs& x, const json& a) { return softmax(x[0], a.at("dim").get<int64_t>()); }},
       {"log_softmax", [](const Inputs& x, const json& a) { return log_softmax(x[0], a.at("dim").get<int64_t>()); }},
       {"reshape", [=](const Inputs& x, const json& a) { return reshape(x[0], dims_attr(a, "sizes")); }},
       {"permute", [=](const Inputs& x, const json& a) { return permute(x[0], dims_attr(a, "perm")); }},
-      {"transpose", [](const Inputs& x, const json& a) {
+      {"transpose",
+       [](const Inputs& x, const json& a) {
          return transpose(x[0], a.at("dim0").get<int64_t>(), a.at("dim1").get<int64_t>());
        }},
       {"expand", [=](const Inputs& x, const json& a) { return expand(x[0], dims_attr(a, "sizes")); }},
-      {"slice", [](const Inputs& x, const json& a) {
+      {"slice",
+       [](const Inputs& x, const json& a) {
          return slice(x[0], a.at("dim").get<int64_t>(), a.at("start").get<int64_t>(), a.at("end").get<int64_t>(),
                       a.at("step").get<int64_t>());
        }},
       {"cat", [](const Inputs& x, const json& a) { return cat(x, a.at("dim").get<int64_t>()); }},
-      {"index_select", [](const Inputs& x, const json& a) { return index_select(x[0], a.at("dim").get<int64_t>(), x[1]); }},
+      {"index_select",
+       [](const Inputs& x, const json& a) { return index_select(x[0], a.at("dim").get<int64_t>(), x[1]); }},
       {"gather", [](const Inputs& x, const json& a) { return gather(x[0], a.at("dim").get<int64_t>(), x[1]); }},
       {"one_hot", [](const Inputs& x, const json& a) { return one_hot(x[0], a.at("num_classes").get<int64_t>()); }},
       {"cross_entropy", [](const Inputs& x, const json&) { return nn::cross_entropy(x[0], x[1]); }},
@@ -172,7 +180,9 @@ json RunOptimizer(const std::string& op, const Inputs& inputs, const json& a) {
     sync();
     for (double v : p.to_vector<double>()) values.push_back(ToJson(v));
   }
-  return json{{"dtype", "f32"}, {"dims", json::array({static_cast<int64_t>(values.size())})}, {"values", values},
+  return json{{"dtype", "f32"},
+              {"dims", json::array({static_cast<int64_t>(values.size())})},
+              {"values", values},
               {"grads", json::array()}};
 }
 

@@ -59,7 +59,8 @@ TEST_F(BufferAssignmentTest, ReusesArenaBytes) {
   const int64_t n = 1024, count = 12;
   ModuleBuilder b;
   int64_t v = b.Parameter(0, proto::F32, {n});
-  for (int i = 0; i < count; ++i) v = b.Unary(i % 2 ? Opcode::kNegate : Opcode::kAbs, b.Add(v, b.Constant(1, proto::F32, {n})));
+  for (int i = 0; i < count; ++i)
+    v = b.Unary(i % 2 ? Opcode::kNegate : Opcode::kAbs, b.Add(v, b.Constant(1, proto::F32, {n})));
   b.Output(v);
   const proto::Executable exe = CompileToProto(b.module(), kUnfused);
   int64_t intermediate_bytes = 0;
@@ -68,7 +69,7 @@ TEST_F(BufferAssignmentTest, ReusesArenaBytes) {
   }
   EXPECT_GE(intermediate_bytes, (2 * count - 1) * n * 4);
   EXPECT_LT(exe.arena_bytes(), intermediate_bytes);
-  EXPECT_LE(exe.arena_bytes(), 3 * n * 4);  // constants, the value and the next one
+  EXPECT_LE(exe.arena_bytes(), 3 * n * 4);              // constants, the value and the next one
   EXPECT_GT(PassChanges(exe, "buffer_assignment"), 0);  // bytes saved
   ExpectNoLiveOverlap(exe);
   // And the reused bytes still compute the right thing.

@@ -13,8 +13,8 @@
 
 namespace lazyrt::pjrt {
 
-using ::testing::ElementsAre;
 using testing::Dims;
+using ::testing::ElementsAre;
 using testing::HostArray;
 using testing::MakeArray;
 using testing::ModuleBuilder;

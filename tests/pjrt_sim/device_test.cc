@@ -36,8 +36,7 @@ TEST(Device, MemoryAccountingAndOutOfMemory) {
     absl::StatusOr<DeviceMemory> b = d.Allocate(500);
     ASSERT_FALSE(b.ok());
     EXPECT_EQ(b.status().code(), absl::StatusCode::kResourceExhausted);
-    EXPECT_THAT(b.status().message(), AllOf(HasSubstr("500 B"), HasSubstr("600 B in use"),
-                                            HasSubstr("1000 B limit")));
+    EXPECT_THAT(b.status().message(), AllOf(HasSubstr("500 B"), HasSubstr("600 B in use"), HasSubstr("1000 B limit")));
     // The device stays usable.
     absl::StatusOr<DeviceMemory> c = d.Allocate(400);
     ASSERT_TRUE(c.ok());
@@ -87,8 +86,14 @@ TEST(Stream, SubmitRunsInlineOnlyWhenIdle) {
   std::mutex gate;
   gate.lock();
   std::vector<int> order;
-  stream.Enqueue([&] { std::lock_guard<std::mutex> wait(gate); order.push_back(0); });
-  stream.Submit(/*inline_if_idle=*/true, [&] { order.push_back(1); ran_on = std::this_thread::get_id(); });
+  stream.Enqueue([&] {
+    std::lock_guard<std::mutex> wait(gate);
+    order.push_back(0);
+  });
+  stream.Submit(/*inline_if_idle=*/true, [&] {
+    order.push_back(1);
+    ran_on = std::this_thread::get_id();
+  });
   gate.unlock();
   stream.Synchronize();
   EXPECT_EQ(order, (std::vector<int>{0, 1}));
@@ -102,7 +107,12 @@ TEST(Stream, WorkEnqueuedDuringAnInlineRunWaitsForIt) {
   std::thread other;
   stream.Submit(/*inline_if_idle=*/true, [&] {
     // Another thread enqueues while this runs inline: the stream thread must not start it meanwhile.
-    other = std::thread([&] { stream.Enqueue([&] { std::lock_guard<std::mutex> l(order_mu); order.push_back(2); }); });
+    other = std::thread([&] {
+      stream.Enqueue([&] {
+        std::lock_guard<std::mutex> l(order_mu);
+        order.push_back(2);
+      });
+    });
     other.join();
     std::this_thread::sleep_for(std::chrono::milliseconds(20));  // room for a wrongly started stream thread
     std::lock_guard<std::mutex> l(order_mu);

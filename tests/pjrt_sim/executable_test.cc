@@ -17,8 +17,8 @@
 namespace lazyrt::pjrt {
 namespace {
 
-using ::testing::HasSubstr;
 using testing::Dims;
+using ::testing::HasSubstr;
 using testing::HostArray;
 using testing::MakeArray;
 using testing::ModuleBuilder;
@@ -41,17 +41,17 @@ proto::Module EveryKernelKind() {
   const int64_t w = b.Parameter(1, proto::F32, {8, 4});
   const int64_t idx = b.Parameter(2, proto::S32, {3});
   const int64_t seed = b.Parameter(3, proto::S64, {});
-  const int64_t h = b.Unary(Opcode::kTanh, b.Dot(x, w));                          // DOT, LOOP
-  const int64_t mx = b.Reduce(Combiner::kMax, h, {1});                        // REDUCE
+  const int64_t h = b.Unary(Opcode::kTanh, b.Dot(x, w));  // DOT, LOOP
+  const int64_t mx = b.Reduce(Combiner::kMax, h, {1});    // REDUCE
   const int64_t e = b.Unary(Opcode::kExp, b.Binary(Opcode::kSubtract, h, b.Broadcast(mx, {6, 4}, {0})));
   const int64_t sm = b.Binary(Opcode::kDivide, e, b.Broadcast(b.Reduce(Combiner::kSum, e, {1}), {6, 4}, {0}));
   b.Output(sm);
-  b.Output(b.Argmax(sm, 1));                                                     // ARGMAX
-  b.Output(b.IndexSelect(sm, idx, 0));                                           // INDEX_SELECT
+  b.Output(b.Argmax(sm, 1));            // ARGMAX
+  b.Output(b.IndexSelect(sm, idx, 0));  // INDEX_SELECT
   const int64_t gidx = b.Convert(b.Iota(proto::S32, {6, 2}, 1), proto::S64);
-  b.Output(b.Gather(sm, gidx, 1));                                               // GATHER
-  b.Output(b.Concatenate({sm, h}, 0));                                           // CONCATENATE
-  b.Output(b.Reshape(sm, {24}));                                                 // ALIAS
+  b.Output(b.Gather(sm, gidx, 1));      // GATHER
+  b.Output(b.Concatenate({sm, h}, 0));  // CONCATENATE
+  b.Output(b.Reshape(sm, {24}));        // ALIAS
   b.Output(b.Rng(Opcode::kRngUniform, seed, proto::F32, {5}, 3));
   b.Output(sm);
   b.Output(x);
@@ -352,8 +352,10 @@ TEST_F(ExecutableTest, RejectsLoadReachingOutsideItsInput) {
   };
   EXPECT_THAT(Message(tamper([](proto::Step& s) { s.set_offset(1); })), HasSubstr("load reaches outside its input"));
   EXPECT_THAT(Message(tamper([](proto::Step& s) { s.set_offset(-1); })), HasSubstr("load reaches outside its input"));
-  EXPECT_THAT(Message(tamper([](proto::Step& s) { s.set_strides(0, 6); })), HasSubstr("load reaches outside its input"));
-  EXPECT_THAT(Message(tamper([](proto::Step& s) { s.set_strides(1, -1); })), HasSubstr("load reaches outside its input"));
+  EXPECT_THAT(Message(tamper([](proto::Step& s) { s.set_strides(0, 6); })),
+              HasSubstr("load reaches outside its input"));
+  EXPECT_THAT(Message(tamper([](proto::Step& s) { s.set_strides(1, -1); })),
+              HasSubstr("load reaches outside its input"));
   EXPECT_THAT(Message(tamper([](proto::Step& s) { s.set_input(7); })), HasSubstr("input out of range"));
   EXPECT_THAT(Message(tamper([](proto::Step& s) { s.add_strides(1); })), HasSubstr("a stride per iteration dim"));
   EXPECT_THAT(Message(tamper([](proto::Step& s) { s.set_type(proto::F64); })), HasSubstr("load type differs"));
@@ -392,20 +394,26 @@ TEST_F(ExecutableTest, RejectsMalformedProgramsAndKernels) {
               HasSubstr("not an earlier step"));
   EXPECT_THAT(tamper([&](proto::Executable& p) { p.mutable_kernels(0)->mutable_program(last)->add_args(0); }),
               HasSubstr("wrong number of arguments"));
-  EXPECT_THAT(tamper([&](proto::Executable& p) { p.mutable_kernels(0)->mutable_program(last)->set_opcode(static_cast<int32_t>(Opcode::kDot)); }),
+  EXPECT_THAT(tamper([&](proto::Executable& p) {
+                p.mutable_kernels(0)->mutable_program(last)->set_opcode(static_cast<int32_t>(Opcode::kDot));
+              }),
               HasSubstr("cannot be fused"));
   EXPECT_THAT(tamper([&](proto::Executable& p) {
                 p.mutable_kernels(0)->mutable_program(last)->set_opcode(static_cast<int32_t>(1234));
               }),
               HasSubstr("invalid opcode"));
-  EXPECT_THAT(tamper([&](proto::Executable& p) { p.mutable_kernels(0)->clear_program(); }), HasSubstr("empty fused program"));
+  EXPECT_THAT(tamper([&](proto::Executable& p) { p.mutable_kernels(0)->clear_program(); }),
+              HasSubstr("empty fused program"));
   EXPECT_THAT(tamper([&](proto::Executable& p) { p.mutable_kernels(0)->mutable_iteration_shape()->set_dims(0, 5); }),
               HasSubstr("iteration space must be the output"));
-  EXPECT_THAT(tamper([&](proto::Executable& p) { p.mutable_kernels(0)->set_kind(static_cast<proto::Kernel::Kind>(42)); }),
-              HasSubstr("unknown kernel kind"));
+  EXPECT_THAT(
+      tamper([&](proto::Executable& p) { p.mutable_kernels(0)->set_kind(static_cast<proto::Kernel::Kind>(42)); }),
+      HasSubstr("unknown kernel kind"));
   // A kernel writing a parameter, an alias, or nothing that exists.
-  EXPECT_THAT(tamper([&](proto::Executable& p) { p.mutable_kernels(0)->set_output(0); }), HasSubstr("writes a slot it may not"));
-  EXPECT_THAT(tamper([&](proto::Executable& p) { p.mutable_kernels(0)->set_output(99); }), HasSubstr("writes a slot it may not"));
+  EXPECT_THAT(tamper([&](proto::Executable& p) { p.mutable_kernels(0)->set_output(0); }),
+              HasSubstr("writes a slot it may not"));
+  EXPECT_THAT(tamper([&](proto::Executable& p) { p.mutable_kernels(0)->set_output(99); }),
+              HasSubstr("writes a slot it may not"));
   // Extra outputs: to a writable slot of the output's dims and the result step's type, one per result
   // step, and from a loop kernel only.
   const int64_t out = good.kernels(0).output();
@@ -541,7 +549,8 @@ TEST_F(ExecutableTest, OutOfMemoryIsResourceExhaustedAndReleasesEverything) {
   std::unique_ptr<Client> tiny = testing::MakeClient(64 << 10);
   Device* device = tiny->device(0);
   std::vector<float> host(1000, 1.5f);
-  absl::StatusOr<std::shared_ptr<Buffer>> arg = tiny->BufferFromHost(host.data(), {PrimitiveType::kF32, {1000}}, device);
+  absl::StatusOr<std::shared_ptr<Buffer>> arg =
+      tiny->BufferFromHost(host.data(), {PrimitiveType::kF32, {1000}}, device);
   ASSERT_TRUE(arg.ok());
   const MemoryStats before = device->memory_stats();
   std::vector<std::shared_ptr<Buffer>> args = {*arg};
@@ -601,7 +610,8 @@ TEST_F(ExecutableTest, OutOfRangeIndexFailsTheResultsNotTheProcess) {
         testing::ExecuteOnHost(*client_, *exe, {hx, MakeArray<int64_t>(PrimitiveType::kS64, {3}, {0, bad, 1})});
     ASSERT_FALSE(r.ok()) << bad;
     EXPECT_EQ(r.status().code(), absl::StatusCode::kOutOfRange) << r.status();
-    EXPECT_THAT(Message(r.status()), HasSubstr(absl::StrCat("index ", bad, " is out of range for a dimension of size 4")));
+    EXPECT_THAT(Message(r.status()),
+                HasSubstr(absl::StrCat("index ", bad, " is out of range for a dimension of size 4")));
   }
   // Each result reports the failure; none hands out garbage.
   Device* device = client_->device(0);
@@ -615,7 +625,8 @@ TEST_F(ExecutableTest, OutOfRangeIndexFailsTheResultsNotTheProcess) {
   std::vector<float> host(8);
   for (const auto& r : *results) {
     EXPECT_EQ(r->AwaitReady().code(), absl::StatusCode::kOutOfRange);
-    EXPECT_EQ(r->ToHost(host.data(), static_cast<size_t>(r->shape().byte_size())).code(), absl::StatusCode::kOutOfRange);
+    EXPECT_EQ(r->ToHost(host.data(), static_cast<size_t>(r->shape().byte_size())).code(),
+              absl::StatusCode::kOutOfRange);
   }
   // A gather too; and valid indices work afterwards.
   ModuleBuilder g("gather");
@@ -640,7 +651,8 @@ TEST_F(ExecutableTest, BuffersAreFreedWhenDropped) {
   const MemoryStats start = device->memory_stats();
   {
     std::vector<std::shared_ptr<Buffer>> args;
-    for (const HostArray& a : EveryKernelKindArgs()) args.push_back(*client_->BufferFromHost(a.bytes.data(), a.shape, device));
+    for (const HostArray& a : EveryKernelKindArgs())
+      args.push_back(*client_->BufferFromHost(a.bytes.data(), a.shape, device));
     for (int i = 0; i < 5; ++i) {
       absl::StatusOr<std::vector<std::shared_ptr<Buffer>>> r = exe->Execute(args, device);
       ASSERT_TRUE(r.ok()) << r.status();
@@ -710,7 +722,8 @@ TEST_F(ExecutableTest, RejectsWrongArguments) {
   EXPECT_THAT(Message(st), HasSubstr("deleted"));
 
   // And the right ones work.
-  absl::StatusOr<std::vector<std::shared_ptr<Buffer>>> r = exe->Execute(std::vector<std::shared_ptr<Buffer>>{f4, s4}, device);
+  absl::StatusOr<std::vector<std::shared_ptr<Buffer>>> r =
+      exe->Execute(std::vector<std::shared_ptr<Buffer>>{f4, s4}, device);
   ASSERT_TRUE(r.ok());
   std::vector<float> back(4);
   ASSERT_TRUE((*r)[0]->ToHost(back.data(), 16).ok());
@@ -731,7 +744,8 @@ TEST_F(ExecutableTest, ManyQueuedExecutionsEachGetTheirOwnResults) {
   for (int i = 0; i < 40; ++i) {
     const float scale = static_cast<float>(i);
     auto bs = *client_->BufferFromHost(&scale, {PrimitiveType::kF32, {}}, device);
-    absl::StatusOr<std::vector<std::shared_ptr<Buffer>>> r = exe->Execute(std::vector<std::shared_ptr<Buffer>>{bx, bs}, device);
+    absl::StatusOr<std::vector<std::shared_ptr<Buffer>>> r =
+        exe->Execute(std::vector<std::shared_ptr<Buffer>>{bx, bs}, device);
     ASSERT_TRUE(r.ok());
     results.push_back((*r)[0]);
   }

@@ -103,7 +103,8 @@ TEST_F(FusionTest, ValueReadTwiceByOneKernelIsNeitherStoredNorRecomputed) {
   ASSERT_EQ(exe.kernels_size(), 1) << KernelSummary(exe);
   EXPECT_EQ(exe.kernels(0).extra_outputs_size(), 0);
   int exps = 0;
-  for (const proto::Step& step : exe.kernels(0).program()) exps += !step.load() && step.opcode() == static_cast<int32_t>(Opcode::kExp);
+  for (const proto::Step& step : exe.kernels(0).program())
+    exps += !step.load() && step.opcode() == static_cast<int32_t>(Opcode::kExp);
   EXPECT_EQ(exps, 1);
 }
 
@@ -126,7 +127,8 @@ TEST_F(FusionTest, LongChainsAreCutAtTheStepLimit) {
   for (int i = 0; i < 100; ++i) v = b.Unary(i % 2 ? Opcode::kTanh : Opcode::kNegate, v);
   b.Output(v);
   for (int64_t limit : {10, 48}) {
-    const proto::Executable exe = CompileToProto(b.module(), {.fusion = true, .autotune = false, .max_fusion_steps = limit});
+    const proto::Executable exe =
+        CompileToProto(b.module(), {.fusion = true, .autotune = false, .max_fusion_steps = limit});
     EXPECT_GE(exe.kernels_size(), 100 / limit) << limit;
     EXPECT_LE(exe.kernels_size(), 100 / limit + 2) << limit;
     for (const proto::Kernel& k : exe.kernels()) {
@@ -161,7 +163,8 @@ TEST_F(FusionTest, ReduceInputFusionPutsExpIntoTheReduceKernel) {
   const std::vector<HostArray> out = Run(b.module(), kFused, {F32(d, v)});
   double want = 0;
   for (int c = 0; c < 10; ++c) want += std::exp(c * 0.5 - 4.5);
-  EXPECT_THAT(out[0].values<float>(), ::testing::Each(::testing::FloatNear(static_cast<float>(std::log(want) + 4.5), 1e-5f)));
+  EXPECT_THAT(out[0].values<float>(),
+              ::testing::Each(::testing::FloatNear(static_cast<float>(std::log(want) + 4.5), 1e-5f)));
 }
 
 TEST_F(FusionTest, LogSoftmaxFusesExpIntoTheReduceKernel) {
@@ -176,7 +179,8 @@ TEST_F(FusionTest, LogSoftmaxFusesExpIntoTheReduceKernel) {
   const proto::Executable exe = CompileToProto(b.module(), kFused);
   int reduce_with_exp = 0;
   for (const proto::Kernel& k : exe.kernels()) {
-    if (k.kind() == proto::Kernel::REDUCE && k.combiner() == static_cast<int32_t>(Combiner::kSum)) reduce_with_exp += Computes(k, Opcode::kExp);
+    if (k.kind() == proto::Kernel::REDUCE && k.combiner() == static_cast<int32_t>(Combiner::kSum))
+      reduce_with_exp += Computes(k, Opcode::kExp);
   }
   EXPECT_EQ(reduce_with_exp, 1) << KernelSummary(exe);
   EXPECT_EQ(KernelsComputing(exe, Opcode::kExp), 1) << KernelSummary(exe);
@@ -188,7 +192,8 @@ TEST_F(FusionTest, SoftmaxComputesExpOnce) {
   const Dims d = {8, 10};
   ModuleBuilder b;
   const int64_t x = b.Parameter(0, proto::F32, d);
-  const int64_t e = b.Unary(Opcode::kExp, b.Binary(Opcode::kSubtract, x, b.Broadcast(b.Reduce(Combiner::kMax, x, {1}), d, {0})));
+  const int64_t e =
+      b.Unary(Opcode::kExp, b.Binary(Opcode::kSubtract, x, b.Broadcast(b.Reduce(Combiner::kMax, x, {1}), d, {0})));
   b.Output(b.Binary(Opcode::kDivide, e, b.Broadcast(b.Reduce(Combiner::kSum, e, {1}), d, {0})));
   const proto::Executable exe = CompileToProto(b.module(), kFused);
   EXPECT_EQ(KernelsComputing(exe, Opcode::kExp), 1) << KernelSummary(exe);

@@ -59,8 +59,14 @@ std::vector<T> RandomValues(std::mt19937_64& rng, int64_t n) {
   std::uniform_int_distribution<int> pick(0, 9);
   for (T& x : v) {
     if constexpr (std::is_floating_point_v<T>) {
-      static constexpr T kSpecial[] = {0, -0.0, 1, -1, std::numeric_limits<T>::quiet_NaN(),
-                                       std::numeric_limits<T>::infinity(), -std::numeric_limits<T>::infinity(), 0.5};
+      static constexpr T kSpecial[] = {0,
+                                       -0.0,
+                                       1,
+                                       -1,
+                                       std::numeric_limits<T>::quiet_NaN(),
+                                       std::numeric_limits<T>::infinity(),
+                                       -std::numeric_limits<T>::infinity(),
+                                       0.5};
       x = pick(rng) == 0 ? kSpecial[rng() % 8] : std::uniform_real_distribution<T>(-3, 3)(rng);
     } else if constexpr (std::is_same_v<T, uint8_t>) {
       x = static_cast<uint8_t>(rng() & 1);
@@ -92,8 +98,10 @@ bool Close(T got, T want, double rel) {
 
 template <typename T>
 std::string Show(T v) {
-  if constexpr (std::is_same_v<T, uint8_t>) return std::to_string(static_cast<int>(v));
-  else return absl::StrCat(v);
+  if constexpr (std::is_same_v<T, uint8_t>)
+    return std::to_string(static_cast<int>(v));
+  else
+    return absl::StrCat(v);
 }
 
 // Checks every element of `got` against ref(i); reports the first few differences.
@@ -189,8 +197,10 @@ T RefBinary(Opcode op, T a, T b) {
       case Opcode::kMultiply: return a * b;
       case Opcode::kDivide: return a / b;
       case Opcode::kPower: return static_cast<T>(std::pow(static_cast<double>(a), static_cast<double>(b)));
-      case Opcode::kMaximum: return std::isnan(a) || std::isnan(b) ? std::numeric_limits<T>::quiet_NaN() : std::max(a, b);
-      case Opcode::kMinimum: return std::isnan(a) || std::isnan(b) ? std::numeric_limits<T>::quiet_NaN() : std::min(a, b);
+      case Opcode::kMaximum:
+        return std::isnan(a) || std::isnan(b) ? std::numeric_limits<T>::quiet_NaN() : std::max(a, b);
+      case Opcode::kMinimum:
+        return std::isnan(a) || std::isnan(b) ? std::numeric_limits<T>::quiet_NaN() : std::min(a, b);
       default: ADD_FAILURE() << "no reference for " << op; return a;
     }
   } else if constexpr (std::is_same_v<T, uint8_t>) {
@@ -246,8 +256,8 @@ uint8_t RefCompare(CompareDirection dir, T a, T b) {
 }
 
 bool IsTranscendental(Opcode op) {
-  return op == Opcode::kExp || op == Opcode::kLog || op == Opcode::kSqrt || op == Opcode::kRsqrt || op == Opcode::kTanh ||
-         op == Opcode::kLogistic || op == Opcode::kPower;
+  return op == Opcode::kExp || op == Opcode::kLog || op == Opcode::kSqrt || op == Opcode::kRsqrt ||
+         op == Opcode::kTanh || op == Opcode::kLogistic || op == Opcode::kPower;
 }
 
 // --- the fixture ----------------------------------------------------------------------------------
@@ -274,9 +284,9 @@ class KernelTest : public ::testing::TestWithParam<bool> {
       const std::vector<HostArray> out = Run(b.module(), {in});
       if (out.size() != ops.size()) return;
       for (size_t k = 0; k < ops.size(); ++k) {
-        ExpectArray<T>(out[k], dims, [&](int64_t i) { return RefUnary<T>(ops[k], in.at<T>(i)); },
-                       IsTranscendental(ops[k]) ? 1e-5 : 0,
-                       absl::StrCat(OpcodeName(ops[k]), " ", testing::DimsText(dims)));
+        ExpectArray<T>(
+            out[k], dims, [&](int64_t i) { return RefUnary<T>(ops[k], in.at<T>(i)); },
+            IsTranscendental(ops[k]) ? 1e-5 : 0, absl::StrCat(OpcodeName(ops[k]), " ", testing::DimsText(dims)));
       }
     }
   }
@@ -310,7 +320,8 @@ class KernelTest : public ::testing::TestWithParam<bool> {
 
   template <typename T>
   void CheckCompare(int iterations) {
-    const std::vector<CompareDirection> dirs = {CompareDirection::kEq, CompareDirection::kNe, CompareDirection::kLt, CompareDirection::kLe, CompareDirection::kGt, CompareDirection::kGe};
+    const std::vector<CompareDirection> dirs = {CompareDirection::kEq, CompareDirection::kNe, CompareDirection::kLt,
+                                                CompareDirection::kLe, CompareDirection::kGt, CompareDirection::kGe};
     for (int it = 0; it < iterations; ++it) {
       const Dims dims = RandomDims(rng_, 0, 3);
       const BroadcastSpec sa = RandomBroadcast(rng_, dims), sb = RandomBroadcast(rng_, dims);
@@ -325,7 +336,8 @@ class KernelTest : public ::testing::TestWithParam<bool> {
         for (T& v : va) v = (rng_() % 2) ? static_cast<T>(rng_() % 3) : v;
         for (T& v : vb) v = (rng_() % 2) ? static_cast<T>(rng_() % 3) : v;
       }
-      const HostArray a = MakeArray<T>(Type<T>::kType, sa.in_dims, va), c = MakeArray<T>(Type<T>::kType, sb.in_dims, vb);
+      const HostArray a = MakeArray<T>(Type<T>::kType, sa.in_dims, va),
+                      c = MakeArray<T>(Type<T>::kType, sb.in_dims, vb);
       const std::vector<HostArray> out = Run(b.module(), {a, c});
       if (out.size() != dirs.size()) return;
       for (size_t k = 0; k < dirs.size(); ++k) {
@@ -348,8 +360,8 @@ INSTANTIATE_TEST_SUITE_P(, KernelTest, ::testing::Bool(),
 
 // --- elementwise ----------------------------------------------------------------------------------
 TEST_P(KernelTest, UnaryF32) {
-  CheckUnaryOps<float>({Opcode::kNegate, Opcode::kAbs, Opcode::kExp, Opcode::kLog, Opcode::kSqrt, Opcode::kRsqrt, Opcode::kTanh,
-                        Opcode::kLogistic, Opcode::kSign},
+  CheckUnaryOps<float>({Opcode::kNegate, Opcode::kAbs, Opcode::kExp, Opcode::kLog, Opcode::kSqrt, Opcode::kRsqrt,
+                        Opcode::kTanh, Opcode::kLogistic, Opcode::kSign},
                        40);
 }
 TEST_P(KernelTest, UnaryF64) {
@@ -362,16 +374,16 @@ TEST_P(KernelTest, UnaryIntegers) {
 TEST_P(KernelTest, UnaryPred) { CheckUnaryOps<uint8_t>({Opcode::kNot}, 12); }
 
 TEST_P(KernelTest, BinaryF32WithBroadcasting) {
-  CheckBinaryOps<float>({Opcode::kAdd, Opcode::kSubtract, Opcode::kMultiply, Opcode::kDivide, Opcode::kPower, Opcode::kMaximum,
-                         Opcode::kMinimum},
+  CheckBinaryOps<float>({Opcode::kAdd, Opcode::kSubtract, Opcode::kMultiply, Opcode::kDivide, Opcode::kPower,
+                         Opcode::kMaximum, Opcode::kMinimum},
                         50);
 }
 TEST_P(KernelTest, BinaryF64WithBroadcasting) {
   CheckBinaryOps<double>({Opcode::kAdd, Opcode::kMultiply, Opcode::kDivide, Opcode::kMaximum}, 12);
 }
 TEST_P(KernelTest, BinaryIntegersWithBroadcasting) {
-  const std::vector<Opcode> ops = {Opcode::kAdd,  Opcode::kSubtract, Opcode::kMultiply, Opcode::kDivide,
-                                          Opcode::kPower, Opcode::kMaximum, Opcode::kMinimum};
+  const std::vector<Opcode> ops = {Opcode::kAdd,   Opcode::kSubtract, Opcode::kMultiply, Opcode::kDivide,
+                                   Opcode::kPower, Opcode::kMaximum,  Opcode::kMinimum};
   CheckBinaryOps<int32_t>(ops, 30);
   CheckBinaryOps<int64_t>(ops, 30);
 }
@@ -446,9 +458,9 @@ uint16_t RefToBf16(float x) {
 float Bf16Value(uint16_t h) { return std::bit_cast<float>(static_cast<uint32_t>(h) << 16); }
 
 std::vector<float> ConversionInputs(std::mt19937_64& rng, int64_t n) {
-  static constexpr float kSpecial[] = {0.0f,   -0.0f,  1.5f,    -2.5f,   2.7f,    -2.7f,  3e9f,    -3e9f,  2147483520.0f,
-                                       1e20f,  -1e20f, kNaN,    kInf,    -kInf,   65504.0f, 65520.0f, 1e-8f, 1.00390625f,
-                                       1.01171875f, 3.0e38f};
+  static constexpr float kSpecial[] = {0.0f,     -0.0f,         1.5f,  -2.5f,       2.7f,        -2.7f,  3e9f,
+                                       -3e9f,    2147483520.0f, 1e20f, -1e20f,      kNaN,        kInf,   -kInf,
+                                       65504.0f, 65520.0f,      1e-8f, 1.00390625f, 1.01171875f, 3.0e38f};
   std::vector<float> v = testing::RandomFloats(rng, n, -1000, 1000);
   for (size_t i = 0; i < v.size(); ++i) {
     if (i < std::size(kSpecial)) v[i] = kSpecial[i];
@@ -463,14 +475,19 @@ TEST_P(KernelTest, ConvertFromF32) {
     for (proto::ElementType t : {proto::S32, proto::S64, proto::PRED, proto::BF16, proto::F16, proto::F64}) {
       b.Output(b.Convert(x, t));
     }
-    const HostArray in = MakeArray<float>(PrimitiveType::kF32, dims, ConversionInputs(rng_, testing::NumElements(dims)));
+    const HostArray in =
+        MakeArray<float>(PrimitiveType::kF32, dims, ConversionInputs(rng_, testing::NumElements(dims)));
     const std::vector<HostArray> out = Run(b.module(), {in});
     ASSERT_EQ(out.size(), 6u);
     const std::string where = testing::DimsText(dims);
-    ExpectArray<int32_t>(out[0], dims, [&](int64_t i) { return RefSaturate<int32_t>(in.at<float>(i)); }, 0, "f32->s32 " + where);
-    ExpectArray<int64_t>(out[1], dims, [&](int64_t i) { return RefSaturate<int64_t>(in.at<float>(i)); }, 0, "f32->s64 " + where);
-    ExpectArray<uint8_t>(out[2], dims, [&](int64_t i) { return in.at<float>(i) != 0.0f ? 1 : 0; }, 0, "f32->pred " + where);
-    ExpectArray<double>(out[5], dims, [&](int64_t i) { return static_cast<double>(in.at<float>(i)); }, 0, "f32->f64 " + where);
+    ExpectArray<int32_t>(
+        out[0], dims, [&](int64_t i) { return RefSaturate<int32_t>(in.at<float>(i)); }, 0, "f32->s32 " + where);
+    ExpectArray<int64_t>(
+        out[1], dims, [&](int64_t i) { return RefSaturate<int64_t>(in.at<float>(i)); }, 0, "f32->s64 " + where);
+    ExpectArray<uint8_t>(
+        out[2], dims, [&](int64_t i) { return in.at<float>(i) != 0.0f ? 1 : 0; }, 0, "f32->pred " + where);
+    ExpectArray<double>(
+        out[5], dims, [&](int64_t i) { return static_cast<double>(in.at<float>(i)); }, 0, "f32->f64 " + where);
     for (int64_t i = 0; i < in.numel(); ++i) {
       const float x = in.at<float>(i);
       const uint16_t bf = out[3].at<uint16_t>(i), h = out[4].at<uint16_t>(i);
@@ -505,13 +522,19 @@ TEST_P(KernelTest, ConvertToF32) {
                   hh = MakeArray<uint16_t>(PrimitiveType::kF16, dims, h);
   const std::vector<HostArray> out = Run(b.module(), {s32, s64, pred, hbf, hh, f64});
   ASSERT_EQ(out.size(), 6u);
-  ExpectArray<float>(out[0], dims, [&](int64_t i) { return static_cast<float>(s32.at<int32_t>(i)); }, 0, "s32->f32");
-  ExpectArray<float>(out[1], dims, [&](int64_t i) { return static_cast<float>(s64.at<int64_t>(i)); }, 0, "s64->f32");
-  ExpectArray<float>(out[2], dims, [&](int64_t i) { return pred.at<uint8_t>(i) ? 1.0f : 0.0f; }, 0, "pred->f32");
-  ExpectArray<float>(out[3], dims, [&](int64_t i) { return Bf16Value(bf[static_cast<size_t>(i)]); }, 0, "bf16->f32");
-  ExpectArray<float>(out[4], dims, [&](int64_t i) { return static_cast<float>(std::bit_cast<_Float16>(h[static_cast<size_t>(i)])); },
-                     0, "f16->f32");
-  ExpectArray<float>(out[5], dims, [&](int64_t i) { return static_cast<float>(f64.at<double>(i)); }, 0, "f64->f32");
+  ExpectArray<float>(
+      out[0], dims, [&](int64_t i) { return static_cast<float>(s32.at<int32_t>(i)); }, 0, "s32->f32");
+  ExpectArray<float>(
+      out[1], dims, [&](int64_t i) { return static_cast<float>(s64.at<int64_t>(i)); }, 0, "s64->f32");
+  ExpectArray<float>(
+      out[2], dims, [&](int64_t i) { return pred.at<uint8_t>(i) ? 1.0f : 0.0f; }, 0, "pred->f32");
+  ExpectArray<float>(
+      out[3], dims, [&](int64_t i) { return Bf16Value(bf[static_cast<size_t>(i)]); }, 0, "bf16->f32");
+  ExpectArray<float>(
+      out[4], dims, [&](int64_t i) { return static_cast<float>(std::bit_cast<_Float16>(h[static_cast<size_t>(i)])); },
+      0, "f16->f32");
+  ExpectArray<float>(
+      out[5], dims, [&](int64_t i) { return static_cast<float>(f64.at<double>(i)); }, 0, "f64->f32");
 }
 
 TEST_P(KernelTest, Bf16ArithmeticRoundsEveryStep) {
@@ -547,8 +570,9 @@ TEST_P(KernelTest, Broadcast) {
     const HostArray in = RandomArray<int32_t>(rng_, s.in_dims);
     const std::vector<HostArray> out = Run(b.module(), {in});
     ASSERT_EQ(out.size(), 1u);
-    ExpectArray<int32_t>(out[0], dims, [&](int64_t i) { return in.at<int32_t>(SourceIndex(i, dims, s)); }, 0,
-                         absl::StrCat("broadcast ", testing::DimsText(s.in_dims), " -> ", testing::DimsText(dims)));
+    ExpectArray<int32_t>(
+        out[0], dims, [&](int64_t i) { return in.at<int32_t>(SourceIndex(i, dims, s)); }, 0,
+        absl::StrCat("broadcast ", testing::DimsText(s.in_dims), " -> ", testing::DimsText(dims)));
   }
 }
 
@@ -575,7 +599,8 @@ TEST_P(KernelTest, Transpose) {
     };
     const std::string what = absl::StrCat("transpose ", testing::DimsText(dims), " by ", testing::DimsText(perm));
     ExpectArray<float>(out[0], out_dims, ref, 0, what);
-    ExpectArray<float>(out[1], out_dims, [&](int64_t i) { return ref(i) + ref(i); }, 0, what + " + itself");
+    ExpectArray<float>(
+        out[1], out_dims, [&](int64_t i) { return ref(i) + ref(i); }, 0, what + " + itself");
   }
 }
 
@@ -605,7 +630,8 @@ TEST_P(KernelTest, SliceWithStrides) {
     const std::string what = absl::StrCat("slice ", testing::DimsText(dims), " start ", testing::DimsText(start),
                                           " limit ", testing::DimsText(limit), " stride ", testing::DimsText(stride));
     ExpectArray<int64_t>(out[0], out_dims, ref, 0, what);
-    ExpectArray<int64_t>(out[1], out_dims, [&](int64_t i) { return RefUnary<int64_t>(Opcode::kNegate, ref(i)); }, 0, what);
+    ExpectArray<int64_t>(
+        out[1], out_dims, [&](int64_t i) { return RefUnary<int64_t>(Opcode::kNegate, ref(i)); }, 0, what);
   }
 }
 
@@ -688,17 +714,19 @@ TEST_P(KernelTest, Reshape) {
     const int64_t x = b.Parameter(0, proto::F32, dims);
     const int64_t e = b.Unary(Opcode::kExp, x);
     const int64_t r = b.Reshape(e, to);
-    b.Output(r);                              // an alias of a computed value, copied out
-    b.Output(b.Unary(Opcode::kNegate, r));      // read through the alias
-    b.Output(b.Reshape(x, to));               // an alias of a parameter
+    b.Output(r);                            // an alias of a computed value, copied out
+    b.Output(b.Unary(Opcode::kNegate, r));  // read through the alias
+    b.Output(b.Reshape(x, to));             // an alias of a parameter
     const HostArray in = RandomArray<float>(rng_, dims);
     const std::vector<HostArray> out = Run(b.module(), {in});
     ASSERT_EQ(out.size(), 3u);
     const std::string what = absl::StrCat("reshape ", testing::DimsText(dims), " -> ", testing::DimsText(to));
     const auto ex = [&](int64_t i) { return RefUnary<float>(Opcode::kExp, in.at<float>(i)); };
     ExpectArray<float>(out[0], to, ex, 1e-5, what);
-    ExpectArray<float>(out[1], to, [&](int64_t i) { return -ex(i); }, 1e-5, what);
-    ExpectArray<float>(out[2], to, [&](int64_t i) { return in.at<float>(i); }, 0, what);
+    ExpectArray<float>(
+        out[1], to, [&](int64_t i) { return -ex(i); }, 1e-5, what);
+    ExpectArray<float>(
+        out[2], to, [&](int64_t i) { return in.at<float>(i); }, 0, what);
   }
 }
 
@@ -752,8 +780,9 @@ TEST_P(KernelTest, IndexSelect) {
     const Dims out_dims = b.dims(sel);
     std::vector<int64_t> idx(static_cast<size_t>(count));
     for (int64_t& v : idx) v = static_cast<int64_t>(rng_() % static_cast<uint64_t>(dims[static_cast<size_t>(axis)]));
-    HostArray hidx = wide ? MakeArray<int64_t>(PrimitiveType::kS64, {count}, idx)
-                          : MakeArray<int32_t>(PrimitiveType::kS32, {count}, std::vector<int32_t>(idx.begin(), idx.end()));
+    HostArray hidx =
+        wide ? MakeArray<int64_t>(PrimitiveType::kS64, {count}, idx)
+             : MakeArray<int32_t>(PrimitiveType::kS32, {count}, std::vector<int32_t>(idx.begin(), idx.end()));
     const HostArray hx = RandomArray<float>(rng_, dims);
     const std::vector<HostArray> out = Run(b.module(), {hx, hidx});
     ASSERT_EQ(out.size(), 1u);
@@ -774,8 +803,9 @@ TEST_P(KernelTest, Gather) {
     const int64_t axis = static_cast<int64_t>(rng_() % dims.size());
     Dims idims;
     for (size_t d = 0; d < dims.size(); ++d) {
-      idims.push_back(static_cast<int64_t>(d) == axis ? static_cast<int64_t>(rng_() % 5)
-                                                      : 1 + static_cast<int64_t>(rng_() % static_cast<uint64_t>(dims[d])));
+      idims.push_back(static_cast<int64_t>(d) == axis
+                          ? static_cast<int64_t>(rng_() % 5)
+                          : 1 + static_cast<int64_t>(rng_() % static_cast<uint64_t>(dims[d])));
     }
     if (rng_() % 6 == 0) idims[0] = 0;
     const bool wide = rng_() % 2;
@@ -785,8 +815,9 @@ TEST_P(KernelTest, Gather) {
     b.Output(b.Gather(x, index, axis));
     std::vector<int64_t> idx(static_cast<size_t>(testing::NumElements(idims)));
     for (int64_t& v : idx) v = static_cast<int64_t>(rng_() % static_cast<uint64_t>(dims[static_cast<size_t>(axis)]));
-    HostArray hidx = wide ? MakeArray<int64_t>(PrimitiveType::kS64, idims, idx)
-                          : MakeArray<int32_t>(PrimitiveType::kS32, idims, std::vector<int32_t>(idx.begin(), idx.end()));
+    HostArray hidx = wide
+                         ? MakeArray<int64_t>(PrimitiveType::kS64, idims, idx)
+                         : MakeArray<int32_t>(PrimitiveType::kS32, idims, std::vector<int32_t>(idx.begin(), idx.end()));
     const HostArray hx = RandomArray<int32_t>(rng_, dims);
     const std::vector<HostArray> out = Run(b.module(), {hx, hidx});
     ASSERT_EQ(out.size(), 1u);
@@ -809,7 +840,8 @@ std::vector<T> RefReduce(const HostArray& in, const Dims& dims, const Dims& rdim
   for (size_t d = 0; d < dims.size(); ++d) {
     if (std::find(rdims.begin(), rdims.end(), static_cast<int64_t>(d)) == rdims.end()) out_dims.push_back(dims[d]);
   }
-  T init = sum ? T{0} : (std::is_floating_point_v<T> ? -std::numeric_limits<T>::infinity() : std::numeric_limits<T>::lowest());
+  T init = sum ? T{0}
+               : (std::is_floating_point_v<T> ? -std::numeric_limits<T>::infinity() : std::numeric_limits<T>::lowest());
   std::vector<T> out(static_cast<size_t>(testing::NumElements(out_dims)), init);
   for (int64_t i = 0; i < in.numel(); ++i) {
     const Dims c = testing::Unravel(i, dims);
@@ -833,10 +865,14 @@ std::vector<T> RefReduce(const HostArray& in, const Dims& dims, const Dims& rdim
 Dims RandomReduceDims(std::mt19937_64& rng, size_t rank, int it) {
   Dims r;
   switch (it % 5) {
-    case 0: r = {0}; break;                                                       // leading
-    case 1: r = {static_cast<int64_t>(rank) - 1}; break;                         // trailing
-    case 2: if (rank >= 3) r = {1}; break;                                        // middle
-    case 3: for (size_t d = 0; d < rank; ++d) r.push_back(static_cast<int64_t>(d)); break;  // all
+    case 0: r = {0}; break;                               // leading
+    case 1: r = {static_cast<int64_t>(rank) - 1}; break;  // trailing
+    case 2:
+      if (rank >= 3) r = {1};
+      break;  // middle
+    case 3:
+      for (size_t d = 0; d < rank; ++d) r.push_back(static_cast<int64_t>(d));
+      break;  // all
     default:
       for (size_t d = 0; d < rank; ++d) {
         if (rng() % 2) r.push_back(static_cast<int64_t>(d));
@@ -868,8 +904,10 @@ TEST_P(KernelTest, ReduceSumAndMaxExact) {
     ASSERT_EQ(out.size(), 6u);
     const Dims od = b.dims(b.module().outputs(0));
     const std::string what = absl::StrCat(testing::DimsText(dims), " over ", testing::DimsText(rdims));
-    const std::vector<float> sf = RefReduce<float>(hf, dims, rdims, true), mf = RefReduce<float>(hf, dims, rdims, false);
-    const std::vector<int32_t> si = RefReduce<int32_t>(hi, dims, rdims, true), mi = RefReduce<int32_t>(hi, dims, rdims, false);
+    const std::vector<float> sf = RefReduce<float>(hf, dims, rdims, true),
+                             mf = RefReduce<float>(hf, dims, rdims, false);
+    const std::vector<int32_t> si = RefReduce<int32_t>(hi, dims, rdims, true),
+                               mi = RefReduce<int32_t>(hi, dims, rdims, false);
     HostArray sq = hi, neg = hf;
     for (int64_t i = 0; i < hi.numel(); ++i) {
       sq.data<int32_t>()[i] = RefBinary<int32_t>(Opcode::kMultiply, hi.at<int32_t>(i), hi.at<int32_t>(i));
@@ -877,12 +915,18 @@ TEST_P(KernelTest, ReduceSumAndMaxExact) {
     }
     const std::vector<int32_t> ssq = RefReduce<int32_t>(sq, dims, rdims, true);
     const std::vector<float> mneg = RefReduce<float>(neg, dims, rdims, false);
-    ExpectArray<float>(out[0], od, [&](int64_t i) { return sf[static_cast<size_t>(i)]; }, 0, "reduce_sum f32 " + what);
-    ExpectArray<float>(out[1], od, [&](int64_t i) { return mf[static_cast<size_t>(i)]; }, 0, "reduce_max f32 " + what);
-    ExpectArray<int32_t>(out[2], od, [&](int64_t i) { return si[static_cast<size_t>(i)]; }, 0, "reduce_sum s32 " + what);
-    ExpectArray<int32_t>(out[3], od, [&](int64_t i) { return mi[static_cast<size_t>(i)]; }, 0, "reduce_max s32 " + what);
-    ExpectArray<int32_t>(out[4], od, [&](int64_t i) { return ssq[static_cast<size_t>(i)]; }, 0, "reduce_sum(x*x) " + what);
-    ExpectArray<float>(out[5], od, [&](int64_t i) { return mneg[static_cast<size_t>(i)]; }, 0, "reduce_max(-x) " + what);
+    ExpectArray<float>(
+        out[0], od, [&](int64_t i) { return sf[static_cast<size_t>(i)]; }, 0, "reduce_sum f32 " + what);
+    ExpectArray<float>(
+        out[1], od, [&](int64_t i) { return mf[static_cast<size_t>(i)]; }, 0, "reduce_max f32 " + what);
+    ExpectArray<int32_t>(
+        out[2], od, [&](int64_t i) { return si[static_cast<size_t>(i)]; }, 0, "reduce_sum s32 " + what);
+    ExpectArray<int32_t>(
+        out[3], od, [&](int64_t i) { return mi[static_cast<size_t>(i)]; }, 0, "reduce_max s32 " + what);
+    ExpectArray<int32_t>(
+        out[4], od, [&](int64_t i) { return ssq[static_cast<size_t>(i)]; }, 0, "reduce_sum(x*x) " + what);
+    ExpectArray<float>(
+        out[5], od, [&](int64_t i) { return mneg[static_cast<size_t>(i)]; }, 0, "reduce_max(-x) " + what);
   }
 }
 
@@ -892,14 +936,16 @@ TEST_P(KernelTest, ReduceSumRandomFloats) {
     const Dims rdims = RandomReduceDims(rng_, dims.size(), it);
     ModuleBuilder b;
     b.Output(b.Reduce(Combiner::kSum, b.Parameter(0, proto::F32, dims), rdims));
-    const HostArray in = MakeArray<float>(PrimitiveType::kF32, dims, testing::RandomFloats(rng_, testing::NumElements(dims)));
+    const HostArray in =
+        MakeArray<float>(PrimitiveType::kF32, dims, testing::RandomFloats(rng_, testing::NumElements(dims)));
     const std::vector<HostArray> out = Run(b.module(), {in});
     ASSERT_EQ(out.size(), 1u);
     HostArray wide(ArrayShape{PrimitiveType::kF64, dims});
     for (int64_t i = 0; i < in.numel(); ++i) wide.data<double>()[i] = in.at<float>(i);
     const std::vector<double> ref = RefReduce<double>(wide, dims, rdims, true);
-    ExpectArray<float>(out[0], b.dims(b.module().outputs(0)), [&](int64_t i) { return ref[static_cast<size_t>(i)]; },
-                       1e-5, absl::StrCat("reduce_sum ", testing::DimsText(dims), " over ", testing::DimsText(rdims)));
+    ExpectArray<float>(
+        out[0], b.dims(b.module().outputs(0)), [&](int64_t i) { return ref[static_cast<size_t>(i)]; }, 1e-5,
+        absl::StrCat("reduce_sum ", testing::DimsText(dims), " over ", testing::DimsText(rdims)));
   }
 }
 
@@ -911,9 +957,10 @@ TEST_P(KernelTest, ReduceMaxPropagatesNaNAndEmptyIsIdentity) {
   b.Output(b.Reduce(Combiner::kSum, b.Parameter(2, proto::S64, {0, 3}), {0}));
   b.Output(b.Reduce(Combiner::kMax, b.Parameter(3, proto::S32, {2, 0}), {1}));
   const std::vector<HostArray> out =
-      Run(b.module(), {MakeArray<float>(PrimitiveType::kF32, {3, 4}, {1, kNaN, 3, 2, -kInf, -kInf, -kInf, -kInf, 5, 4, 3, kNaN}),
-                       MakeArray<float>(PrimitiveType::kF32, {2, 0}, {}), MakeArray<int64_t>(PrimitiveType::kS64, {0, 3}, {}),
-                       MakeArray<int32_t>(PrimitiveType::kS32, {2, 0}, {})});
+      Run(b.module(),
+          {MakeArray<float>(PrimitiveType::kF32, {3, 4}, {1, kNaN, 3, 2, -kInf, -kInf, -kInf, -kInf, 5, 4, 3, kNaN}),
+           MakeArray<float>(PrimitiveType::kF32, {2, 0}, {}), MakeArray<int64_t>(PrimitiveType::kS64, {0, 3}, {}),
+           MakeArray<int32_t>(PrimitiveType::kS32, {2, 0}, {})});
   ASSERT_EQ(out.size(), 4u);
   EXPECT_TRUE(std::isnan(out[0].at<float>(0)));
   EXPECT_EQ(out[0].at<float>(1), -kInf);
@@ -978,13 +1025,13 @@ TEST_P(KernelTest, ArgmaxOfOtherTypesAndLargeIntegers) {
   b.Output(b.Argmax(b.Parameter(1, proto::PRED, {4}), 0));
   b.Output(b.Argmax(b.Parameter(2, proto::BF16, {3}), 0));
   b.Output(b.Argmax(b.Parameter(3, proto::F64, {3, 1}), 0));
-  const std::vector<HostArray> out = Run(
-      b.module(),
-      {MakeArray<int64_t>(PrimitiveType::kS64, {2, 3},
-                          {k53, k53 + 1, k53 - 1, -5, std::numeric_limits<int64_t>::min(), std::numeric_limits<int64_t>::max()}),
-       MakeArray<uint8_t>(PrimitiveType::kPred, {4}, {0, 0, 1, 1}),
-       MakeArray<uint16_t>(PrimitiveType::kBF16, {3}, {RefToBf16(1), RefToBf16(3), RefToBf16(2)}),
-       MakeArray<double>(PrimitiveType::kF64, {3, 1}, {0.1, std::nan(""), 5})});
+  const std::vector<HostArray> out =
+      Run(b.module(), {MakeArray<int64_t>(PrimitiveType::kS64, {2, 3},
+                                          {k53, k53 + 1, k53 - 1, -5, std::numeric_limits<int64_t>::min(),
+                                           std::numeric_limits<int64_t>::max()}),
+                       MakeArray<uint8_t>(PrimitiveType::kPred, {4}, {0, 0, 1, 1}),
+                       MakeArray<uint16_t>(PrimitiveType::kBF16, {3}, {RefToBf16(1), RefToBf16(3), RefToBf16(2)}),
+                       MakeArray<double>(PrimitiveType::kF64, {3, 1}, {0.1, std::nan(""), 5})});
   ASSERT_EQ(out.size(), 4u);
   EXPECT_THAT(out[0].values<int64_t>(), ::testing::ElementsAre(1, 2)) << "s64 beyond 2^53 compared inexactly";
   EXPECT_THAT(out[1].values<int64_t>(), ::testing::ElementsAre(2));
@@ -1037,7 +1084,8 @@ TEST_P(KernelTest, Dot) {
       const std::vector<HostArray> out = Run(b.module(), {ha, hb});
       ASSERT_EQ(out.size(), 1u);
       const auto ref = [&](int64_t i) {
-        const int64_t bi = i / std::max<int64_t>(1, c.m * c.n), row = (i / std::max<int64_t>(1, c.n)) % std::max<int64_t>(1, c.m),
+        const int64_t bi = i / std::max<int64_t>(1, c.m * c.n),
+                      row = (i / std::max<int64_t>(1, c.n)) % std::max<int64_t>(1, c.m),
                       col = i % std::max<int64_t>(1, c.n);
         double acc = 0;
         for (int64_t p = 0; p < c.k; ++p) {
@@ -1102,7 +1150,9 @@ TEST_P(KernelTest, Iota) {
     std::fill(hp.bytes.begin(), hp.bytes.end(), 0);
     const std::vector<HostArray> out = Run(b.module(), {hp});
     ASSERT_EQ(out.size(), 2u) << testing::DimsText(c.dims);
-    const auto ref = [&](int64_t i) { return c.start + c.step * testing::Unravel(i, c.dims)[static_cast<size_t>(c.axis)]; };
+    const auto ref = [&](int64_t i) {
+      return c.start + c.step * testing::Unravel(i, c.dims)[static_cast<size_t>(c.axis)];
+    };
     const auto ref0 = [&](int64_t i) { return c.dims.empty() ? c.start : ref(i); };
     const std::string what = absl::StrCat("iota ", testing::DimsText(c.dims), " axis ", c.axis);
     for (int k = 0; k < 2; ++k) {
@@ -1130,8 +1180,8 @@ TEST_P(KernelTest, IotaThroughViews) {
   ModuleBuilder b;
   const int64_t io = b.Iota(proto::S32, {4}, 0, 100, 10);
   const int64_t bc = b.Broadcast(io, {3, 4}, {1});
-  const int64_t t = b.Transpose(bc, {1, 0});                 // [4, 3]: value = 100 + 10 * row
-  const int64_t sl = b.Slice(t, {1, 0}, {4, 3}, {2, 2});      // rows 1, 3; cols 0, 2
+  const int64_t t = b.Transpose(bc, {1, 0});              // [4, 3]: value = 100 + 10 * row
+  const int64_t sl = b.Slice(t, {1, 0}, {4, 3}, {2, 2});  // rows 1, 3; cols 0, 2
   b.Output(b.Add(sl, b.Parameter(0, proto::S32, {2, 2})));
   const std::vector<HostArray> out = Run(b.module(), {MakeArray<int32_t>(PrimitiveType::kS32, {2, 2}, {0, 1, 2, 3})});
   ASSERT_EQ(out.size(), 1u);
@@ -1179,8 +1229,8 @@ TEST_P(KernelTest, RngUniform) {
   }
   EXPECT_NEAR(sum / n, 0.5, 0.03);
   // Compiling again gives the same numbers.
-  absl::StatusOr<std::vector<HostArray>> recompiled = testing::CompileAndRun(
-      *client_, b.module(), Options(), {MakeArray<int64_t>(PrimitiveType::kS64, {}, {7})});
+  absl::StatusOr<std::vector<HostArray>> recompiled =
+      testing::CompileAndRun(*client_, b.module(), Options(), {MakeArray<int64_t>(PrimitiveType::kS64, {}, {7})});
   ASSERT_TRUE(recompiled.ok());
   EXPECT_EQ((*recompiled)[0].bytes, a[0].bytes);
 }
@@ -1266,17 +1316,19 @@ TEST_P(KernelTest, LargeElementwiseAndReduceAcrossBlocks) {
   ExpectArray<float>(out[0], dims, ref, 0, "fused chain");
   HostArray s_ref(ArrayShape{PrimitiveType::kF32, dims});
   for (int64_t i = 0; i < s_ref.numel(); ++i) s_ref.data<float>()[i] = ref(i);
-  const std::vector<float> m1 = RefReduce<float>(s_ref, dims, {1}, false), m0 = RefReduce<float>(s_ref, dims, {0}, false);
-  ExpectArray<float>(out[1], {37}, [&](int64_t i) { return m1[static_cast<size_t>(i)]; }, 0, "row max");
-  ExpectArray<float>(out[2], {301}, [&](int64_t i) { return m0[static_cast<size_t>(i)]; }, 0, "column max");
+  const std::vector<float> m1 = RefReduce<float>(s_ref, dims, {1}, false),
+                           m0 = RefReduce<float>(s_ref, dims, {0}, false);
+  ExpectArray<float>(
+      out[1], {37}, [&](int64_t i) { return m1[static_cast<size_t>(i)]; }, 0, "row max");
+  ExpectArray<float>(
+      out[2], {301}, [&](int64_t i) { return m0[static_cast<size_t>(i)]; }, 0, "column max");
 }
 
 // --- fused and unfused give the same bits ---------------------------------------------------------
 // Runs `module` compiled with fusion on/off and autotuning on/off; every configuration must give
 // bit-identical results.
-void ExpectSameBitsInEveryConfiguration(Client& client, const proto::Module& module,
-                                        const std::vector<HostArray>& args, const std::string& what,
-                                        bool autotune_too = true) {
+void ExpectSameBitsInEveryConfiguration(Client& client, const proto::Module& module, const std::vector<HostArray>& args,
+                                        const std::string& what, bool autotune_too = true) {
   std::vector<HostArray> first;
   std::string first_name;
   for (bool fusion : {false, true}) {
@@ -1325,9 +1377,9 @@ TEST_F(FusedVsUnfused, MlpLayerForward) {
   const auto arr = [&](const Dims& d) {
     return MakeArray<float>(PrimitiveType::kF32, d, testing::RandomFloats(rng_, testing::NumElements(d), -0.2f, 0.2f));
   };
-  ExpectSameBitsInEveryConfiguration(*client_, b.module(),
-                                     {arr({batch, in}), arr({in, hidden}), arr({hidden}), arr({hidden, out}), arr({out})},
-                                     "mlp");
+  ExpectSameBitsInEveryConfiguration(
+      *client_, b.module(), {arr({batch, in}), arr({in, hidden}), arr({hidden}), arr({hidden, out}), arr({out})},
+      "mlp");
 }
 
 // softmax over the last dim of [rows, cols].
@@ -1343,7 +1395,8 @@ TEST_F(FusedVsUnfused, Softmax) {
   for (const Dims& d : {Dims{64, 1000}, Dims{3, 5}, Dims{1, 1}, Dims{0, 4}, Dims{40, 1}}) {
     ModuleBuilder b;
     b.Output(Softmax(b, b.Parameter(0, proto::F32, d)));
-    const HostArray x = MakeArray<float>(PrimitiveType::kF32, d, testing::RandomFloats(rng_, testing::NumElements(d), -5, 5));
+    const HostArray x =
+        MakeArray<float>(PrimitiveType::kF32, d, testing::RandomFloats(rng_, testing::NumElements(d), -5, 5));
     ExpectSameBitsInEveryConfiguration(*client_, b.module(), {x}, "softmax " + testing::DimsText(d));
     // And it is a softmax.
     absl::StatusOr<std::vector<HostArray>> r = testing::CompileAndRun(*client_, b.module(), {}, {x});
@@ -1382,11 +1435,10 @@ TEST_F(FusedVsUnfused, ElementwiseChainOf100Ops) {
   ModuleBuilder b;
   const int64_t x = b.Parameter(0, proto::F32, d), y = b.Parameter(1, proto::F32, d);
   b.Output(ElementwiseChain(b, x, y, 100, rng_));
-  ExpectSameBitsInEveryConfiguration(
-      *client_, b.module(),
-      {MakeArray<float>(PrimitiveType::kF32, d, testing::RandomFloats(rng_, 128 * 260)),
-       MakeArray<float>(PrimitiveType::kF32, d, testing::RandomFloats(rng_, 128 * 260))},
-      "chain");
+  ExpectSameBitsInEveryConfiguration(*client_, b.module(),
+                                     {MakeArray<float>(PrimitiveType::kF32, d, testing::RandomFloats(rng_, 128 * 260)),
+                                      MakeArray<float>(PrimitiveType::kF32, d, testing::RandomFloats(rng_, 128 * 260))},
+                                     "chain");
 }
 
 TEST_F(FusedVsUnfused, Bf16Chains) {
@@ -1410,7 +1462,8 @@ TEST_F(FusedVsUnfused, Bf16Chains) {
       vy[i] = t == proto::BF16 ? RefToBf16(fy) : std::bit_cast<uint16_t>(static_cast<_Float16>(fy));
     }
     const PrimitiveType pt = t == proto::BF16 ? PrimitiveType::kBF16 : PrimitiveType::kF16;
-    ExpectSameBitsInEveryConfiguration(*client_, b.module(), {MakeArray<uint16_t>(pt, d, vx), MakeArray<uint16_t>(pt, d, vy)},
+    ExpectSameBitsInEveryConfiguration(*client_, b.module(),
+                                       {MakeArray<uint16_t>(pt, d, vx), MakeArray<uint16_t>(pt, d, vy)},
                                        proto::ElementType_Name(t) + " chain");
   }
 }
@@ -1444,7 +1497,9 @@ proto::Module RandomGraph(std::mt19937_64& rng, int64_t r, int64_t c, int ops) {
       case 9: v = b.Transpose(b.Reshape(x, {c, r}), {1, 0}); break;  // a permutation of the elements
       case 10: v = b.Convert(b.Convert(x, proto::BF16), proto::F32); break;
       case 11: v = b.Add(x, b.Convert(b.Iota(proto::S32, d, rng() % 2, -3, 1), proto::F32)); break;
-      case 12: v = b.Select(b.Compare(CompareDirection::kLt, x, y), b.Unary(Opcode::kExp, b.Unary(Opcode::kTanh, x)), y); break;
+      case 12:
+        v = b.Select(b.Compare(CompareDirection::kLt, x, y), b.Unary(Opcode::kExp, b.Unary(Opcode::kTanh, x)), y);
+        break;
       default: v = b.Unary(Opcode::kLogistic, b.Binary(Opcode::kSubtract, x, b.Constant(0.5, proto::F32, d))); break;
     }
     if (v >= 0) pool.push_back(v);
@@ -1464,7 +1519,8 @@ TEST_F(FusedVsUnfused, RandomGraphs) {
     ExpectSameBitsInEveryConfiguration(*client_, m,
                                        {MakeArray<float>(PrimitiveType::kF32, d, testing::RandomFloats(rng_, r * c)),
                                         MakeArray<float>(PrimitiveType::kF32, d, testing::RandomFloats(rng_, r * c))},
-                                       absl::StrCat("random graph ", it, " ", testing::DimsText(d)), /*autotune_too=*/false);
+                                       absl::StrCat("random graph ", it, " ", testing::DimsText(d)),
+                                       /*autotune_too=*/false);
     if (HasFailure()) {
       ADD_FAILURE() << m.DebugString();
       return;

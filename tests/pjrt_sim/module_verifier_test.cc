@@ -36,12 +36,12 @@ ModuleBuilder EveryOpcode() {
   b.Iota(proto::S32, {2, 3}, 1, 5, 2);
   b.Rng(Opcode::kRngUniform, seed, proto::F32, {2, 3}, 7);
   b.Rng(Opcode::kRngNormal, seed, proto::BF16, {4}, 8);
-  for (Opcode op : {Opcode::kNegate, Opcode::kAbs, Opcode::kExp, Opcode::kLog, Opcode::kSqrt, Opcode::kRsqrt, Opcode::kTanh,
-                           Opcode::kLogistic, Opcode::kSign}) {
+  for (Opcode op : {Opcode::kNegate, Opcode::kAbs, Opcode::kExp, Opcode::kLog, Opcode::kSqrt, Opcode::kRsqrt,
+                    Opcode::kTanh, Opcode::kLogistic, Opcode::kSign}) {
     b.Unary(op, x);
   }
   for (Opcode op : {Opcode::kAdd, Opcode::kSubtract, Opcode::kMultiply, Opcode::kDivide, Opcode::kPower,
-                           Opcode::kMaximum, Opcode::kMinimum}) {
+                    Opcode::kMaximum, Opcode::kMinimum}) {
     b.Binary(op, x, c);
   }
   const int64_t p = b.Compare(CompareDirection::kLt, x, c);
@@ -69,7 +69,7 @@ ModuleBuilder EveryOpcode() {
   b.Dot(x, w);
   b.Dot(b.Transpose(x, {1, 0}), w, /*transpose_lhs=*/true);
   const int64_t batched = b.Parameter(7, proto::F32, {5, 2, 3});
-  b.Dot(batched, w);                                               // rhs shared across the batch
+  b.Dot(batched, w);  // rhs shared across the batch
   b.Dot(batched, b.Parameter(8, proto::F32, {5, 4, 3}), false, true);
   b.Output(x);
   b.Output(x);  // an id may repeat
@@ -93,7 +93,8 @@ TEST(ModuleVerifier, EveryAcceptedMutationCompilesAndRuns) {
   for (int it = 0; it < 4000; ++it) {
     proto::Module m = base;
     for (int edits = 1 + static_cast<int>(rng() % 2); edits > 0; --edits) {
-      proto::Instruction& inst = *m.mutable_instructions(static_cast<int>(rng() % static_cast<uint64_t>(m.instructions_size())));
+      proto::Instruction& inst =
+          *m.mutable_instructions(static_cast<int>(rng() % static_cast<uint64_t>(m.instructions_size())));
       const int64_t small = static_cast<int64_t>(rng() % 6) - 1;  // -1 .. 4
       const auto pick = [&](auto* field) {
         if (field->empty()) return;
@@ -104,8 +105,10 @@ TEST(ModuleVerifier, EveryAcceptedMutationCompilesAndRuns) {
         case 1: pick(inst.mutable_operands()); break;
         case 2: pick(inst.mutable_shape()->mutable_dims()); break;
         case 3:
-          if (rng() % 2) inst.mutable_shape()->add_dims(small);
-          else if (inst.shape().dims_size() > 0) inst.mutable_shape()->mutable_dims()->RemoveLast();
+          if (rng() % 2)
+            inst.mutable_shape()->add_dims(small);
+          else if (inst.shape().dims_size() > 0)
+            inst.mutable_shape()->mutable_dims()->RemoveLast();
           break;
         case 4: inst.mutable_shape()->set_type(static_cast<proto::ElementType>(rng() % 7)); break;
         case 5: pick(inst.mutable_dims()); break;
@@ -125,7 +128,8 @@ TEST(ModuleVerifier, EveryAcceptedMutationCompilesAndRuns) {
     std::vector<testing::HostArray> args;
     for (const proto::Instruction& inst : m.instructions()) {
       if (inst.opcode() != static_cast<int32_t>(Opcode::kParameter)) continue;
-      if (static_cast<size_t>(inst.parameter_number()) >= args.size()) args.resize(static_cast<size_t>(inst.parameter_number()) + 1);
+      if (static_cast<size_t>(inst.parameter_number()) >= args.size())
+        args.resize(static_cast<size_t>(inst.parameter_number()) + 1);
       testing::HostArray a(FromProto(inst.shape()));
       std::fill(a.bytes.begin(), a.bytes.end(), 0);
       args[static_cast<size_t>(inst.parameter_number())] = std::move(a);
@@ -313,7 +317,8 @@ TEST(ModuleVerifier, RejectsMissingAndDuplicateParameterNumbers) {
   ExpectRejected(huge.module(), {"%0 parameter", "bad parameter number"});
 
   ModuleBuilder with_operand = TwoParameters();
-  with_operand.Op(Opcode::kParameter, {0}, proto::F32, {2, 3}, [](proto::Instruction& i) { i.set_parameter_number(2); });
+  with_operand.Op(Opcode::kParameter, {0}, proto::F32, {2, 3},
+                  [](proto::Instruction& i) { i.set_parameter_number(2); });
   ExpectRejected(with_operand.module(), {"%2 parameter", "expects 0 operand(s)"});
 }
 

@@ -27,7 +27,8 @@ constexpr int64_t kPoints = 6;
 // Inputs that exercise each type's edges: negatives, zero, fractions (floats), both truth values.
 std::vector<double> SampleValues(PrimitiveType type, int operand) {
   switch (type) {
-    case PrimitiveType::kPred: return operand == 0 ? std::vector<double>{0, 1, 1, 0, 1, 0} : std::vector<double>{0, 0, 1, 1, 1, 0};
+    case PrimitiveType::kPred:
+      return operand == 0 ? std::vector<double>{0, 1, 1, 0, 1, 0} : std::vector<double>{0, 0, 1, 1, 1, 0};
     case PrimitiveType::kS32:
     case PrimitiveType::kS64:
       return operand == 0 ? std::vector<double>{-3, -1, 0, 2, 5, 7} : std::vector<double>{2, -2, 3, 0, 1, -1};
@@ -122,8 +123,16 @@ TEST(OpcodeTable, EveryElementwiseOpcodeAndTypeHasAVerifierRuleAKernelAndAFoldin
 // An independent reference for each combiner over doubles.
 double ReferenceReduce(Combiner c, const std::vector<double>& v) {
   switch (c) {
-    case Combiner::kSum: { double s = 0; for (double x : v) s += x; return s; }
-    case Combiner::kProd: { double p = 1; for (double x : v) p *= x; return p; }
+    case Combiner::kSum: {
+      double s = 0;
+      for (double x : v) s += x;
+      return s;
+    }
+    case Combiner::kProd: {
+      double p = 1;
+      for (double x : v) p *= x;
+      return p;
+    }
     case Combiner::kMax: return *std::max_element(v.begin(), v.end());
     case Combiner::kMin: return *std::min_element(v.begin(), v.end());
     case Combiner::kAll: return std::all_of(v.begin(), v.end(), [](double x) { return x != 0; });
@@ -147,7 +156,8 @@ TEST(OpcodeTable, EveryCombinerAndTypeHasAVerifierRuleAndAKernel) {
         continue;
       }
       const std::vector<double> values = SampleValues(type, 0);
-      absl::StatusOr<std::vector<HostArray>> ran = testing::CompileAndRun(*client, b.module(), {}, {MakeInput(type, values, {2, 3})});
+      absl::StatusOr<std::vector<HostArray>> ran =
+          testing::CompileAndRun(*client, b.module(), {}, {MakeInput(type, values, {2, 3})});
       ASSERT_TRUE(ran.ok()) << ran.status();
       for (int64_t row = 0; row < 2; ++row) {
         const std::vector<double> run(values.begin() + row * 3, values.begin() + row * 3 + 3);

@@ -86,8 +86,8 @@ TEST_F(PassesTest, DceRemovesUnusedInstructions) {
   ModuleBuilder b;
   const int64_t x = b.Parameter(0, proto::F32, {8, 8});
   const int64_t unused_param = b.Parameter(1, proto::F32, {8});
-  b.Dot(x, x);                                               // dead
-  b.Unary(Opcode::kExp, b.Unary(Opcode::kLog, x));               // dead
+  b.Dot(x, x);                                                            // dead
+  b.Unary(Opcode::kExp, b.Unary(Opcode::kLog, x));                        // dead
   b.Reduce(Combiner::kSum, b.Broadcast(unused_param, {8, 8}, {1}), {0});  // dead
   b.Output(b.Unary(Opcode::kNegate, x));
   const proto::Executable exe = CompileToProto(b.module(), kUnfused);
@@ -124,7 +124,8 @@ TEST_F(PassesTest, AlgebraicIdentitiesLeaveNoKernel) {
       {"1*x", [&](ModuleBuilder& b, int64_t x) { return b.Mul(b.Constant(1, proto::F32, d), x); }},
       {"x+0", [&](ModuleBuilder& b, int64_t x) { return b.Add(x, b.Constant(0, proto::F32, d)); }},
       {"0+x", [&](ModuleBuilder& b, int64_t x) { return b.Add(b.Constant(0, proto::F32, d), x); }},
-      {"x-0", [&](ModuleBuilder& b, int64_t x) { return b.Binary(Opcode::kSubtract, x, b.Constant(0, proto::F32, d)); }},
+      {"x-0",
+       [&](ModuleBuilder& b, int64_t x) { return b.Binary(Opcode::kSubtract, x, b.Constant(0, proto::F32, d)); }},
       {"x/1", [&](ModuleBuilder& b, int64_t x) { return b.Binary(Opcode::kDivide, x, b.Constant(1, proto::F32, d)); }},
       {"-(-x)", [&](ModuleBuilder& b, int64_t x) { return b.Unary(Opcode::kNegate, b.Unary(Opcode::kNegate, x)); }},
       {"-(-(-(-x)))",
@@ -135,12 +136,25 @@ TEST_F(PassesTest, AlgebraicIdentitiesLeaveNoKernel) {
        }},
       {"convert f32->f32", [&](ModuleBuilder& b, int64_t x) { return b.Convert(x, proto::F32); }},
       {"reshape to the same dims", [&](ModuleBuilder& b, int64_t x) { return b.Reshape(x, d); }},
-      {"identity transpose", [&](ModuleBuilder& b, int64_t x) { return b.Transpose(x, {0, 1}); }},
-      {"transpose twice", [&](ModuleBuilder& b, int64_t x) { return b.Transpose(b.Transpose(x, {1, 0}), {1, 0}); }},
-      {"broadcast to the same dims", [&](ModuleBuilder& b, int64_t x) { return b.Broadcast(x, d, {0, 1}); }},
-      {"full slice", [&](ModuleBuilder& b, int64_t x) { return b.Slice(x, {0, 0}, {2, 3}, {1, 1}); }},
+      {"identity transpose",
+       [&](ModuleBuilder& b, int64_t x) {
+         return b.Transpose(x, {0, 1});
+       }},
+      {"transpose twice",
+       [&](ModuleBuilder& b, int64_t x) {
+         return b.Transpose(b.Transpose(x, {1, 0}), {1, 0});
+       }},
+      {"broadcast to the same dims",
+       [&](ModuleBuilder& b, int64_t x) {
+         return b.Broadcast(x, d, {0, 1});
+       }},
+      {"full slice",
+       [&](ModuleBuilder& b, int64_t x) {
+         return b.Slice(x, {0, 0}, {2, 3}, {1, 1});
+       }},
       {"reduce over no dims", [&](ModuleBuilder& b, int64_t x) { return b.Reduce(Combiner::kSum, x, {}); }},
-      {"(x*1+0)/1", [&](ModuleBuilder& b, int64_t x) {
+      {"(x*1+0)/1",
+       [&](ModuleBuilder& b, int64_t x) {
          const int64_t m = b.Mul(x, b.Constant(1, proto::F32, d));
          return b.Binary(Opcode::kDivide, b.Add(m, b.Constant(0, proto::F32, d)), b.Constant(1, proto::F32, d));
        }},
@@ -179,7 +193,8 @@ TEST_F(PassesTest, NonIdentitiesAreKept) {
   b.Output(b.Binary(Opcode::kSubtract, b.Constant(0, proto::F32, d), x));
   const proto::Executable exe = CompileToProto(b.module(), kUnfused);
   int working = 0;  // kernels other than the constants' own
-  for (const proto::Kernel& k : exe.kernels()) working += !(k.program_size() == 1 && k.program(0).opcode() == static_cast<int32_t>(Opcode::kConstant));
+  for (const proto::Kernel& k : exe.kernels())
+    working += !(k.program_size() == 1 && k.program(0).opcode() == static_cast<int32_t>(Opcode::kConstant));
   EXPECT_EQ(working, 5) << KernelSummary(exe);
   const std::vector<HostArray> out = Run(b.module(), kUnfused, {F32(d, {1, 2, 3, 4, 5, 6})});
   EXPECT_THAT(out[0].values<float>(), ElementsAre(2, 4, 6, 8, 10, 12));
@@ -214,12 +229,12 @@ TEST_F(PassesTest, TransposeFoldsIntoDot) {
     bool want_tl, want_tr;
   };
   const std::vector<Case> cases = {
-      {{5, 3}, {5, 4}, {1, 0}, {}, false, false, true, false},               // dot(a^T, b)
-      {{3, 5}, {4, 5}, {}, {1, 0}, false, false, false, true},               // dot(a, b^T)
-      {{5, 3}, {4, 5}, {1, 0}, {1, 0}, false, false, true, true},            // dot(a^T, b^T)
-      {{3, 5}, {5, 4}, {1, 0}, {}, true, false, false, false},               // (a^T)^T cancels
-      {{2, 5, 3}, {2, 5, 4}, {0, 2, 1}, {}, false, false, true, false},      // batched
-      {{2, 3, 5}, {5, 4}, {}, {}, false, false, false, false},               // nothing to fold
+      {{5, 3}, {5, 4}, {1, 0}, {}, false, false, true, false},           // dot(a^T, b)
+      {{3, 5}, {4, 5}, {}, {1, 0}, false, false, false, true},           // dot(a, b^T)
+      {{5, 3}, {4, 5}, {1, 0}, {1, 0}, false, false, true, true},        // dot(a^T, b^T)
+      {{3, 5}, {5, 4}, {1, 0}, {}, true, false, false, false},           // (a^T)^T cancels
+      {{2, 5, 3}, {2, 5, 4}, {0, 2, 1}, {}, false, false, true, false},  // batched
+      {{2, 3, 5}, {5, 4}, {}, {}, false, false, false, false},           // nothing to fold
   };
   std::mt19937_64 rng(3);
   for (const Case& c : cases) {
@@ -265,7 +280,8 @@ TEST_F(PassesTest, TransposeFoldsIntoDot) {
       const int64_t batch = i / (m * n), row = (i / n) % m, col = i % n;
       double acc = 0;
       for (int64_t p = 0; p < kk; ++p) {
-        acc += static_cast<double>(logical(ha, c.perm_a, c.tl, batch, row, p)) * logical(hb, c.perm_b, c.tr, batch, p, col);
+        acc += static_cast<double>(logical(ha, c.perm_a, c.tl, batch, row, p)) *
+               logical(hb, c.perm_b, c.tr, batch, p, col);
       }
       EXPECT_NEAR(out[0].at<float>(i), acc, 1e-5) << what << " at " << i;
     }
@@ -279,9 +295,11 @@ TEST_F(PassesTest, TransposedProductIsComputedTransposed) {
     Dims a, b;
     bool tl, tr;
   };
-  const std::vector<Case> cases = {
-      {{3, 5}, {5, 4}, false, false}, {{5, 3}, {5, 4}, true, false}, {{3, 5}, {4, 5}, false, true},
-      {{2, 3, 5}, {2, 5, 4}, false, false}, {{2, 3, 5}, {5, 4}, false, false}};
+  const std::vector<Case> cases = {{{3, 5}, {5, 4}, false, false},
+                                   {{5, 3}, {5, 4}, true, false},
+                                   {{3, 5}, {4, 5}, false, true},
+                                   {{2, 3, 5}, {2, 5, 4}, false, false},
+                                   {{2, 3, 5}, {5, 4}, false, false}};
   std::mt19937_64 rng(5);
   for (const Case& c : cases) {
     const std::string what = absl::StrCat(testing::DimsText(c.a), " x ", testing::DimsText(c.b));
@@ -339,7 +357,8 @@ TEST_F(PassesTest, BroadcastOfConstantBecomesConstant) {
   const int64_t x = b.Parameter(0, proto::F32, {2, 3});
   b.Output(b.Add(x, b.Broadcast(b.Constant(2, proto::F32), {2, 3}, {})));
   const proto::Executable exe = CompileToProto(b.module(), kUnfused);
-  for (const proto::Kernel& k : exe.kernels()) EXPECT_THAT(k.label(), ::testing::Not(::testing::StartsWith("broadcast")));
+  for (const proto::Kernel& k : exe.kernels())
+    EXPECT_THAT(k.label(), ::testing::Not(::testing::StartsWith("broadcast")));
   const std::vector<HostArray> out = Run(b.module(), kUnfused, {F32({2, 3}, {1, 2, 3, 4, 5, 6})});
   EXPECT_THAT(out[0].values<float>(), ElementsAre(3, 4, 5, 6, 7, 8));
 }
@@ -359,7 +378,8 @@ TEST_F(PassesTest, ConstantArithmeticFoldsToAConstant) {
     EXPECT_EQ(exe.kernels_size(), o.fusion ? 1 : 2) << KernelSummary(exe);
     bool found = false;
     for (const proto::Kernel& k : exe.kernels()) {
-      for (const proto::Step& s : k.program()) found = found || (!s.load() && s.opcode() == static_cast<int32_t>(Opcode::kConstant) && s.value() == 5);
+      for (const proto::Step& s : k.program())
+        found = found || (!s.load() && s.opcode() == static_cast<int32_t>(Opcode::kConstant) && s.value() == 5);
     }
     EXPECT_TRUE(found) << "no constant 5 in\n" << KernelSummary(exe);
     EXPECT_GE(PassChanges(exe, "constant_folding"), 3);
@@ -371,7 +391,8 @@ TEST_F(PassesTest, ConstantArithmeticFoldsToAConstant) {
 TEST_F(PassesTest, WholeConstantProgramNeedsOnlyAConstantKernel) {
   ModuleBuilder b;
   const int64_t c = b.Constant(0.5, proto::F32, {3});
-  b.Output(b.Unary(Opcode::kExp, b.Unary(Opcode::kLog, b.Reshape(b.Transpose(b.Broadcast(c, {2, 3}, {1}), {1, 0}), {6}))));
+  b.Output(
+      b.Unary(Opcode::kExp, b.Unary(Opcode::kLog, b.Reshape(b.Transpose(b.Broadcast(c, {2, 3}, {1}), {1, 0}), {6}))));
   const proto::Executable exe = CompileToProto(b.module(), kUnfused);
   ASSERT_EQ(exe.kernels_size(), 1) << KernelSummary(exe);
   ASSERT_EQ(exe.kernels(0).program_size(), 1);
@@ -399,7 +420,13 @@ TEST_F(PassesTest, FoldingNeverChangesBits) {
       {"convert f32 0.5 -> pred", Opcode::kConvert, proto::F32, proto::PRED, {0.5}},
       {"add s32 3e9 + 1", Opcode::kAdd, proto::S32, proto::S32, {3e9, 1}},
       {"add s32 2.5 + 2.5", Opcode::kAdd, proto::S32, proto::S32, {2.5, 2.5}},
-      {"multiply s64 3037000500^2", Opcode::kMultiply, proto::S64, proto::S64, {3037000500.0, 3037000500.0}, CompareDirection::kEq, true},
+      {"multiply s64 3037000500^2",
+       Opcode::kMultiply,
+       proto::S64,
+       proto::S64,
+       {3037000500.0, 3037000500.0},
+       CompareDirection::kEq,
+       true},
       {"add s64 2^53 + 1", Opcode::kAdd, proto::S64, proto::S64, {9007199254740992.0, 1}, CompareDirection::kEq, true},
       {"add s64 2^52 + 1", Opcode::kAdd, proto::S64, proto::S64, {4503599627370496.0, 1}},
       {"compare pred 2 == 1", Opcode::kCompare, proto::PRED, proto::PRED, {2, 1}, CompareDirection::kEq},
@@ -426,13 +453,15 @@ TEST_F(PassesTest, FoldingNeverChangesBits) {
         const int64_t k = b.Constant(v, c.in, {3});
         operands.push_back(folded ? k : b.Select(hide, k, k));
       }
-      b.Output(b.Op(c.op, operands, c.out, {3}, [&](proto::Instruction& i) { i.set_direction(static_cast<int32_t>(c.direction)); }));
+      b.Output(b.Op(c.op, operands, c.out, {3},
+                    [&](proto::Instruction& i) { i.set_direction(static_cast<int32_t>(c.direction)); }));
       const proto::Executable exe = CompileToProto(b.module(), kUnfused);
       if (folded && !c.may_stay_unfolded) {
         EXPECT_EQ(KernelsComputing(exe, c.op), 0) << c.name << " (not folded)\n" << KernelSummary(exe);
       }
       static std::vector<uint8_t> reference;
-      const std::vector<HostArray> out = Run(b.module(), kUnfused, {MakeArray<uint8_t>(PrimitiveType::kPred, {3}, {1, 1, 1})});
+      const std::vector<HostArray> out =
+          Run(b.module(), kUnfused, {MakeArray<uint8_t>(PrimitiveType::kPred, {3}, {1, 1, 1})});
       if (!folded) {
         EXPECT_EQ(out[0].bytes, reference) << c.name << ": folding changed the bits";
       }

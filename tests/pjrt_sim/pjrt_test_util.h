@@ -93,7 +93,8 @@ class ModuleBuilder {
   int64_t Mul(int64_t a, int64_t b) { return Binary(Opcode::kMultiply, a, b); }
   int64_t Convert(int64_t x, proto::ElementType to) { return Op(Opcode::kConvert, {x}, to, dims(x)); }
   int64_t Compare(CompareDirection dir, int64_t a, int64_t b) {
-    return Op(Opcode::kCompare, {a, b}, proto::PRED, dims(a), [&](proto::Instruction& i) { i.set_direction(static_cast<int32_t>(dir)); });
+    return Op(Opcode::kCompare, {a, b}, proto::PRED, dims(a),
+              [&](proto::Instruction& i) { i.set_direction(static_cast<int32_t>(dir)); });
   }
   int64_t Select(int64_t pred, int64_t on_true, int64_t on_false) {
     return Op(Opcode::kSelect, {pred, on_true, on_false}, type(on_true), dims(on_true));
@@ -114,7 +115,8 @@ class ModuleBuilder {
   }
   int64_t Slice(int64_t x, const Dims& start, const Dims& limit, const Dims& stride) {
     Dims out;
-    for (size_t d = 0; d < start.size(); ++d) out.push_back(limit[d] == start[d] ? 0 : (limit[d] - start[d] - 1) / stride[d] + 1);
+    for (size_t d = 0; d < start.size(); ++d)
+      out.push_back(limit[d] == start[d] ? 0 : (limit[d] - start[d] - 1) / stride[d] + 1);
     return Op(Opcode::kSlice, {x}, type(x), out, [&](proto::Instruction& i) {
       for (size_t d = 0; d < start.size(); ++d) {
         i.add_start(start[d]);

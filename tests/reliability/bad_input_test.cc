@@ -40,18 +40,18 @@ std::string Here(int line) { return "bad_input_test.cc:" + std::to_string(line);
 
 // Expects `statement` (on source line `line`) to throw lazyrt::Error whose message contains every
 // one of `parts` and the caller's file:line.
-#define EXPECT_BAD_INPUT(statement, ...)                                                           \
-  do {                                                                                             \
-    const int line_ = __LINE__;                                                                    \
-    try {                                                                                          \
-      statement;                                                                                   \
-      ADD_FAILURE() << "no lazyrt::Error from: " #statement;                                       \
-    } catch (const Error& e) {                                                                     \
-      for (const std::string& part : std::vector<std::string>{__VA_ARGS__}) {                      \
-        EXPECT_THAT(e.what(), HasSubstr(part)) << #statement;                                      \
-      }                                                                                            \
-      EXPECT_THAT(e.what(), HasSubstr(Here(line_))) << #statement;                                 \
-    }                                                                                              \
+#define EXPECT_BAD_INPUT(statement, ...)                                      \
+  do {                                                                        \
+    const int line_ = __LINE__;                                               \
+    try {                                                                     \
+      statement;                                                              \
+      ADD_FAILURE() << "no lazyrt::Error from: " #statement;                  \
+    } catch (const Error& e) {                                                \
+      for (const std::string& part : std::vector<std::string>{__VA_ARGS__}) { \
+        EXPECT_THAT(e.what(), HasSubstr(part)) << #statement;                 \
+      }                                                                       \
+      EXPECT_THAT(e.what(), HasSubstr(Here(line_))) << #statement;            \
+    }                                                                         \
   } while (0)
 
 bool EnvIs(const char* name, const char* value) {
@@ -60,9 +60,7 @@ bool EnvIs(const char* name, const char* value) {
 }
 
 // The runtime works after the errors: a small graph computes the right numbers.
-void ExpectRuntimeWorks() {
-  EXPECT_EQ((F32({2, 2}) * 3.0 + 1.0).to_vector<float>(), (std::vector<float>{4, 4, 4, 4}));
-}
+void ExpectRuntimeWorks() { EXPECT_EQ((F32({2, 2}) * 3.0 + 1.0).to_vector<float>(), (std::vector<float>{4, 4, 4, 4})); }
 
 TEST(BadInput, WrongShapes) {
   Tensor a = F32({2, 3}), b = F32({4}), m = F32({4, 5});

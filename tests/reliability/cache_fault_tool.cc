@@ -151,7 +151,8 @@ int64_t Check(const std::string& dir, bool quiet = false) {
     LookupResult found = store->Lookup(e.key);
     const Entry* entry = std::get_if<Entry>(&found);
     if (entry == nullptr) Fail(absl::StrCat("entry ", e.key, " verifies but does not look up"));
-    if (std::optional<std::string> bad = CheckPayload(e.key, entry->payload)) Fail(absl::StrCat("entry ", e.key, ": ", *bad));
+    if (std::optional<std::string> bad = CheckPayload(e.key, entry->payload))
+      Fail(absl::StrCat("entry ", e.key, ": ", *bad));
   }
   // Every *.lzc is an entry that was checked above: nothing else wears an entry's name.
   int64_t lzc_files = 0;
@@ -185,7 +186,8 @@ int SigkillRounds(const std::string& dir, int rounds, uint64_t seed) {
     if (pid < 0) Fail("fork failed");
     if (pid == 0) {
       const std::string seed_text = std::to_string(seed * 1000 + static_cast<uint64_t>(round));
-      execl("/proc/self/exe", "cache_fault_tool", "writer", dir.c_str(), seed_text.c_str(), static_cast<char*>(nullptr));
+      execl("/proc/self/exe", "cache_fault_tool", "writer", dir.c_str(), seed_text.c_str(),
+            static_cast<char*>(nullptr));
       _exit(127);
     }
     std::this_thread::sleep_for(std::chrono::microseconds(2000 + rng() % 150000));
@@ -221,8 +223,9 @@ int SigkillRounds(const std::string& dir, int rounds, uint64_t seed) {
   waitpid(pid, &status, 0);
   if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) Fail("a writer after the kills failed");
   const int64_t final_entries = Check(dir);
-  std::printf("sigkill: %d rounds, %d killed mid-write, %d with entries visible, %d stale sweeps, %lld entries at the end\n",
-              rounds, mid_write, entries_seen, stale_cleanups, static_cast<long long>(final_entries));
+  std::printf(
+      "sigkill: %d rounds, %d killed mid-write, %d with entries visible, %d stale sweeps, %lld entries at the end\n",
+      rounds, mid_write, entries_seen, stale_cleanups, static_cast<long long>(final_entries));
   if (mid_write == 0) Fail("no kill landed while an entry was being written: the test tested nothing");
   if (final_entries == 0) Fail("no entries at the end");
   return 0;
@@ -248,7 +251,8 @@ std::string Flip(std::string file, uint64_t offset) {
 }
 
 // The same entry re-encoded with `change` applied to its header (checksums right).
-std::string Reencoded(const std::string& file, const EntryHeader& header, const std::function<void(EntryHeader&)>& change) {
+std::string Reencoded(const std::string& file, const EntryHeader& header,
+                      const std::function<void(EntryHeader&)>& change) {
   EntryHeader h = header;
   change(h);
   absl::StatusOr<std::string> encoded = EncodeHeader(h);
@@ -267,32 +271,41 @@ std::vector<Damage> Damages() {
   auto header_size = [](const EntryHeader& h) { return EncodedHeaderSize(h); };
   return {
       {"truncate_to_0", "truncated", [](const std::string&, const EntryHeader&) { return std::string(); }},
-      {"truncate_in_fixed_header", "truncated", [](const std::string& f, const EntryHeader&) { return f.substr(0, 40); }},
+      {"truncate_in_fixed_header", "truncated",
+       [](const std::string& f, const EntryHeader&) { return f.substr(0, 40); }},
       {"truncate_in_header_strings", "truncated",
        [=](const std::string& f, const EntryHeader& h) { return f.substr(0, header_size(h) - 3); }},
       {"truncate_in_payload", "truncated",
        [=](const std::string& f, const EntryHeader& h) { return f.substr(0, header_size(h) + h.compressed_size / 2); }},
-      {"truncate_last_byte", "truncated", [](const std::string& f, const EntryHeader&) { return f.substr(0, f.size() - 1); }},
+      {"truncate_last_byte", "truncated",
+       [](const std::string& f, const EntryHeader&) { return f.substr(0, f.size() - 1); }},
       {"flip_magic", "bad_magic", [](const std::string& f, const EntryHeader&) { return Flip(f, 0); }},
       {"flip_format_version", "format_version", [](const std::string& f, const EntryHeader&) { return Flip(f, 8); }},
       {"flip_key_length", "header_checksum", [](const std::string& f, const EntryHeader&) { return Flip(f, 16); }},
       {"flip_compressed_size", "header_checksum", [](const std::string& f, const EntryHeader&) { return Flip(f, 33); }},
-      {"flip_producer_version", "header_checksum", [](const std::string& f, const EntryHeader&) { return Flip(f, 72); }},
+      {"flip_producer_version", "header_checksum",
+       [](const std::string& f, const EntryHeader&) { return Flip(f, 72); }},
       {"flip_header_checksum", "header_checksum",
        [=](const std::string& f, const EntryHeader& h) { return Flip(f, header_size(h) - 1); }},
       {"flip_first_payload_byte", "payload_checksum",
        [=](const std::string& f, const EntryHeader& h) { return Flip(f, header_size(h)); }},
       {"flip_middle_payload_byte", "payload_checksum",
        [=](const std::string& f, const EntryHeader& h) { return Flip(f, header_size(h) + h.compressed_size / 2); }},
-      {"flip_last_byte", "payload_checksum", [](const std::string& f, const EntryHeader&) { return Flip(f, f.size() - 1); }},
+      {"flip_last_byte", "payload_checksum",
+       [](const std::string& f, const EntryHeader&) { return Flip(f, f.size() - 1); }},
       {"zero_header", "bad_magic",
-       [=](const std::string& f, const EntryHeader& h) { return std::string(header_size(h), '\0') + f.substr(header_size(h)); }},
+       [=](const std::string& f, const EntryHeader& h) {
+         return std::string(header_size(h), '\0') + f.substr(header_size(h));
+       }},
       {"trailing_bytes", "payload_checksum", [](const std::string& f, const EntryHeader&) { return f + "trailing"; }},
       {"foreign_format_version", "format_version",
-       [](const std::string& f, const EntryHeader& h) { return Reencoded(f, h, [](EntryHeader& x) { x.format_version = kEntryFormatVersion + 1; }); }},
+       [](const std::string& f, const EntryHeader& h) {
+         return Reencoded(f, h, [](EntryHeader& x) { x.format_version = kEntryFormatVersion + 1; });
+       }},
       {"foreign_producer_version", "producer_version",
        [](const std::string& f, const EntryHeader& h) {
-         return Reencoded(f, h, [](EntryHeader& x) { x.producer_version = "lazyrt-sim-compiler/0; executable format 1"; });
+         return Reencoded(f, h,
+                          [](EntryHeader& x) { x.producer_version = "lazyrt-sim-compiler/0; executable format 1"; });
        }},
       {"payload_not_an_executable", "unloadable",
        [](const std::string&, const EntryHeader& h) { return WithPayload(h, "this is not a serialized executable"); }},
@@ -354,7 +367,8 @@ int DamageEntries(const std::string& dir, int round) {
     // another key's entry).
     for (size_t i = 0; i < entries.size(); ++i) {
       WriteFile(entries[i].path, entries[(i + 1) % entries.size()].file);
-      std::printf("%s swapped_with_%s key_mismatch\n", entries[i].key.c_str(), entries[(i + 1) % entries.size()].key.c_str());
+      std::printf("%s swapped_with_%s key_mismatch\n", entries[i].key.c_str(),
+                  entries[(i + 1) % entries.size()].key.c_str());
     }
     return 0;
   }
@@ -369,7 +383,8 @@ int DamageEntries(const std::string& dir, int round) {
     const Damage& d = damages[(static_cast<size_t>(round) + i) % damages.size()];
     const std::optional<Miss> miss = store->Verify(entries[i].key);
     const std::string got = miss ? std::string(MissReasonName(miss->reason)) : "unloadable";
-    if (got != d.expected) Fail(absl::StrCat(entries[i].key, " damaged by ", d.name, ": the store says ", got, ", expected ", d.expected));
+    if (got != d.expected)
+      Fail(absl::StrCat(entries[i].key, " damaged by ", d.name, ": the store says ", got, ", expected ", d.expected));
   }
   return 0;
 }
@@ -391,7 +406,8 @@ std::string Framed(const std::string& like, const std::string& body) {
 }
 
 // A serialized executable's proto, changed by `change`, serialized again with its frame.
-std::string ChangedExecutable(const std::string& serialized, const std::function<void(pjrt::proto::Executable&)>& change) {
+std::string ChangedExecutable(const std::string& serialized,
+                              const std::function<void(pjrt::proto::Executable&)>& change) {
   absl::StatusOr<pjrt::proto::Executable> proto = pjrt::Executable::Parse(serialized);
   if (!proto.ok()) Fail(std::string(proto.status().message()));
   change(*proto);
@@ -426,7 +442,8 @@ int CraftEntries(const std::string& dir, int round) {
         break;
       case 2:
         name = "arena_of_a_tebibyte", expected = "unloadable";
-        payload = ChangedExecutable(PayloadOf(own), [](pjrt::proto::Executable& e) { e.set_arena_bytes(int64_t{1} << 40); });
+        payload =
+            ChangedExecutable(PayloadOf(own), [](pjrt::proto::Executable& e) { e.set_arena_bytes(int64_t{1} << 40); });
         break;
       default: {
         name = "payload_expanding_at_parse", expected = "unloadable";
@@ -447,7 +464,8 @@ int CraftEntries(const std::string& dir, int round) {
 int Main(const std::vector<std::string>& args) {
   auto number = [&](size_t i) {
     int64_t v = 0;
-    if (i >= args.size() || !absl::SimpleAtoi(args[i], &v)) Fail("expected a number as argument " + std::to_string(i + 1));
+    if (i >= args.size() || !absl::SimpleAtoi(args[i], &v))
+      Fail("expected a number as argument " + std::to_string(i + 1));
     return v;
   };
   const std::string command = args.empty() ? "" : args[0];

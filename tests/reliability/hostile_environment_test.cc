@@ -65,8 +65,12 @@ EntryMetadata Graph(const std::string& key, const std::string& graph_hash, std::
   EntryMetadata m;
   m.key = key;
   m.graph_hash = graph_hash;
-  m.ingredients = {.lazyrt_version = "0.1.0", .lowering_version = "lowering/1", .compiler_version = "compiler/4",
-                   .device_kind = "sim", .device_count = 1, .compile_options = "o1"};
+  m.ingredients = {.lazyrt_version = "0.1.0",
+                   .lowering_version = "lowering/1",
+                   .compiler_version = "compiler/4",
+                   .device_kind = "sim",
+                   .device_count = 1,
+                   .compile_options = "o1"};
   m.parameters = {{"f32", {2, 3}}};
   m.results = {{"f32", std::move(result_dims)}};
   m.nodes = 3;
@@ -367,8 +371,8 @@ TEST(ValuesFromOutside, IdxHeadersThatOverflowOrDoNotFitAreErrorsNamingTheFile) 
   EXPECT_FALSE(data::ParseIdx(BigEndian({0x803, 0, 28, 28}), BigEndian({0x801, 0}), 10, "img", "lbl").ok());
   EXPECT_FALSE(data::ParseIdx(BigEndian({0x803, 2, 0, 3}), labels, 10, "img", "lbl").ok());
   // Sizes consistent, a label out of range.
-  d = data::ParseIdx(BigEndian({0x803, 2, 1, 3}) + "abcdef", BigEndian({0x801, 2}) + std::string("\x01\x0a", 2),
-                     10, "img", "lbl");
+  d = data::ParseIdx(BigEndian({0x803, 2, 1, 3}) + "abcdef", BigEndian({0x801, 2}) + std::string("\x01\x0a", 2), 10,
+                     "img", "lbl");
   ASSERT_FALSE(d.ok());
   EXPECT_THAT(std::string(d.status().message()), HasSubstr("lbl: label 10 of item 1"));
   d = data::ParseIdx(BigEndian({0x803, 2, 1, 3}) + "abcdef", labels, 10, "img", "lbl");

@@ -108,7 +108,10 @@ std::vector<float> Train(int steps, int fail_at, int64_t* bytes_before_failure =
       Tensor huge = zeros({16, int64_t{1} << 20}) + 1.0;
       if (bytes_before_failure != nullptr) *bytes_before_failure = BytesInUse();
       const int line = __LINE__ + 1;
-      try { sync(); ADD_FAILURE() << "no out-of-memory error"; } catch (const Error& e) {
+      try {
+        sync();
+        ADD_FAILURE() << "no out-of-memory error";
+      } catch (const Error& e) {
         EXPECT_THAT(e.what(), AllOf(HasSubstr("out of memory"), HasSubstr("limit"),
                                     HasSubstr("runtime_faults_test.cc:" + std::to_string(line))));
       }
@@ -135,14 +138,18 @@ TEST(RuntimeFaults, OutOfMemoryOnUploadIsAClearError) {
   const int64_t idle = BytesInUse();
   std::vector<float> too_big(static_cast<size_t>(kDeviceMemory / 4 + 16), 1.0f);
   const int line = __LINE__ + 1;
-  try { Tensor t = Tensor::FromData(too_big, {static_cast<int64_t>(too_big.size())}); FAIL() << "no error"; } catch (const Error& e) {
+  try {
+    Tensor t = Tensor::FromData(too_big, {static_cast<int64_t>(too_big.size())});
+    FAIL() << "no error";
+  } catch (const Error& e) {
     EXPECT_THAT(e.what(), AllOf(HasSubstr("FromData"), HasSubstr("out of memory"),
                                 HasSubstr("runtime_faults_test.cc:" + std::to_string(line))));
   }
   EXPECT_EQ(BytesInUse(), idle);
   // The device still takes what fits.
   std::vector<float> fits(static_cast<size_t>(kDeviceMemory / 16), 2.0f);
-  EXPECT_EQ(sum(Tensor::FromData(fits, {static_cast<int64_t>(fits.size())})).item(), 2.0 * static_cast<double>(fits.size()));
+  EXPECT_EQ(sum(Tensor::FromData(fits, {static_cast<int64_t>(fits.size())})).item(),
+            2.0 * static_cast<double>(fits.size()));
   EXPECT_EQ(BytesInUse(), idle);
 }
 
@@ -170,10 +177,13 @@ TEST(RuntimeFaults, FailedCompileNamesTheGraphAndCachesNothing) {
   for (int attempt = 0; attempt < 2; ++attempt) {  // the second attempt must not find anything cached
     Tensor enormous = zeros({int64_t{1} << 21, int64_t{1} << 21}) + 1.0;
     const int line = __LINE__ + 1;
-    try { sync(); FAIL() << "no error"; } catch (const Error& e) {
-      EXPECT_THAT(e.what(), AllOf(HasSubstr("compiling the pending graph"), HasSubstr("nodes"),
-                                  HasSubstr("too many elements"),
-                                  HasSubstr("runtime_faults_test.cc:" + std::to_string(line))));
+    try {
+      sync();
+      FAIL() << "no error";
+    } catch (const Error& e) {
+      EXPECT_THAT(e.what(),
+                  AllOf(HasSubstr("compiling the pending graph"), HasSubstr("nodes"), HasSubstr("too many elements"),
+                        HasSubstr("runtime_faults_test.cc:" + std::to_string(line))));
     }
   }
   EXPECT_EQ(CounterValue(counters::kGraphsCompiled), compiled_before);
@@ -193,13 +203,19 @@ TEST(RuntimeFaults, FailedComputationIsReportedWhenReadAndDoesNotPoisonLaterStep
     Tensor derived = bad * 2.0;
     sync();  // launching succeeds: the index is data, checked when the kernel runs
     const int line = __LINE__ + 1;
-    try { bad.to_vector<float>(); FAIL() << "no error"; } catch (const Error& e) {
+    try {
+      bad.to_vector<float>();
+      FAIL() << "no error";
+    } catch (const Error& e) {
       EXPECT_THAT(e.what(), AllOf(HasSubstr("index 7"), HasSubstr("size 3"),
                                   HasSubstr("runtime_faults_test.cc:" + std::to_string(line))));
     }
     // A tensor computed from the failed one, in a later step, reports the same error.
     Tensor later = sum(derived) + 1.0;
-    try { later.item(); FAIL() << "no error"; } catch (const Error& e) {
+    try {
+      later.item();
+      FAIL() << "no error";
+    } catch (const Error& e) {
       EXPECT_THAT(e.what(), HasSubstr("index 7"));
     }
     // Unrelated work goes on.

@@ -59,7 +59,8 @@ std::optional<cache::Miss> CheckExecutableSignature(const cache::EntryMetadata& 
   loaded.results = Signature(exe.output_shapes());
   if (std::optional<std::string> mismatch = cache::SignatureMismatch(metadata, loaded)) {
     return cache::Miss{cache::MissReason::kGraphMismatch, absl::StrCat("the executable does not fit the entry's "
-                                                                       "graph signature: ", *mismatch)};
+                                                                       "graph signature: ",
+                                                                       *mismatch)};
   }
   return std::nullopt;
 }

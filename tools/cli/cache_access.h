@@ -11,8 +11,8 @@
 #include "absl/strings/string_view.h"
 #include "cache/entry_metadata.h"
 #include "cache/store.h"
-#include "pjrt_sim/executable.h"
 #include "pjrt_sim/client.h"
+#include "pjrt_sim/executable.h"
 #include "pjrt_sim/executable.pb.h"
 #include "tools/cli/command.h"
 
@@ -22,7 +22,6 @@ namespace lazyrt::cli {
 inline constexpr absl::string_view kDirOptionHelp =
     "  --dir D       the cache directory (default: the runtime's: $LAZYRT_CACHE_DIR, else\n"
     "                $XDG_CACHE_HOME/lazyrt, else ~/.cache/lazyrt)\n";
-
 
 enum class Access {
   // Nothing in the directory changes: no mtime refreshed, no event logged, nothing removed.

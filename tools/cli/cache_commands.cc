@@ -29,8 +29,6 @@ void WarnIfDistrusted(const cache::Store& store) {
   if (!store.trusted()) std::cerr << "lazyrt: warning: " << store.warning() << '\n';
 }
 
-
-
 // ------------------------------------------------------------------------------------------ ls ----
 
 // What `lazyrt cache ls` knows about one entry, from its file and header alone.
@@ -127,8 +125,8 @@ int RunLs(const Args& args) {
                   graph ? absl::StrCat(graph->results.size()) : "-", CompilerOf(row.header->producer_version), state});
   }
   if (!table.empty()) table.Print(std::cout);
-  std::cout << rows.size() << (rows.size() == 1 ? " entry, " : " entries, ") << FormatBytes(total_bytes)
-            << " in " << (*store)->dir() << '\n';
+  std::cout << rows.size() << (rows.size() == 1 ? " entry, " : " entries, ") << FormatBytes(total_bytes) << " in "
+            << (*store)->dir() << '\n';
   return kExitOk;
 }
 
@@ -177,8 +175,7 @@ int RunStats(const Args& args) {
       {"lookups", absl::StrCat(lookups)},
       {"hits", lookups == 0 ? "0" : absl::StrCat(events.hits, " (", events.hits * 100 / lookups, "%)")},
       {"misses", misses},
-      {"writes",
-       absl::StrCat(events.writes, " (", FormatBytes(static_cast<uint64_t>(events.bytes_written)), ")")},
+      {"writes", absl::StrCat(events.writes, " (", FormatBytes(static_cast<uint64_t>(events.bytes_written)), ")")},
       {"evictions", absl::StrCat(events.evictions)},
       {"damaged removed", absl::StrCat(events.corrupt)},
       {"compile time saved", FormatMs(events.compile_ms_saved)},
@@ -196,7 +193,8 @@ int RunStats(const Args& args) {
   }
   if (auto it = events.misses_by_reason.find(std::string(cache::MissReasonName(cache::MissReason::kKeyChanged)));
       it != events.misses_by_reason.end()) {
-    fields.emplace_back("key changed", absl::StrCat(it->second, " misses found the same graph stored under a key "
+    fields.emplace_back("key changed", absl::StrCat(it->second,
+                                                    " misses found the same graph stored under a key "
                                                     "of other ingredients (see the event log's details)"));
   }
   PrintFields(std::cout, fields);
@@ -257,8 +255,7 @@ int RunGc(const Args& args) {
   }
   absl::StatusOr<std::unique_ptr<cache::Store>> store = OpenCache(args, Access::kWritable);
   if (!store.ok()) return Fail(store.status());
-  absl::StatusOr<std::vector<cache::EvictedEntry>> evicted =
-      (*store)->EvictTo(static_cast<uint64_t>(*max_bytes));
+  absl::StatusOr<std::vector<cache::EvictedEntry>> evicted = (*store)->EvictTo(static_cast<uint64_t>(*max_bytes));
   if (!evicted.ok()) return Fail(evicted.status());
   absl::StatusOr<cache::DirectoryScan> left = cache::ScanDirectory((*store)->dir());
   if (!left.ok()) return Fail(left.status());
@@ -273,9 +270,8 @@ int RunGc(const Args& args) {
   uint64_t left_bytes = 0;
   for (const cache::EntryFile& file : left->entries) left_bytes += file.size;
   std::cout << "evicted " << evicted->size() << (evicted->size() == 1 ? " entry" : " entries") << " ("
-            << FormatBytes(evicted_bytes) << "); " << left->entries.size() << " left ("
-            << FormatBytes(left_bytes) << ", limit " << FormatBytes(static_cast<uint64_t>(*max_bytes))
-            << ") in " << (*store)->dir() << '\n';
+            << FormatBytes(evicted_bytes) << "); " << left->entries.size() << " left (" << FormatBytes(left_bytes)
+            << ", limit " << FormatBytes(static_cast<uint64_t>(*max_bytes)) << ") in " << (*store)->dir() << '\n';
   return kExitOk;
 }
 
@@ -284,8 +280,7 @@ int RunClear(const Args& args) {
   if (!store.ok()) return Fail(store.status());
   absl::StatusOr<int64_t> removed = (*store)->Clear();
   if (!removed.ok()) return Fail(removed.status());
-  std::cout << "removed " << *removed << (*removed == 1 ? " entry" : " entries") << " from "
-            << (*store)->dir() << '\n';
+  std::cout << "removed " << *removed << (*removed == 1 ? " entry" : " entries") << " from " << (*store)->dir() << '\n';
   return kExitOk;
 }
 
@@ -299,20 +294,20 @@ const std::vector<Command>& CacheCommands() {
   static const std::vector<Command> commands = {
       {{.name = "cache ls",
         .summary = "list the entries: sizes, ages, compile time saved, graph size",
-        .usage = absl::StrCat(
-            "usage: lazyrt cache ls [--dir D] [--json]\n"
-            "\n"
-            "One row per entry, most recently used first: its size on disk (compressed, as eviction\n"
-            "counts it) and raw, when it was created and last used, the compile time a hit saves, the\n"
-            "graph's nodes, parameters and outputs, the compiler that wrote it, and its state as far as\n"
-            "the header tells (ok, or why the runtime would miss it; 'lazyrt cache verify' also checks\n"
-            "payloads). Reads headers only and changes nothing.\n"
-            "\n",
-            kDirOptionHelp,
-            "  --json        {\"dir\", \"entries\": [{\"key\", \"state\", \"file_bytes\",\n"
-            "                \"compressed_bytes\", \"raw_bytes\", \"created_unix_ms\",\n"
-            "                \"last_used_unix_ms\", \"compile_ms\", \"producer_version\",\n"
-            "                \"compiler_version\", \"graph\"}]}\n"),
+        .usage =
+            absl::StrCat("usage: lazyrt cache ls [--dir D] [--json]\n"
+                         "\n"
+                         "One row per entry, most recently used first: its size on disk (compressed, as eviction\n"
+                         "counts it) and raw, when it was created and last used, the compile time a hit saves, the\n"
+                         "graph's nodes, parameters and outputs, the compiler that wrote it, and its state as far as\n"
+                         "the header tells (ok, or why the runtime would miss it; 'lazyrt cache verify' also checks\n"
+                         "payloads). Reads headers only and changes nothing.\n"
+                         "\n",
+                         kDirOptionHelp,
+                         "  --json        {\"dir\", \"entries\": [{\"key\", \"state\", \"file_bytes\",\n"
+                         "                \"compressed_bytes\", \"raw_bytes\", \"created_unix_ms\",\n"
+                         "                \"last_used_unix_ms\", \"compile_ms\", \"producer_version\",\n"
+                         "                \"compiler_version\", \"graph\"}]}\n"),
         .value_options = {"--dir"},
         .flags = {"--json"}},
        RunLs},
@@ -339,15 +334,16 @@ const std::vector<Command>& CacheCommands() {
        RunStats},
       {{.name = "cache verify",
         .summary = "check every entry as the runtime would load it; --fix removes the bad ones",
-        .usage = absl::StrCat(
-            "usage: lazyrt cache verify [--dir D] [--fix]\n"
-            "\n"
-            "Checks every entry as a runtime load does: header, checksums, compiler version, that the\n"
-            "executable loads on the device (every size bounded) and that it fits the graph signature\n"
-            "recorded with it (graph_mismatch otherwise). Names each bad entry with the reason. Exit status 0 when all are good, 1 when\n"
-            "any is bad (also with --fix, which removes them), 2 when the check could not run.\n"
-            "\n",
-            kDirOptionHelp, "  --fix         remove the bad entries\n"),
+        .usage =
+            absl::StrCat("usage: lazyrt cache verify [--dir D] [--fix]\n"
+                         "\n"
+                         "Checks every entry as a runtime load does: header, checksums, compiler version, that the\n"
+                         "executable loads on the device (every size bounded) and that it fits the graph signature\n"
+                         "recorded with it (graph_mismatch otherwise). Names each bad entry with the reason. Exit "
+                         "status 0 when all are good, 1 when\n"
+                         "any is bad (also with --fix, which removes them), 2 when the check could not run.\n"
+                         "\n",
+                         kDirOptionHelp, "  --fix         remove the bad entries\n"),
         .value_options = {"--dir"},
         .flags = {"--fix"}},
        RunVerify},
@@ -359,20 +355,18 @@ const std::vector<Command>& CacheCommands() {
             "Evicts entries, least recently used first, until the entries total at most N bytes. Only\n"
             "in a directory marked as a cache (CACHEDIR.TAG), and only files the cache wrote.\n"
             "\n",
-            "  --max-bytes N the size to evict down to: bytes, or with a unit (512K, 100M, 10G)\n",
-            kDirOptionHelp),
+            "  --max-bytes N the size to evict down to: bytes, or with a unit (512K, 100M, 10G)\n", kDirOptionHelp),
         .value_options = {"--dir", "--max-bytes"},
         .required_options = {"--max-bytes"}},
        RunGc},
       {{.name = "cache clear",
         .summary = "remove every entry",
-        .usage =
-            absl::StrCat("usage: lazyrt cache clear [--dir D]\n"
-                         "\n"
-                         "Removes every entry (the event log stays, so 'cache stats' keeps its history). Only\n"
-                         "in a directory marked as a cache (CACHEDIR.TAG), and only files the cache wrote.\n"
-                         "\n",
-                         kDirOptionHelp),
+        .usage = absl::StrCat("usage: lazyrt cache clear [--dir D]\n"
+                              "\n"
+                              "Removes every entry (the event log stays, so 'cache stats' keeps its history). Only\n"
+                              "in a directory marked as a cache (CACHEDIR.TAG), and only files the cache wrote.\n"
+                              "\n",
+                              kDirOptionHelp),
         .value_options = {"--dir"}},
        RunClear},
   };
@@ -381,8 +375,6 @@ const std::vector<Command>& CacheCommands() {
 
 }  // namespace
 
-int RunCacheCommand(std::span<char* const> argv) {
-  return RunSubcommand("cache", kCacheUsage, CacheCommands(), argv);
-}
+int RunCacheCommand(std::span<char* const> argv) { return RunSubcommand("cache", kCacheUsage, CacheCommands(), argv); }
 
 }  // namespace lazyrt::cli

@@ -128,8 +128,8 @@ Json ExecutableJson(const proto::Executable& exe) {
   return json;
 }
 
-Json EntryJson(const cache::Store& store, const cache::ListedEntry& listed,
-               const std::optional<cache::Miss>& defect, const std::optional<proto::Executable>& exe) {
+Json EntryJson(const cache::Store& store, const cache::ListedEntry& listed, const std::optional<cache::Miss>& defect,
+               const std::optional<proto::Executable>& exe) {
   Json json;
   json["key"] = listed.key;
   json["file"] = cache::PathInDir(store.dir(), cache::EntryFileName(listed.key));
@@ -162,14 +162,13 @@ void PrintHeader(const cache::Store& store, const cache::ListedEntry& listed,
       {"state", defect ? absl::StrCat(cache::MissReasonName(defect->reason), ": ", defect->detail) : "ok"},
       {"last used", FormatLocalTime(listed.last_used)}};
   if (const auto* header = std::get_if<cache::EntryHeader>(&listed.header)) {
-    fields.insert(fields.end(),
-                  {{"created", FormatLocalTime(absl::FromUnixMillis(header->created_unix_ms))},
-                   {"payload", absl::StrCat(FormatBytes(header->compressed_size), " compressed, ",
-                                            FormatBytes(header->raw_size), " raw, checksum ",
-                                            absl::StrFormat("%016x", header->payload_checksum))},
-                   {"saves", absl::StrCat(FormatMs(header->compile_ms), " of compiling per hit")},
-                   {"producer", header->producer_version},
-                   {"entry format", absl::StrCat(header->format_version)}});
+    fields.insert(fields.end(), {{"created", FormatLocalTime(absl::FromUnixMillis(header->created_unix_ms))},
+                                 {"payload", absl::StrCat(FormatBytes(header->compressed_size), " compressed, ",
+                                                          FormatBytes(header->raw_size), " raw, checksum ",
+                                                          absl::StrFormat("%016x", header->payload_checksum))},
+                                 {"saves", absl::StrCat(FormatMs(header->compile_ms), " of compiling per hit")},
+                                 {"producer", header->producer_version},
+                                 {"entry format", absl::StrCat(header->format_version)}});
     if (std::optional<cache::EntryMetadata> graph = GraphOf(*header)) {
       const auto signature = [](const std::vector<cache::TensorSignature>& tensors) {
         return absl::StrJoin(tensors, ", ", [](std::string* out, const cache::TensorSignature& t) {
@@ -194,13 +193,13 @@ void PrintHeader(const cache::Store& store, const cache::ListedEntry& listed,
 
 void PrintExecutable(const proto::Executable& exe) {
   std::cout << '\n';
-  PrintFields(std::cout,
-              {{"module", absl::StrCat(exe.module_name(), ", ", exe.module_instructions(), " instructions")},
-               {"compiled", absl::StrCat("by ", exe.compiler_version(), " for ", exe.device_kind(), " in ",
-                                         FormatMs(exe.compile_ms()))},
-               {"kernels", absl::StrCat(exe.kernels_size(), " (", InstructionsFusedAway(exe),
-                                        " instructions fused away)")},
-               {"arena", FormatBytes(static_cast<uint64_t>(exe.arena_bytes()))}});
+  PrintFields(
+      std::cout,
+      {{"module", absl::StrCat(exe.module_name(), ", ", exe.module_instructions(), " instructions")},
+       {"compiled",
+        absl::StrCat("by ", exe.compiler_version(), " for ", exe.device_kind(), " in ", FormatMs(exe.compile_ms()))},
+       {"kernels", absl::StrCat(exe.kernels_size(), " (", InstructionsFusedAway(exe), " instructions fused away)")},
+       {"arena", FormatBytes(static_cast<uint64_t>(exe.arena_bytes()))}});
 
   std::cout << "\nops in the module\n";
   Table ops({{"OP"}, {"COUNT", Align::kRight}});
@@ -221,12 +220,8 @@ void PrintExecutable(const proto::Executable& exe) {
   outputs.Print(std::cout, 2);
 
   std::cout << "\nkernels, in schedule order\n";
-  Table kernels({{"#", Align::kRight},
-                 {"KIND"},
-                 {"ITERATION"},
-                 {"VARIANT", Align::kRight},
-                 {"GRAIN", Align::kRight},
-                 {"LABEL"}});
+  Table kernels(
+      {{"#", Align::kRight}, {"KIND"}, {"ITERATION"}, {"VARIANT", Align::kRight}, {"GRAIN", Align::kRight}, {"LABEL"}});
   for (int i = 0; i < exe.kernels_size(); ++i) {
     const proto::Kernel& kernel = exe.kernels(i);
     kernels.AddRow({absl::StrCat(i), proto::Kernel::Kind_Name(kernel.kind()), pjrt::KernelIterationText(kernel),
@@ -282,27 +277,27 @@ int RunShow(const Args& args) {
 }  // namespace
 
 Command CacheShowCommand() {
-  return {{.name = "cache show",
-           .summary = "one entry in full: header, graph, kernels, fusion, autotuning, pass timings",
-           .usage = absl::StrCat(
-               "usage: lazyrt cache show KEY [--dir D] [--json]\n"
-               "\n"
-               "Everything about one entry (KEY may be any unique start of a key): its header, the\n"
-               "graph it compiles (op histogram, parameter and output shapes), the kernels in\n"
-               "schedule order (kind, iteration space, variant and grain), how many instructions\n"
-               "fusion folded away, the arena size, the autotuning candidates and choices, and the\n"
-               "time of each compiler pass. Looking does not count as a use: the entry's last-used\n"
-               "time and the event log stay as they were. Exit status 1 when the entry is bad (the\n"
-               "state says why).\n"
-               "\n",
-               kDirOptionHelp,
-               "  --json        {\"key\", \"file\", \"state\", \"file_bytes\", \"last_used_unix_ms\",\n"
-               "                \"header\", \"executable\"} with the executable's \"kernels\",\n"
-               "                \"autotune\", \"pass_timings\", ...\n"),
-           .value_options = {"--dir"},
-           .flags = {"--json"},
-           .arguments = {"KEY"}},
-          RunShow};
+  return {
+      {.name = "cache show",
+       .summary = "one entry in full: header, graph, kernels, fusion, autotuning, pass timings",
+       .usage = absl::StrCat("usage: lazyrt cache show KEY [--dir D] [--json]\n"
+                             "\n"
+                             "Everything about one entry (KEY may be any unique start of a key): its header, the\n"
+                             "graph it compiles (op histogram, parameter and output shapes), the kernels in\n"
+                             "schedule order (kind, iteration space, variant and grain), how many instructions\n"
+                             "fusion folded away, the arena size, the autotuning candidates and choices, and the\n"
+                             "time of each compiler pass. Looking does not count as a use: the entry's last-used\n"
+                             "time and the event log stay as they were. Exit status 1 when the entry is bad (the\n"
+                             "state says why).\n"
+                             "\n",
+                             kDirOptionHelp,
+                             "  --json        {\"key\", \"file\", \"state\", \"file_bytes\", \"last_used_unix_ms\",\n"
+                             "                \"header\", \"executable\"} with the executable's \"kernels\",\n"
+                             "                \"autotune\", \"pass_timings\", ...\n"),
+       .value_options = {"--dir"},
+       .flags = {"--json"},
+       .arguments = {"KEY"}},
+      RunShow};
 }
 
 }  // namespace lazyrt::cli

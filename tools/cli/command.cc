@@ -114,8 +114,7 @@ int Fail(absl::string_view message) {
 }
 
 int UsageError(absl::string_view command, absl::string_view message) {
-  std::cerr << "lazyrt " << command << ": " << message << "\n(run 'lazyrt " << command
-            << " --help' for usage)\n";
+  std::cerr << "lazyrt " << command << ": " << message << "\n(run 'lazyrt " << command << " --help' for usage)\n";
   return kExitError;
 }
 

@@ -83,8 +83,8 @@ void PrintGroups(const std::string& path, const std::vector<FindingGroup>& group
   for (const FindingGroup& group : groups) {
     std::cout << '\n'
               << group.kind << (group.severity == Severity::kWarning ? " (warning)" : " (information)") << ": "
-              << group.total << (group.total == 1 ? " time" : " times") << " at "
-              << group.findings.size() << (group.findings.size() == 1 ? " place" : " places") << '\n';
+              << group.total << (group.total == 1 ? " time" : " times") << " at " << group.findings.size()
+              << (group.findings.size() == 1 ? " place" : " places") << '\n';
     size_t location_width = 0, count_width = 0;
     for (const Finding& finding : group.findings) {
       location_width = std::max(location_width, finding.location.size());
@@ -93,8 +93,8 @@ void PrintGroups(const std::string& path, const std::vector<FindingGroup>& group
     for (const Finding& finding : group.findings) {
       const std::string count_text = absl::StrCat(finding.count, "x");
       std::cout << "  " << finding.location << std::string(location_width - finding.location.size(), ' ')
-                << std::string(count_width + 3 - count_text.size(), ' ') << count_text << "  "
-                << finding.message << '\n';
+                << std::string(count_width + 3 - count_text.size(), ' ') << count_text << "  " << finding.message
+                << '\n';
       std::vector<std::string> details;
       for (const char* field : kDetailFields) {
         if (!StringField(finding.json, field).empty()) {
@@ -102,8 +102,7 @@ void PrintGroups(const std::string& path, const std::vector<FindingGroup>& group
         }
       }
       if (!details.empty()) {
-        std::cout << std::string(2 + location_width + count_width + 3 + 2, ' ')
-                  << absl::StrJoin(details, "; ") << '\n';
+        std::cout << std::string(2 + location_width + count_width + 3 + 2, ' ') << absl::StrJoin(details, "; ") << '\n';
       }
     }
   }
@@ -136,17 +135,16 @@ int RunDiag(const Args& args) {
 Command DiagCommand() {
   return {{.name = "diag",
            .summary = "the findings of a run report (extra syncs, recompiles), worst first",
-           .usage =
-               "usage: lazyrt diag REPORT.json [--json]\n"
-               "\n"
-               "Reads a run report and prints its findings for a human: warnings first, then information;\n"
-               "within each, grouped by kind (extra_sync, host_wait, recompile), the kind that occurred\n"
-               "most often first, each finding with the file:line it points at, how many times it\n"
-               "occurred and what it means (and, when the report says, what caused it, what changed, the\n"
-               "sync site and the call stack). Exit status 1 when there is a warning, 0 when there are\n"
-               "only information findings or none, 2 when the report cannot be read.\n"
-               "\n"
-               "  --json        {\"findings\": [...]}: the report's findings as written, in the same order\n",
+           .usage = "usage: lazyrt diag REPORT.json [--json]\n"
+                    "\n"
+                    "Reads a run report and prints its findings for a human: warnings first, then information;\n"
+                    "within each, grouped by kind (extra_sync, host_wait, recompile), the kind that occurred\n"
+                    "most often first, each finding with the file:line it points at, how many times it\n"
+                    "occurred and what it means (and, when the report says, what caused it, what changed, the\n"
+                    "sync site and the call stack). Exit status 1 when there is a warning, 0 when there are\n"
+                    "only information findings or none, 2 when the report cannot be read.\n"
+                    "\n"
+                    "  --json        {\"findings\": [...]}: the report's findings as written, in the same order\n",
            .flags = {"--json"},
            .arguments = {"REPORT.json"}},
           RunDiag};

@@ -39,13 +39,12 @@ std::string FormatDims(const std::vector<int64_t>& dims) {
   return absl::StrJoin(dims, "x");
 }
 
-void PrintFields(std::ostream& out, const std::vector<std::pair<std::string, std::string>>& fields,
-                 int indent) {
+void PrintFields(std::ostream& out, const std::vector<std::pair<std::string, std::string>>& fields, int indent) {
   size_t width = 0;
   for (const auto& [label, value] : fields) width = std::max(width, label.size());
   for (const auto& [label, value] : fields) {
-    out << std::string(static_cast<size_t>(indent), ' ') << label
-        << std::string(width - label.size() + 2, ' ') << value << '\n';
+    out << std::string(static_cast<size_t>(indent), ' ') << label << std::string(width - label.size() + 2, ' ') << value
+        << '\n';
   }
 }
 

@@ -26,8 +26,7 @@ std::string FormatLocalTime(absl::Time time);
 std::string FormatDims(const std::vector<int64_t>& dims);
 
 // Label/value lines, the values aligned in one column: "entries   2 (1.2 MiB)".
-void PrintFields(std::ostream& out, const std::vector<std::pair<std::string, std::string>>& fields,
-                 int indent = 0);
+void PrintFields(std::ostream& out, const std::vector<std::pair<std::string, std::string>>& fields, int indent = 0);
 
 enum class Align { kLeft, kRight };
 

@@ -46,14 +46,13 @@ absl::Status FindingError(const std::string& path, size_t index, absl::string_vi
   return absl::InvalidArgumentError(absl::StrCat(path, ": finding ", index, " ", what));
 }
 
-absl::StatusOr<std::string> OptionalText(const Json& finding, const char* name, const std::string& path,
-                                         size_t index) {
+absl::StatusOr<std::string> OptionalText(const Json& finding, const char* name, const std::string& path, size_t index) {
   auto it = finding.find(name);
   if (it == finding.end() || it->is_null()) return std::string();
   if (!it->is_string() || it->get_ref<const std::string&>().size() > kMaxFindingTextBytes) {
-    return FindingError(path, index,
-                        absl::StrCat("has a \"", name, "\" that is not a string of at most ", kMaxFindingTextBytes,
-                                     " bytes"));
+    return FindingError(
+        path, index,
+        absl::StrCat("has a \"", name, "\" that is not a string of at most ", kMaxFindingTextBytes, " bytes"));
   }
   return it->get<std::string>();
 }
@@ -81,8 +80,8 @@ absl::StatusOr<std::vector<ReportFinding>> ReadReportFindings(const std::string&
     return absl::InvalidArgumentError(absl::StrCat(path, " is not a regular file, so not a run report"));
   }
   if (static_cast<uint64_t>(info.st_size) > kMaxReportBytes) {
-    return absl::InvalidArgumentError(absl::StrCat(path, " is ", info.st_size, " bytes; a run report is at most ",
-                                                   kMaxReportBytes));
+    return absl::InvalidArgumentError(
+        absl::StrCat(path, " is ", info.st_size, " bytes; a run report is at most ", kMaxReportBytes));
   }
   absl::StatusOr<std::string> text = cache::ReadRange(fd.get(), 0, static_cast<uint64_t>(info.st_size), path);
   if (!text.ok()) return text.status();

@@ -22,6 +22,7 @@
 #include <string>
 #include <variant>
 
+#include "absl/strings/match.h"
 #include "absl/strings/string_view.h"
 #include "cache/entry_format.h"
 #include "cache/layout.h"
@@ -142,7 +143,11 @@ void CheckStore(const std::string& bytes, absl::string_view key, const std::stri
       Violation("Lookup " + std::string(got ? MissReasonName(got->reason) : "hit") + ", the entry format says " +
                 std::string(MissReasonName(want->reason)));
     }
-    if (access(path.c_str(), F_OK) == 0) Violation("a damaged entry was not removed by the lookup");
+    // The cache removes only what it wrote: an entry with its magic (or a write cut short, a prefix of
+    // the magic). A file without it is left alone, whatever its name.
+    const bool ours = absl::StartsWith(bytes, kEntryMagic) || absl::StartsWith(kEntryMagic, bytes);
+    if (ours && access(path.c_str(), F_OK) == 0) Violation("a damaged entry was not removed by the lookup");
+    if (!ours && access(path.c_str(), F_OK) != 0) Violation("the lookup removed a file the cache did not write");
   } else {
     if (verified) Violation("Verify reports " + std::string(MissReasonName(verified->reason)) + " for a sound entry");
     const Entry* entry = std::get_if<Entry>(&looked_up);

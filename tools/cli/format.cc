@@ -18,7 +18,7 @@ std::string FormatBytes(uint64_t bytes) {
     value /= 1024;
     ++unit;
   }
-  return absl::StrFormat(value < 10 ? "%.2f %s" : "%.1f %s", value, kUnits[unit]);
+  return value < 10 ? absl::StrFormat("%.2f %s", value, kUnits[unit]) : absl::StrFormat("%.1f %s", value, kUnits[unit]);
 }
 
 std::string FormatMs(double ms) {

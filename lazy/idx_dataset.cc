@@ -12,6 +12,7 @@
 #include <numeric>
 
 #include "absl/strings/str_cat.h"
+#include "pjrt_sim/status_macros.h"
 
 namespace lazyrt::data {
 namespace {
@@ -106,11 +107,9 @@ absl::StatusOr<Dataset> ParseIdx(const std::string& images, const std::string& l
 }
 
 absl::StatusOr<Dataset> LoadIdx(const std::string& images_path, const std::string& labels_path, int64_t num_classes) {
-  absl::StatusOr<std::string> images = ReadAll(images_path);
-  if (!images.ok()) return images.status();
-  absl::StatusOr<std::string> labels = ReadAll(labels_path);
-  if (!labels.ok()) return labels.status();
-  return ParseIdx(*images, *labels, num_classes, images_path, labels_path);
+  ASSIGN_OR_RETURN(std::string images, ReadAll(images_path));
+  ASSIGN_OR_RETURN(std::string labels, ReadAll(labels_path));
+  return ParseIdx(images, labels, num_classes, images_path, labels_path);
 }
 
 absl::StatusOr<Dataset> LoadFashionMnist(const std::string& dir, const std::string& split) {

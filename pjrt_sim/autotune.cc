@@ -12,6 +12,7 @@
 #include "pjrt_sim/hlo.h"
 #include "pjrt_sim/kernels/fused_program.h"
 #include "pjrt_sim/kernels/kernels.h"
+#include "pjrt_sim/status_macros.h"
 #include "pjrt_sim/thread_pool.h"
 
 namespace lazyrt::pjrt {
@@ -45,30 +46,27 @@ void FillProbeData(const ArrayShape& shape, void* data, std::mt19937_64& rng) {
 }  // namespace
 
 absl::Status Autotune(proto::Executable& exe, Device* device) {
-  absl::StatusOr<std::shared_ptr<Executable>> loaded = Executable::Load(exe);
-  if (!loaded.ok()) return loaded.status();
+  ASSIGN_OR_RETURN(std::shared_ptr<Executable> loaded, Executable::Load(exe));
   std::vector<DeviceMemory> memory;
   std::vector<void*> params, outputs;
   std::mt19937_64 rng(42);
   for (const proto::Shape& p : exe.parameters()) {
-    absl::StatusOr<DeviceMemory> m = device->Allocate(FromProto(p).byte_size());
-    if (!m.ok()) return m.status();
-    FillProbeData(FromProto(p), m->data(), rng);
-    params.push_back(m->data());
-    memory.push_back(*std::move(m));
+    ASSIGN_OR_RETURN(DeviceMemory m, device->Allocate(FromProto(p).byte_size()));
+    FillProbeData(FromProto(p), m.data(), rng);
+    params.push_back(m.data());
+    memory.push_back(std::move(m));
   }
   for (int64_t slot : exe.outputs()) {
-    absl::StatusOr<DeviceMemory> m = device->Allocate(FromProto(exe.slots(static_cast<int>(slot)).shape()).byte_size());
-    if (!m.ok()) return m.status();
-    outputs.push_back(m->data());
-    memory.push_back(*std::move(m));
+    ASSIGN_OR_RETURN(DeviceMemory m,
+                     device->Allocate(FromProto(exe.slots(static_cast<int>(slot)).shape()).byte_size()));
+    outputs.push_back(m.data());
+    memory.push_back(std::move(m));
   }
-  absl::StatusOr<DeviceMemory> arena = device->Allocate(exe.arena_bytes());
-  if (!arena.ok()) return arena.status();
-  std::memset(arena->data(), 0, static_cast<size_t>(exe.arena_bytes()));
-  const std::vector<void*> slots = (*loaded)->SlotPointers(params, arena->data(), outputs);
+  ASSIGN_OR_RETURN(DeviceMemory arena, device->Allocate(exe.arena_bytes()));
+  std::memset(arena.data(), 0, static_cast<size_t>(exe.arena_bytes()));
+  const std::vector<void*> slots = loaded->SlotPointers(params, arena.data(), outputs);
   // Give every slot plausible contents first: run the executable once as compiled.
-  (*loaded)->RunKernels(slots).IgnoreError();  // probe data may hold out-of-range indices
+  loaded->RunKernels(slots).IgnoreError();  // probe data may hold out-of-range indices
 
   const int threads = ThreadPool::Get().size();
   for (int k = 0; k < exe.kernels_size(); ++k) {

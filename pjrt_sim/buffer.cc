@@ -3,6 +3,7 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "pjrt_sim/status_macros.h"
 
 namespace lazyrt::pjrt {
 
@@ -16,9 +17,8 @@ absl::Status Buffer::ToHost(void* dst, size_t dst_bytes) const {
   }
   absl::Status status = ready_->Wait();
   if (!status.ok()) return status;
-  absl::StatusOr<std::shared_ptr<DeviceMemory>> mem = memory();
-  if (!mem.ok()) return mem.status();
-  if (dst_bytes > 0) std::memcpy(dst, (*mem)->data(), dst_bytes);
+  ASSIGN_OR_RETURN(std::shared_ptr<DeviceMemory> mem, memory());
+  if (dst_bytes > 0) std::memcpy(dst, mem->data(), dst_bytes);
   return absl::OkStatus();
 }
 

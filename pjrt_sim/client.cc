@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "pjrt_sim/status_macros.h"
 #include "pjrt_sim/version.h"
 
 namespace lazyrt::pjrt {
@@ -39,10 +40,9 @@ Device* Client::device(int id) const {
 
 absl::StatusOr<std::shared_ptr<Buffer>> Client::BufferFromHost(const void* data, const ArrayShape& shape,
                                                                Device* device) {
-  absl::StatusOr<DeviceMemory> memory = device->Allocate(shape.byte_size());
-  if (!memory.ok()) return memory.status();
-  if (shape.byte_size() > 0) std::memcpy(memory->data(), data, static_cast<size_t>(shape.byte_size()));
-  return std::make_shared<Buffer>(device, shape, std::make_shared<DeviceMemory>(*std::move(memory)), Event::Ready());
+  ASSIGN_OR_RETURN(DeviceMemory memory, device->Allocate(shape.byte_size()));
+  if (shape.byte_size() > 0) std::memcpy(memory.data(), data, static_cast<size_t>(shape.byte_size()));
+  return std::make_shared<Buffer>(device, shape, std::make_shared<DeviceMemory>(std::move(memory)), Event::Ready());
 }
 
 absl::StatusOr<std::shared_ptr<Executable>> Client::Compile(const proto::Module& module, const CompileOptions& options,
@@ -51,18 +51,16 @@ absl::StatusOr<std::shared_ptr<Executable>> Client::Compile(const proto::Module&
 }
 
 absl::StatusOr<std::shared_ptr<Executable>> Client::LoadSerializedExecutable(absl::string_view bytes) {
-  absl::StatusOr<proto::Executable> parsed = Executable::Parse(bytes);
-  if (!parsed.ok()) return parsed.status();
+  ASSIGN_OR_RETURN(proto::Executable parsed, Executable::Parse(bytes));
   // An arena no device can hold would fail every execution with an out-of-memory error that blames
   // the device; it is the executable that is wrong.
   int64_t largest = 0;
   for (const auto& device : devices_) largest = std::max(largest, device->memory_stats().bytes_limit);
-  if (parsed->arena_bytes() > largest) {
-    return absl::InvalidArgumentError(absl::StrCat("invalid executable: an arena of ",
-                                                   HumanBytes(parsed->arena_bytes()),
+  if (parsed.arena_bytes() > largest) {
+    return absl::InvalidArgumentError(absl::StrCat("invalid executable: an arena of ", HumanBytes(parsed.arena_bytes()),
                                                    ", more than any device's memory (", HumanBytes(largest), ")"));
   }
-  return Executable::Load(*std::move(parsed));
+  return Executable::Load(std::move(parsed));
 }
 
 }  // namespace lazyrt::pjrt

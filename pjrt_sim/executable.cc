@@ -16,6 +16,7 @@
 #include "google/protobuf/wire_format_lite.h"
 #include "pjrt_sim/device.h"
 #include "pjrt_sim/hlo.h"
+#include "pjrt_sim/status_macros.h"
 #include "pjrt_sim/version.h"
 
 namespace lazyrt::pjrt {
@@ -189,7 +190,7 @@ absl::StatusOr<std::shared_ptr<Executable>> Executable::Load(proto::Executable p
   std::shared_ptr<Executable> exe(new Executable(std::move(p)));
   const proto::Executable& e = exe->proto_;
   for (int i = 0; i < e.parameters_size(); ++i) {
-    if (absl::Status s = CheckShape(e.parameters(i), absl::StrCat("parameter ", i)); !s.ok()) return s;
+    RETURN_IF_ERROR(CheckShape(e.parameters(i), absl::StrCat("parameter ", i)));
     exe->parameter_shapes_.push_back(FromProto(e.parameters(i)));
   }
   std::vector<ArrayShape> slot_shapes;
@@ -198,7 +199,7 @@ absl::StatusOr<std::shared_ptr<Executable>> Executable::Load(proto::Executable p
   for (int s = 0; s < e.slots_size(); ++s) {
     const proto::Slot& slot = e.slots(s);
     const std::string what = absl::StrCat("slot ", s);
-    if (absl::Status st = CheckShape(slot.shape(), what); !st.ok()) return st;
+    RETURN_IF_ERROR(CheckShape(slot.shape(), what));
     const ArrayShape shape = FromProto(slot.shape());
     switch (slot.kind()) {
       case proto::Slot::PARAMETER:
@@ -310,7 +311,7 @@ absl::Status Executable::RunKernels(std::span<void* const> slot_ptrs, bool profi
     outputs.assign(1, slot_ptrs[static_cast<size_t>(kernel.output())]);
     for (int64_t extra : kernel.extra_outputs()) outputs.push_back(slot_ptrs[static_cast<size_t>(extra)]);
     const Clock::time_point start = profile ? Clock::now() : Clock::time_point{};
-    if (absl::Status s = kernels_[k]->Run(inputs, outputs); !s.ok()) return s;
+    RETURN_IF_ERROR(kernels_[k]->Run(inputs, outputs));
     if (profile) {
       kernel_times_[k].runs.fetch_add(1, std::memory_order_relaxed);
       kernel_times_[k].total_ns.fetch_add(
@@ -360,17 +361,16 @@ absl::StatusOr<std::vector<std::shared_ptr<Buffer>>> Executable::Execute(std::sp
     arg_memory.push_back(*std::move(mem));
     arg_ready.push_back(args[i]->ready());
   }
-  absl::StatusOr<DeviceMemory> arena = device->Allocate(proto_.arena_bytes());
-  if (!arena.ok()) return arena.status();
+  ASSIGN_OR_RETURN(DeviceMemory arena, device->Allocate(proto_.arena_bytes()));
   std::vector<std::shared_ptr<DeviceMemory>> out_memory;
   std::vector<std::shared_ptr<Buffer>> results;
   for (const ArrayShape& shape : output_shapes_) {
-    absl::StatusOr<DeviceMemory> mem = device->Allocate(shape.byte_size());
-    if (!mem.ok()) return mem.status();  // everything allocated so far is released on return
-    out_memory.push_back(std::make_shared<DeviceMemory>(*std::move(mem)));
+    ASSIGN_OR_RETURN(DeviceMemory mem,
+                     device->Allocate(shape.byte_size()));  // everything allocated so far is released on return
+    out_memory.push_back(std::make_shared<DeviceMemory>(std::move(mem)));
     results.push_back(std::make_shared<Buffer>(device, shape, out_memory.back(), std::make_shared<Event>()));
   }
-  auto arena_memory = std::make_shared<DeviceMemory>(*std::move(arena));
+  auto arena_memory = std::make_shared<DeviceMemory>(std::move(arena));
   std::vector<std::shared_ptr<Event>> done;
   for (const auto& r : results) done.push_back(r->ready());
   // A small executable whose arguments are ready runs on the calling thread when the stream is idle:

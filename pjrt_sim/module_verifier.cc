@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "pjrt_sim/hlo.h"
+#include "pjrt_sim/status_macros.h"
 
 namespace lazyrt::pjrt {
 namespace {
@@ -43,7 +44,7 @@ class Verifier {
   absl::Status Run() {
     std::vector<bool> seen_param;
     for (int64_t id = 0; id < m_.instructions_size(); ++id) {
-      if (absl::Status s = CheckInstruction(id, seen_param); !s.ok()) return s;
+      RETURN_IF_ERROR(CheckInstruction(id, seen_param));
     }
     for (size_t i = 0; i < seen_param.size(); ++i) {
       if (!seen_param[i]) return absl::InvalidArgumentError(absl::StrCat("parameter ", i, " is missing"));
@@ -89,7 +90,7 @@ class Verifier {
     const std::optional<Opcode> opcode = OpcodeFromNumber(inst.opcode());
     if (!opcode.has_value())
       return absl::InvalidArgumentError(absl::StrCat("%", id, ": invalid opcode ", inst.opcode()));
-    if (absl::Status s = CheckShape(id, inst.shape()); !s.ok()) return s;
+    RETURN_IF_ERROR(CheckShape(id, inst.shape()));
     for (int64_t op : inst.operands()) {
       if (op < 0 || op >= id) return Fail(id, absl::StrCat("operand %", op, " is not an earlier instruction"));
     }
@@ -106,7 +107,7 @@ class Verifier {
 
     switch (op) {
       case Opcode::kParameter: {
-        if (absl::Status s = want_operands(0); !s.ok()) return s;
+        RETURN_IF_ERROR(want_operands(0));
         const int64_t p = inst.parameter_number();
         if (p < 0 || p >= m_.instructions_size()) return Fail(id, absl::StrCat("bad parameter number ", p));
         if (static_cast<int64_t>(seen_param.size()) <= p) seen_param.resize(static_cast<size_t>(p) + 1, false);
@@ -116,14 +117,14 @@ class Verifier {
       }
       case Opcode::kConstant: return want_operands(0);
       case Opcode::kIota: {
-        if (absl::Status s = want_operands(0); !s.ok()) return s;
+        RETURN_IF_ERROR(want_operands(0));
         if (inst.axis() < 0 || inst.axis() >= std::max(rank, 1)) return Fail(id, "axis out of range");
         if (inst.start_size() != 1 || inst.stride_size() != 1) return Fail(id, "needs one start and one step");
         return absl::OkStatus();
       }
       case Opcode::kRngUniform:
       case Opcode::kRngNormal: {
-        if (absl::Status s = want_operands(1); !s.ok()) return s;
+        RETURN_IF_ERROR(want_operands(1));
         if (operand(0).type() != proto::S64 || operand(0).dims_size() != 0) return Fail(id, "the seed must be s64[]");
         if (!IsFloat(out.type())) return Fail(id, "needs a floating result");
         return absl::OkStatus();
@@ -132,7 +133,7 @@ class Verifier {
         LAZYRT_UNARY_OPCODES(LAZYRT_X)
 #undef LAZYRT_X
       case Opcode::kConvert: {
-        if (absl::Status s = want_operands(1); !s.ok()) return s;
+        RETURN_IF_ERROR(want_operands(1));
         if (!SameDims(operand(0), out)) {
           return Fail(id, absl::StrCat("operand ", ShapeText(operand(0)), " and result ", ShapeText(out), " differ"));
         }
@@ -144,7 +145,7 @@ class Verifier {
         LAZYRT_BINARY_OPCODES(LAZYRT_X)
 #undef LAZYRT_X
       case Opcode::kCompare: {
-        if (absl::Status s = want_operands(2); !s.ok()) return s;
+        RETURN_IF_ERROR(want_operands(2));
         if (!SameDims(operand(0), out) || !SameDims(operand(1), out) || operand(0).type() != operand(1).type()) {
           return Fail(id, absl::StrCat("operands ", ShapeText(operand(0)), " and ", ShapeText(operand(1)),
                                        " do not match the result ", ShapeText(out)));
@@ -159,7 +160,7 @@ class Verifier {
         return CheckTypeClass(id, TypeClassOf(op), out.type());
       }
       case Opcode::kSelect: {
-        if (absl::Status s = want_operands(3); !s.ok()) return s;
+        RETURN_IF_ERROR(want_operands(3));
         if (operand(0).type() != proto::PRED) return Fail(id, "the condition must be pred");
         for (int i = 0; i < 3; ++i) {
           if (!SameDims(operand(i), out)) return Fail(id, "operand dims differ from the result");
@@ -168,7 +169,7 @@ class Verifier {
         return absl::OkStatus();
       }
       case Opcode::kBroadcast: {
-        if (absl::Status s = want_operands(1); !s.ok()) return s;
+        RETURN_IF_ERROR(want_operands(1));
         const proto::Shape& in = operand(0);
         if (inst.dims_size() != in.dims_size() || in.type() != out.type())
           return Fail(id, "dims must map every operand dimension");
@@ -183,7 +184,7 @@ class Verifier {
         return absl::OkStatus();
       }
       case Opcode::kReshape: {
-        if (absl::Status s = want_operands(1); !s.ok()) return s;
+        RETURN_IF_ERROR(want_operands(1));
         int64_t a = 1, b = 1;
         for (int64_t d : operand(0).dims()) a *= d;
         for (int64_t d : out.dims()) b *= d;
@@ -193,7 +194,7 @@ class Verifier {
         return absl::OkStatus();
       }
       case Opcode::kTranspose: {
-        if (absl::Status s = want_operands(1); !s.ok()) return s;
+        RETURN_IF_ERROR(want_operands(1));
         const proto::Shape& in = operand(0);
         if (inst.dims_size() != rank || in.dims_size() != rank || in.type() != out.type())
           return Fail(id, "bad permutation");
@@ -208,7 +209,7 @@ class Verifier {
         return absl::OkStatus();
       }
       case Opcode::kSlice: {
-        if (absl::Status s = want_operands(1); !s.ok()) return s;
+        RETURN_IF_ERROR(want_operands(1));
         const proto::Shape& in = operand(0);
         if (in.dims_size() != rank || inst.start_size() != rank || inst.limit_size() != rank ||
             inst.stride_size() != rank || in.type() != out.type()) {
@@ -240,7 +241,7 @@ class Verifier {
       }
       case Opcode::kIndexSelect:
       case Opcode::kGather: {
-        if (absl::Status s = want_operands(2); !s.ok()) return s;
+        RETURN_IF_ERROR(want_operands(2));
         const proto::Shape& in = operand(0);
         const proto::Shape& index = operand(1);
         if (in.dims_size() != rank || in.type() != out.type() || !IsInt(index.type())) return Fail(id, "bad operands");
@@ -261,7 +262,7 @@ class Verifier {
       }
       case Opcode::kReduce:
       case Opcode::kArgmax: {
-        if (absl::Status s = want_operands(1); !s.ok()) return s;
+        RETURN_IF_ERROR(want_operands(1));
         const proto::Shape& in = operand(0);
         std::vector<int64_t> dims(inst.dims().begin(), inst.dims().end());
         if (op == Opcode::kArgmax) {
@@ -294,7 +295,7 @@ class Verifier {
         return absl::OkStatus();
       }
       case Opcode::kDot: {
-        if (absl::Status s = want_operands(2); !s.ok()) return s;
+        RETURN_IF_ERROR(want_operands(2));
         const proto::Shape& a = operand(0);
         const proto::Shape& b = operand(1);
         if (a.dims_size() < 2 || b.dims_size() < 2 || rank < 2 || a.type() != b.type() || a.type() != out.type() ||

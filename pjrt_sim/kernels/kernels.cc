@@ -531,20 +531,20 @@ absl::StatusOr<std::unique_ptr<Kernel>> BuildKernel(const proto::Kernel& k, std:
   switch (k.kind()) {
     case proto::Kernel::LOOP: {
       if (!(FromProto(k.iteration_shape()) == output)) return Expect(false, k, "iteration space must be the output");
-      absl::StatusOr<FusedProgram> program = FusedProgram::Build(
-          k.program(), inputs, output,
-          std::span<const int64_t>(k.extra_roots().data(), static_cast<size_t>(k.extra_roots_size())));
-      if (!program.ok()) return program.status();
+      ASSIGN_OR_RETURN(FusedProgram program,
+                       FusedProgram::Build(k.program(), inputs, output,
+                                           std::span<const int64_t>(k.extra_roots().data(),
+                                                                    static_cast<size_t>(k.extra_roots_size()))));
       std::vector<PrimitiveType> result_types = {output.type};
       for (size_t r = 0; r < extra_outputs.size(); ++r) {
-        if (extra_outputs[r].dims != output.dims || program->result_type(r + 1) != extra_outputs[r].type) {
+        if (extra_outputs[r].dims != output.dims || program.result_type(r + 1) != extra_outputs[r].type) {
           return Expect(false, k,
-                        absl::StrCat("extra output ", r, " is not a ", PrimitiveTypeName(program->result_type(r + 1)),
+                        absl::StrCat("extra output ", r, " is not a ", PrimitiveTypeName(program.result_type(r + 1)),
                                      " array of the output's dims"));
         }
         result_types.push_back(extra_outputs[r].type);
       }
-      return std::make_unique<LoopKernel>(*std::move(program), output, std::move(result_types), k.grain());
+      return std::make_unique<LoopKernel>(std::move(program), output, std::move(result_types), k.grain());
     }
     case proto::Kernel::REDUCE: {
       const ArrayShape space = FromProto(k.iteration_shape());
@@ -566,10 +566,9 @@ absl::StatusOr<std::unique_ptr<Kernel>> BuildKernel(const proto::Kernel& k, std:
       RETURN_IF_ERROR(Expect(sorted && kept == output.dims && space.type == output.type && space_ok &&
                                  combiner.has_value() && Accepts(TypeClassOf(*combiner), output.type),
                              k, "bad reduction"));
-      absl::StatusOr<FusedProgram> program = FusedProgram::Build(k.program(), inputs, space);
-      if (!program.ok()) return program.status();
-      if (program->result_type() != output.type) return Expect(false, k, "program type differs from the output");
-      return std::make_unique<ReduceKernel>(*std::move(program), space, std::move(dims), *combiner, output, k.grain());
+      ASSIGN_OR_RETURN(FusedProgram program, FusedProgram::Build(k.program(), inputs, space));
+      if (program.result_type() != output.type) return Expect(false, k, "program type differs from the output");
+      return std::make_unique<ReduceKernel>(std::move(program), space, std::move(dims), *combiner, output, k.grain());
     }
     case proto::Kernel::DOT: {
       int64_t products = 0;
@@ -581,7 +580,7 @@ absl::StatusOr<std::unique_ptr<Kernel>> BuildKernel(const proto::Kernel& k, std:
           BatchFits(k.batch(), k.lhs_batch_stride(), k.m() * k.k(), inputs[0].numel()) &&
           BatchFits(k.batch(), k.rhs_batch_stride(), k.k() * k.n(), inputs[1].numel()) &&
           (k.variant() == kDotSerial || k.variant() == kDotColumnPanels || k.variant() == kDotRowPanels);
-      if (absl::Status s = Expect(shapes_ok, k, "operands do not fit the product"); !s.ok()) return s;
+      RETURN_IF_ERROR(Expect(shapes_ok, k, "operands do not fit the product"));
       if (output.type == PrimitiveType::kF32 || output.type == PrimitiveType::kF64) {
         return std::make_unique<DotKernel>(k, output.type);
       }
@@ -599,7 +598,7 @@ absl::StatusOr<std::unique_ptr<Kernel>> BuildKernel(const proto::Kernel& k, std:
         kept.erase(kept.begin() + axis);
         ok = kept == output.dims;
       }
-      if (absl::Status s = Expect(ok, k, "bad argmax"); !s.ok()) return s;
+      RETURN_IF_ERROR(Expect(ok, k, "bad argmax"));
       return std::make_unique<ArgmaxKernel>(inputs[0], axis);
     }
     case proto::Kernel::INDEX_SELECT:
@@ -619,7 +618,7 @@ absl::StatusOr<std::unique_ptr<Kernel>> BuildKernel(const proto::Kernel& k, std:
           ok = d == static_cast<size_t>(axis) || output.dims[d] <= inputs[0].dims[d];
         }
       }
-      if (absl::Status s = Expect(ok, k, "bad indexing shapes"); !s.ok()) return s;
+      RETURN_IF_ERROR(Expect(ok, k, "bad indexing shapes"));
       if (k.kind() == proto::Kernel::INDEX_SELECT)
         return std::make_unique<IndexSelectKernel>(inputs[0], inputs[1], axis);
       return std::make_unique<GatherKernel>(inputs[0], inputs[1], axis);
@@ -636,7 +635,7 @@ absl::StatusOr<std::unique_ptr<Kernel>> BuildKernel(const proto::Kernel& k, std:
         if (ok) total += inputs[i].dims[static_cast<size_t>(axis)];
       }
       ok = ok && total == output.dims[static_cast<size_t>(axis)];
-      if (absl::Status s = Expect(ok, k, "bad concatenation"); !s.ok()) return s;
+      RETURN_IF_ERROR(Expect(ok, k, "bad concatenation"));
       return std::make_unique<ConcatKernel>(std::vector<ArrayShape>(inputs.begin(), inputs.end()), output, axis);
     }
     case proto::Kernel_Kind_Kernel_Kind_INT_MIN_SENTINEL_DO_NOT_USE_:

@@ -15,6 +15,7 @@
 #include "pjrt_sim/client.h"
 #include "pjrt_sim/executable.h"
 #include "pjrt_sim/hlo.h"
+#include "pjrt_sim/status_macros.h"
 
 namespace lazyrt::fuzz {
 
@@ -98,15 +99,13 @@ inline absl::StatusOr<std::vector<std::string>> RunWithFill(const pjrt::Executab
     const pjrt::ArrayShape shape = pjrt::FromProto(p);
     const bool pred = shape.type == pjrt::PrimitiveType::kPred;
     std::string bytes(static_cast<size_t>(shape.byte_size()), static_cast<char>(pred ? (fill & 1) : fill));
-    absl::StatusOr<std::shared_ptr<pjrt::Buffer>> buffer = client.BufferFromHost(bytes.data(), shape, device);
-    if (!buffer.ok()) return buffer.status();
-    args.push_back(*std::move(buffer));
+    ASSIGN_OR_RETURN(std::shared_ptr<pjrt::Buffer> buffer, client.BufferFromHost(bytes.data(), shape, device));
+    args.push_back(std::move(buffer));
   }
-  absl::StatusOr<std::vector<std::shared_ptr<pjrt::Buffer>>> results = exe.Execute(args, device);
-  if (!results.ok()) return results.status();
+  ASSIGN_OR_RETURN(std::vector<std::shared_ptr<pjrt::Buffer>> results, exe.Execute(args, device));
   std::vector<std::string> out;
   absl::Status first_error;
-  for (const std::shared_ptr<pjrt::Buffer>& r : *results) {
+  for (const std::shared_ptr<pjrt::Buffer>& r : results) {
     std::string bytes(static_cast<size_t>(r->shape().byte_size()), '\0');
     absl::Status status = r->ToHost(bytes.data(), bytes.size());
     if (!status.ok() && first_error.ok()) first_error = status;

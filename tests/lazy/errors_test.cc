@@ -33,7 +33,7 @@ TEST(Errors, BroadcastMismatchNamesShapesAndCallerLine) {
 
 TEST(Errors, MatmulMismatchViaNamedFunction) {
   Tensor a = Input({2, 3}), b = Input({4, 5});
-  const int line = __LINE__ + 1;
+  const int line = __LINE__ + 2;  // the call, below `try {`
   try {
     matmul(a, b);
     FAIL();
@@ -46,7 +46,7 @@ TEST(Errors, MatmulMismatchViaNamedFunction) {
 TEST(Errors, ScalarOperatorCapturesCallerLine) {
   Tensor b = Input({2});
   Tensor undefined;
-  const int line = __LINE__ + 1;
+  const int line = __LINE__ + 2;  // the call, below `try {`
   try {
     Tensor c = undefined * 2.0;
     FAIL();
@@ -57,7 +57,7 @@ TEST(Errors, ScalarOperatorCapturesCallerLine) {
 
 TEST(Errors, ArithmeticOnBoolIsRefused) {
   Tensor p = gt(Input({3}), Input({3})), q = lt(Input({3}), Input({3}));
-  const int line = __LINE__ + 1;
+  const int line = __LINE__ + 2;  // the call, below `try {`
   try {
     Tensor r = add(p, q);
     FAIL() << "bool + bool computed something";

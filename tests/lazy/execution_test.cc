@@ -138,7 +138,7 @@ TEST(Execution, OutOfMemoryIsAClearErrorAndTheRuntimeGoesOn) {
   const int64_t start = device->memory_stats().bytes_in_use;
   {
     Tensor huge = zeros({5, int64_t{1} << 30});  // 20 GiB on a 16 GiB device
-    const int line = __LINE__ + 1;
+    const int line = __LINE__ + 2;               // the call, below `try {`
     try {
       sync();
       FAIL() << "no error";

@@ -20,6 +20,7 @@
 #include "pjrt_sim/compiler.h"
 #include "pjrt_sim/hlo.h"
 #include "pjrt_sim/module.pb.h"
+#include "pjrt_sim/status_macros.h"
 
 namespace lazyrt::pjrt::testing {
 
@@ -224,35 +225,20 @@ HostArray MakeArray(PrimitiveType type, const Dims& dims, const std::vector<T>& 
   return a;
 }
 
-inline proto::ElementType ProtoType(PrimitiveType t) {
-  switch (t) {
-    case PrimitiveType::kF32: return proto::F32;
-    case PrimitiveType::kF64: return proto::F64;
-    case PrimitiveType::kBF16: return proto::BF16;
-    case PrimitiveType::kF16: return proto::F16;
-    case PrimitiveType::kS32: return proto::S32;
-    case PrimitiveType::kS64: return proto::S64;
-    case PrimitiveType::kPred: return proto::PRED;
-  }
-  return proto::F32;
-}
-
 // Uploads `args`, runs `exe` on device 0 and reads every result back.
 inline absl::StatusOr<std::vector<HostArray>> ExecuteOnHost(Client& client, const Executable& exe,
                                                             const std::vector<HostArray>& args) {
   Device* device = client.device(0);
   std::vector<std::shared_ptr<Buffer>> buffers;
   for (const HostArray& a : args) {
-    absl::StatusOr<std::shared_ptr<Buffer>> b = client.BufferFromHost(a.bytes.data(), a.shape, device);
-    if (!b.ok()) return b.status();
-    buffers.push_back(*std::move(b));
+    ASSIGN_OR_RETURN(std::shared_ptr<Buffer> b, client.BufferFromHost(a.bytes.data(), a.shape, device));
+    buffers.push_back(std::move(b));
   }
-  absl::StatusOr<std::vector<std::shared_ptr<Buffer>>> results = exe.Execute(buffers, device);
-  if (!results.ok()) return results.status();
+  ASSIGN_OR_RETURN(std::vector<std::shared_ptr<Buffer>> results, exe.Execute(buffers, device));
   std::vector<HostArray> out;
-  for (const auto& r : *results) {
+  for (const auto& r : results) {
     HostArray h(r->shape());
-    if (absl::Status s = r->ToHost(h.bytes.data(), h.bytes.size()); !s.ok()) return s;
+    RETURN_IF_ERROR(r->ToHost(h.bytes.data(), h.bytes.size()));
     out.push_back(std::move(h));
   }
   return out;
@@ -262,9 +248,8 @@ inline absl::StatusOr<std::vector<HostArray>> ExecuteOnHost(Client& client, cons
 inline absl::StatusOr<std::vector<HostArray>> CompileAndRun(Client& client, const proto::Module& module,
                                                             const CompileOptions& options,
                                                             const std::vector<HostArray>& args) {
-  absl::StatusOr<std::shared_ptr<Executable>> exe = client.Compile(module, options);
-  if (!exe.ok()) return exe.status();
-  return ExecuteOnHost(client, **exe, args);
+  ASSIGN_OR_RETURN(std::shared_ptr<Executable> exe, client.Compile(module, options));
+  return ExecuteOnHost(client, *exe, args);
 }
 
 inline std::unique_ptr<Client> MakeClient(int64_t memory = int64_t{1} << 30) {

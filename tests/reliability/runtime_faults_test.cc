@@ -107,7 +107,7 @@ std::vector<float> Train(int steps, int fail_at, int64_t* bytes_before_failure =
       // 16 x 2^20 f32 = 64 MiB: with the step's other buffers more than the device holds.
       Tensor huge = zeros({16, int64_t{1} << 20}) + 1.0;
       if (bytes_before_failure != nullptr) *bytes_before_failure = BytesInUse();
-      const int line = __LINE__ + 1;
+      const int line = __LINE__ + 2;  // the call, below `try {`
       try {
         sync();
         ADD_FAILURE() << "no out-of-memory error";
@@ -137,7 +137,7 @@ TEST(RuntimeFaults, OutOfMemoryMidStepIsAClearErrorAndTheStepCanBeRetried) {
 TEST(RuntimeFaults, OutOfMemoryOnUploadIsAClearError) {
   const int64_t idle = BytesInUse();
   std::vector<float> too_big(static_cast<size_t>(kDeviceMemory / 4 + 16), 1.0f);
-  const int line = __LINE__ + 1;
+  const int line = __LINE__ + 2;  // the call, below `try {`
   try {
     Tensor t = Tensor::FromData(too_big, {static_cast<int64_t>(too_big.size())});
     FAIL() << "no error";
@@ -176,7 +176,7 @@ TEST(RuntimeFaults, FailedCompileNamesTheGraphAndCachesNothing) {
   const int entries_before = CacheEntries();
   for (int attempt = 0; attempt < 2; ++attempt) {  // the second attempt must not find anything cached
     Tensor enormous = zeros({int64_t{1} << 21, int64_t{1} << 21}) + 1.0;
-    const int line = __LINE__ + 1;
+    const int line = __LINE__ + 2;  // the call, below `try {`
     try {
       sync();
       FAIL() << "no error";
@@ -201,8 +201,8 @@ TEST(RuntimeFaults, FailedComputationIsReportedWhenReadAndDoesNotPoisonLaterStep
     Tensor table = Values({3, 2}, 1.0f);
     Tensor bad = index_select(table, 0, Tensor::FromData(std::span<const int64_t>(idx), {3}));
     Tensor derived = bad * 2.0;
-    sync();  // launching succeeds: the index is data, checked when the kernel runs
-    const int line = __LINE__ + 1;
+    sync();                         // launching succeeds: the index is data, checked when the kernel runs
+    const int line = __LINE__ + 2;  // the call, below `try {`
     try {
       bad.to_vector<float>();
       FAIL() << "no error";

@@ -11,6 +11,7 @@
 #include "cache/location.h"
 #include "nlohmann/json.hpp"
 #include "pjrt_sim/executable.h"
+#include "pjrt_sim/status_macros.h"
 #include "pjrt_sim/version.h"
 
 namespace lazyrt::cli {
@@ -27,17 +28,16 @@ std::vector<cache::TensorSignature> Signature(const std::vector<pjrt::ArrayShape
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<cache::Store>> OpenCache(const Args& args, Access access) {
-  absl::StatusOr<std::string> dir = cache::ResolveCacheDir(args.value("--dir").value_or(""));
-  if (!dir.ok()) return dir.status();
+  ASSIGN_OR_RETURN(std::string dir, cache::ResolveCacheDir(args.value("--dir").value_or("")));
   struct stat info;
-  if (stat(dir->c_str(), &info) != 0 || !S_ISDIR(info.st_mode)) {
+  if (stat(dir.c_str(), &info) != 0 || !S_ISDIR(info.st_mode)) {
     return absl::NotFoundError(
-        absl::StrCat("no cache directory at ", *dir,
+        absl::StrCat("no cache directory at ", dir,
                      " (the directory is --dir, else $LAZYRT_CACHE_DIR, else $XDG_CACHE_HOME/lazyrt, else "
                      "~/.cache/lazyrt; the runtime creates it when it first stores a compiled graph)"));
   }
   return cache::Store::Open(
-      {.dir = *dir, .producer_version = pjrt::Executable::ProducerVersion(), .read_only = access == Access::kReadOnly});
+      {.dir = dir, .producer_version = pjrt::Executable::ProducerVersion(), .read_only = access == Access::kReadOnly});
 }
 
 std::optional<cache::EntryMetadata> GraphOf(const cache::EntryHeader& header) {

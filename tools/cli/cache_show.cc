@@ -15,6 +15,7 @@
 #include "nlohmann/json.hpp"
 #include "pjrt_sim/client.h"
 #include "pjrt_sim/hlo.h"
+#include "pjrt_sim/status_macros.h"
 #include "tools/cli/cache_access.h"
 #include "tools/cli/cache_commands.h"
 #include "tools/cli/format.h"
@@ -28,10 +29,9 @@ namespace proto = pjrt::proto;
 // The entry whose key is `wanted` or, failing that, the only one whose key starts with it (keys
 // are long hex strings; a prefix is what people copy).
 absl::StatusOr<cache::ListedEntry> FindEntry(const cache::Store& store, absl::string_view wanted) {
-  absl::StatusOr<std::vector<cache::ListedEntry>> listed = store.List();
-  if (!listed.ok()) return listed.status();
+  ASSIGN_OR_RETURN(std::vector<cache::ListedEntry> listed, store.List());
   std::vector<cache::ListedEntry*> matches;
-  for (cache::ListedEntry& entry : *listed) {
+  for (cache::ListedEntry& entry : listed) {
     if (entry.key == wanted) return std::move(entry);
     if (absl::StartsWith(entry.key, wanted)) matches.push_back(&entry);
   }

@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "cache/file_io.h"
+#include "pjrt_sim/status_macros.h"
 
 namespace lazyrt::cli {
 namespace {
@@ -83,13 +84,12 @@ absl::StatusOr<std::vector<ReportFinding>> ReadReportFindings(const std::string&
     return absl::InvalidArgumentError(
         absl::StrCat(path, " is ", info.st_size, " bytes; a run report is at most ", kMaxReportBytes));
   }
-  absl::StatusOr<std::string> text = cache::ReadRange(fd.get(), 0, static_cast<uint64_t>(info.st_size), path);
-  if (!text.ok()) return text.status();
-  if (NestingDepth(*text, kMaxReportNesting) > kMaxReportNesting) {
+  ASSIGN_OR_RETURN(std::string text, cache::ReadRange(fd.get(), 0, static_cast<uint64_t>(info.st_size), path));
+  if (NestingDepth(text, kMaxReportNesting) > kMaxReportNesting) {
     return absl::InvalidArgumentError(
         absl::StrCat(path, " nests deeper than ", kMaxReportNesting, " levels, so it is not a run report"));
   }
-  const Json report = Json::parse(*text, nullptr, /*allow_exceptions=*/false);
+  const Json report = Json::parse(text, nullptr, /*allow_exceptions=*/false);
   if (report.is_discarded()) return absl::InvalidArgumentError(absl::StrCat(path, " is not JSON"));
   if (!report.is_object() || !report.contains("findings") || !report.at("findings").is_array()) {
     return absl::InvalidArgumentError(absl::StrCat(path, " is not a run report: it has no \"findings\" array"));
@@ -114,14 +114,12 @@ absl::StatusOr<std::vector<ReportFinding>> ReadReportFindings(const std::string&
                                      : (count->get<int64_t>() < 0 || count->get<int64_t>() > kMaxFindingCount))) {
       return FindingError(path, index, absl::StrCat("needs an integer \"count\" from 0 to ", kMaxFindingCount));
     }
-    absl::StatusOr<std::string> location = OptionalText(json, "location", path, index);
-    if (!location.ok()) return location.status();
-    absl::StatusOr<std::string> message = OptionalText(json, "message", path, index);
-    if (!message.ok()) return message.status();
+    ASSIGN_OR_RETURN(std::string location, OptionalText(json, "location", path, index));
+    ASSIGN_OR_RETURN(std::string message, OptionalText(json, "message", path, index));
     findings.push_back(ReportFinding{.kind = ReportText(*kind),
-                                     .location = ReportText(Json(*std::move(location))),
+                                     .location = ReportText(Json(std::move(location))),
                                      .count = count->get<int64_t>(),
-                                     .message = ReportText(Json(*std::move(message))),
+                                     .message = ReportText(Json(std::move(message))),
                                      .json = json});
   }
   return findings;

@@ -46,6 +46,17 @@ std::optional<struct stat> OpenRegularFile(const std::string& path, UniqueFd& fd
   return info;
 }
 
+absl::StatusOr<UniqueFd> OpenRegularFileForWriting(const std::string& path, bool append) {
+  UniqueFd fd(open(path.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC | O_NONBLOCK | (append ? O_APPEND : O_TRUNC), 0644));
+  if (!fd.valid()) return ErrnoError(errno, "cannot open for writing", path);
+  struct stat info;
+  if (fstat(fd.get(), &info) != 0) return ErrnoError(errno, "cannot stat", path);
+  if (!S_ISREG(info.st_mode)) {
+    return absl::FailedPreconditionError(absl::StrCat("not writing to ", path, ": it is not a regular file"));
+  }
+  return fd;
+}
+
 absl::Status CheckFileSizeLimit(uint64_t end, absl::string_view path) {
   struct rlimit limit;
   if (getrlimit(RLIMIT_FSIZE, &limit) != 0 || limit.rlim_cur == RLIM_INFINITY || end <= limit.rlim_cur) {

@@ -45,6 +45,11 @@ absl::Status ErrnoError(int error_number, absl::string_view action, absl::string
 // FIFO (which would hang the open or the read), a device or a directory.
 std::optional<struct stat> OpenRegularFile(const std::string& path, UniqueFd& fd);
 
+// Opens `path` for writing (created 0644 if missing; truncated, or appended to when `append`) when it is,
+// or becomes, a regular file: a FIFO fails at once instead of blocking until a reader comes (the open is
+// non-blocking) and a device or directory is refused, each with an error naming the path.
+absl::StatusOr<UniqueFd> OpenRegularFileForWriting(const std::string& path, bool append);
+
 // OK when a file may grow to `end` bytes under this process's file size limit (ulimit -f);
 // RESOURCE_EXHAUSTED naming `path` and the limit otherwise. Writing past the limit would not fail:
 // the kernel kills the process with SIGXFSZ, so every write checks first.

@@ -1,5 +1,7 @@
 #include "lazy/diagnostics.h"
 
+#include <sys/stat.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -14,6 +16,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "cache/file_io.h"
 #include "ir/graph_signature.h"
 #include "lazy/diagnostics_internal.h"
 #include "lazy/diagnostics_stacks.h"
@@ -144,14 +147,42 @@ std::string SiteText(const std::string& location, const std::vector<std::string>
 }  // namespace
 
 // Where debug lines go: LAZYRT_DEBUG_FILE, else stderr.
+// A debug file that cannot be opened as a regular file (a FIFO without a reader, a directory), or that a
+// line would take past the file size limit (ulimit -f: SIGXFSZ), gives way to stderr with a warning.
 void DebugLine(const std::string& line) {
-  static FILE* out = [] {
-    const std::string& path = Opts().debug_file;
-    FILE* f = path.empty() ? nullptr : std::fopen(path.c_str(), "a");
-    return f != nullptr ? f : stderr;
-  }();
-  std::fprintf(out, "lazyrt: %s\n", line.c_str());
-  std::fflush(out);
+  struct DebugFile {  // never destroyed: the exit analysis writes here after static destructors may run
+    std::mutex mu;
+    cache::UniqueFd file;
+    bool opened = false;
+  };
+  static DebugFile* const debug_file = new DebugFile;
+  std::lock_guard<std::mutex> lock(debug_file->mu);
+  cache::UniqueFd& file = debug_file->file;
+  bool& opened = debug_file->opened;
+  const std::string& path = Opts().debug_file;
+  const std::string text = absl::StrCat("lazyrt: ", line, "\n");
+  auto fall_back = [&](const absl::Status& why) {
+    std::fprintf(stderr, "lazyrt: warning: debug output goes to stderr: %s\n", std::string(why.message()).c_str());
+    file = cache::UniqueFd();
+  };
+  if (!opened && !path.empty()) {
+    opened = true;
+    absl::StatusOr<cache::UniqueFd> fd = cache::OpenRegularFileForWriting(path, /*append=*/true);
+    if (fd.ok()) {
+      file = *std::move(fd);
+    } else {
+      fall_back(fd.status());
+    }
+  }
+  if (file.valid()) {
+    struct stat info;
+    const uint64_t size = fstat(file.get(), &info) == 0 ? static_cast<uint64_t>(info.st_size) : 0;
+    absl::Status s = cache::CheckFileSizeLimit(size + text.size(), path);
+    if (s.ok()) s = cache::WriteAll(file.get(), text, path);
+    if (s.ok()) return;
+    fall_back(s);
+  }
+  std::fputs(text.c_str(), stderr);
 }
 
 namespace {

@@ -9,6 +9,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "cache/entry_format.h"
+#include "cache/file_io.h"
 #include "ir/hash.h"
 #include "lazy/diagnostics.h"
 #include "lazy/diagnostics_internal.h"
@@ -16,6 +17,7 @@
 #include "lazy/runtime.h"
 #include "lowering/lower.h"
 #include "pjrt_sim/executable.h"
+#include "pjrt_sim/status_macros.h"
 #include "pjrt_sim/version.h"
 
 namespace lazyrt {
@@ -84,11 +86,18 @@ json FindingJson(const Finding& f) {
   return j;
 }
 
+// A path from the environment: a FIFO must not hang the exit and the file size limit must not kill it
+// (SIGXFSZ), so a file that cannot be written whole is a warning.
 void WriteFile(const std::string& path, const std::string& text, absl::string_view what) {
-  std::ofstream out(path, std::ios::trunc);
-  out << text;
-  if (!out)
-    std::fprintf(stderr, "lazyrt: warning: could not write the %s to %s\n", std::string(what).c_str(), path.c_str());
+  absl::Status written = [&]() -> absl::Status {
+    ASSIGN_OR_RETURN(cache::UniqueFd fd, cache::OpenRegularFileForWriting(path, /*append=*/false));
+    RETURN_IF_ERROR(cache::CheckFileSizeLimit(text.size(), path));
+    return cache::WriteAll(fd.get(), text, path);
+  }();
+  if (!written.ok()) {
+    std::fprintf(stderr, "lazyrt: warning: could not write the %s: %s\n", std::string(what).c_str(),
+                 std::string(written.message()).c_str());
+  }
 }
 
 }  // namespace

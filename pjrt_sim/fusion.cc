@@ -284,13 +284,7 @@ class Emitter {
           }
           return Memo(b, key, Build(b, inst.operands[0], v, space_rank, false));
         }
-#define LAZYRT_X(name, ...) case Opcode::k##name:
-          LAZYRT_UNARY_OPCODES(LAZYRT_X)
-          LAZYRT_BINARY_OPCODES(LAZYRT_X)
-#undef LAZYRT_X
-        case Opcode::kConvert:
-        case Opcode::kCompare:
-        case Opcode::kSelect:
+        LAZYRT_ELEMENTWISE_OPCODE_CASES:
           for (int64_t op : inst.operands) step.add_args(Build(b, op, view, space_rank, false));
           step.set_opcode(static_cast<int32_t>(inst.opcode));
           step.set_direction(static_cast<int32_t>(inst.direction));
@@ -384,13 +378,7 @@ class Emitter {
         k->set_kind(proto::Kernel::CONCATENATE);
         k->set_axis(inst.axis);
         break;
-#define LAZYRT_X(name, ...) case Opcode::k##name:
-        LAZYRT_UNARY_OPCODES(LAZYRT_X)
-        LAZYRT_BINARY_OPCODES(LAZYRT_X)
-#undef LAZYRT_X
-      case Opcode::kConvert:
-      case Opcode::kCompare:
-      case Opcode::kSelect:
+      LAZYRT_ELEMENTWISE_OPCODE_CASES:
       case Opcode::kConstant:
       case Opcode::kIota:
       case Opcode::kRngUniform:

@@ -72,6 +72,15 @@ enum class TypeClass : uint8_t {
   X(Argmax, 62, kArgmax)            \
   X(Dot, 63, kDot)
 
+// The case labels of every elementwise opcode (unary, binary, convert, compare, select), for a switch that
+// treats them alike: `LAZYRT_ELEMENTWISE_OPCODE_CASES: ...`.
+#define LAZYRT_CASE_OF_OPCODE(name, ...) case ::lazyrt::pjrt::Opcode::k##name:
+#define LAZYRT_ELEMENTWISE_OPCODE_CASES                                               \
+  LAZYRT_UNARY_OPCODES(LAZYRT_CASE_OF_OPCODE)                                         \
+  LAZYRT_BINARY_OPCODES(LAZYRT_CASE_OF_OPCODE) case ::lazyrt::pjrt::Opcode::kConvert: \
+  case ::lazyrt::pjrt::Opcode::kCompare:                                              \
+  case ::lazyrt::pjrt::Opcode::kSelect
+
 enum class Opcode : int32_t {
 #define LAZYRT_X(name, number, ...) k##name = number,
   LAZYRT_UNARY_OPCODES(LAZYRT_X) LAZYRT_BINARY_OPCODES(LAZYRT_X) LAZYRT_OTHER_OPCODES(LAZYRT_X)

@@ -24,7 +24,7 @@ tidy=$(command -v run-clang-tidy-16) || { echo "lint: run-clang-tidy-16 is missi
 mapfile -t sources < <(git ls-files '*.cc' '*.cpp' | grep -v '^tests/fuzz/')
 echo "lint: clang-tidy on ${#sources[@]} files"
 "$tidy" -quiet -p build -j "$(nproc)" "${sources[@]/#/$PWD/}" > build/clang-tidy.log 2>&1 || {
-  grep -E "warning:|error:" build/clang-tidy.log | sort -u | head -50
+  grep -E "warning:|error:" build/clang-tidy.log | sort -u | sed -n 1,50p  # sed reads to the end: no SIGPIPE under pipefail
   echo "lint: clang-tidy found problems (all of them in build/clang-tidy.log)" >&2
   exit 1
 }

@@ -29,7 +29,10 @@ if [ -f "$build/CMakeCache.txt" ] && ! grep -q "^CMAKE_CXX_COMPILER:[A-Z]*=.*$cx
   rm -rf "$build"
 fi
 cmake --preset fuzz -B "$build" "${overrides[@]}"
-if ! ninja -C "$build" -t targets all | grep -q '^cache_entry_fuzzer:'; then
+# Read the whole list before grepping: grep -q stops at the first match, and under pipefail the
+# SIGPIPE that ninja then gets would fail the check on a tree that has the targets.
+build_targets=$(ninja -C "$build" -t targets all)
+if ! grep -q '^cache_entry_fuzzer:' <<< "$build_targets"; then
   echo "run_fuzzers: no fuzz targets in $build: tests/CMakeLists.txt must add_subdirectory(fuzz)" >&2
   exit 1
 fi

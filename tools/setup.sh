@@ -13,7 +13,7 @@ packages=(
   libgtest-dev libgmock-dev libbenchmark-dev
   libblis-serial-dev
   clang-16 libclang-rt-16-dev clang-format-16 clang-tidy-16
-  dataset-fashion-mnist
+  dataset-fashion-mnist fortunes
 )
 if [ "${1:-}" = "--bench" ]; then
   packages+=(python3-torch python3-numpy libtorch-dev libopenblas0-pthread libopenblas-dev libeigen3-dev)

@@ -1,0 +1,354 @@
+// Trains a character-level GPT on plain text (Debian's fortunes by default) with AdamW, a warmup and
+// cosine learning-rate schedule and gradient clipping by global norm, one sync per step: forward,
+// backward, clipping and the update are one graph that compiles once. Every --eval-every steps and at
+// the end it computes the validation loss; then it generates a sample from --prompt.
+//
+// Generation is a lazy program too: the model always reads a fixed window of --context tokens (the
+// text so far, left-aligned, the rest padding) and the logits are read at the last real position, a
+// device index. Causal attention makes the padding invisible to that position, so every length runs
+// the same graph: one compile for the whole sample, not one per length.
+//
+// The last line of stdout is one JSON object with the run's results and timings.
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <limits>
+#include <numbers>
+#include <string>
+#include <vector>
+
+#include "examples/gpt.h"
+#include "lazy/metrics.h"
+#include "lazy/nn.h"
+#include "lazy/optim.h"
+#include "lazy/options.h"
+#include "lazy/runtime.h"
+#include "lazy/sync.h"
+#include "lazy/tensor.h"
+#include "lazy/text_dataset.h"
+#include "nlohmann/json.hpp"
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using lazyrt::Tensor;
+
+double MsBetween(Clock::time_point a, Clock::time_point b) {
+  return std::chrono::duration<double, std::milli>(b - a).count();
+}
+
+struct Flags {
+  int64_t steps = 300;
+  lazyrt::examples::GptConfig model;
+  int64_t batch = 32;
+  double lr = 2e-3;
+  double weight_decay = 0.1;
+  double clip = 1.0;
+  uint64_t seed = 0;
+  std::string data = lazyrt::data::kFortunesDir;
+  int64_t accum = 1;
+  std::string mode = "whole";
+  int64_t barrier_every = 0;
+  int64_t eval_every = 100;
+  int64_t eval_batches = 4;
+  int64_t sample_tokens = 200;
+  std::string prompt = "The ";
+  std::string cache_dir;  // empty: the runtime's default (LAZYRT_CACHE_DIR, ~/.cache/lazyrt)
+  std::string report;     // empty: LAZYRT_REPORT, if set
+};
+
+constexpr char kUsage[] =
+    "usage: train_gpt [--steps N] [--layers N] [--heads N] [--width N] [--context N] [--batch N] [--lr X]\n"
+    "                 [--weight-decay X] [--clip X] [--seed N] [--data FILE|DIR] [--accum N]\n"
+    "                 [--mode whole|split] [--barrier-every N] [--dtype f32|bf16] [--eval-every N]\n"
+    "                 [--eval-batches N] [--sample-tokens N] [--prompt TEXT] [--cache-dir DIR] [--report FILE]\n";
+
+[[noreturn]] void Usage(const std::string& error) {
+  std::fprintf(stderr, "train_gpt: %s\n%s", error.c_str(), kUsage);
+  std::exit(2);
+}
+
+Flags ParseFlags(int argc, char** argv) {
+  Flags f;
+  f.model.vocab = 0;  // from the corpus
+  for (int i = 1; i < argc; ++i) {
+    const std::string flag = argv[i];
+    if (flag == "--help" || flag == "-h") {
+      std::printf(
+          "train_gpt: trains a character-level GPT on plain text with AdamW, one sync per step\n%s"
+          "Defaults: 300 steps, 4 layers, 4 heads, width 128, context 128, batch 32, lr 2e-3 (warmup and\n"
+          "cosine decay), --data %s (Debian's fortunes, split 90/10 by fortune).\n"
+          "The last line of stdout is one JSON object with the run's results and timings.\n",
+          kUsage, lazyrt::data::kFortunesDir);
+      std::exit(0);
+    }
+    if (i + 1 >= argc) Usage("missing value for " + flag);
+    const std::string value = argv[++i];
+    char* end = nullptr;
+    // Bounded so that no product of flags (batch x context x width, steps x accum) overflows.
+    auto integer = [&](int64_t min, int64_t max) {
+      errno = 0;
+      const long long v = std::strtoll(value.c_str(), &end, 10);
+      if (value.empty() || *end != '\0' || errno == ERANGE || v < min || v > max) {
+        Usage(flag + " needs an integer from " + std::to_string(min) + " to " + std::to_string(max) + ", got '" +
+              value + "'");
+      }
+      return static_cast<int64_t>(v);
+    };
+    auto real = [&](double min, double max) {
+      const double v = std::strtod(value.c_str(), &end);
+      if (value.empty() || *end != '\0' || !(v >= min && v <= max)) {
+        Usage(flag + " needs a number from " + std::to_string(min) + " to " + std::to_string(max) + ", got '" + value +
+              "'");
+      }
+      return v;
+    };
+    if (flag == "--steps") {
+      f.steps = integer(1, 1 << 24);
+    } else if (flag == "--layers") {
+      f.model.layers = integer(1, 64);
+    } else if (flag == "--heads") {
+      f.model.heads = integer(1, 256);
+    } else if (flag == "--width") {
+      f.model.width = integer(1, 8192);
+    } else if (flag == "--context") {
+      f.model.context = integer(1, 4096);
+    } else if (flag == "--batch") {
+      f.batch = integer(1, 4096);
+    } else if (flag == "--lr") {
+      f.lr = real(1e-8, 10);
+    } else if (flag == "--weight-decay") {
+      f.weight_decay = real(0, 10);
+    } else if (flag == "--clip") {
+      f.clip = real(1e-6, 1e6);
+    } else if (flag == "--seed") {
+      f.seed = static_cast<uint64_t>(integer(0, int64_t{1} << 40));
+    } else if (flag == "--data") {
+      f.data = value;
+    } else if (flag == "--accum") {
+      f.accum = integer(1, 64);
+    } else if (flag == "--mode") {
+      if (value != "whole" && value != "split") Usage("--mode is whole or split, got '" + value + "'");
+      f.mode = value;
+    } else if (flag == "--barrier-every") {
+      f.barrier_every = integer(0, 64);
+    } else if (flag == "--dtype") {
+      if (value != "f32" && value != "bf16") Usage("--dtype is f32 or bf16, got '" + value + "'");
+      f.model.matmul_dtype = value == "f32" ? lazyrt::DType::kF32 : lazyrt::DType::kBF16;
+    } else if (flag == "--eval-every") {
+      f.eval_every = integer(0, 1 << 24);
+    } else if (flag == "--eval-batches") {
+      f.eval_batches = integer(1, 1024);
+    } else if (flag == "--sample-tokens") {
+      f.sample_tokens = integer(0, 1 << 16);
+    } else if (flag == "--prompt") {
+      if (value.empty()) Usage("--prompt needs at least one character");
+      f.prompt = value;
+    } else if (flag == "--cache-dir") {
+      f.cache_dir = value;
+    } else if (flag == "--report") {
+      f.report = value;
+    } else {
+      Usage("unknown flag " + flag);
+    }
+  }
+  if (f.model.width % f.model.heads != 0) {
+    Usage("--heads (" + std::to_string(f.model.heads) + ") must divide --width (" + std::to_string(f.model.width) +
+          ")");
+  }
+  if (static_cast<int64_t>(f.prompt.size()) > f.model.context) {
+    Usage("--prompt has " + std::to_string(f.prompt.size()) + " characters, more than --context (" +
+          std::to_string(f.model.context) + ")");
+  }
+  return f;
+}
+
+Tensor Upload(const std::vector<int64_t>& v, std::vector<int64_t> dims) {
+  return Tensor::FromData(std::span<const int64_t>(v), dims);
+}
+
+// The learning rate of step s (0-based): linear warmup over the first tenth of the run (at most 100
+// steps), then a cosine decay to a tenth of the peak. Set as a device value: it never recompiles.
+double LearningRate(const Flags& f, int64_t s) {
+  const int64_t warmup = std::max<int64_t>(1, std::min<int64_t>(100, f.steps / 10));
+  if (s < warmup) return f.lr * static_cast<double>(s + 1) / static_cast<double>(warmup);
+  const double progress = static_cast<double>(s - warmup) / static_cast<double>(std::max<int64_t>(1, f.steps - warmup));
+  return f.lr * (0.1 + 0.9 * 0.5 * (1 + std::cos(std::numbers::pi * progress)));
+}
+
+// Mean next-token cross-entropy of logits [batch, time, vocab] against targets [batch, time].
+Tensor LanguageModelLoss(const Tensor& logits, const Tensor& targets) {
+  return lazyrt::nn::cross_entropy(lazyrt::reshape(logits, {-1, logits.dim(2)}), lazyrt::reshape(targets, {-1}));
+}
+
+// Scales every gradient so that their global L2 norm is at most `max_norm` (torch's
+// clip_grad_norm_), on the device: no value is read back.
+void ClipGradNorm(const std::vector<Tensor>& params, double max_norm) {
+  lazyrt::NoGradGuard no_grad;
+  Tensor squares;
+  for (const Tensor& p : params) {
+    Tensor g = p.grad();
+    Tensor s = lazyrt::sum(g * g);
+    squares = squares.defined() ? squares + s : s;
+  }
+  // torch: clip_coef = max_norm / (norm + 1e-6), applied when below 1.
+  Tensor coef = lazyrt::minimum(lazyrt::static_scalar(max_norm) / (lazyrt::sqrt(squares) + lazyrt::static_scalar(1e-6)),
+                                lazyrt::ones({}));
+  for (Tensor p : params) p.set_grad(p.grad() * coef);  // a handle shares its tensor with every copy
+}
+
+double ValidationLoss(const lazyrt::examples::Gpt& model, const lazyrt::data::TextCorpus& corpus, const Flags& f) {
+  lazyrt::NoGradGuard no_grad;
+  const int64_t context = f.model.context;
+  // Device data, not a constant: every batch then runs the same graph.
+  Tensor total = Tensor::FromData(std::vector<float>{0.0f}, {});
+  std::vector<int64_t> inputs, targets;
+  for (int64_t b = 0; b < f.eval_batches; ++b) {
+    lazyrt::data::ValidationWindows(corpus.val, f.batch, context, f.batch * f.eval_batches, b, inputs, targets);
+    total = total + LanguageModelLoss(model(Upload(inputs, {f.batch, context})), Upload(targets, {f.batch, context}));
+    lazyrt::sync();
+  }
+  return total.item() / static_cast<double>(f.eval_batches);
+}
+
+// Samples `count` tokens after `prompt` (temperature 0.8, Gumbel-max on the device RNG).
+std::string Sample(const lazyrt::examples::Gpt& model, const lazyrt::data::TextCorpus& corpus, const Flags& f,
+                   const std::vector<int32_t>& prompt) {
+  lazyrt::NoGradGuard no_grad;
+  const int64_t context = f.model.context, vocab = corpus.vocab_size();
+  std::vector<int32_t> text = prompt;
+  std::vector<int64_t> window(static_cast<size_t>(context), 0);
+  for (int64_t n = 0; n < f.sample_tokens; ++n) {
+    const int64_t length = std::min<int64_t>(static_cast<int64_t>(text.size()), context);
+    std::copy(text.end() - length, text.end(), window.begin());
+    Tensor logits = lazyrt::reshape(model(Upload(window, {1, context})), {context, vocab});
+    Tensor last = lazyrt::index_select(logits, 0, Upload({length - 1}, {1}));  // [1, vocab]
+    Tensor gumbel = -lazyrt::log(-lazyrt::log(lazyrt::rand({1, vocab}, lazyrt::static_scalar(1e-20))));
+    Tensor next = lazyrt::argmax(last * lazyrt::static_scalar(1 / 0.8) + gumbel, 1);
+    lazyrt::sync();
+    text.push_back(static_cast<int32_t>(next.item()));
+  }
+  return corpus.Decode(text);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const Clock::time_point process_start = Clock::now();
+  Flags flags = ParseFlags(argc, argv);
+  try {
+    absl::StatusOr<lazyrt::Options> options = lazyrt::Options::FromEnvironment();
+    if (!options.ok()) {
+      std::fprintf(stderr, "train_gpt: %s\n", std::string(options.status().message()).c_str());
+      return 2;
+    }
+    if (!flags.cache_dir.empty()) options->cache_dir = flags.cache_dir;
+    if (!flags.report.empty()) options->report = flags.report;
+    lazyrt::configure(*options);
+
+    absl::StatusOr<lazyrt::data::TextCorpus> corpus = lazyrt::data::LoadCorpus(flags.data, flags.model.context + 1);
+    if (!corpus.ok()) {
+      std::fprintf(stderr, "train_gpt: --data %s: %s\n", flags.data.c_str(),
+                   std::string(corpus.status().message()).c_str());
+      return 1;
+    }
+    absl::StatusOr<std::vector<int32_t>> prompt = corpus->Encode(flags.prompt);
+    if (!prompt.ok()) Usage("--prompt: " + std::string(prompt.status().message()));
+    flags.model.vocab = corpus->vocab_size();
+    lazyrt::examples::Gpt model(flags.model, flags.seed);
+    const std::vector<Tensor> params = model.parameters();
+    int64_t param_count = 0;
+    for (const Tensor& p : params) param_count += p.numel();
+    lazyrt::AdamW optimizer(params, flags.lr, 0.9, 0.95, 1e-8, flags.weight_decay);
+    const int64_t context = flags.model.context;
+    const bool live = isatty(STDOUT_FILENO);
+
+    std::vector<int64_t> inputs, targets;
+    std::vector<Tensor> losses;  // every step's loss, read at the end (each step has synced it)
+    double startup_ms = 0, first_step_ms = 0, steady_ms = 0, val_loss = NAN;
+    Tensor loss;
+    for (int64_t step = 0; step < flags.steps; ++step) {
+      const Clock::time_point step_start = Clock::now();
+      if (step == 0) startup_ms = MsBetween(process_start, step_start);
+      optimizer.set_lr(LearningRate(flags, step));
+      Tensor step_loss;
+      for (int64_t micro = 0; micro < flags.accum; ++micro) {
+        lazyrt::data::TrainingWindows(corpus->train, flags.batch, context, flags.seed, step * flags.accum + micro,
+                                      inputs, targets);
+        auto barrier = [&](int layer) {
+          if (flags.barrier_every > 0 && layer % flags.barrier_every == 0) lazyrt::barrier();
+        };
+        loss = LanguageModelLoss(model(Upload(inputs, {flags.batch, context}), barrier),
+                                 Upload(targets, {flags.batch, context}));
+        if (flags.accum > 1) loss = loss * lazyrt::static_scalar(1.0 / static_cast<double>(flags.accum));
+        loss.backward();
+        lazyrt::NoGradGuard no_grad;
+        step_loss = step_loss.defined() ? step_loss + loss.detach() : loss.detach();
+      }
+      if (flags.mode == "split") lazyrt::barrier();  // forward+backward, then clipping and the update
+      ClipGradNorm(params, flags.clip);
+      optimizer.step();
+      optimizer.zero_grad();
+      losses.push_back(step_loss);
+      lazyrt::sync();
+      if (step == 0) {
+        step_loss.item();  // the first step's result is ready
+        first_step_ms = MsBetween(step_start, Clock::now());
+      } else {
+        steady_ms += MsBetween(step_start, Clock::now());
+      }
+      const bool last = step + 1 == flags.steps;
+      if (last || (flags.eval_every > 0 && (step + 1) % flags.eval_every == 0)) {
+        const double train_loss = step_loss.item();
+        val_loss = ValidationLoss(model, *corpus, flags);
+        std::printf("%sstep %lld/%lld  loss %.4f  val_loss %.4f\n", live ? "\r" : "", static_cast<long long>(step + 1),
+                    static_cast<long long>(flags.steps), train_loss, val_loss);
+        std::fflush(stdout);
+      } else if (live && step % 10 == 0) {
+        std::printf("\r  step %lld/%lld  loss %.4f ", static_cast<long long>(step + 1),
+                    static_cast<long long>(flags.steps), step_loss.item());
+        std::fflush(stdout);
+      }
+    }
+    const std::string sample = Sample(model, *corpus, flags, *prompt);
+    std::printf("--- sample ---\n%s\n--------------\n", sample.c_str());
+
+    std::vector<double> loss_values;
+    for (const Tensor& l : losses) loss_values.push_back(l.item());
+    const double steady_step_ms = flags.steps > 1 ? steady_ms / static_cast<double>(flags.steps - 1) : first_step_ms;
+    const auto json_number = [](double v) { return std::isfinite(v) ? nlohmann::json(v) : nlohmann::json(nullptr); };
+    nlohmann::json out;
+    out["val_loss"] = json_number(val_loss);
+    out["final_loss"] = json_number(loss_values.back());
+    for (int64_t s : {1, 10, 100}) {
+      if (s <= flags.steps) out["loss_step" + std::to_string(s)] = json_number(loss_values[static_cast<size_t>(s - 1)]);
+    }
+    nlohmann::json first(nlohmann::json::array());
+    for (size_t s = 0; s < std::min<size_t>(10, loss_values.size()); ++s) first.push_back(json_number(loss_values[s]));
+    out["losses_first10"] = first;
+    out["vocab"] = corpus->vocab_size();
+    out["parameters"] = param_count;
+    out["steps"] = flags.steps;
+    out["startup_ms"] = std::round(startup_ms * 10) / 10;
+    out["first_step_ms"] = std::round(first_step_ms * 100) / 100;
+    out["steady_step_ms"] = std::round(steady_step_ms * 1000) / 1000;
+    out["tokens_per_s"] = std::round(static_cast<double>(flags.batch * context * flags.accum) / steady_step_ms * 1000);
+    out["graphs_compiled"] = lazyrt::CounterValue(lazyrt::counters::kGraphsCompiled);
+    out["persistent_cache_hits"] = lazyrt::CounterValue(lazyrt::counters::kPersistentCacheHit);
+    out["persistent_cache_misses"] = lazyrt::CounterValue(lazyrt::counters::kPersistentCacheMiss);
+    out["mode"] = flags.mode;
+    out["accum"] = flags.accum;
+    out["dtype"] = flags.model.matmul_dtype == lazyrt::DType::kF32 ? "f32" : "bf16";
+    out["sample"] = sample;
+    std::printf("%s\n", out.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
+  } catch (const lazyrt::Error& e) {
+    std::fprintf(stderr, "train_gpt: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}

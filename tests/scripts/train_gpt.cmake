@@ -1,0 +1,97 @@
+cmake_minimum_required(VERSION 3.25)
+# Runs examples/train_gpt as a process at test size and checks the JSON on its last line.
+#   -DTRAIN=path -DCHECK=graphs|cold_warm|convergence|bad_input -DWORK=dir
+include(${CMAKE_CURRENT_LIST_DIR}/run_example.cmake)
+# Two layers of width 32, context 16: every op of the default model, in seconds.
+set(small --layers 2 --heads 2 --width 32 --context 16 --batch 4 --sample-tokens 8)
+
+if(CHECK STREQUAL "graphs")
+  # Training, validation and sampling: three graphs for the whole run, whatever the number of steps,
+  # evaluations and sampled tokens (the sampler's fixed window).
+  run_train(whole ${small} --steps 12 --eval-every 4)
+  expect_field("${whole}" graphs_compiled EQUAL 3)
+  # Gradient accumulation traced into the step: still one training graph.
+  run_train(accum ${small} --steps 6 --eval-every 0 --accum 3)
+  expect_field("${accum}" graphs_compiled EQUAL 3)
+  # Split mode: forward+backward, then clipping and the update.
+  run_train(split ${small} --steps 6 --eval-every 0 --mode split)
+  expect_field("${split}" graphs_compiled EQUAL 4)
+  # A barrier after every block cuts the training step at both blocks: three training graphs.
+  run_train(barriers ${small} --steps 6 --eval-every 0 --barrier-every 1)
+  expect_field("${barriers}" graphs_compiled EQUAL 5)
+  # bf16 matmuls (f32 accumulation and weights) are a training run of their own kind: same count.
+  run_train(bf16 ${small} --steps 6 --eval-every 0 --dtype bf16)
+  expect_field("${bf16}" graphs_compiled EQUAL 3)
+  foreach(run whole accum split barriers bf16)
+    string(JSON loss GET "${${run}}" final_loss)
+    if(loss STREQUAL "null")
+      message(FATAL_ERROR "${run}: the loss is not finite")
+    endif()
+  endforeach()
+  # Split mode and barriers change the graphs, not the arithmetic.
+  run_train(whole6 ${small} --steps 6 --eval-every 0)
+  foreach(run split barriers)
+    string(JSON a GET "${whole6}" final_loss)
+    string(JSON b GET "${${run}}" final_loss)
+    if(NOT a STREQUAL b)
+      message(FATAL_ERROR "${run} final_loss ${b} differs from whole mode's ${a}")
+    endif()
+  endforeach()
+elseif(CHECK STREQUAL "cold_warm")
+  # A second process on the same cache compiles nothing and reproduces the run bit for bit: losses,
+  # validation loss and the sampled text.
+  run_train(cold ${small} --steps 8 --eval-every 4 --cache-dir ${WORK}/shared)
+  run_train(warm ${small} --steps 8 --eval-every 4 --cache-dir ${WORK}/shared)
+  expect_field("${cold}" persistent_cache_misses GREATER_EQUAL 3)
+  expect_field("${warm}" graphs_compiled EQUAL 0)
+  expect_field("${warm}" persistent_cache_misses EQUAL 0)
+  expect_field("${warm}" persistent_cache_hits GREATER_EQUAL 3)
+  foreach(field final_loss val_loss sample)
+    string(JSON a GET "${cold}" ${field})
+    string(JSON b GET "${warm}" ${field})
+    if(NOT a STREQUAL b)
+      message(FATAL_ERROR "warm ${field} '${b}' differs from cold '${a}'")
+    endif()
+  endforeach()
+  # Another seed is another run.
+  run_train(other ${small} --steps 8 --eval-every 4 --seed 5)
+  string(JSON a GET "${cold}" final_loss)
+  string(JSON b GET "${other}" final_loss)
+  if(a STREQUAL b)
+    message(FATAL_ERROR "seed 5 gave the same final_loss ${a} as seed 0")
+  endif()
+elseif(CHECK STREQUAL "convergence")
+  # It learns the text: validation loss below 0.6 ln(vocab) (2.84 nats for fortunes' 114 symbols) after
+  # 200 steps of a two-layer model; a unigram model of the characters stays near 3.
+  run_train(run --layers 2 --heads 2 --width 64 --context 64 --batch 16 --steps 200 --eval-every 100)
+  string(JSON vocab GET "${run}" vocab)
+  string(JSON val GET "${run}" val_loss)
+  execute_process(COMMAND awk "BEGIN { exit !(${val} < 0.6 * log(${vocab})) }" RESULT_VARIABLE below)
+  if(NOT below EQUAL 0)
+    message(FATAL_ERROR "val_loss ${val} is not below 0.6 ln(${vocab})")
+  endif()
+elseif(CHECK STREQUAL "bad_input")
+  file(WRITE ${WORK}/empty.txt "")
+  expect_failure("empty.txt: the text is empty" ${small} --data ${WORK}/empty.txt)
+  # CMake strings cannot hold a NUL byte: printf writes it.
+  execute_process(COMMAND printf "text\\000more" OUTPUT_FILE ${WORK}/binary.txt)
+  string(ASCII 1 2 controls)
+  file(WRITE ${WORK}/control.txt "text")
+  foreach(i RANGE 40)
+    file(APPEND ${WORK}/control.txt "${controls}")
+  endforeach()
+  expect_failure("binary.txt: binary data \\(a NUL byte at offset 4\\)" ${small} --data ${WORK}/binary.txt)
+  expect_failure("control.txt: binary data \\([0-9]+ control bytes" ${small} --data ${WORK}/control.txt)
+  file(WRITE ${WORK}/short.txt "one\n%\ntwo\n%\n")
+  expect_failure("fewer than one context window plus its target \\(17\\)" ${small} --data ${WORK}/short.txt)
+  expect_failure("no such file or directory" ${small} --data ${WORK}/missing)
+  expect_failure("--heads \\(3\\) must divide --width \\(32\\)" --heads 3 --width 32)
+  expect_failure("--context needs an integer from 1 to 4096, got '5000'" --context 5000)
+  expect_failure("--dtype is f32 or bf16, got 'f16'" --dtype f16)
+  string(ASCII 1 start_of_heading)  # no fortune has it
+  expect_failure("--prompt: byte 1 at offset 1 is not in the corpus's vocabulary" ${small} --prompt "a${start_of_heading}")
+  expect_failure("--prompt has 20 characters, more than --context \\(16\\)" ${small} --prompt "01234567890123456789")
+  expect_failure("unknown flag --bogus" --bogus 1)
+else()
+  message(FATAL_ERROR "unknown CHECK ${CHECK}")
+endif()

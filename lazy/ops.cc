@@ -570,6 +570,15 @@ Tensor matmul(const Tensor& a, const Tensor& b, SourceLocation loc) {
         absl::StrCat("matmul: needs operands of rank >= 1, got ", a.shape().ToString(), " and ", b.shape().ToString()),
         loc);
   }
+  // [..., m, k] x [k, n] (activations times a weight) is one [... m, k] x [k, n] product: a GEMM with
+  // every row of the batch, not a batch of small GEMMs, and its weight gradient one GEMM as well, not a
+  // batch of them summed.
+  if (a.rank() > 2 && b.rank() == 2 && a.dim(-1) == b.dim(0)) {  // (a mismatch: the error names the shapes given)
+    std::vector<int64_t> dims(a.dims().begin(), a.dims().end());
+    Tensor flat = matmul(reshape(a, {-1, a.dim(-1)}, loc), b, loc);
+    dims.back() = flat.dim(1);
+    return reshape(flat, dims, loc);
+  }
   // numpy.matmul: a 1-D left operand is a row, a 1-D right operand a column, removed afterwards.
   const bool row = a.rank() == 1, col = b.rank() == 1;
   Tensor a2 = row ? reshape(a, {1, a.dim(0)}, loc) : a;

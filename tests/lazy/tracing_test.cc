@@ -98,6 +98,17 @@ TEST(Tracing, OpShapes) {
   EXPECT_EQ(full({2, 2}, 3.0).shape(), Shape(DType::kF32, {2, 2}));
 }
 
+TEST(Tracing, ActivationsTimesAWeightAreOneTwoDimensionalProduct) {
+  // [5, 2, 3] x [3, 7]: one [10, 3] x [3, 7] GEMM (and one for each gradient), not five small ones.
+  Tensor r = matmul(Input({5, 2, 3}), Input({3, 7}));
+  EXPECT_EQ(r.shape(), Shape(DType::kF32, {5, 2, 7}));
+  ASSERT_EQ(r.ir_value().node->op(), ir::OpKind::kReshape);
+  EXPECT_EQ(r.ir_value().node->operand(0).node->op(), ir::OpKind::kMatMul);
+  EXPECT_EQ(r.ir_value().node->operand(0).node->shape(0), Shape(DType::kF32, {10, 7}));
+  // A batched right operand stays a batched product.
+  EXPECT_EQ(matmul(Input({5, 2, 3}), Input({5, 3, 7})).ir_value().node->op(), ir::OpKind::kMatMul);
+}
+
 TEST(Tracing, RandomOpsKeepTheGraphWhileTheSeedAdvances) {
   detail::DeviceState& state = detail::Runtime::Get().device_state({0}, SourceLocation::current());
   state.AdvanceRng();

@@ -18,11 +18,11 @@
 #include <cstdio>
 #include <cstdlib>
 #include <limits>
-#include <numbers>
 #include <string>
 #include <vector>
 
 #include "examples/gpt.h"
+#include "examples/lr_schedule.h"
 #include "lazy/metrics.h"
 #include "lazy/nn.h"
 #include "lazy/optim.h"
@@ -172,15 +172,6 @@ Tensor Upload(const std::vector<int64_t>& v, std::vector<int64_t> dims) {
   return Tensor::FromData(std::span<const int64_t>(v), dims);
 }
 
-// The learning rate of step s (0-based): linear warmup over the first tenth of the run (at most 100
-// steps), then a cosine decay to a tenth of the peak. Set as a device value: it never recompiles.
-double LearningRate(const Flags& f, int64_t s) {
-  const int64_t warmup = std::max<int64_t>(1, std::min<int64_t>(100, f.steps / 10));
-  if (s < warmup) return f.lr * static_cast<double>(s + 1) / static_cast<double>(warmup);
-  const double progress = static_cast<double>(s - warmup) / static_cast<double>(std::max<int64_t>(1, f.steps - warmup));
-  return f.lr * (0.1 + 0.9 * 0.5 * (1 + std::cos(std::numbers::pi * progress)));
-}
-
 // Mean next-token cross-entropy of logits [batch, time, vocab] against targets [batch, time].
 Tensor LanguageModelLoss(const Tensor& logits, const Tensor& targets) {
   return lazyrt::nn::cross_entropy(lazyrt::reshape(logits, {-1, logits.dim(2)}), lazyrt::reshape(targets, {-1}));
@@ -275,7 +266,8 @@ int main(int argc, char** argv) {
     for (int64_t step = 0; step < flags.steps; ++step) {
       const Clock::time_point step_start = Clock::now();
       if (step == 0) startup_ms = MsBetween(process_start, step_start);
-      optimizer.set_lr(LearningRate(flags, step));
+      // A device value: changing it never recompiles.
+      optimizer.set_lr(lazyrt::examples::WarmupCosineLr(flags.lr, flags.steps, step));
       Tensor step_loss;
       for (int64_t micro = 0; micro < flags.accum; ++micro) {
         lazyrt::data::TrainingWindows(corpus->train, flags.batch, context, flags.seed, step * flags.accum + micro,

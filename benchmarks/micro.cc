@@ -4,6 +4,7 @@
 #include <benchmark/benchmark.h>
 
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <memory>
@@ -302,6 +303,24 @@ struct CompiledStep {
   std::exit(1);
 }
 
+// The executable sync() would compile now: every live tensor with pending IR, collected from the
+// runtime's registry as GraphExecutor does (step 1), post-ordered, lowered and compiled with default
+// options. The tensors stay pending.
+CompiledStep CompilePendingGraph(const std::string& name) {
+  auto& device = lazyrt::detail::Runtime::Get().device_state(lazyrt::Device{}, std::source_location::current());
+  std::vector<lazyrt::ir::Value> roots;
+  for (const auto& t : device.LiveTensors()) {
+    if (t->ir && t->ir.node->op() != lazyrt::ir::OpKind::kDeviceData) roots.push_back(t->ir);
+  }
+  const lazyrt::ir::PostOrder order(roots);
+  absl::StatusOr<lazyrt::pjrt::proto::Module> module = lazyrt::lowering::LowerGraph(order, name);
+  if (!module.ok()) Fail("lowering " + name + ": " + std::string(module.status().message()));
+  absl::StatusOr<std::shared_ptr<lazyrt::pjrt::Executable>> exe =
+      lazyrt::detail::Runtime::Get().client().Compile(*module, lazyrt::pjrt::CompileOptions{}, device.device);
+  if (!exe.ok()) Fail("compiling " + name + ": " + std::string(exe.status().message()));
+  return CompiledStep{*std::move(exe), static_cast<int64_t>(order.size())};
+}
+
 const CompiledStep& MlpTrainingStep() {
   static const CompiledStep step = [] {
     constexpr int64_t kBatch = 128;
@@ -321,21 +340,66 @@ const CompiledStep& MlpTrainingStep() {
     optimizer.step();
     optimizer.zero_grad();
 
-    auto& device = lazyrt::detail::Runtime::Get().device_state(lazyrt::Device{}, std::source_location::current());
-    std::vector<lazyrt::ir::Value> roots;
-    for (const auto& t : device.LiveTensors()) {
-      if (t->ir && t->ir.node->op() != lazyrt::ir::OpKind::kDeviceData) roots.push_back(t->ir);
-    }
-    const lazyrt::ir::PostOrder order(roots);
-    absl::StatusOr<lazyrt::pjrt::proto::Module> module = lazyrt::lowering::LowerGraph(order, "mlp_training_step");
-    if (!module.ok()) Fail("lowering the MLP step: " + std::string(module.status().message()));
-    absl::StatusOr<std::shared_ptr<lazyrt::pjrt::Executable>> exe =
-        lazyrt::detail::Runtime::Get().client().Compile(*module, lazyrt::pjrt::CompileOptions{}, device.device);
-    if (!exe.ok()) Fail("compiling the MLP step: " + std::string(exe.status().message()));
-    return CompiledStep{*std::move(exe), static_cast<int64_t>(order.size())};
+    return CompilePendingGraph("mlp_training_step");
   }();
   return step;
 }
+
+// Forward and backward of causal self-attention at the GPT example's shape, q, k, v [32, 4, T, 32]
+// (batch x heads x tokens x head dim), the loss sum(out * w): the fused kernels against the unfused
+// composition softmax(q k^T / sqrt(32) masked) v, each a whole sync (cache hit) and execution.
+// Counters: "arena_MiB", the intermediate bytes the step's executable materializes (its arena, planned
+// at compile time), and "scores_MiB", one [32, 4, T, T] f32 matrix for scale.
+void BM_AttentionForwardBackward(benchmark::State& state, bool fused) {
+  const int64_t t = state.range(0);
+  const std::vector<int64_t> dims = {32, 4, t, 32};
+  std::mt19937_64 rng(1);
+  auto random = [&] {
+    std::uniform_real_distribution<float> u(-1, 1);
+    std::vector<float> v(static_cast<size_t>(32 * 4 * t * 32));
+    for (float& x : v) x = u(rng);
+    return Tensor::FromData(v, dims);
+  };
+  Tensor q = random().requires_grad_(), k = random().requires_grad_(), v = random().requires_grad_();
+  const Tensor w = random();
+  const Tensor causal =
+      lazyrt::le(lazyrt::reshape(lazyrt::arange(0, t), {1, t}), lazyrt::reshape(lazyrt::arange(0, t), {t, 1}));
+  const Tensor minus_inf = lazyrt::full({}, lazyrt::Scalar::Static(-INFINITY));
+  std::vector<Tensor> grads;
+  auto step = [&] {
+    Tensor out;
+    if (fused) {
+      out = lazyrt::scaled_dot_product_attention(q, k, v, Tensor(), 0.0, /*is_causal=*/true);
+    } else {
+      Tensor scores = lazyrt::matmul(q, lazyrt::transpose(k, -1, -2)) * (1 / std::sqrt(32.0));
+      out = lazyrt::matmul(lazyrt::softmax(lazyrt::where(causal, scores, minus_inf), -1), v);
+    }
+    lazyrt::sum(out * w).backward();
+    grads = {q.grad(), k.grad(), v.grad()};
+    for (Tensor* x : {&q, &k, &v}) x->set_grad(Tensor());
+  };
+  step();
+  state.counters["arena_MiB"] =
+      static_cast<double>(CompilePendingGraph("attention").executable->proto().arena_bytes()) / (1 << 20);
+  state.counters["scores_MiB"] = static_cast<double>(32 * 4 * t * t * 4) / (1 << 20);
+  lazyrt::sync();
+  lazyrt::wait_device();
+  for (auto _ : state) {
+    step();
+    lazyrt::sync();
+    lazyrt::wait_device();
+  }
+}
+BENCHMARK_CAPTURE(BM_AttentionForwardBackward, fused, true)
+    ->Arg(128)
+    ->Arg(512)
+    ->UseRealTime()
+    ->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(BM_AttentionForwardBackward, unfused, false)
+    ->Arg(128)
+    ->Arg(512)
+    ->UseRealTime()
+    ->Unit(benchmark::kMillisecond);
 
 // Executable::Serialize() of the MLP step: what a compile costs extra to fill the persistent cache
 // (before compression and the write, which cache/ does).

@@ -22,6 +22,8 @@ absl::string_view AttrKeyName(AttrKey key) {
     case AttrKey::kValue: return "value";
     case AttrKey::kStream: return "stream";
     case AttrKey::kApproximate: return "approximate";
+    case AttrKey::kScale: return "scale";
+    case AttrKey::kCausal: return "causal";
   }
   return "?";
 }

@@ -27,6 +27,8 @@ enum class AttrKey : uint8_t {
   kValue,        // double: a Constant's value (static scalars only)
   kStream,       // int: which random stream of the step an Rng op draws from
   kApproximate,  // bool: Gelu uses the tanh approximation instead of erf
+  kScale,        // double: Attention's factor of the scores q k^T
+  kCausal,       // bool: Attention masks the keys after each query (top-left aligned)
 };
 
 absl::string_view AttrKeyName(AttrKey key);

@@ -1,6 +1,9 @@
 #include "ir/shape_inference.h"
 
 #include <algorithm>
+#include <initializer_list>
+#include <string>
+#include <utility>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
@@ -251,6 +254,94 @@ absl::StatusOr<Shape> InferGather(const Shape& in, int64_t axis, const Shape& in
                                                    index.ToString()));
   }
   return Shape(in.dtype(), index.dims());
+}
+
+namespace {
+// The sizes of an attention's operands: batch dims, L, S, E, Ev.
+struct AttentionSizes {
+  Dims batch;
+  int64_t l = 0, s = 0, e = 0, ev = 0;
+};
+
+absl::StatusOr<AttentionSizes> CheckAttention(const Shape& q, const Shape& k, const Shape& v, const Shape* mask) {
+  const std::string shapes = absl::StrCat("q ", q.ToString(), ", k ", k.ToString(), ", v ", v.ToString(),
+                                          mask ? absl::StrCat(", mask ", mask->ToString()) : "");
+  if (q.rank() < 2 || k.rank() < 2 || v.rank() < 2) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("needs q [..., L, E], k [..., S, E] and v [..., S, Ev] of rank >= 2, got ", shapes));
+  }
+  if (q.dtype() != k.dtype() || q.dtype() != v.dtype() || (q.dtype() != DType::kF32 && q.dtype() != DType::kF64)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("needs q, k and v of one dtype, f32 or f64 (convert bf16 and f16 first), got ", shapes));
+  }
+  AttentionSizes sz;
+  sz.l = q.dim(q.rank() - 2);
+  sz.e = q.dim(q.rank() - 1);
+  sz.s = k.dim(k.rank() - 2);
+  sz.ev = v.dim(v.rank() - 1);
+  if (k.dim(k.rank() - 1) != sz.e || v.dim(v.rank() - 2) != sz.s) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "needs q [..., L, E], k [..., S, E] and v [..., S, Ev] (k's last dim = E, v's second-to-last = S), got ",
+        shapes));
+  }
+  absl::StatusOr<Dims> qk =
+      BroadcastDims(std::span(q.dims()).first(q.rank() - 2), std::span(k.dims()).first(k.rank() - 2));
+  absl::StatusOr<Dims> batch = qk.ok() ? BroadcastDims(*qk, std::span(v.dims()).first(v.rank() - 2)) : qk.status();
+  if (!batch.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("the batch dims of q, k and v cannot be broadcast: ", shapes));
+  }
+  sz.batch = *std::move(batch);
+  if (mask != nullptr) {
+    if (mask->dtype() != DType::kBool && mask->dtype() != q.dtype()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("the mask must be bool or q's dtype ", DTypeName(q.dtype()), ", got ", shapes));
+    }
+    Dims scores = sz.batch;
+    scores.push_back(sz.l);
+    scores.push_back(sz.s);
+    bool fits = mask->rank() <= static_cast<int64_t>(scores.size());
+    for (int64_t i = 0; fits && i < mask->rank(); ++i) {
+      const int64_t d = mask->dim(mask->rank() - 1 - i);
+      fits = d == 1 || d == scores[scores.size() - 1 - static_cast<size_t>(i)];
+    }
+    if (!fits) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("the mask must broadcast to the scores ", DimsToString(scores), " [..., L, S], got ", shapes));
+    }
+  }
+  return sz;
+}
+
+// n = a * b + c ..., or an error if the product overflows.
+absl::StatusOr<int64_t> CheckedSize(std::initializer_list<std::pair<int64_t, int64_t>> terms) {
+  int64_t total = 0;
+  for (auto [a, b] : terms) {
+    int64_t product = 0;
+    if (__builtin_mul_overflow(a, b, &product) || __builtin_add_overflow(total, product, &total)) {
+      return absl::InvalidArgumentError("attention gradients too large to address");
+    }
+  }
+  return total;
+}
+}  // namespace
+
+absl::StatusOr<Shape> InferAttention(const Shape& q, const Shape& k, const Shape& v, const Shape* mask) {
+  absl::StatusOr<AttentionSizes> sz = CheckAttention(q, k, v, mask);
+  if (!sz.ok()) return sz.status();
+  Dims out = std::move(sz->batch);
+  out.push_back(sz->l);
+  out.push_back(sz->ev + 1);
+  return Shape(q.dtype(), std::move(out));
+}
+
+absl::StatusOr<Shape> InferAttentionGrad(const Shape& q, const Shape& k, const Shape& v, const Shape* mask) {
+  absl::StatusOr<AttentionSizes> sz = CheckAttention(q, k, v, mask);
+  if (!sz.ok()) return sz.status();
+  absl::StatusOr<int64_t> per_batch = CheckedSize({{sz->l, sz->e}, {sz->s, sz->e}, {sz->s, sz->ev}});
+  if (!per_batch.ok()) return per_batch.status();
+  Dims out = std::move(sz->batch);
+  out.push_back(*per_batch);
+  return Shape(q.dtype(), std::move(out));
 }
 
 absl::StatusOr<Shape> InferOneHot(const Shape& index, int64_t num_classes, DType dtype) {

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <initializer_list>
 #include <memory>
+#include <optional>
 #include <source_location>
 #include <span>
 #include <string>
@@ -248,6 +249,15 @@ Tensor prod(const Tensor& x, std::vector<int64_t> dims = {}, bool keepdim = fals
 Tensor argmax(const Tensor& x, int64_t dim, bool keepdim = false, LAZYRT_HERE);
 Tensor softmax(const Tensor& x, int64_t dim, LAZYRT_HERE);
 Tensor log_softmax(const Tensor& x, int64_t dim, LAZYRT_HERE);
+// softmax(q k^T * scale + mask) v, as torch.nn.functional.scaled_dot_product_attention: q [..., L, E],
+// k [..., S, E], v [..., S, Ev] (f32 or f64, batch dims broadcast) give [..., L, Ev]. `attn_mask`, bool
+// (true takes part) or q's dtype (added to the scores), broadcasts to [..., L, S]; `is_causal` lets query
+// i see keys j <= i (top-left aligned, as torch) and excludes a mask. `scale` defaults to 1/sqrt(E).
+// Computed by a fused kernel that never materializes the [L, S] scores (see README); a row with every
+// key masked is NaN. dropout_p must be 0 (not implemented).
+Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v,
+                                    const Tensor& attn_mask = Tensor(), double dropout_p = 0.0, bool is_causal = false,
+                                    std::optional<double> scale = std::nullopt, LAZYRT_HERE);
 
 // ---- Shape and data movement ----------------------------------------------------------------------
 // One size may be -1 (inferred).

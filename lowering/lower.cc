@@ -278,6 +278,31 @@ absl::StatusOr<proto::Module> LowerGraph(const ir::PostOrder& order, std::string
                                     : b.Binary(Opcode::kSubtract, shifted, b.Unary(Opcode::kLog, total));
         break;
       }
+      case OpKind::kAttention:
+      case OpKind::kAttentionGrad: {
+        // q, k and v broadcast to the batch dims; the mask keeps its broadcast dims (the kernel reads them
+        // with stride 0), given the scores' rank.
+        const bool grad = op == OpKind::kAttentionGrad;
+        const size_t tensors = grad ? 5 : 3;
+        const std::vector<int64_t> batch(dims.begin(), dims.end() - (grad ? 1 : 2));
+        std::vector<int64_t> operands;
+        for (size_t i = 0; i < tensors; ++i) {
+          std::vector<int64_t> full = batch;
+          const std::vector<int64_t> od = b.DimsOf(in(i));
+          full.insert(full.end(), od.end() - 2, od.end());
+          operands.push_back(b.BroadcastTo(in(i), full));
+        }
+        if (node.operands().size() > tensors) {
+          std::vector<int64_t> mask = b.DimsOf(in(tensors));
+          mask.insert(mask.begin(), batch.size() + 2 - mask.size(), 1);
+          operands.push_back(b.Reshape(in(tensors), mask));
+        }
+        proto::Instruction* inst = b.Add(grad ? Opcode::kAttentionGrad : Opcode::kAttention, type, dims, {}, &id);
+        for (int64_t o : operands) inst->add_operands(o);
+        inst->set_value(attrs.Get<double>(AttrKey::kScale));
+        inst->set_causal(attrs.Get<bool>(AttrKey::kCausal));
+        break;
+      }
     }
     id_of[pos] = id;
   }

@@ -266,7 +266,8 @@ absl::StatusOr<std::shared_ptr<Executable>> Executable::Load(proto::Executable p
     const int64_t elements = kernel.has_iteration_shape() ? FromProto(kernel.iteration_shape()).numel()
                                                           : slot_shapes[static_cast<size_t>(out)].numel();
     inline_cost += std::clamp<int64_t>(elements, 1, kInlineCost + 1) * (kernel.program_size() + 1);
-    any_gemm = any_gemm || kernel.kind() == proto::Kernel::DOT;
+    any_gemm = any_gemm || kernel.kind() == proto::Kernel::DOT || kernel.kind() == proto::Kernel::ATTENTION ||
+               kernel.kind() == proto::Kernel::ATTENTION_GRAD;
     exe->kernels_.push_back(*std::move(built));
     written[static_cast<size_t>(out)] = true;
     for (int64_t extra : kernel.extra_outputs()) written[static_cast<size_t>(extra)] = true;

@@ -17,7 +17,7 @@ bool IsFusable(Opcode op) { return IsElementwise(op) || IsView(op) || op == Opco
 // Consumers that read their operands from memory (they cannot take a fused operand).
 bool ReadsMaterializedOperands(Opcode op) {
   return op == Opcode::kDot || op == Opcode::kArgmax || op == Opcode::kIndexSelect || op == Opcode::kGather ||
-         op == Opcode::kConcatenate || op == Opcode::kReshape;
+         op == Opcode::kConcatenate || op == Opcode::kReshape || ClassOf(op) == OpClass::kAttention;
 }
 
 // How a coordinate of some instruction is computed from the kernel's iteration coordinates:
@@ -297,6 +297,8 @@ class Emitter {
         case Opcode::kReduce:
         case Opcode::kArgmax:
         case Opcode::kDot:
+        case Opcode::kAttention:
+        case Opcode::kAttentionGrad:
           // Never fused (IsFusable): always materialized, so read by the load above.
           OpcodeUnreachable("fusion: a program step", static_cast<int32_t>(inst.opcode));
       }
@@ -377,6 +379,12 @@ class Emitter {
       case Opcode::kConcatenate:
         k->set_kind(proto::Kernel::CONCATENATE);
         k->set_axis(inst.axis);
+        break;
+      case Opcode::kAttention:
+      case Opcode::kAttentionGrad:
+        k->set_kind(inst.opcode == Opcode::kAttention ? proto::Kernel::ATTENTION : proto::Kernel::ATTENTION_GRAD);
+        k->set_scale(inst.value);
+        k->set_causal(inst.causal);
         break;
       LAZYRT_ELEMENTWISE_OPCODE_CASES:
       case Opcode::kConstant:

@@ -62,6 +62,7 @@ HloModule FromVerifiedProto(const proto::Module& module) {
     h.stream = p.stream();
     h.transpose_lhs = p.transpose_lhs();
     h.transpose_rhs = p.transpose_rhs();
+    h.causal = p.causal();
     if (h.opcode == Opcode::kParameter) out.num_parameters = std::max(out.num_parameters, h.parameter_number + 1);
   }
   out.outputs.assign(module.outputs().begin(), module.outputs().end());

@@ -1,6 +1,7 @@
 #include "pjrt_sim/module_verifier.h"
 
 #include <algorithm>
+#include <cmath>
 #include <optional>
 #include <vector>
 
@@ -8,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "pjrt_sim/hlo.h"
+#include "pjrt_sim/kernels/attention.h"
 #include "pjrt_sim/status_macros.h"
 
 namespace lazyrt::pjrt {
@@ -318,6 +320,16 @@ class Verifier {
             return Fail(id, "batch dims must equal the result's");
           }
         }
+        return absl::OkStatus();
+      }
+      case Opcode::kAttention:
+      case Opcode::kAttentionGrad: {
+        std::vector<ArrayShape> operands;
+        for (int i = 0; i < inst.operands_size(); ++i) operands.push_back(FromProto(operand(i)));
+        absl::StatusOr<AttentionLayout> layout =
+            CheckAttentionLayout(operands, FromProto(out), op == Opcode::kAttentionGrad);
+        if (!layout.ok()) return Fail(id, std::string(layout.status().message()));
+        if (!std::isfinite(inst.value())) return Fail(id, absl::StrCat("the scale ", inst.value(), " is not finite"));
         return absl::OkStatus();
       }
     }

@@ -70,7 +70,9 @@ enum class TypeClass : uint8_t {
   X(Gather, 56, kDataMovement)      \
   X(Reduce, 60, kReduce)            \
   X(Argmax, 62, kArgmax)            \
-  X(Dot, 63, kDot)
+  X(Dot, 63, kDot)                  \
+  X(Attention, 90, kAttention)      \
+  X(AttentionGrad, 91, kAttention)
 
 // The case labels of every elementwise opcode (unary, binary, convert, compare, select), for a switch that
 // treats them alike: `LAZYRT_ELEMENTWISE_OPCODE_CASES: ...`.
@@ -107,6 +109,7 @@ enum class OpClass : uint8_t {
   kReduce,        // `combiner` over `dims`
   kArgmax,        // the first index of the maximum along `axis` (s64)
   kDot,           // batched GEMM
+  kAttention,     // ATTENTION, ATTENTION_GRAD: softmax(q k^T * value + mask) v and its gradients (`causal`)
 };
 
 OpClass ClassOf(Opcode op);

@@ -124,7 +124,7 @@ int64_t EliminateCommonSubexpressions(HloModule& module) {
         std::bit_cast<uint64_t>(inst.value), "|", absl::StrJoin(inst.dims, ","), "|", absl::StrJoin(inst.start, ","),
         "|", absl::StrJoin(inst.limit, ","), "|", absl::StrJoin(inst.stride, ","), "|", inst.axis, "|",
         static_cast<int32_t>(inst.direction), "|", static_cast<int32_t>(inst.combiner), "|", inst.stream, "|",
-        inst.transpose_lhs, inst.transpose_rhs);
+        inst.transpose_lhs, inst.transpose_rhs, inst.causal);
     auto [it, inserted] = seen.emplace(key, static_cast<int64_t>(i));
     if (!inserted) {
       forward[i] = it->second;
@@ -266,7 +266,9 @@ int64_t SimplifyAlgebra(HloModule& module) {
       case Opcode::kConcatenate:
       case Opcode::kIndexSelect:
       case Opcode::kGather:
-      case Opcode::kArgmax: break;
+      case Opcode::kArgmax:
+      case Opcode::kAttention:
+      case Opcode::kAttentionGrad: break;
     }
   }
   for (int64_t& out : module.outputs) out = forward[static_cast<size_t>(out)];

@@ -304,7 +304,9 @@ StepFn ChooseStepFn(const Step& s, int scalar) {
     case Opcode::kGather:
     case Opcode::kReduce:
     case Opcode::kArgmax:
-    case Opcode::kDot: break;  // not steps: Build refuses them
+    case Opcode::kDot:
+    case Opcode::kAttention:
+    case Opcode::kAttentionGrad: break;  // not steps: Build refuses them
   }
   return nullptr;
 }
@@ -394,7 +396,8 @@ absl::StatusOr<FusedProgram> FusedProgram::Build(const google::protobuf::Repeate
       case OpClass::kDataMovement:
       case OpClass::kReduce:
       case OpClass::kArgmax:
-      case OpClass::kDot: return fail(absl::StrCat("opcode ", OpcodeName(s.opcode), " cannot be fused"));
+      case OpClass::kDot:
+      case OpClass::kAttention: return fail(absl::StrCat("opcode ", OpcodeName(s.opcode), " cannot be fused"));
     }
     if (p.args_size() != arity) return fail("wrong number of arguments");
     for (int a = 0; a < arity; ++a) {

@@ -1,6 +1,7 @@
 #include "pjrt_sim/kernels/kernels.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <limits>
 #include <optional>
@@ -10,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "pjrt_sim/element_ops.h"
 #include "pjrt_sim/hlo.h"
+#include "pjrt_sim/kernels/attention.h"
 #include "pjrt_sim/kernels/fused_program.h"
 #include "pjrt_sim/kernels/gemm.h"
 #include "pjrt_sim/status_macros.h"
@@ -637,6 +639,15 @@ absl::StatusOr<std::unique_ptr<Kernel>> BuildKernel(const proto::Kernel& k, std:
       ok = ok && total == output.dims[static_cast<size_t>(axis)];
       RETURN_IF_ERROR(Expect(ok, k, "bad concatenation"));
       return std::make_unique<ConcatKernel>(std::vector<ArrayShape>(inputs.begin(), inputs.end()), output, axis);
+    }
+    case proto::Kernel::ATTENTION:
+    case proto::Kernel::ATTENTION_GRAD: {
+      const bool grad = k.kind() == proto::Kernel::ATTENTION_GRAD;
+      absl::StatusOr<AttentionLayout> layout = CheckAttentionLayout(inputs, output, grad);
+      if (!layout.ok()) return Expect(false, k, std::string(layout.status().message()));
+      RETURN_IF_ERROR(Expect(std::isfinite(k.scale()), k, absl::StrCat("the scale ", k.scale(), " is not finite")));
+      return grad ? MakeAttentionGradKernel(*std::move(layout), k.scale(), k.causal())
+                  : MakeAttentionKernel(*std::move(layout), k.scale(), k.causal());
     }
     case proto::Kernel_Kind_Kernel_Kind_INT_MIN_SENTINEL_DO_NOT_USE_:
     case proto::Kernel_Kind_Kernel_Kind_INT_MAX_SENTINEL_DO_NOT_USE_: break;

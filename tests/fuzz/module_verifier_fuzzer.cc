@@ -42,6 +42,15 @@ int64_t ModuleCost(const pjrt::proto::Module& module) {
       int64_t k = 1;
       for (int64_t d : lhs.dims()) k = std::max(k, d);
       work = CappedProduct(work, k, kMaxCost);
+    } else if ((inst.opcode() == static_cast<int32_t>(pjrt::Opcode::kAttention) ||
+                inst.opcode() == static_cast<int32_t>(pjrt::Opcode::kAttentionGrad)) &&
+               inst.operands_size() >= 3) {
+      // Every query meets every key: (q's elements + the result's) times S, k's largest dim bounding S.
+      const pjrt::proto::Shape& q = module.instructions(static_cast<int>(inst.operands(0))).shape();
+      const pjrt::proto::Shape& k = module.instructions(static_cast<int>(inst.operands(1))).shape();
+      int64_t s = 1;
+      for (int64_t d : k.dims()) s = std::max(s, d);
+      work = CappedProduct(std::min(kMaxCost, work + CappedNumel(q, kMaxCost)), s, kMaxCost);
     } else if (inst.operands_size() > 0) {
       // Reductions and gathers touch their operands' elements.
       for (int64_t op : inst.operands()) {

@@ -71,6 +71,17 @@ ModuleBuilder EveryOpcode() {
   const int64_t batched = b.Parameter(7, proto::F32, {5, 2, 3});
   b.Dot(batched, w);  // rhs shared across the batch
   b.Dot(batched, b.Parameter(8, proto::F32, {5, 4, 3}), false, true);
+  // Attention forward (a pred mask broadcast over the batch) and backward (causal).
+  const int64_t q = b.Parameter(9, proto::F32, {2, 3, 4});
+  const int64_t k = b.Parameter(10, proto::F32, {2, 5, 4});
+  const int64_t v = b.Parameter(11, proto::F32, {2, 5, 2});
+  const int64_t fwd = b.Op(Opcode::kAttention, {q, k, v, b.Parameter(12, proto::PRED, {1, 3, 5})}, proto::F32,
+                           {2, 3, 3}, [](proto::Instruction& i) { i.set_value(0.5); });
+  b.Op(Opcode::kAttentionGrad, {q, k, v, fwd, b.Parameter(13, proto::F32, {2, 3, 2})}, proto::F32, {2, 42},
+       [](proto::Instruction& i) {
+         i.set_value(0.5);
+         i.set_causal(true);
+       });
   b.Output(x);
   b.Output(x);  // an id may repeat
   b.Output(b.module().instructions_size() - 1);

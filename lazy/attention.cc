@@ -1,0 +1,92 @@
+// scaled_dot_product_attention: one fused Attention node forward, one fused AttentionGrad node for
+// its gradients (pjrt_sim/kernels/attention.h computes both blockwise).
+#include <cmath>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "ir/shape_inference.h"
+#include "lazy/autograd.h"
+#include "lazy/tensor.h"
+#include "lazy/tracing.h"
+
+namespace lazyrt {
+
+using detail::Check;
+using detail::CommonDevice;
+using detail::MakeTensor;
+using detail::Record;
+using detail::SumToShape;
+using detail::ValueOf;
+using ir::AttrKey;
+using ir::OpKind;
+
+namespace {
+
+constexpr absl::string_view kOp = "scaled_dot_product_attention";
+
+std::vector<int64_t> DimsOf(const Tensor& t) { return {t.dims().begin(), t.dims().end()}; }
+
+// Rows [begin, begin + rows * width) of the last dim of `packed`, reshaped to [batch..., rows, width].
+Tensor Unpack(const Tensor& packed, int64_t begin, int64_t rows, int64_t width, const SourceLocation& loc) {
+  std::vector<int64_t> dims = DimsOf(packed);
+  dims.back() = rows;
+  dims.push_back(width);
+  return reshape(slice(packed, -1, begin, begin + rows * width, 1, loc), dims, loc);
+}
+
+}  // namespace
+
+Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& attn_mask,
+                                    double dropout_p, bool is_causal, std::optional<double> scale, SourceLocation loc) {
+  const bool masked = attn_mask.defined();
+  const int device = masked ? CommonDevice({&q, &k, &v, &attn_mask}, kOp, loc) : CommonDevice({&q, &k, &v}, kOp, loc);
+  if (dropout_p != 0) {
+    throw Error(absl::StrCat(kOp, ": dropout_p must be 0, got ", dropout_p,
+                             " (attention dropout is not implemented; apply dropout to the output instead)"),
+                loc);
+  }
+  if (is_causal && masked) {
+    throw Error(absl::StrCat(kOp, ": is_causal and an explicit attn_mask ", attn_mask.shape().ToString(),
+                             " cannot be combined (as in PyTorch): fold the causal mask into attn_mask"),
+                loc);
+  }
+  const Shape out_shape =
+      Check(ir::InferAttention(q.shape(), k.shape(), v.shape(), masked ? &attn_mask.shape() : nullptr), kOp, loc);
+  const int64_t e = q.dim(-1);
+  const double s = scale.value_or(1.0 / std::sqrt(static_cast<double>(e)));
+  if (!std::isfinite(s)) {
+    throw Error(absl::StrCat(kOp, ": the scale must be finite, got ", s,
+                             scale.has_value() ? "" : absl::StrCat(" (1/sqrt(E) with E = ", e, ")")),
+                loc);
+  }
+  if (masked && ir::IsFloating(attn_mask.dtype()) && attn_mask.requires_grad() && detail::GradModeEnabled()) {
+    // PyTorch differentiates an added mask; its gradient (dS) is [..., L, S], the very matrix the fused
+    // kernel avoids. Such a mask takes the unfused path, which gives it.
+    Tensor scores = matmul(q, transpose(k, -1, -2, loc), loc) * ScalarArg(Scalar::Static(s), loc);
+    return matmul(softmax(scores + TensorArg(attn_mask, loc), -1, loc), v, loc);
+  }
+  const ir::Attributes attrs{{AttrKey::kScale, s}, {AttrKey::kCausal, is_causal}};
+  ir::OperandList operands{ValueOf(q), ValueOf(k), ValueOf(v)};
+  if (masked) operands.push_back(ValueOf(attn_mask));
+  // [..., L, Ev + 1]: the output, then each row's logsumexp, which the backward pass reads.
+  const Tensor packed = MakeTensor(OpKind::kAttention, operands, out_shape, device, loc, attrs);
+  const int64_t ev = v.dim(-1);
+  Tensor out = slice(packed, -1, 0, ev, 1, loc);
+  return Record(
+      out, "scaled_dot_product_attention", {q, k, v},
+      [packed, attn_mask, attrs, device, loc](const Tensor& g, const Tensor&, const std::vector<Tensor>& x) {
+        const Tensor &q = x[0], &k = x[1], &v = x[2];
+        const Shape* mask = attn_mask.defined() ? &attn_mask.shape() : nullptr;
+        ir::OperandList operands{ValueOf(q), ValueOf(k), ValueOf(v), ValueOf(packed), ValueOf(g)};
+        if (mask != nullptr) operands.push_back(ValueOf(attn_mask));
+        const Shape shape = Check(ir::InferAttentionGrad(q.shape(), k.shape(), v.shape(), mask), kOp, loc);
+        const Tensor grads = MakeTensor(OpKind::kAttentionGrad, operands, shape, device, loc, attrs);
+        const int64_t l = q.dim(-2), s = k.dim(-2), e = q.dim(-1), ev = v.dim(-1);
+        return std::vector<Tensor>{SumToShape(Unpack(grads, 0, l, e, loc), q.shape(), loc),
+                                   SumToShape(Unpack(grads, l * e, s, e, loc), k.shape(), loc),
+                                   SumToShape(Unpack(grads, l * e + s * e, s, ev, loc), v.shape(), loc)};
+      },
+      loc);
+}
+
+}  // namespace lazyrt

@@ -1,0 +1,354 @@
+#include "pjrt_sim/kernels/attention.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "pjrt_sim/kernels/gemm.h"
+#include "pjrt_sim/thread_pool.h"
+
+namespace lazyrt::pjrt {
+namespace {
+
+constexpr int64_t kBlock = kAttentionBlock;
+
+std::string ShapesText(std::span<const ArrayShape> operands) {
+  return absl::StrJoin(operands, ", ", [](std::string* out, const ArrayShape& s) {
+    absl::StrAppend(out, PrimitiveTypeName(s.type), "[", absl::StrJoin(s.dims, ","), "]");
+  });
+}
+
+bool BatchDimsAre(const ArrayShape& s, std::span<const int64_t> batch) {
+  return s.dims.size() == batch.size() + 2 && std::equal(batch.begin(), batch.end(), s.dims.begin());
+}
+
+// C[m,n] = A[m,k] B[k,n], with the empty cases BLIS need not see.
+template <typename T>
+void Product(int64_t m, int64_t n, int64_t k, MatrixView<const T> a, MatrixView<const T> b, MatrixView<T> c) {
+  if (m == 0 || n == 0) return;
+  if (k == 0) {
+    for (int64_t i = 0; i < m; ++i) {
+      for (int64_t j = 0; j < n; ++j) c.data[i * c.row_stride + j * c.col_stride] = T{0};
+    }
+    return;
+  }
+  Gemm(m, n, k, a, b, c);
+}
+
+// Per-thread scratch of `n` elements, reused by every block the thread computes.
+template <typename T>
+T* Scratch(size_t n) {
+  thread_local std::vector<T> scratch;
+  if (scratch.size() < n) scratch.resize(n);
+  return scratch.data();
+}
+
+// What forward and backward share: the sizes, and the masked, scaled scores of a block.
+class AttentionBase : public Kernel {
+ public:
+  AttentionBase(AttentionLayout layout, double scale, bool causal)
+      : lay_(std::move(layout)), scale_(scale), causal_(causal) {}
+
+ protected:
+  // The mask's element offset for batch element b (its batch dims broadcast).
+  int64_t MaskOffset(int64_t b) const {
+    int64_t offset = 0;
+    for (size_t d = lay_.batch_dims.size(); d-- > 0;) {
+      const int64_t size = lay_.batch_dims[d];
+      offset += (b % size) * lay_.mask_batch_strides[d];
+      b /= size;
+    }
+    return offset;
+  }
+
+  // scores[r * kBlock + c] = q[i0 + r] . k[j0 + c] * scale, masked: -inf where the bool mask is false
+  // or the key comes after the query (causal), plus the float mask.
+  template <typename T>
+  void Scores(const T* q, const T* k, const void* mask, int64_t mask_offset, int64_t i0, int64_t rows, int64_t j0,
+              int64_t cols, T* scores) const {
+    const int64_t e = lay_.e;
+    Product<T>(rows, cols, e, {q + i0 * e, e, 1}, {k + j0 * e, 1, e}, {scores, kBlock, 1});
+    const T scale = static_cast<T>(scale_);
+    constexpr T kMinusInf = -std::numeric_limits<T>::infinity();
+    for (int64_t r = 0; r < rows; ++r) {
+      T* row = scores + r * kBlock;
+      for (int64_t c = 0; c < cols; ++c) row[c] *= scale;
+      if (lay_.has_mask) {
+        const int64_t at = mask_offset + (i0 + r) * lay_.mask_row_stride + j0 * lay_.mask_col_stride;
+        if (lay_.mask_type == PrimitiveType::kPred) {
+          const uint8_t* m = static_cast<const uint8_t*>(mask) + at;
+          for (int64_t c = 0; c < cols; ++c) row[c] = m[c * lay_.mask_col_stride] != 0 ? row[c] : kMinusInf;
+        } else {
+          const T* m = static_cast<const T*>(mask) + at;
+          for (int64_t c = 0; c < cols; ++c) row[c] += m[c * lay_.mask_col_stride];
+        }
+      }
+      if (causal_) {
+        for (int64_t c = std::max<int64_t>(0, i0 + r + 1 - j0); c < cols; ++c) row[c] = kMinusInf;
+      }
+    }
+  }
+
+  // Keys [0, KeyEnd) can take part for the queries of [i0, i0 + rows).
+  int64_t KeyEnd(int64_t i0, int64_t rows) const { return causal_ ? std::min(lay_.s, i0 + rows) : lay_.s; }
+
+  AttentionLayout lay_;
+  double scale_;
+  bool causal_;
+};
+
+// Forward: tasks are (batch element, block of queries). Each keeps, per query row, the running maximum m
+// of its scores, the sum l of exp(score - m) and the accumulator exp(score - m) v, rescaled whenever the
+// maximum grows; O = acc / l and the logsumexp m + log l at the end.
+class AttentionKernel final : public AttentionBase {
+ public:
+  using AttentionBase::AttentionBase;
+
+  absl::Status Run(std::span<const void* const> inputs, std::span<void* const> outputs) const override {
+    if (lay_.type == PrimitiveType::kF32) {
+      RunTyped<float>(inputs, outputs[0]);
+    } else {
+      RunTyped<double>(inputs, outputs[0]);
+    }
+    return absl::OkStatus();
+  }
+
+ private:
+  template <typename T>
+  void RunTyped(std::span<const void* const> inputs, void* output) const {
+    const int64_t l = lay_.l, s = lay_.s, e = lay_.e, ev = lay_.ev;
+    const int64_t query_blocks = (l + kBlock - 1) / kBlock;
+    if (query_blocks == 0 || lay_.batch == 0) return;
+    const T* q_all = static_cast<const T*>(inputs[0]);
+    const T* k_all = static_cast<const T*>(inputs[1]);
+    const T* v_all = static_cast<const T*>(inputs[2]);
+    const void* mask = lay_.has_mask ? inputs[3] : nullptr;
+    T* out_all = static_cast<T*>(output);
+    ThreadPool::Get().ParallelFor(lay_.batch * query_blocks, [&](int64_t task) {
+      const int64_t b = task / query_blocks;
+      const int64_t i0 = (task % query_blocks) * kBlock;
+      const int64_t rows = std::min(kBlock, l - i0);
+      const T* q = q_all + b * l * e;
+      const T* k = k_all + b * s * e;
+      const T* v = v_all + b * s * ev;
+      T* out = out_all + b * l * (ev + 1);
+      const size_t block = static_cast<size_t>(kBlock);
+      const size_t values = block * static_cast<size_t>(ev);
+      T* scores = Scratch<T>(block * block + 2 * values + 2 * block);
+      T* pv = scores + block * block;
+      T* acc = pv + values;
+      T* row_max = acc + values;
+      T* row_sum = row_max + block;
+      std::fill_n(acc, rows * ev, T{0});
+      std::fill_n(row_max, rows, -std::numeric_limits<T>::infinity());
+      std::fill_n(row_sum, rows, T{0});
+      const int64_t mask_offset = lay_.has_mask ? MaskOffset(b) : 0;
+      const int64_t key_end = KeyEnd(i0, rows);
+      for (int64_t j0 = 0; j0 < key_end; j0 += kBlock) {
+        const int64_t cols = std::min(kBlock, key_end - j0);
+        Scores<T>(q, k, mask, mask_offset, i0, rows, j0, cols, scores);
+        for (int64_t r = 0; r < rows; ++r) {
+          T* p = scores + r * kBlock;
+          T new_max = row_max[r];
+          for (int64_t c = 0; c < cols; ++c) new_max = std::max(new_max, p[c]);
+          if (new_max == -std::numeric_limits<T>::infinity()) {  // every key so far masked: nothing to add
+            std::fill_n(p, cols, T{0});
+            continue;
+          }
+          const T rescale = std::exp(row_max[r] - new_max);  // 0 while the row had no key yet
+          T sum = 0;
+          for (int64_t c = 0; c < cols; ++c) {
+            p[c] = std::exp(p[c] - new_max);
+            sum += p[c];
+          }
+          row_sum[r] = row_sum[r] * rescale + sum;
+          row_max[r] = new_max;
+          T* a = acc + r * ev;
+          for (int64_t c = 0; c < ev; ++c) a[c] *= rescale;
+        }
+        Product<T>(rows, ev, cols, {scores, kBlock, 1}, {v + j0 * ev, ev, 1}, {pv, ev, 1});
+        for (int64_t x = 0; x < rows * ev; ++x) acc[x] += pv[x];
+      }
+      for (int64_t r = 0; r < rows; ++r) {
+        T* o = out + (i0 + r) * (ev + 1);
+        // A row with no key (every one masked) is 0/0 = NaN, as softmax over -inf scores in PyTorch; with
+        // no keys at all (S = 0) the output is 0, as torch's empty matrix product.
+        const T inverse = s == 0 ? T{0} : T{1} / row_sum[r];
+        for (int64_t c = 0; c < ev; ++c) o[c] = acc[r * ev + c] * inverse;
+        o[ev] = row_max[r] + std::log(row_sum[r]);
+      }
+    });
+  }
+};
+
+// Backward (FlashAttention-2): per batch element, D = rowsum(dO * O); for each block of keys, over the
+// blocks of queries that see it, P = exp(scores - logsumexp), dV += P^T dO, dP = dO V^T,
+// dS = P * (dP - D) * scale, dK += dS^T Q, dQ += dS K. A task owns its batch element's dq, dk and dv.
+class AttentionGradKernel final : public AttentionBase {
+ public:
+  using AttentionBase::AttentionBase;
+
+  absl::Status Run(std::span<const void* const> inputs, std::span<void* const> outputs) const override {
+    if (lay_.type == PrimitiveType::kF32) {
+      RunTyped<float>(inputs, outputs[0]);
+    } else {
+      RunTyped<double>(inputs, outputs[0]);
+    }
+    return absl::OkStatus();
+  }
+
+ private:
+  template <typename T>
+  void RunTyped(std::span<const void* const> inputs, void* output) const {
+    const int64_t l = lay_.l, s = lay_.s, e = lay_.e, ev = lay_.ev;
+    const int64_t per_batch = l * e + s * e + s * ev;
+    if (lay_.batch == 0 || per_batch == 0) return;
+    const T* q_all = static_cast<const T*>(inputs[0]);
+    const T* k_all = static_cast<const T*>(inputs[1]);
+    const T* v_all = static_cast<const T*>(inputs[2]);
+    const T* fwd_all = static_cast<const T*>(inputs[3]);
+    const T* dout_all = static_cast<const T*>(inputs[4]);
+    const void* mask = lay_.has_mask ? inputs[5] : nullptr;
+    T* grads_all = static_cast<T*>(output);
+    ThreadPool::Get().ParallelFor(lay_.batch, [&](int64_t b) {
+      const T* q = q_all + b * l * e;
+      const T* k = k_all + b * s * e;
+      const T* v = v_all + b * s * ev;
+      const T* fwd = fwd_all + b * l * (ev + 1);
+      const T* dout = dout_all + b * l * ev;
+      T* dq = grads_all + b * per_batch;
+      T* dk = dq + l * e;
+      T* dv = dk + s * e;
+      std::fill_n(dq, per_batch, T{0});
+      const size_t block = static_cast<size_t>(kBlock);
+      const size_t wide = block * static_cast<size_t>(std::max(e, ev));
+      T* p = Scratch<T>(2 * block * block + wide + 2 * static_cast<size_t>(l));
+      T* ds = p + block * block;
+      T* product = ds + block * block;
+      T* lse = product + wide;
+      T* delta = lse + l;
+      for (int64_t i = 0; i < l; ++i) {
+        const T* o = fwd + i * (ev + 1);
+        T d = 0;
+        for (int64_t c = 0; c < ev; ++c) d += dout[i * ev + c] * o[c];
+        delta[i] = d;
+        lse[i] = o[ev];
+      }
+      const T scale = static_cast<T>(scale_);
+      const int64_t mask_offset = lay_.has_mask ? MaskOffset(b) : 0;
+      for (int64_t j0 = 0; j0 < s; j0 += kBlock) {
+        const int64_t cols = std::min(kBlock, s - j0);
+        // Causal: the query blocks before the one holding query j0 see none of these keys.
+        for (int64_t i0 = causal_ ? j0 / kBlock * kBlock : 0; i0 < l; i0 += kBlock) {
+          const int64_t rows = std::min(kBlock, l - i0);
+          Scores<T>(q, k, mask, mask_offset, i0, rows, j0, cols, p);
+          for (int64_t r = 0; r < rows; ++r) {
+            T* pr = p + r * kBlock;
+            for (int64_t c = 0; c < cols; ++c) pr[c] = std::exp(pr[c] - lse[i0 + r]);
+          }
+          // dV[j0:] += P^T dO[i0:]
+          Product<T>(cols, ev, rows, {p, 1, kBlock}, {dout + i0 * ev, ev, 1}, {product, ev, 1});
+          for (int64_t x = 0; x < cols * ev; ++x) dv[j0 * ev + x] += product[x];
+          // dS = P * (dO V^T - D) * scale
+          Product<T>(rows, cols, ev, {dout + i0 * ev, ev, 1}, {v + j0 * ev, 1, ev}, {ds, kBlock, 1});
+          for (int64_t r = 0; r < rows; ++r) {
+            const T* pr = p + r * kBlock;
+            T* dr = ds + r * kBlock;
+            const T d = delta[i0 + r];
+            for (int64_t c = 0; c < cols; ++c) dr[c] = pr[c] * (dr[c] - d) * scale;
+          }
+          // dK[j0:] += dS^T Q[i0:], dQ[i0:] += dS K[j0:]
+          Product<T>(cols, e, rows, {ds, 1, kBlock}, {q + i0 * e, e, 1}, {product, e, 1});
+          for (int64_t x = 0; x < cols * e; ++x) dk[j0 * e + x] += product[x];
+          Product<T>(rows, e, cols, {ds, kBlock, 1}, {k + j0 * e, e, 1}, {product, e, 1});
+          for (int64_t x = 0; x < rows * e; ++x) dq[i0 * e + x] += product[x];
+        }
+      }
+    });
+  }
+};
+
+}  // namespace
+
+absl::StatusOr<AttentionLayout> CheckAttentionLayout(std::span<const ArrayShape> operands, const ArrayShape& result,
+                                                     bool grad) {
+  const size_t base = grad ? 5 : 3;
+  auto fail = [&](absl::string_view what) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(what, " (operands ", ShapesText(operands), ", result ", ShapesText(std::span(&result, 1)),
+                     "; expects q [B..., L, E], k [B..., S, E], v [B..., S, Ev]",
+                     grad ? ", the forward result [B..., L, Ev + 1], d(output) [B..., L, Ev]" : "",
+                     ", optionally a mask of rank B+2 broadcastable to [B..., L, S])"));
+  };
+  if (operands.size() != base && operands.size() != base + 1) {
+    return fail(absl::StrCat("expects ", base, " or ", base + 1, " operands"));
+  }
+  const ArrayShape& q = operands[0];
+  AttentionLayout lay;
+  lay.type = q.type;
+  if (q.type != PrimitiveType::kF32 && q.type != PrimitiveType::kF64) return fail("computes in f32 or f64 only");
+  if (q.dims.size() < 2) return fail("q needs rank >= 2");
+  const size_t rank = q.dims.size();
+  lay.batch_dims.assign(q.dims.begin(), q.dims.end() - 2);
+  for (int64_t d : lay.batch_dims) lay.batch *= d;
+  for (size_t i = 0; i < base; ++i) {
+    if (operands[i].type != q.type || !BatchDimsAre(operands[i], lay.batch_dims)) {
+      return fail("q, k, v (and the gradient operands) need one type and the same batch dims");
+    }
+  }
+  lay.l = q.dims[rank - 2];
+  lay.e = q.dims[rank - 1];
+  lay.s = operands[1].dims[rank - 2];
+  lay.ev = operands[2].dims[rank - 1];
+  if (operands[1].dims[rank - 1] != lay.e || operands[2].dims[rank - 2] != lay.s) {
+    return fail("k must be [B..., S, E] and v [B..., S, Ev]");
+  }
+  if (grad && (operands[3].dims[rank - 2] != lay.l || operands[3].dims[rank - 1] != lay.ev + 1 ||
+               operands[4].dims[rank - 2] != lay.l || operands[4].dims[rank - 1] != lay.ev)) {
+    return fail("the forward result must be [B..., L, Ev + 1] and d(output) [B..., L, Ev]");
+  }
+  if (operands.size() == base + 1) {
+    const ArrayShape& mask = operands[base];
+    lay.has_mask = true;
+    lay.mask_type = mask.type;
+    if (mask.type != PrimitiveType::kPred && mask.type != q.type) return fail("the mask must be pred or q's type");
+    if (mask.dims.size() != rank) return fail("the mask must have q's rank");
+    std::vector<int64_t> scores = lay.batch_dims;
+    scores.push_back(lay.l);
+    scores.push_back(lay.s);
+    std::vector<int64_t> strides(rank, 0);
+    int64_t stride = 1;
+    for (size_t d = rank; d-- > 0;) {
+      if (mask.dims[d] != 1 && mask.dims[d] != scores[d]) return fail("the mask does not broadcast to the scores");
+      strides[d] = mask.dims[d] == 1 ? 0 : stride;
+      stride *= mask.dims[d];
+    }
+    lay.mask_batch_strides.assign(strides.begin(), strides.end() - 2);
+    lay.mask_row_stride = strides[rank - 2];
+    lay.mask_col_stride = strides[rank - 1];
+  }
+  std::vector<int64_t> want = lay.batch_dims;
+  if (grad) {
+    want.push_back(lay.l * lay.e + lay.s * lay.e + lay.s * lay.ev);  // each term bounded by an operand's size
+  } else {
+    want.push_back(lay.l);
+    want.push_back(lay.ev + 1);
+  }
+  if (result.type != q.type || result.dims != want) {
+    return fail(absl::StrCat("the result must be ", PrimitiveTypeName(q.type), "[", absl::StrJoin(want, ","), "]"));
+  }
+  return lay;
+}
+
+std::unique_ptr<Kernel> MakeAttentionKernel(AttentionLayout layout, double scale, bool causal) {
+  return std::make_unique<AttentionKernel>(std::move(layout), scale, causal);
+}
+
+std::unique_ptr<Kernel> MakeAttentionGradKernel(AttentionLayout layout, double scale, bool causal) {
+  return std::make_unique<AttentionGradKernel>(std::move(layout), scale, causal);
+}
+
+}  // namespace lazyrt::pjrt

@@ -1,0 +1,43 @@
+// Fused scaled dot-product attention (FlashAttention-2 style): softmax(q k^T * scale + mask) v computed
+// blockwise over the keys with an online softmax, so the [L, S] scores of a batch element are never
+// materialized, only a block of them per thread. The backward pass recomputes each block of
+// probabilities from q, k and the row logsumexp the forward pass kept.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "pjrt_sim/kernels/kernels.h"
+#include "pjrt_sim/types.h"
+
+namespace lazyrt::pjrt {
+
+// Rows of queries and of keys per block: the scores of one block (64 x 64 f32, 16 KiB) and its
+// operands stay in L1/L2.
+inline constexpr int64_t kAttentionBlock = 64;
+
+// The sizes of an ATTENTION or ATTENTION_GRAD instruction, checked against its operands and result.
+struct AttentionLayout {
+  PrimitiveType type = PrimitiveType::kF32;  // of q, k, v and the results: f32 or f64
+  int64_t batch = 1;                         // product of the batch dims
+  int64_t l = 0, s = 0, e = 0, ev = 0;
+  bool has_mask = false;
+  PrimitiveType mask_type = PrimitiveType::kPred;  // pred (true takes part) or `type` (added to the scores)
+  // Element strides of the mask over the batch dims, then along L and S (0 where it is broadcast).
+  std::vector<int64_t> batch_dims, mask_batch_strides;
+  int64_t mask_row_stride = 0, mask_col_stride = 0;
+};
+
+// Checks the operands and result of an attention (grad: ATTENTION_GRAD) and returns their layout; the
+// error says what does not fit. Shared by the module verifier and the kernel loader.
+absl::StatusOr<AttentionLayout> CheckAttentionLayout(std::span<const ArrayShape> operands, const ArrayShape& result,
+                                                     bool grad);
+
+// The kernels (inputs as the instructions' operands). `scale` must be finite.
+std::unique_ptr<Kernel> MakeAttentionKernel(AttentionLayout layout, double scale, bool causal);
+std::unique_ptr<Kernel> MakeAttentionGradKernel(AttentionLayout layout, double scale, bool causal);
+
+}  // namespace lazyrt::pjrt

@@ -1,0 +1,328 @@
+// The ATTENTION and ATTENTION_GRAD kernels against a naive reference loop in f64 (every score of a row
+// materialized), through verifier, compiler, serialization and loader; and the verifier's and loader's
+// refusals of malformed attention instructions and kernels.
+#include "pjrt_sim/kernels/attention.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <limits>
+#include <random>
+
+#include "pjrt_sim/module_verifier.h"
+#include "tests/pjrt_sim/pjrt_test_util.h"
+
+namespace lazyrt::pjrt {
+namespace {
+
+using testing::Dims;
+using ::testing::HasSubstr;
+using testing::HostArray;
+using testing::MakeArray;
+using testing::ModuleBuilder;
+
+struct Problem {
+  Problem(Dims batch, int64_t l, int64_t s, int64_t e, int64_t ev, Dims mask = {}, bool pred_mask = false,
+          bool causal = false)
+      : batch(std::move(batch)),
+        l(l),
+        s(s),
+        e(e),
+        ev(ev),
+        mask(std::move(mask)),
+        pred_mask(pred_mask),
+        causal(causal) {}
+
+  Dims batch;
+  int64_t l, s, e, ev;
+  Dims mask;  // rank batch + 2, each dim 1 or the scores'; empty: none
+  bool pred_mask;
+  bool causal;
+  double scale = 0.35;
+};
+
+int64_t Numel(const Dims& d) {
+  int64_t n = 1;
+  for (int64_t x : d) n *= x;
+  return n;
+}
+Dims With(Dims batch, std::initializer_list<int64_t> tail) {
+  batch.insert(batch.end(), tail);
+  return batch;
+}
+
+std::vector<float> RandomFloats(std::mt19937_64& rng, int64_t n) {
+  std::uniform_real_distribution<float> u(-1, 1);
+  std::vector<float> v(static_cast<size_t>(n));
+  for (float& x : v) x = u(rng);
+  return v;
+}
+
+// Host arrays of a problem: q, k, v, d(output) and the mask (as f64 for the reference).
+struct Data {
+  std::vector<float> q, k, v, dout, mask;
+};
+
+// The reference: out [B, L, Ev], lse [B, L], dq, dk, dv, in f64 from the definition.
+struct Reference {
+  std::vector<double> out, lse, dq, dk, dv;
+};
+
+Reference Compute(const Problem& p, const Data& d) {
+  const int64_t batch = Numel(p.batch);
+  Reference r;
+  r.out.assign(static_cast<size_t>(batch * p.l * p.ev), 0);
+  r.lse.assign(static_cast<size_t>(batch * p.l), 0);
+  r.dq.assign(static_cast<size_t>(batch * p.l * p.e), 0);
+  r.dk.assign(static_cast<size_t>(batch * p.s * p.e), 0);
+  r.dv.assign(static_cast<size_t>(batch * p.s * p.ev), 0);
+  // The mask's element for (batch b, i, j), its size-1 dims broadcast.
+  const Dims full = With(p.batch, {p.l, p.s});
+  auto mask_at = [&](int64_t b, int64_t i, int64_t j) {
+    Dims coords = p.batch;
+    for (size_t x = p.batch.size(); x-- > 0;) {
+      coords[x] = b % p.batch[x];
+      b /= p.batch[x];
+    }
+    coords.push_back(i);
+    coords.push_back(j);
+    int64_t at = 0;
+    for (size_t x = 0; x < full.size(); ++x) at = at * p.mask[x] + (p.mask[x] == 1 ? 0 : coords[x]);
+    return static_cast<double>(d.mask[static_cast<size_t>(at)]);
+  };
+  auto at = [](const std::vector<float>& a, int64_t i) { return static_cast<double>(a[static_cast<size_t>(i)]); };
+  for (int64_t b = 0; b < batch; ++b) {
+    for (int64_t i = 0; i < p.l; ++i) {
+      std::vector<double> prob(static_cast<size_t>(p.s)), dp(static_cast<size_t>(p.s));
+      double max = -std::numeric_limits<double>::infinity();
+      for (int64_t j = 0; j < p.s; ++j) {
+        double x = 0;
+        for (int64_t c = 0; c < p.e; ++c) x += at(d.q, (b * p.l + i) * p.e + c) * at(d.k, (b * p.s + j) * p.e + c);
+        x *= p.scale;
+        if (!p.mask.empty()) {
+          const double m = mask_at(b, i, j);
+          x = p.pred_mask ? (m != 0 ? x : -INFINITY) : x + m;
+        }
+        if (p.causal && j > i) x = -INFINITY;
+        prob[static_cast<size_t>(j)] = x;
+        max = std::max(max, x);
+      }
+      double total = 0;
+      for (double& x : prob) total += (x = std::exp(x - max));
+      for (double& x : prob) x /= total;
+      r.lse[static_cast<size_t>(b * p.l + i)] = max + std::log(total);
+      double delta = 0;
+      for (int64_t c = 0; c < p.ev; ++c) {
+        double o = 0;
+        for (int64_t j = 0; j < p.s; ++j) o += prob[static_cast<size_t>(j)] * at(d.v, (b * p.s + j) * p.ev + c);
+        r.out[static_cast<size_t>((b * p.l + i) * p.ev + c)] = o;
+        delta += o * at(d.dout, (b * p.l + i) * p.ev + c);
+      }
+      for (int64_t j = 0; j < p.s; ++j) {
+        double x = 0;
+        for (int64_t c = 0; c < p.ev; ++c)
+          x += at(d.dout, (b * p.l + i) * p.ev + c) * at(d.v, (b * p.s + j) * p.ev + c);
+        const double pj = prob[static_cast<size_t>(j)];
+        const double ds = pj * (x - delta) * p.scale;
+        for (int64_t c = 0; c < p.ev; ++c) {
+          r.dv[static_cast<size_t>((b * p.s + j) * p.ev + c)] += pj * at(d.dout, (b * p.l + i) * p.ev + c);
+        }
+        for (int64_t c = 0; c < p.e; ++c) {
+          r.dq[static_cast<size_t>((b * p.l + i) * p.e + c)] += ds * at(d.k, (b * p.s + j) * p.e + c);
+          r.dk[static_cast<size_t>((b * p.s + j) * p.e + c)] += ds * at(d.q, (b * p.l + i) * p.e + c);
+        }
+      }
+    }
+  }
+  return r;
+}
+
+// A module computing the forward result and the gradients of a problem.
+ModuleBuilder Build(const Problem& p) {
+  ModuleBuilder m;
+  const int64_t q = m.Parameter(0, proto::F32, With(p.batch, {p.l, p.e}));
+  const int64_t k = m.Parameter(1, proto::F32, With(p.batch, {p.s, p.e}));
+  const int64_t v = m.Parameter(2, proto::F32, With(p.batch, {p.s, p.ev}));
+  const int64_t dout = m.Parameter(3, proto::F32, With(p.batch, {p.l, p.ev}));
+  std::vector<int64_t> mask;
+  if (!p.mask.empty()) mask.push_back(m.Parameter(4, p.pred_mask ? proto::PRED : proto::F32, p.mask));
+  auto attrs = [&](proto::Instruction& i) {
+    i.set_value(p.scale);
+    i.set_causal(p.causal);
+  };
+  std::vector<int64_t> operands = {q, k, v};
+  operands.insert(operands.end(), mask.begin(), mask.end());
+  const int64_t fwd = m.Op(Opcode::kAttention, operands, proto::F32, With(p.batch, {p.l, p.ev + 1}), attrs);
+  operands = {q, k, v, fwd, dout};
+  operands.insert(operands.end(), mask.begin(), mask.end());
+  const int64_t grads =
+      m.Op(Opcode::kAttentionGrad, operands, proto::F32, With(p.batch, {p.l * p.e + p.s * p.e + p.s * p.ev}), attrs);
+  m.Output(fwd);
+  m.Output(grads);
+  return m;
+}
+
+class AttentionKernelTest : public ::testing::Test {
+ protected:
+  void Check(const Problem& p, const std::string& name) {
+    SCOPED_TRACE(name);
+    std::mt19937_64 rng(std::hash<std::string>{}(name));
+    const int64_t batch = Numel(p.batch);
+    Data d{RandomFloats(rng, batch * p.l * p.e),
+           RandomFloats(rng, batch * p.s * p.e),
+           RandomFloats(rng, batch * p.s * p.ev),
+           RandomFloats(rng, batch * p.l * p.ev),
+           {}};
+    std::vector<HostArray> args = {MakeArray(PrimitiveType::kF32, With(p.batch, {p.l, p.e}), d.q),
+                                   MakeArray(PrimitiveType::kF32, With(p.batch, {p.s, p.e}), d.k),
+                                   MakeArray(PrimitiveType::kF32, With(p.batch, {p.s, p.ev}), d.v),
+                                   MakeArray(PrimitiveType::kF32, With(p.batch, {p.l, p.ev}), d.dout)};
+    if (!p.mask.empty()) {
+      d.mask = RandomFloats(rng, Numel(p.mask));
+      if (p.pred_mask) {
+        std::vector<uint8_t> keep;
+        for (float& x : d.mask) {
+          x = x > -0.6f ? 1.0f : 0.0f;  // about 80% take part
+          keep.push_back(static_cast<uint8_t>(x));
+        }
+        args.push_back(MakeArray(PrimitiveType::kPred, p.mask, keep));
+      } else {
+        args.push_back(MakeArray(PrimitiveType::kF32, p.mask, d.mask));
+      }
+    }
+    const ModuleBuilder m = Build(p);
+    ASSERT_TRUE(VerifyModule(m.module()).ok()) << VerifyModule(m.module());
+    absl::StatusOr<std::shared_ptr<Executable>> exe = client_->Compile(m.module(), {});
+    ASSERT_TRUE(exe.ok()) << exe.status();
+    // Through the serialized form, as a persistent cache hit would load it.
+    absl::StatusOr<std::shared_ptr<Executable>> loaded = client_->LoadSerializedExecutable((*exe)->Serialize());
+    ASSERT_TRUE(loaded.ok()) << loaded.status();
+    absl::StatusOr<std::vector<HostArray>> out = testing::ExecuteOnHost(*client_, **loaded, args);
+    ASSERT_TRUE(out.ok()) << out.status();
+    const Reference r = Compute(p, d);
+    const std::vector<float> fwd = (*out)[0].values<float>(), grads = (*out)[1].values<float>();
+    // f32 accumulation against f64: relative 1e-5 of the values' scale.
+    constexpr double kTol = 2e-5;
+    for (int64_t b = 0; b < batch; ++b) {
+      for (int64_t i = 0; i < p.l; ++i) {
+        const float* row = fwd.data() + (b * p.l + i) * (p.ev + 1);
+        for (int64_t c = 0; c < p.ev; ++c) {
+          ASSERT_NEAR(row[c], r.out[static_cast<size_t>((b * p.l + i) * p.ev + c)], kTol) << b << " " << i << " " << c;
+        }
+        ASSERT_NEAR(row[p.ev], r.lse[static_cast<size_t>(b * p.l + i)], kTol * 10) << "lse " << b << " " << i;
+      }
+      const float* g = grads.data() + b * (p.l * p.e + p.s * p.e + p.s * p.ev);
+      auto expect = [&](const std::vector<double>& want, int64_t offset, int64_t n, const char* what) {
+        for (int64_t x = 0; x < n; ++x) {
+          ASSERT_NEAR(g[offset + x], want[static_cast<size_t>(b * n + x)], kTol) << what << " " << b << " " << x;
+        }
+      };
+      expect(r.dq, 0, p.l * p.e, "dq");
+      expect(r.dk, p.l * p.e, p.s * p.e, "dk");
+      expect(r.dv, p.l * p.e + p.s * p.e, p.s * p.ev, "dv");
+    }
+    bool saw_attention = false;
+    for (const proto::Kernel& k : (*loaded)->proto().kernels()) saw_attention |= k.kind() == proto::Kernel::ATTENTION;
+    EXPECT_TRUE(saw_attention);
+  }
+
+  std::unique_ptr<Client> client_ = testing::MakeClient();
+};
+
+TEST_F(AttentionKernelTest, MatchesReferenceLoop) {
+  Check({{2, 3}, 70, 70, 16, 16}, "square, two blocks");
+  Check({{2}, 65, 129, 8, 24}, "L != S, Ev != E");
+  Check({{}, 1, 1, 1, 1}, "one of everything");
+  Check({{3}, 5, 200, 4, 3}, "many key blocks");
+  Check({{1}, 130, 7, 4, 3}, "many query blocks");
+}
+
+TEST_F(AttentionKernelTest, CausalSkipsBlocksAboveTheDiagonal) {
+  Check({{2, 2}, 130, 130, 8, 8, {}, false, true}, "square");
+  Check({{2}, 70, 150, 8, 4, {}, false, true}, "L < S");
+  Check({{2}, 150, 70, 8, 4, {}, false, true}, "L > S");
+}
+
+TEST_F(AttentionKernelTest, MasksBroadcastWithStrideZero) {
+  Check({{2, 3}, 70, 90, 8, 8, {2, 3, 70, 90}, true}, "pred, full");
+  Check({{2, 3}, 70, 90, 8, 8, {2, 1, 1, 90}, true}, "pred, key padding");
+  Check({{2, 3}, 33, 66, 8, 4, {1, 3, 33, 66}, false}, "f32 per head");
+  Check({{2, 3}, 33, 66, 8, 4, {2, 1, 33, 1}, false}, "f32 per row");
+  Check({{2}, 70, 70, 8, 8, {1, 70, 70}, false, true}, "f32 and causal");
+}
+
+// Malformed instructions: each refused by the verifier with what is wrong.
+TEST(AttentionVerifier, RefusesMalformedInstructions) {
+  const Problem p({2}, 4, 6, 8, 3, {2, 4, 6}, true);
+  auto refuse = [](const proto::Module& m, const std::string& part) {
+    const absl::Status s = VerifyModule(m);
+    EXPECT_FALSE(s.ok()) << part;
+    EXPECT_THAT(std::string(s.message()), HasSubstr(part));
+  };
+  const ModuleBuilder good = Build(p);
+  ASSERT_TRUE(VerifyModule(good.module()).ok()) << VerifyModule(good.module());
+  const int64_t fwd = good.module().instructions_size() - 2, grad = fwd + 1;
+  {
+    ModuleBuilder m = good;
+    m.inst(fwd).mutable_shape()->set_dims(2, 5);
+    refuse(m.module(), "the result must be f32[2,4,4]");
+  }
+  {
+    ModuleBuilder m = good;
+    m.inst(fwd).set_value(std::numeric_limits<double>::quiet_NaN());
+    refuse(m.module(), "not finite");
+  }
+  {
+    ModuleBuilder m = good;
+    m.inst(fwd).mutable_operands()->RemoveLast();
+    m.inst(fwd).mutable_operands()->RemoveLast();
+    refuse(m.module(), "expects 3 or 4 operands");
+  }
+  {
+    ModuleBuilder m = good;
+    m.inst(fwd).set_operands(1, 2);  // v as k: [2, 6, 3] is not [B, S, E]
+    refuse(m.module(), "k must be [B..., S, E]");
+  }
+  {
+    ModuleBuilder m = good;
+    m.inst(grad).set_operands(3, 0);  // q as the forward result
+    refuse(m.module(), "the forward result must be");
+  }
+  {
+    ModuleBuilder m = good;
+    m.inst(4).mutable_shape()->set_dims(1, 3);  // mask [2, 3, 6]
+    m.inst(4).mutable_shape()->set_type(proto::PRED);
+    refuse(m.module(), "does not broadcast");
+  }
+  {
+    ModuleBuilder m = good;
+    m.inst(4).mutable_shape()->set_type(proto::S32);
+    refuse(m.module(), "pred or q's type");
+  }
+  {
+    ModuleBuilder m = good;
+    m.inst(grad).mutable_shape()->set_dims(1, 1);
+    refuse(m.module(), "the result must be f32[2,98]");
+  }
+}
+
+// A loaded executable is checked as strictly as a module: a kernel whose slots do not fit is refused.
+TEST(AttentionLoader, RefusesKernelsThatDoNotFitTheirSlots) {
+  const std::vector<ArrayShape> operands = {
+      {PrimitiveType::kF32, {2, 4, 8}}, {PrimitiveType::kF32, {2, 6, 8}}, {PrimitiveType::kF32, {2, 6, 3}}};
+  proto::Kernel k;
+  k.set_kind(proto::Kernel::ATTENTION);
+  k.set_scale(0.5);
+  EXPECT_TRUE(BuildKernel(k, operands, {PrimitiveType::kF32, {2, 4, 4}}).ok());
+  EXPECT_FALSE(BuildKernel(k, operands, {PrimitiveType::kF32, {2, 4, 3}}).ok());
+  EXPECT_FALSE(BuildKernel(k, std::span(operands).first(2), {PrimitiveType::kF32, {2, 4, 4}}).ok());
+  k.set_scale(std::numeric_limits<double>::infinity());
+  EXPECT_FALSE(BuildKernel(k, operands, {PrimitiveType::kF32, {2, 4, 4}}).ok());
+  k.set_scale(0.5);
+  k.set_kind(proto::Kernel::ATTENTION_GRAD);
+  EXPECT_FALSE(BuildKernel(k, operands, {PrimitiveType::kF32, {2, 98}}).ok());
+}
+
+}  // namespace
+}  // namespace lazyrt::pjrt

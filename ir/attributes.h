@@ -27,6 +27,7 @@ enum class AttrKey : uint8_t {
   kValue,        // double: a Constant's value (static scalars only)
   kStream,       // int: which random stream of the step an Rng op draws from
   kApproximate,  // bool: Gelu uses the tanh approximation instead of erf
+  kEpsilon,      // double: LayerNorm, RmsNorm (and their gradients) add it to the variance
 };
 
 absl::string_view AttrKeyName(AttrKey key);

@@ -39,5 +39,8 @@ absl::StatusOr<Shape> InferConcat(std::span<const Shape> inputs, int64_t axis);
 absl::StatusOr<Shape> InferIndexSelect(const Shape& in, int64_t axis, const Shape& index);
 absl::StatusOr<Shape> InferGather(const Shape& in, int64_t axis, const Shape& index);
 absl::StatusOr<Shape> InferOneHot(const Shape& index, int64_t num_classes, DType dtype);
+// layer_norm / rms_norm: a floating tensor whose trailing dims are `normalized_shape` (non-empty). The
+// result has the input's shape.
+absl::StatusOr<Shape> InferNormalize(const Shape& in, std::span<const int64_t> normalized_shape);
 
 }  // namespace lazyrt::ir

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <initializer_list>
 #include <memory>
+#include <optional>
 #include <source_location>
 #include <span>
 #include <string>
@@ -248,6 +249,17 @@ Tensor prod(const Tensor& x, std::vector<int64_t> dims = {}, bool keepdim = fals
 Tensor argmax(const Tensor& x, int64_t dim, bool keepdim = false, LAZYRT_HERE);
 Tensor softmax(const Tensor& x, int64_t dim, LAZYRT_HERE);
 Tensor log_softmax(const Tensor& x, int64_t dim, LAZYRT_HERE);
+
+// ---- Normalization ---------------------------------------------------------------------------------
+// As torch.nn.functional.layer_norm: (x - mean) / sqrt(var + eps) over the trailing dims
+// `normalized_shape` (biased variance), times `weight` plus `bias` (each of shape normalized_shape, or
+// undefined). One fused device kernel per direction; statistics accumulated in f64.
+Tensor layer_norm(const Tensor& x, std::vector<int64_t> normalized_shape, const Tensor& weight = Tensor(),
+                  const Tensor& bias = Tensor(), double eps = 1e-5, LAZYRT_HERE);
+// As torch.nn.functional.rms_norm: x / sqrt(mean(x^2) + eps) over the trailing dims, times `weight`.
+// eps nullopt is the machine epsilon of x's dtype, as torch.
+Tensor rms_norm(const Tensor& x, std::vector<int64_t> normalized_shape, const Tensor& weight = Tensor(),
+                std::optional<double> eps = std::nullopt, LAZYRT_HERE);
 
 // ---- Shape and data movement ----------------------------------------------------------------------
 // One size may be -1 (inferred).

@@ -17,7 +17,7 @@ bool IsFusable(Opcode op) { return IsElementwise(op) || IsView(op) || op == Opco
 // Consumers that read their operands from memory (they cannot take a fused operand).
 bool ReadsMaterializedOperands(Opcode op) {
   return op == Opcode::kDot || op == Opcode::kArgmax || op == Opcode::kIndexSelect || op == Opcode::kGather ||
-         op == Opcode::kConcatenate || op == Opcode::kReshape;
+         op == Opcode::kConcatenate || op == Opcode::kReshape || ClassOf(op) == OpClass::kNormalize;
 }
 
 // How a coordinate of some instruction is computed from the kernel's iteration coordinates:
@@ -297,6 +297,10 @@ class Emitter {
         case Opcode::kReduce:
         case Opcode::kArgmax:
         case Opcode::kDot:
+        case Opcode::kLayerNorm:
+        case Opcode::kRmsNorm:
+        case Opcode::kLayerNormGrad:
+        case Opcode::kRmsNormGrad:
           // Never fused (IsFusable): always materialized, so read by the load above.
           OpcodeUnreachable("fusion: a program step", static_cast<int32_t>(inst.opcode));
       }
@@ -377,6 +381,15 @@ class Emitter {
       case Opcode::kConcatenate:
         k->set_kind(proto::Kernel::CONCATENATE);
         k->set_axis(inst.axis);
+        break;
+      case Opcode::kLayerNorm:
+      case Opcode::kRmsNorm:
+      case Opcode::kLayerNormGrad:
+      case Opcode::kRmsNormGrad:
+        k->set_kind(proto::Kernel::NORMALIZE);
+        k->set_opcode(static_cast<int32_t>(inst.opcode));
+        k->set_axis(inst.axis);
+        k->set_epsilon(inst.value);
         break;
       LAZYRT_ELEMENTWISE_OPCODE_CASES:
       case Opcode::kConstant:

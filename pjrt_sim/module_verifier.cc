@@ -1,6 +1,7 @@
 #include "pjrt_sim/module_verifier.h"
 
 #include <algorithm>
+#include <cmath>
 #include <optional>
 #include <vector>
 
@@ -292,6 +293,23 @@ class Verifier {
         if (!std::equal(kept.begin(), kept.end(), out.dims().begin(), out.dims().end())) {
           return Fail(id, absl::StrCat("result ", ShapeText(out), " does not match reducing ", ShapeText(in)));
         }
+        return absl::OkStatus();
+      }
+      case Opcode::kLayerNorm:
+      case Opcode::kRmsNorm:
+      case Opcode::kLayerNormGrad:
+      case Opcode::kRmsNormGrad: {
+        const bool backward = op == Opcode::kLayerNormGrad || op == Opcode::kRmsNormGrad;
+        RETURN_IF_ERROR(want_operands(backward ? 2 : 1));
+        for (int i = 0; i < inst.operands_size(); ++i) {
+          if (!(operand(i).type() == out.type() && SameDims(operand(i), out))) {
+            return Fail(
+                id, absl::StrCat("operand ", i, " ", ShapeText(operand(i)), " must be the result's ", ShapeText(out)));
+          }
+        }
+        if (!IsFloat(out.type())) return Fail(id, "needs a floating type");
+        if (inst.axis() < 0 || inst.axis() >= rank) return Fail(id, "axis out of range");
+        if (!std::isfinite(inst.value()) || inst.value() < 0) return Fail(id, "epsilon must be finite and >= 0");
         return absl::OkStatus();
       }
       case Opcode::kDot: {

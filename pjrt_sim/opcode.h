@@ -70,7 +70,11 @@ enum class TypeClass : uint8_t {
   X(Gather, 56, kDataMovement)      \
   X(Reduce, 60, kReduce)            \
   X(Argmax, 62, kArgmax)            \
-  X(Dot, 63, kDot)
+  X(Dot, 63, kDot)                  \
+  X(LayerNorm, 70, kNormalize)      \
+  X(RmsNorm, 71, kNormalize)        \
+  X(LayerNormGrad, 72, kNormalize)  \
+  X(RmsNormGrad, 73, kNormalize)
 
 // The case labels of every elementwise opcode (unary, binary, convert, compare, select), for a switch that
 // treats them alike: `LAZYRT_ELEMENTWISE_OPCODE_CASES: ...`.
@@ -107,6 +111,10 @@ enum class OpClass : uint8_t {
   kReduce,        // `combiner` over `dims`
   kArgmax,        // the first index of the maximum along `axis` (s64)
   kDot,           // batched GEMM
+  // Over the trailing dims from `axis` on, per row of the leading dims, with epsilon `value`:
+  // LAYER_NORM (x - mean) / sqrt(var + eps), RMS_NORM x / sqrt(mean(x^2) + eps); their *_GRAD take
+  // (x, g) and give the gradient with respect to x of sum(g * norm(x)).
+  kNormalize,
 };
 
 OpClass ClassOf(Opcode op);

@@ -266,7 +266,11 @@ int64_t SimplifyAlgebra(HloModule& module) {
       case Opcode::kConcatenate:
       case Opcode::kIndexSelect:
       case Opcode::kGather:
-      case Opcode::kArgmax: break;
+      case Opcode::kArgmax:
+      case Opcode::kLayerNorm:
+      case Opcode::kRmsNorm:
+      case Opcode::kLayerNormGrad:
+      case Opcode::kRmsNormGrad: break;
     }
   }
   for (int64_t& out : module.outputs) out = forward[static_cast<size_t>(out)];

@@ -304,7 +304,11 @@ StepFn ChooseStepFn(const Step& s, int scalar) {
     case Opcode::kGather:
     case Opcode::kReduce:
     case Opcode::kArgmax:
-    case Opcode::kDot: break;  // not steps: Build refuses them
+    case Opcode::kDot:
+    case Opcode::kLayerNorm:
+    case Opcode::kRmsNorm:
+    case Opcode::kLayerNormGrad:
+    case Opcode::kRmsNormGrad: break;  // not steps: Build refuses them
   }
   return nullptr;
 }
@@ -394,7 +398,8 @@ absl::StatusOr<FusedProgram> FusedProgram::Build(const google::protobuf::Repeate
       case OpClass::kDataMovement:
       case OpClass::kReduce:
       case OpClass::kArgmax:
-      case OpClass::kDot: return fail(absl::StrCat("opcode ", OpcodeName(s.opcode), " cannot be fused"));
+      case OpClass::kDot:
+      case OpClass::kNormalize: return fail(absl::StrCat("opcode ", OpcodeName(s.opcode), " cannot be fused"));
     }
     if (p.args_size() != arity) return fail("wrong number of arguments");
     for (int a = 0; a < arity; ++a) {

@@ -12,6 +12,7 @@
 #include "pjrt_sim/hlo.h"
 #include "pjrt_sim/kernels/fused_program.h"
 #include "pjrt_sim/kernels/gemm.h"
+#include "pjrt_sim/kernels/normalize.h"
 #include "pjrt_sim/status_macros.h"
 #include "pjrt_sim/thread_pool.h"
 
@@ -638,6 +639,7 @@ absl::StatusOr<std::unique_ptr<Kernel>> BuildKernel(const proto::Kernel& k, std:
       RETURN_IF_ERROR(Expect(ok, k, "bad concatenation"));
       return std::make_unique<ConcatKernel>(std::vector<ArrayShape>(inputs.begin(), inputs.end()), output, axis);
     }
+    case proto::Kernel::NORMALIZE: return BuildNormalizeKernel(k, inputs, output);
     case proto::Kernel_Kind_Kernel_Kind_INT_MIN_SENTINEL_DO_NOT_USE_:
     case proto::Kernel_Kind_Kernel_Kind_INT_MAX_SENTINEL_DO_NOT_USE_: break;
   }

@@ -71,6 +71,15 @@ ModuleBuilder EveryOpcode() {
   const int64_t batched = b.Parameter(7, proto::F32, {5, 2, 3});
   b.Dot(batched, w);  // rhs shared across the batch
   b.Dot(batched, b.Parameter(8, proto::F32, {5, 4, 3}), false, true);
+  for (Opcode op : {Opcode::kLayerNorm, Opcode::kRmsNorm}) {
+    b.Op(op, {x}, proto::F32, {2, 3}, [](proto::Instruction& i) {
+      i.set_axis(1);
+      i.set_value(1e-5);
+    });
+  }
+  for (Opcode op : {Opcode::kLayerNormGrad, Opcode::kRmsNormGrad}) {
+    b.Op(op, {x, c}, proto::F32, {2, 3}, [](proto::Instruction& i) { i.set_value(1e-5); });
+  }
   b.Output(x);
   b.Output(x);  // an id may repeat
   b.Output(b.module().instructions_size() - 1);

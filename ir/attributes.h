@@ -29,6 +29,7 @@ enum class AttrKey : uint8_t {
   kApproximate,  // bool: Gelu uses the tanh approximation instead of erf
   kScale,        // double: Attention's factor of the scores q k^T
   kCausal,       // bool: Attention masks the keys after each query (top-left aligned)
+  kEpsilon,      // double: LayerNorm, RmsNorm (and their gradients) add it to the variance
 };
 
 absl::string_view AttrKeyName(AttrKey key);

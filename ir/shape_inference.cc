@@ -356,4 +356,21 @@ absl::StatusOr<Shape> InferOneHot(const Shape& index, int64_t num_classes, DType
   return Shape(dtype, std::move(out));
 }
 
+absl::StatusOr<Shape> InferNormalize(const Shape& in, std::span<const int64_t> normalized_shape) {
+  if (!IsFloating(in.dtype())) {
+    return absl::InvalidArgumentError(absl::StrCat("needs a floating-point input, got ", in.ToString()));
+  }
+  if (normalized_shape.empty()) {
+    return absl::InvalidArgumentError("normalized_shape must have at least one dimension, got []");
+  }
+  const int64_t k = static_cast<int64_t>(normalized_shape.size());
+  bool fits = k <= in.rank();
+  for (int64_t i = 0; fits && i < k; ++i) fits = in.dim(in.rank() - k + i) == normalized_shape[static_cast<size_t>(i)];
+  if (!fits) {
+    return absl::InvalidArgumentError(absl::StrCat("normalized_shape ", DimsToString(normalized_shape),
+                                                   " must be the trailing dims of the input, got ", in.ToString()));
+  }
+  return in;
+}
+
 }  // namespace lazyrt::ir

@@ -46,5 +46,8 @@ absl::StatusOr<Shape> InferAttention(const Shape& q, const Shape& k, const Shape
 // end to end: [..., L*E + S*E + S*Ev].
 absl::StatusOr<Shape> InferAttentionGrad(const Shape& q, const Shape& k, const Shape& v, const Shape* mask);
 absl::StatusOr<Shape> InferOneHot(const Shape& index, int64_t num_classes, DType dtype);
+// layer_norm / rms_norm: a floating tensor whose trailing dims are `normalized_shape` (non-empty). The
+// result has the input's shape.
+absl::StatusOr<Shape> InferNormalize(const Shape& in, std::span<const int64_t> normalized_shape);
 
 }  // namespace lazyrt::ir

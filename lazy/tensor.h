@@ -259,6 +259,17 @@ Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tens
                                     const Tensor& attn_mask = Tensor(), double dropout_p = 0.0, bool is_causal = false,
                                     std::optional<double> scale = std::nullopt, LAZYRT_HERE);
 
+// ---- Normalization ---------------------------------------------------------------------------------
+// As torch.nn.functional.layer_norm: (x - mean) / sqrt(var + eps) over the trailing dims
+// `normalized_shape` (biased variance), times `weight` plus `bias` (each of shape normalized_shape, or
+// undefined). One fused device kernel per direction; statistics accumulated in f64.
+Tensor layer_norm(const Tensor& x, std::vector<int64_t> normalized_shape, const Tensor& weight = Tensor(),
+                  const Tensor& bias = Tensor(), double eps = 1e-5, LAZYRT_HERE);
+// As torch.nn.functional.rms_norm: x / sqrt(mean(x^2) + eps) over the trailing dims, times `weight`.
+// eps nullopt is the machine epsilon of x's dtype, as torch.
+Tensor rms_norm(const Tensor& x, std::vector<int64_t> normalized_shape, const Tensor& weight = Tensor(),
+                std::optional<double> eps = std::nullopt, LAZYRT_HERE);
+
 // ---- Shape and data movement ----------------------------------------------------------------------
 // One size may be -1 (inferred).
 Tensor reshape(const Tensor& x, std::vector<int64_t> sizes, LAZYRT_HERE);

@@ -303,6 +303,21 @@ absl::StatusOr<proto::Module> LowerGraph(const ir::PostOrder& order, std::string
         inst->set_causal(attrs.Get<bool>(AttrKey::kCausal));
         break;
       }
+      case OpKind::kLayerNorm:
+      case OpKind::kRmsNorm:
+      case OpKind::kLayerNormGrad:
+      case OpKind::kRmsNormGrad: {
+        // One device op each: a fused kernel per row, not a chain of reductions and elementwise ops.
+        const Opcode device_op = op == OpKind::kLayerNorm       ? Opcode::kLayerNorm
+                                 : op == OpKind::kRmsNorm       ? Opcode::kRmsNorm
+                                 : op == OpKind::kLayerNormGrad ? Opcode::kLayerNormGrad
+                                                                : Opcode::kRmsNormGrad;
+        proto::Instruction* inst = b.Add(device_op, type, dims, {}, &id);
+        for (size_t i = 0; i < node.operands().size(); ++i) inst->add_operands(in(i));
+        inst->set_axis(attrs.Get<int64_t>(AttrKey::kAxis));
+        inst->set_value(attrs.Get<double>(AttrKey::kEpsilon));
+        break;
+      }
     }
     id_of[pos] = id;
   }

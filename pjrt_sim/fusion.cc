@@ -17,7 +17,8 @@ bool IsFusable(Opcode op) { return IsElementwise(op) || IsView(op) || op == Opco
 // Consumers that read their operands from memory (they cannot take a fused operand).
 bool ReadsMaterializedOperands(Opcode op) {
   return op == Opcode::kDot || op == Opcode::kArgmax || op == Opcode::kIndexSelect || op == Opcode::kGather ||
-         op == Opcode::kConcatenate || op == Opcode::kReshape || ClassOf(op) == OpClass::kAttention;
+         op == Opcode::kConcatenate || op == Opcode::kReshape || ClassOf(op) == OpClass::kAttention ||
+         ClassOf(op) == OpClass::kNormalize;
 }
 
 // How a coordinate of some instruction is computed from the kernel's iteration coordinates:
@@ -299,6 +300,10 @@ class Emitter {
         case Opcode::kDot:
         case Opcode::kAttention:
         case Opcode::kAttentionGrad:
+        case Opcode::kLayerNorm:
+        case Opcode::kRmsNorm:
+        case Opcode::kLayerNormGrad:
+        case Opcode::kRmsNormGrad:
           // Never fused (IsFusable): always materialized, so read by the load above.
           OpcodeUnreachable("fusion: a program step", static_cast<int32_t>(inst.opcode));
       }
@@ -385,6 +390,15 @@ class Emitter {
         k->set_kind(inst.opcode == Opcode::kAttention ? proto::Kernel::ATTENTION : proto::Kernel::ATTENTION_GRAD);
         k->set_scale(inst.value);
         k->set_causal(inst.causal);
+        break;
+      case Opcode::kLayerNorm:
+      case Opcode::kRmsNorm:
+      case Opcode::kLayerNormGrad:
+      case Opcode::kRmsNormGrad:
+        k->set_kind(proto::Kernel::NORMALIZE);
+        k->set_opcode(static_cast<int32_t>(inst.opcode));
+        k->set_axis(inst.axis);
+        k->set_epsilon(inst.value);
         break;
       LAZYRT_ELEMENTWISE_OPCODE_CASES:
       case Opcode::kConstant:

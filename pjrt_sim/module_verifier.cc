@@ -296,6 +296,23 @@ class Verifier {
         }
         return absl::OkStatus();
       }
+      case Opcode::kLayerNorm:
+      case Opcode::kRmsNorm:
+      case Opcode::kLayerNormGrad:
+      case Opcode::kRmsNormGrad: {
+        const bool backward = op == Opcode::kLayerNormGrad || op == Opcode::kRmsNormGrad;
+        RETURN_IF_ERROR(want_operands(backward ? 2 : 1));
+        for (int i = 0; i < inst.operands_size(); ++i) {
+          if (!(operand(i).type() == out.type() && SameDims(operand(i), out))) {
+            return Fail(
+                id, absl::StrCat("operand ", i, " ", ShapeText(operand(i)), " must be the result's ", ShapeText(out)));
+          }
+        }
+        if (!IsFloat(out.type())) return Fail(id, "needs a floating type");
+        if (inst.axis() < 0 || inst.axis() >= rank) return Fail(id, "axis out of range");
+        if (!std::isfinite(inst.value()) || inst.value() < 0) return Fail(id, "epsilon must be finite and >= 0");
+        return absl::OkStatus();
+      }
       case Opcode::kDot: {
         RETURN_IF_ERROR(want_operands(2));
         const proto::Shape& a = operand(0);

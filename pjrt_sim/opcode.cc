@@ -113,6 +113,7 @@ bool IsElementwise(Opcode op) {
     case OpClass::kArgmax:
     case OpClass::kDot:
     case OpClass::kAttention: return false;
+    case OpClass::kNormalize: return false;
   }
   return false;  // unreachable: the switch covers every class
 }

@@ -71,8 +71,12 @@ enum class TypeClass : uint8_t {
   X(Reduce, 60, kReduce)            \
   X(Argmax, 62, kArgmax)            \
   X(Dot, 63, kDot)                  \
-  X(Attention, 90, kAttention)      \
-  X(AttentionGrad, 91, kAttention)
+  X(Attention, 90, kAttention) \
+  X(AttentionGrad, 91, kAttention) \
+  X(LayerNorm, 70, kNormalize) \
+  X(RmsNorm, 71, kNormalize) \
+  X(LayerNormGrad, 72, kNormalize) \
+  X(RmsNormGrad, 73, kNormalize)
 
 // The case labels of every elementwise opcode (unary, binary, convert, compare, select), for a switch that
 // treats them alike: `LAZYRT_ELEMENTWISE_OPCODE_CASES: ...`.
@@ -110,6 +114,10 @@ enum class OpClass : uint8_t {
   kArgmax,        // the first index of the maximum along `axis` (s64)
   kDot,           // batched GEMM
   kAttention,     // ATTENTION, ATTENTION_GRAD: softmax(q k^T * value + mask) v and its gradients (`causal`)
+  // Over the trailing dims from `axis` on, per row of the leading dims, with epsilon `value`:
+  // LAYER_NORM (x - mean) / sqrt(var + eps), RMS_NORM x / sqrt(mean(x^2) + eps); their *_GRAD take
+  // (x, g) and give the gradient with respect to x of sum(g * norm(x)).
+  kNormalize,
 };
 
 OpClass ClassOf(Opcode op);

@@ -269,6 +269,10 @@ int64_t SimplifyAlgebra(HloModule& module) {
       case Opcode::kArgmax:
       case Opcode::kAttention:
       case Opcode::kAttentionGrad: break;
+      case Opcode::kLayerNorm:
+      case Opcode::kRmsNorm:
+      case Opcode::kLayerNormGrad:
+      case Opcode::kRmsNormGrad: break;
     }
   }
   for (int64_t& out : module.outputs) out = forward[static_cast<size_t>(out)];

@@ -14,6 +14,7 @@
 #include "pjrt_sim/kernels/attention.h"
 #include "pjrt_sim/kernels/fused_program.h"
 #include "pjrt_sim/kernels/gemm.h"
+#include "pjrt_sim/kernels/normalize.h"
 #include "pjrt_sim/status_macros.h"
 #include "pjrt_sim/thread_pool.h"
 
@@ -649,6 +650,7 @@ absl::StatusOr<std::unique_ptr<Kernel>> BuildKernel(const proto::Kernel& k, std:
       return grad ? MakeAttentionGradKernel(*std::move(layout), k.scale(), k.causal())
                   : MakeAttentionKernel(*std::move(layout), k.scale(), k.causal());
     }
+    case proto::Kernel::NORMALIZE: return BuildNormalizeKernel(k, inputs, output);
     case proto::Kernel_Kind_Kernel_Kind_INT_MIN_SENTINEL_DO_NOT_USE_:
     case proto::Kernel_Kind_Kernel_Kind_INT_MAX_SENTINEL_DO_NOT_USE_: break;
   }

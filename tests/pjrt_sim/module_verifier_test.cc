@@ -82,6 +82,15 @@ ModuleBuilder EveryOpcode() {
          i.set_value(0.5);
          i.set_causal(true);
        });
+  for (Opcode op : {Opcode::kLayerNorm, Opcode::kRmsNorm}) {
+    b.Op(op, {x}, proto::F32, {2, 3}, [](proto::Instruction& i) {
+      i.set_axis(1);
+      i.set_value(1e-5);
+    });
+  }
+  for (Opcode op : {Opcode::kLayerNormGrad, Opcode::kRmsNormGrad}) {
+    b.Op(op, {x, c}, proto::F32, {2, 3}, [](proto::Instruction& i) { i.set_value(1e-5); });
+  }
   b.Output(x);
   b.Output(x);  // an id may repeat
   b.Output(b.module().instructions_size() - 1);

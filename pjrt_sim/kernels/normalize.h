@@ -1,0 +1,20 @@
+// The NORMALIZE kernels: layer and RMS normalization over the trailing dims, and their gradients, each
+// one pass per row (statistics accumulated in f64, two-pass for the variance).
+#pragma once
+
+#include <memory>
+#include <span>
+
+#include "absl/status/statusor.h"
+#include "pjrt_sim/executable.pb.h"
+#include "pjrt_sim/kernels/kernels.h"
+#include "pjrt_sim/types.h"
+
+namespace lazyrt::pjrt {
+
+// Validates a NORMALIZE kernel against its slots' shapes and builds it.
+absl::StatusOr<std::unique_ptr<Kernel>> BuildNormalizeKernel(const proto::Kernel& kernel,
+                                                             std::span<const ArrayShape> inputs,
+                                                             const ArrayShape& output);
+
+}  // namespace lazyrt::pjrt

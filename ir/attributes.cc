@@ -22,6 +22,7 @@ absl::string_view AttrKeyName(AttrKey key) {
     case AttrKey::kValue: return "value";
     case AttrKey::kStream: return "stream";
     case AttrKey::kApproximate: return "approximate";
+    case AttrKey::kDescending: return "descending";
   }
   return "?";
 }

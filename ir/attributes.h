@@ -19,7 +19,7 @@ enum class AttrKey : uint8_t {
   kSizes,        // vector: Reshape/Expand target sizes
   kKeepDim,      // bool: reductions keep reduced dims as size 1
   kDType,        // DType: Convert target
-  kAxis,         // int: concat, index_select, gather, softmax, argmax
+  kAxis,         // int: concat, index_select, gather, softmax, argmax, cumsum, argsort
   kStart,        // vector: slice starts
   kLimit,        // vector: slice limits (exclusive)
   kStride,       // vector: slice strides
@@ -27,6 +27,7 @@ enum class AttrKey : uint8_t {
   kValue,        // double: a Constant's value (static scalars only)
   kStream,       // int: which random stream of the step an Rng op draws from
   kApproximate,  // bool: Gelu uses the tanh approximation instead of erf
+  kDescending,   // bool: Argsort orders from the largest
 };
 
 absl::string_view AttrKeyName(AttrKey key);

@@ -52,7 +52,9 @@ namespace lazyrt::ir {
   X(Argmax, kOther)      \
   X(MatMul, kOther)      \
   X(Softmax, kOther)     \
-  X(LogSoftmax, kOther)
+  X(LogSoftmax, kOther)  \
+  X(Cumsum, kOther)      \
+  X(Argsort, kOther)
 
 // Elementwise math on floating values (integer inputs are computed in f32), category kUnary: X(Name,
 // public function lazyrt::fn(x), device opcode). Its gradient is FloatUnaryGrad<OpKind::kName> in

@@ -16,8 +16,8 @@ bool IsRng(Opcode op) { return op == Opcode::kRngUniform || op == Opcode::kRngNo
 bool IsFusable(Opcode op) { return IsElementwise(op) || IsView(op) || op == Opcode::kConstant || op == Opcode::kIota; }
 // Consumers that read their operands from memory (they cannot take a fused operand).
 bool ReadsMaterializedOperands(Opcode op) {
-  return op == Opcode::kDot || op == Opcode::kArgmax || op == Opcode::kIndexSelect || op == Opcode::kGather ||
-         op == Opcode::kConcatenate || op == Opcode::kReshape;
+  return op == Opcode::kDot || op == Opcode::kArgmax || op == Opcode::kCumsum || op == Opcode::kArgsort ||
+         op == Opcode::kIndexSelect || op == Opcode::kGather || op == Opcode::kConcatenate || op == Opcode::kReshape;
 }
 
 // How a coordinate of some instruction is computed from the kernel's iteration coordinates:
@@ -296,6 +296,8 @@ class Emitter {
         case Opcode::kGather:
         case Opcode::kReduce:
         case Opcode::kArgmax:
+        case Opcode::kCumsum:
+        case Opcode::kArgsort:
         case Opcode::kDot:
           // Never fused (IsFusable): always materialized, so read by the load above.
           OpcodeUnreachable("fusion: a program step", static_cast<int32_t>(inst.opcode));
@@ -365,6 +367,15 @@ class Emitter {
       case Opcode::kArgmax:
         k->set_kind(proto::Kernel::ARGMAX);
         k->set_axis(inst.axis);
+        break;
+      case Opcode::kCumsum:
+        k->set_kind(proto::Kernel::CUMSUM);
+        k->set_axis(inst.axis);
+        break;
+      case Opcode::kArgsort:
+        k->set_kind(proto::Kernel::ARGSORT);
+        k->set_axis(inst.axis);
+        k->set_direction(static_cast<int32_t>(inst.direction));
         break;
       case Opcode::kIndexSelect:
         k->set_kind(proto::Kernel::INDEX_SELECT);

@@ -294,6 +294,26 @@ class Verifier {
         }
         return absl::OkStatus();
       }
+      case Opcode::kCumsum:
+      case Opcode::kArgsort: {
+        RETURN_IF_ERROR(want_operands(1));
+        const proto::Shape& in = operand(0);
+        if (!SameDims(in, out))
+          return Fail(id, absl::StrCat("result ", ShapeText(out), " must have the dims of ", ShapeText(in)));
+        if (inst.axis() < 0 || inst.axis() >= rank)
+          return Fail(id, absl::StrCat("axis ", inst.axis(), " is out of range for rank ", rank));
+        if (op == Opcode::kArgsort) {
+          if (out.type() != proto::S64) return Fail(id, "result must be s64");
+          const std::optional<CompareDirection> direction = CompareDirectionFromNumber(inst.direction());
+          if (direction != CompareDirection::kLt && direction != CompareDirection::kGt) {
+            return Fail(id,
+                        absl::StrCat("direction ", inst.direction(), " is neither lt (ascending) nor gt (descending)"));
+          }
+          return absl::OkStatus();
+        }
+        if (in.type() != out.type()) return Fail(id, "operand and result types differ");
+        return CheckTypeClass(id, TypeClass::kNumeric, in.type());
+      }
       case Opcode::kDot: {
         RETURN_IF_ERROR(want_operands(2));
         const proto::Shape& a = operand(0);

@@ -1,5 +1,6 @@
 #include "pjrt_sim/opcode.h"
 
+#include <algorithm>
 #include <array>
 #include <cctype>
 #include <cstdio>
@@ -91,7 +92,8 @@ const std::string& OpcodeName(Opcode op) {
 #undef LAZYRT_X
     return n;
   }();
-  static_assert(static_cast<int32_t>(Opcode::kDot) < 128, "opcode numbers index the name table");
+  static_assert(std::ranges::all_of(kAllOpcodes, [](Opcode op) { return static_cast<int32_t>(op) < 128; }),
+                "opcode numbers index the name table");
   return (*names)[static_cast<size_t>(op)];
 }
 
@@ -109,6 +111,7 @@ bool IsElementwise(Opcode op) {
     case OpClass::kDataMovement:
     case OpClass::kReduce:
     case OpClass::kArgmax:
+    case OpClass::kAlongAxis:
     case OpClass::kDot: return false;
   }
   return false;  // unreachable: the switch covers every class

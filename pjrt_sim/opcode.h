@@ -70,7 +70,9 @@ enum class TypeClass : uint8_t {
   X(Gather, 56, kDataMovement)      \
   X(Reduce, 60, kReduce)            \
   X(Argmax, 62, kArgmax)            \
-  X(Dot, 63, kDot)
+  X(Dot, 63, kDot)                  \
+  X(Cumsum, 80, kAlongAxis)         \
+  X(Argsort, 81, kAlongAxis)
 
 // The case labels of every elementwise opcode (unary, binary, convert, compare, select), for a switch that
 // treats them alike: `LAZYRT_ELEMENTWISE_OPCODE_CASES: ...`.
@@ -107,6 +109,10 @@ enum class OpClass : uint8_t {
   kReduce,        // `combiner` over `dims`
   kArgmax,        // the first index of the maximum along `axis` (s64)
   kDot,           // batched GEMM
+  // Each row along `axis` computed from that row alone, a result of the operand's dims: CUMSUM (running
+  // sums, in the operand's numeric type) and ARGSORT (s64 positions of the row's elements in stable
+  // sorted order, NaN largest; `direction` LT ascending, GT descending).
+  kAlongAxis,
 };
 
 OpClass ClassOf(Opcode op);

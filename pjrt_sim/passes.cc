@@ -266,7 +266,9 @@ int64_t SimplifyAlgebra(HloModule& module) {
       case Opcode::kConcatenate:
       case Opcode::kIndexSelect:
       case Opcode::kGather:
-      case Opcode::kArgmax: break;
+      case Opcode::kArgmax:
+      case Opcode::kCumsum:
+      case Opcode::kArgsort: break;
     }
   }
   for (int64_t& out : module.outputs) out = forward[static_cast<size_t>(out)];

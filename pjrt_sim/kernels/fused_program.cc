@@ -304,6 +304,8 @@ StepFn ChooseStepFn(const Step& s, int scalar) {
     case Opcode::kGather:
     case Opcode::kReduce:
     case Opcode::kArgmax:
+    case Opcode::kCumsum:
+    case Opcode::kArgsort:
     case Opcode::kDot: break;  // not steps: Build refuses them
   }
   return nullptr;
@@ -394,6 +396,7 @@ absl::StatusOr<FusedProgram> FusedProgram::Build(const google::protobuf::Repeate
       case OpClass::kDataMovement:
       case OpClass::kReduce:
       case OpClass::kArgmax:
+      case OpClass::kAlongAxis:
       case OpClass::kDot: return fail(absl::StrCat("opcode ", OpcodeName(s.opcode), " cannot be fused"));
     }
     if (p.args_size() != arity) return fail("wrong number of arguments");

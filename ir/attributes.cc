@@ -25,6 +25,7 @@ absl::string_view AttrKeyName(AttrKey key) {
     case AttrKey::kScale: return "scale";
     case AttrKey::kCausal: return "causal";
     case AttrKey::kEpsilon: return "epsilon";
+    case AttrKey::kDescending: return "descending";
   }
   return "?";
 }

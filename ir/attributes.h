@@ -19,7 +19,7 @@ enum class AttrKey : uint8_t {
   kSizes,        // vector: Reshape/Expand target sizes
   kKeepDim,      // bool: reductions keep reduced dims as size 1
   kDType,        // DType: Convert target
-  kAxis,         // int: concat, index_select, gather, softmax, argmax
+  kAxis,         // int: concat, index_select, gather, softmax, argmax, cumsum, argsort
   kStart,        // vector: slice starts
   kLimit,        // vector: slice limits (exclusive)
   kStride,       // vector: slice strides
@@ -30,6 +30,7 @@ enum class AttrKey : uint8_t {
   kScale,        // double: Attention's factor of the scores q k^T
   kCausal,       // bool: Attention masks the keys after each query (top-left aligned)
   kEpsilon,      // double: LayerNorm, RmsNorm (and their gradients) add it to the variance
+  kDescending,   // bool: Argsort orders from the largest
 };
 
 absl::string_view AttrKeyName(AttrKey key);

@@ -11,54 +11,56 @@ namespace lazyrt::ir {
 // broadcasting between operands), other (shape-changing, reductions, contractions, composites).
 // Two more lists below complete the set: the floating unary math ops and the plain reductions, whose
 // rows also name their public function and the device opcode or combiner they lower to.
-#define LAZYRT_IR_OPS(X) \
-  X(DeviceData, kLeaf) \
-  X(Constant, kLeaf) \
-  X(Iota, kLeaf) \
-  X(RngUniform, kOther) \
-  X(RngNormal, kOther) \
-  X(Neg, kUnary) \
-  X(Abs, kUnary) \
-  X(Relu, kUnary) \
-  X(Gelu, kUnary) \
-  X(Sign, kUnary) \
-  X(Not, kUnary) \
-  X(Convert, kUnary) \
-  X(Add, kBinary) \
-  X(Sub, kBinary) \
-  X(Mul, kBinary) \
-  X(Div, kBinary) \
-  X(Pow, kBinary) \
-  X(Maximum, kBinary) \
-  X(Minimum, kBinary) \
-  X(Eq, kBinary) \
-  X(Ne, kBinary) \
-  X(Lt, kBinary) \
-  X(Le, kBinary) \
-  X(Gt, kBinary) \
-  X(Ge, kBinary) \
-  X(And, kBinary) \
-  X(Or, kBinary) \
-  X(Select, kTernary) \
-  X(Reshape, kOther) \
-  X(Permute, kOther) \
-  X(Expand, kOther) \
-  X(Slice, kOther) \
-  X(Concat, kOther) \
-  X(IndexSelect, kOther) \
-  X(Gather, kOther) \
-  X(OneHot, kOther) \
-  X(ReduceMean, kOther) \
-  X(Argmax, kOther) \
-  X(MatMul, kOther) \
-  X(Softmax, kOther) \
-  X(LogSoftmax, kOther) \
-  X(Attention, kOther) \
+#define LAZYRT_IR_OPS(X)   \
+  X(DeviceData, kLeaf)     \
+  X(Constant, kLeaf)       \
+  X(Iota, kLeaf)           \
+  X(RngUniform, kOther)    \
+  X(RngNormal, kOther)     \
+  X(Neg, kUnary)           \
+  X(Abs, kUnary)           \
+  X(Relu, kUnary)          \
+  X(Gelu, kUnary)          \
+  X(Sign, kUnary)          \
+  X(Not, kUnary)           \
+  X(Convert, kUnary)       \
+  X(Add, kBinary)          \
+  X(Sub, kBinary)          \
+  X(Mul, kBinary)          \
+  X(Div, kBinary)          \
+  X(Pow, kBinary)          \
+  X(Maximum, kBinary)      \
+  X(Minimum, kBinary)      \
+  X(Eq, kBinary)           \
+  X(Ne, kBinary)           \
+  X(Lt, kBinary)           \
+  X(Le, kBinary)           \
+  X(Gt, kBinary)           \
+  X(Ge, kBinary)           \
+  X(And, kBinary)          \
+  X(Or, kBinary)           \
+  X(Select, kTernary)      \
+  X(Reshape, kOther)       \
+  X(Permute, kOther)       \
+  X(Expand, kOther)        \
+  X(Slice, kOther)         \
+  X(Concat, kOther)        \
+  X(IndexSelect, kOther)   \
+  X(Gather, kOther)        \
+  X(OneHot, kOther)        \
+  X(ReduceMean, kOther)    \
+  X(Argmax, kOther)        \
+  X(MatMul, kOther)        \
+  X(Softmax, kOther)       \
+  X(LogSoftmax, kOther)    \
+  X(Attention, kOther)     \
   X(AttentionGrad, kOther) \
-  X(LayerNorm, kOther) \
-  X(RmsNorm, kOther) \
+  X(LayerNorm, kOther)     \
+  X(RmsNorm, kOther)       \
   X(LayerNormGrad, kOther) \
-  X(RmsNormGrad, kOther)
+  X(RmsNormGrad, kOther)   \
+  X(Cumsum, kOther)        \
+  X(Argsort, kOther)
 
 // Elementwise math on floating values (integer inputs are computed in f32), category kUnary: X(Name,
 // public function lazyrt::fn(x), device opcode). Its gradient is FloatUnaryGrad<OpKind::kName> in

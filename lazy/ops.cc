@@ -20,12 +20,38 @@ using detail::Converted;
 using detail::ImplOf;
 using detail::MakeTensor;
 using detail::Record;
+using detail::ReductionDims;
+using detail::RequireFloating;
 using detail::SumToShape;
 using Grads = std::vector<Tensor>;
 using detail::ScalarValue;
 using detail::ValueOf;
 using ir::AttrKey;
 using ir::OpKind;
+
+namespace detail {
+void RequireFloating(const Tensor& x, absl::string_view op, const SourceLocation& loc) {
+  if (!ir::IsFloating(ImplOf(x, op, loc).shape.dtype())) {
+    throw Error(absl::StrCat(op, ": needs a floating-point tensor, got ", x.shape().ToString(), " (cast it first)"),
+                loc);
+  }
+}
+
+std::vector<int64_t> ReductionDims(const Shape& shape, std::vector<int64_t> dims, absl::string_view op,
+                                   const SourceLocation& loc) {
+  if (dims.empty()) {
+    for (int64_t i = 0; i < shape.rank(); ++i) dims.push_back(i);
+    return dims;
+  }
+  for (int64_t& d : dims) d = Check(ir::NormalizeDim(d, shape.rank()), op, loc);
+  std::sort(dims.begin(), dims.end());
+  if (std::adjacent_find(dims.begin(), dims.end()) != dims.end()) {
+    throw Error(absl::StrCat(op, ": a dimension is repeated in ", ir::DimsToString(dims)), loc);
+  }
+  return dims;
+}
+
+}  // namespace detail
 
 namespace {
 
@@ -253,13 +279,6 @@ Tensor Unary(OpKind op, const Tensor& x, const SourceLocation& loc) {
       loc);
 }
 
-void RequireFloating(const Tensor& x, absl::string_view op, const SourceLocation& loc) {
-  if (!ir::IsFloating(ImplOf(x, op, loc).shape.dtype())) {
-    throw Error(absl::StrCat(op, ": needs a floating-point tensor, got ", x.shape().ToString(), " (cast it first)"),
-                loc);
-  }
-}
-
 // A reduction without an identity (max, min) over no elements has no value: PyTorch refuses it, and so do we.
 void RequireNonEmptyReduction(const Shape& shape, const std::vector<int64_t>& dims, absl::string_view op,
                               const SourceLocation& loc) {
@@ -275,21 +294,6 @@ void RequireNonEmptyReduction(const Shape& shape, const std::vector<int64_t>& di
                   loc);
     }
   }
-}
-
-// Normalized, sorted, unique reduction dims; empty means all.
-std::vector<int64_t> ReductionDims(const Shape& shape, std::vector<int64_t> dims, absl::string_view op,
-                                   const SourceLocation& loc) {
-  if (dims.empty()) {
-    for (int64_t i = 0; i < shape.rank(); ++i) dims.push_back(i);
-    return dims;
-  }
-  for (int64_t& d : dims) d = Check(ir::NormalizeDim(d, shape.rank()), op, loc);
-  std::sort(dims.begin(), dims.end());
-  if (std::adjacent_find(dims.begin(), dims.end()) != dims.end()) {
-    throw Error(absl::StrCat(op, ": a dimension is repeated in ", ir::DimsToString(dims)), loc);
-  }
-  return dims;
 }
 
 Tensor Reduce(OpKind op, const Tensor& x, std::vector<int64_t> dims, bool keepdim, DType out_dtype,

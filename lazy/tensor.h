@@ -11,6 +11,7 @@
 #include <source_location>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "ir/dtype.h"
@@ -288,6 +289,43 @@ Tensor gather(const Tensor& x, int64_t dim, const Tensor& index, LAZYRT_HERE);
 // [0, num_classes) is an error: at the call when the index's values are already known (FromData, or a
 // finished step), otherwise when the result, or anything computed from it, is read.
 Tensor one_hot(const Tensor& index, int64_t num_classes, DType dtype = DType::kI64, LAZYRT_HERE);
+
+// ---- Transformer ops: regularization, statistics, scans, sorting, splitting (lazy/transformer_ops.cc) ----
+// As torch.nn.functional.dropout: each element kept with probability 1 - p and scaled by 1 / (1 - p), the
+// keep mask drawn on the device from the runtime's seed (reproducible for a seed, new every step). The
+// gradient reuses the forward's mask. Identity when !training or p == 0; zeros (x * 0) when p == 1; p
+// outside [0, 1] is an error. Floating tensors only.
+Tensor dropout(const Tensor& x, double p = 0.5, bool training = true, LAZYRT_HERE);
+// As torch.clamp: min(max(x, min), max); at least one bound must be given, and min > max gives max.
+// The gradient passes where min <= x <= max (boundaries included, as PyTorch's). An integer tensor
+// stays integer unless a bound is fractional (then f32), as PyTorch's type promotion.
+Tensor clamp(const Tensor& x, std::optional<Scalar> min, std::optional<Scalar> max = std::nullopt, LAZYRT_HERE);
+// Variance over `dims` (empty = all) with Bessel's `correction` (divisor max(0, N - correction)), computed
+// in two passes (the mean, then the squared deviations from it). Floating tensors only.
+Tensor var(const Tensor& x, std::vector<int64_t> dims = {}, double correction = 1, bool keepdim = false, LAZYRT_HERE);
+// sqrt(var(...)).
+Tensor std(const Tensor& x, std::vector<int64_t> dims = {}, double correction = 1, bool keepdim = false, LAZYRT_HERE);
+// Running sums along `dim`, as torch.cumsum: floating tensors keep their dtype (f32 accumulates in f64),
+// integer and bool tensors sum in i64.
+Tensor cumsum(const Tensor& x, int64_t dim, LAZYRT_HERE);
+// The k largest (or smallest) elements along `dim` and their i64 positions, in order (largest first when
+// `largest`). NaN counts as the largest value; ties come in increasing position. `sorted` = false returns
+// them in that order too. k must be in [0, size of dim].
+std::pair<Tensor, Tensor> topk(const Tensor& x, int64_t k, int64_t dim = -1, bool largest = true, bool sorted = true,
+                               LAZYRT_HERE);
+// The elements along `dim` in order, and their i64 positions in x. The sort is always stable (`stable`
+// only names PyTorch's flag): equal elements keep their order; NaN sorts as the largest value.
+std::pair<Tensor, Tensor> sort(const Tensor& x, int64_t dim = -1, bool descending = false, bool stable = false,
+                               LAZYRT_HERE);
+Tensor argsort(const Tensor& x, int64_t dim = -1, bool descending = false, bool stable = false, LAZYRT_HERE);
+// Pieces of `split_size` along `dim` (the last one smaller), or of the given sizes (which must sum to the
+// dim's size), as torch.split.
+std::vector<Tensor> split(const Tensor& x, int64_t split_size, int64_t dim = 0, LAZYRT_HERE);
+std::vector<Tensor> split(const Tensor& x, std::vector<int64_t> split_sizes, int64_t dim = 0, LAZYRT_HERE);
+// ceil(size / chunks)-sized pieces, as torch.chunk (which may give fewer than `chunks`).
+std::vector<Tensor> chunk(const Tensor& x, int64_t chunks, int64_t dim = 0, LAZYRT_HERE);
+// The tensors (of equal shapes; dtypes promote as cat's) joined along a new dim `dim`.
+Tensor stack(const std::vector<Tensor>& tensors, int64_t dim = 0, LAZYRT_HERE);
 
 // ---- Inspecting graphs without running them --------------------------------------------------------
 std::string graph_text(const std::vector<Tensor>& tensors);

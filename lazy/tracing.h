@@ -3,6 +3,7 @@
 #pragma once
 
 #include <initializer_list>
+#include <vector>
 #include "absl/strings/string_view.h"
 
 #include "absl/status/statusor.h"
@@ -28,6 +29,13 @@ ir::Value Converted(const ir::Value& v, DType dtype, const SourceLocation& loc);
 // A new node with one output, wrapped in a registered pending tensor.
 Tensor MakeTensor(ir::OpKind op, ir::OperandList operands, Shape shape, int device, const SourceLocation& loc,
                   ir::Attributes attrs = {});
+
+// Throws unless `x` has a floating-point dtype.
+void RequireFloating(const Tensor& x, absl::string_view op, const SourceLocation& loc);
+// Normalized, sorted, unique reduction dims of `shape` (empty means all); throws for a dim out of range
+// or repeated.
+std::vector<int64_t> ReductionDims(const Shape& shape, std::vector<int64_t> dims, absl::string_view op,
+                                   const SourceLocation& loc);
 
 // Unwraps `result` or throws Error("<op>: <message> (at file:line)").
 template <typename T>

@@ -250,6 +250,16 @@ absl::StatusOr<proto::Module> LowerGraph(const ir::PostOrder& order, std::string
         id = b.Reshape(r, dims);
         break;
       }
+      case OpKind::kCumsum:
+        b.Add(Opcode::kCumsum, type, dims, {in(0)}, &id)->set_axis(attrs.Get<int64_t>(AttrKey::kAxis));
+        break;
+      case OpKind::kArgsort: {
+        proto::Instruction* inst = b.Add(Opcode::kArgsort, proto::S64, dims, {in(0)}, &id);
+        inst->set_axis(attrs.Get<int64_t>(AttrKey::kAxis));
+        inst->set_direction(static_cast<int32_t>(attrs.Get<bool>(AttrKey::kDescending) ? CompareDirection::kGt
+                                                                                       : CompareDirection::kLt));
+        break;
+      }
       case OpKind::kMatMul: {
         // Operands with batch dims are broadcast to the result's; a rank-2 operand is shared.
         std::vector<int64_t> operands;

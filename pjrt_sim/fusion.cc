@@ -16,9 +16,9 @@ bool IsRng(Opcode op) { return op == Opcode::kRngUniform || op == Opcode::kRngNo
 bool IsFusable(Opcode op) { return IsElementwise(op) || IsView(op) || op == Opcode::kConstant || op == Opcode::kIota; }
 // Consumers that read their operands from memory (they cannot take a fused operand).
 bool ReadsMaterializedOperands(Opcode op) {
-  return op == Opcode::kDot || op == Opcode::kArgmax || op == Opcode::kIndexSelect || op == Opcode::kGather ||
-         op == Opcode::kConcatenate || op == Opcode::kReshape || ClassOf(op) == OpClass::kAttention ||
-         ClassOf(op) == OpClass::kNormalize;
+  return op == Opcode::kDot || op == Opcode::kArgmax || op == Opcode::kCumsum || op == Opcode::kArgsort ||
+         op == Opcode::kIndexSelect || op == Opcode::kGather || op == Opcode::kConcatenate || op == Opcode::kReshape ||
+         ClassOf(op) == OpClass::kAttention || ClassOf(op) == OpClass::kNormalize;
 }
 
 // How a coordinate of some instruction is computed from the kernel's iteration coordinates:
@@ -297,6 +297,8 @@ class Emitter {
         case Opcode::kGather:
         case Opcode::kReduce:
         case Opcode::kArgmax:
+        case Opcode::kCumsum:
+        case Opcode::kArgsort:
         case Opcode::kDot:
         case Opcode::kAttention:
         case Opcode::kAttentionGrad:
@@ -372,6 +374,15 @@ class Emitter {
       case Opcode::kArgmax:
         k->set_kind(proto::Kernel::ARGMAX);
         k->set_axis(inst.axis);
+        break;
+      case Opcode::kCumsum:
+        k->set_kind(proto::Kernel::CUMSUM);
+        k->set_axis(inst.axis);
+        break;
+      case Opcode::kArgsort:
+        k->set_kind(proto::Kernel::ARGSORT);
+        k->set_axis(inst.axis);
+        k->set_direction(static_cast<int32_t>(inst.direction));
         break;
       case Opcode::kIndexSelect:
         k->set_kind(proto::Kernel::INDEX_SELECT);

@@ -112,8 +112,9 @@ bool IsElementwise(Opcode op) {
     case OpClass::kReduce:
     case OpClass::kArgmax:
     case OpClass::kDot:
-    case OpClass::kAttention: return false;
-    case OpClass::kNormalize: return false;
+    case OpClass::kAttention:
+    case OpClass::kNormalize:
+    case OpClass::kAlongAxis: return false;
   }
   return false;  // unreachable: the switch covers every class
 }

@@ -71,12 +71,14 @@ enum class TypeClass : uint8_t {
   X(Reduce, 60, kReduce)            \
   X(Argmax, 62, kArgmax)            \
   X(Dot, 63, kDot)                  \
-  X(Attention, 90, kAttention) \
-  X(AttentionGrad, 91, kAttention) \
-  X(LayerNorm, 70, kNormalize) \
-  X(RmsNorm, 71, kNormalize) \
-  X(LayerNormGrad, 72, kNormalize) \
-  X(RmsNormGrad, 73, kNormalize)
+  X(Attention, 90, kAttention)      \
+  X(AttentionGrad, 91, kAttention)  \
+  X(LayerNorm, 70, kNormalize)      \
+  X(RmsNorm, 71, kNormalize)        \
+  X(LayerNormGrad, 72, kNormalize)  \
+  X(RmsNormGrad, 73, kNormalize)    \
+  X(Cumsum, 80, kAlongAxis)         \
+  X(Argsort, 81, kAlongAxis)
 
 // The case labels of every elementwise opcode (unary, binary, convert, compare, select), for a switch that
 // treats them alike: `LAZYRT_ELEMENTWISE_OPCODE_CASES: ...`.
@@ -118,6 +120,10 @@ enum class OpClass : uint8_t {
   // LAYER_NORM (x - mean) / sqrt(var + eps), RMS_NORM x / sqrt(mean(x^2) + eps); their *_GRAD take
   // (x, g) and give the gradient with respect to x of sum(g * norm(x)).
   kNormalize,
+  // Each row along `axis` computed from that row alone, a result of the operand's dims: CUMSUM (running
+  // sums, in the operand's numeric type) and ARGSORT (s64 positions of the row's elements in stable
+  // sorted order, NaN largest; `direction` LT ascending, GT descending).
+  kAlongAxis,
 };
 
 OpClass ClassOf(Opcode op);

@@ -273,6 +273,8 @@ int64_t SimplifyAlgebra(HloModule& module) {
       case Opcode::kRmsNorm:
       case Opcode::kLayerNormGrad:
       case Opcode::kRmsNormGrad: break;
+      case Opcode::kCumsum:
+      case Opcode::kArgsort: break;
     }
   }
   for (int64_t& out : module.outputs) out = forward[static_cast<size_t>(out)];

@@ -306,11 +306,13 @@ StepFn ChooseStepFn(const Step& s, int scalar) {
     case Opcode::kArgmax:
     case Opcode::kDot:
     case Opcode::kAttention:
-    case Opcode::kAttentionGrad: break;  // not steps: Build refuses them
+    case Opcode::kAttentionGrad:
     case Opcode::kLayerNorm:
     case Opcode::kRmsNorm:
     case Opcode::kLayerNormGrad:
-    case Opcode::kRmsNormGrad: break;  // not steps: Build refuses them
+    case Opcode::kRmsNormGrad:
+    case Opcode::kCumsum:
+    case Opcode::kArgsort: break;  // not steps: Build refuses them
   }
   return nullptr;
 }
@@ -401,8 +403,9 @@ absl::StatusOr<FusedProgram> FusedProgram::Build(const google::protobuf::Repeate
       case OpClass::kReduce:
       case OpClass::kArgmax:
       case OpClass::kDot:
-      case OpClass::kAttention: return fail(absl::StrCat("opcode ", OpcodeName(s.opcode), " cannot be fused"));
-      case OpClass::kNormalize: return fail(absl::StrCat("opcode ", OpcodeName(s.opcode), " cannot be fused"));
+      case OpClass::kAttention:
+      case OpClass::kNormalize:
+      case OpClass::kAlongAxis: return fail(absl::StrCat("opcode ", OpcodeName(s.opcode), " cannot be fused"));
     }
     if (p.args_size() != arity) return fail("wrong number of arguments");
     for (int a = 0; a < arity; ++a) {

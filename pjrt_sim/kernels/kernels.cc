@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <numeric>
 #include <optional>
 #include <type_traits>
 #include <vector>
@@ -429,6 +430,119 @@ class ArgmaxKernel final : public Kernel {
   AxisSplit split_;
 };
 
+// Rows along an axis that are worth splitting across the pool: about 64k elements per task at least.
+int64_t RowGrain(const AxisSplit& split) {
+  constexpr int64_t kElementsPerTask = int64_t{1} << 16;
+  const int64_t rows = split.outer * split.inner;
+  if (rows <= 1 || rows * split.size < 2 * kElementsPerTask) return 0;
+  return std::max<int64_t>(1, kElementsPerTask / std::max<int64_t>(1, split.size));
+}
+
+// Running sums along the axis. Floating types accumulate in f64 (an f32 running sum of a long row
+// drifts), integers in their own type with two's-complement wrap-around.
+class CumsumKernel final : public Kernel {
+ public:
+  CumsumKernel(ArrayShape shape, int64_t axis) : shape_(std::move(shape)), split_(shape_.dims, axis) {}
+  absl::Status Run(std::span<const void* const> inputs, std::span<void* const> outputs) const override {
+    // Each task takes whole outer slices and walks them row by row along the axis, `inner` sums at once.
+    ForEachChunk(split_.outer, RowGrain(split_) / std::max<int64_t>(1, split_.inner), [&](int64_t begin, int64_t end) {
+      switch (shape_.type) {
+        case PrimitiveType::kS32: Sums<int32_t>(inputs[0], outputs[0], begin, end); return;
+        case PrimitiveType::kS64: Sums<int64_t>(inputs[0], outputs[0], begin, end); return;
+        case PrimitiveType::kF32:
+        case PrimitiveType::kF64:
+        case PrimitiveType::kBF16:
+        case PrimitiveType::kF16: Sums<double>(inputs[0], outputs[0], begin, end); return;
+        case PrimitiveType::kPred: OpcodeUnreachable("cumsum: a pred operand", static_cast<int32_t>(Opcode::kCumsum));
+      }
+    });
+    return absl::OkStatus();
+  }
+
+ private:
+  template <typename Acc>
+  void Sums(const void* in, void* out, int64_t outer_begin, int64_t outer_end) const {
+    const int64_t width = ByteWidth(shape_.type);
+    std::vector<Acc> acc(static_cast<size_t>(split_.inner));
+    for (int64_t o = outer_begin; o < outer_end; ++o) {
+      std::fill(acc.begin(), acc.end(), Acc{0});
+      for (int64_t a = 0; a < split_.size; ++a) {
+        const int64_t row = (o * split_.size + a) * split_.inner;
+        for (int64_t i = 0; i < split_.inner; ++i) {
+          Acc& sum = acc[static_cast<size_t>(i)];
+          char* dst = static_cast<char*>(out) + (row + i) * width;
+          if constexpr (std::is_floating_point_v<Acc>) {
+            sum += LoadElement(in, shape_.type, row + i);
+            StoreElement(sum, shape_.type, dst);
+          } else {
+            Acc v;
+            std::memcpy(&v, static_cast<const char*>(in) + (row + i) * width, sizeof(Acc));
+            sum = Add(sum, v);
+            std::memcpy(dst, &sum, sizeof(Acc));
+          }
+        }
+      }
+    }
+  }
+
+  ArrayShape shape_;
+  AxisSplit split_;
+};
+
+// The positions of each row's elements in stable sorted order: ties keep their positions' order and
+// NaN sorts as the largest value (after every number ascending, before them descending), as PyTorch's.
+class ArgsortKernel final : public Kernel {
+ public:
+  ArgsortKernel(ArrayShape input, int64_t axis, bool descending)
+      : input_(std::move(input)), split_(input_.dims, axis), descending_(descending) {}
+  absl::Status Run(std::span<const void* const> inputs, std::span<void* const> outputs) const override {
+    ForEachChunk(split_.outer * split_.inner, RowGrain(split_), [&](int64_t begin, int64_t end) {
+      // s64 keys compare exactly: as doubles, 2^53 + 1 would tie with 2^53.
+      if (input_.type == PrimitiveType::kS64) {
+        SortRows<int64_t>(inputs[0], static_cast<int64_t*>(outputs[0]), begin, end);
+      } else {
+        SortRows<double>(inputs[0], static_cast<int64_t*>(outputs[0]), begin, end);
+      }
+    });
+    return absl::OkStatus();
+  }
+
+ private:
+  template <typename K>
+  void SortRows(const void* in, int64_t* out, int64_t row_begin, int64_t row_end) const {
+    const auto size = static_cast<size_t>(split_.size);
+    std::vector<K> keys(size);
+    std::vector<int64_t> order(size);
+    const auto before = [&](int64_t a, int64_t b) {
+      const K x = keys[static_cast<size_t>(a)], y = keys[static_cast<size_t>(b)];
+      if constexpr (std::is_floating_point_v<K>) {
+        if (descending_) return !std::isnan(y) && (std::isnan(x) || x > y);
+        return !std::isnan(x) && (std::isnan(y) || x < y);
+      } else {
+        return descending_ ? x > y : x < y;
+      }
+    };
+    for (int64_t r = row_begin; r < row_end; ++r) {
+      const int64_t o = r / split_.inner, i = r % split_.inner;
+      const auto at = [&](size_t a) { return (o * split_.size + static_cast<int64_t>(a)) * split_.inner + i; };
+      for (size_t a = 0; a < size; ++a) {
+        if constexpr (std::is_floating_point_v<K>) {
+          keys[a] = LoadElement(in, input_.type, at(a));
+        } else {
+          std::memcpy(&keys[a], static_cast<const char*>(in) + at(a) * 8, 8);
+        }
+      }
+      std::iota(order.begin(), order.end(), int64_t{0});
+      std::stable_sort(order.begin(), order.end(), before);
+      for (size_t a = 0; a < size; ++a) out[at(a)] = order[a];
+    }
+  }
+
+  ArrayShape input_;
+  AxisSplit split_;
+  bool descending_;
+};
+
 absl::Status IndexError(int64_t index, int64_t size, const char* op) {
   return absl::OutOfRangeError(absl::StrCat(op, ": index ", index, " is out of range for a dimension of size ", size));
 }
@@ -603,6 +717,20 @@ absl::StatusOr<std::unique_ptr<Kernel>> BuildKernel(const proto::Kernel& k, std:
       }
       RETURN_IF_ERROR(Expect(ok, k, "bad argmax"));
       return std::make_unique<ArgmaxKernel>(inputs[0], axis);
+    }
+    case proto::Kernel::CUMSUM:
+    case proto::Kernel::ARGSORT: {
+      const int64_t axis = k.axis();
+      const bool is_sort = k.kind() == proto::Kernel::ARGSORT;
+      const std::optional<CompareDirection> direction = CompareDirectionFromNumber(k.direction());
+      const bool ok = inputs.size() == 1 && axis >= 0 && axis < static_cast<int64_t>(inputs[0].dims.size()) &&
+                      inputs[0].dims == output.dims &&
+                      (is_sort ? output.type == PrimitiveType::kS64 &&
+                                     (direction == CompareDirection::kLt || direction == CompareDirection::kGt)
+                               : output.type == inputs[0].type && output.type != PrimitiveType::kPred);
+      RETURN_IF_ERROR(Expect(ok, k, is_sort ? "bad argsort" : "bad cumsum"));
+      if (is_sort) return std::make_unique<ArgsortKernel>(inputs[0], axis, direction == CompareDirection::kGt);
+      return std::make_unique<CumsumKernel>(output, axis);
     }
     case proto::Kernel::INDEX_SELECT:
     case proto::Kernel::GATHER: {

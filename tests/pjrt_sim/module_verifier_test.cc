@@ -65,6 +65,11 @@ ModuleBuilder EveryOpcode() {
   b.Reduce(Combiner::kMax, x, {1});
   b.Reduce(Combiner::kSum, x, {});
   b.Argmax(x, 1);
+  b.Op(Opcode::kCumsum, {x}, proto::F32, {2, 3}, [](proto::Instruction& i) { i.set_axis(1); });
+  b.Op(Opcode::kArgsort, {x}, proto::S64, {2, 3}, [](proto::Instruction& i) {
+    i.set_axis(0);
+    i.set_direction(static_cast<int32_t>(CompareDirection::kGt));
+  });
   const int64_t w = b.Parameter(6, proto::F32, {3, 4});
   b.Dot(x, w);
   b.Dot(b.Transpose(x, {1, 0}), w, /*transpose_lhs=*/true);

@@ -12,22 +12,9 @@ namespace lazyrt::examples {
 namespace {
 constexpr int64_t kMaxDim = int64_t{1} << 16;
 
-// SCAFFOLD until the fused ops are merged.
-Tensor layer_norm(const Tensor& x, std::vector<int64_t>, const Tensor& w, const Tensor& b) {
-  Tensor m = mean(x, {-1}, true);
-  Tensor c = x - m;
-  Tensor v = mean(c * c, {-1}, true);
-  return c * rsqrt(v + static_scalar(1e-5)) * w + b;
-}
+// SCAFFOLD until embedding is merged.
 Tensor embedding(const Tensor& ids, const Tensor& w) {
   return reshape(index_select(w, 0, reshape(ids, {-1})), {ids.dim(0), ids.dim(1), w.dim(1)});
-}
-Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor&, double, bool) {
-  const int64_t t = q.dim(2);
-  Tensor s = matmul(q, transpose(k, -1, -2)) * static_scalar(1.0 / std::sqrt(static_cast<double>(q.dim(3))));
-  Tensor keep = le(reshape(arange(t), {1, t}), reshape(arange(t), {t, 1}));
-  s = where(keep, s, full({}, static_scalar(-std::numeric_limits<double>::infinity())));
-  return matmul(softmax(s, -1), v);
 }
 }  // namespace
 

@@ -312,74 +312,72 @@ class Verifier {
         if (inst.axis() < 0 || inst.axis() >= rank) return Fail(id, "axis out of range");
         if (!std::isfinite(inst.value()) || inst.value() < 0) return Fail(id, "epsilon must be finite and >= 0");
         return absl::OkStatus();
-        case Opcode::kCumsum:
-        case Opcode::kArgsort: {
-          RETURN_IF_ERROR(want_operands(1));
-          const proto::Shape& in = operand(0);
-          if (!SameDims(in, out))
-            return Fail(id, absl::StrCat("result ", ShapeText(out), " must have the dims of ", ShapeText(in)));
-          if (inst.axis() < 0 || inst.axis() >= rank)
-            return Fail(id, absl::StrCat("axis ", inst.axis(), " is out of range for rank ", rank));
-          if (op == Opcode::kArgsort) {
-            if (out.type() != proto::S64) return Fail(id, "result must be s64");
-            const std::optional<CompareDirection> direction = CompareDirectionFromNumber(inst.direction());
-            if (direction != CompareDirection::kLt && direction != CompareDirection::kGt) {
-              return Fail(
-                  id, absl::StrCat("direction ", inst.direction(), " is neither lt (ascending) nor gt (descending)"));
-            }
-            return absl::OkStatus();
-          }
-          if (in.type() != out.type()) return Fail(id, "operand and result types differ");
-          return CheckTypeClass(id, TypeClass::kNumeric, in.type());
-        }
-        case Opcode::kDot: {
-          RETURN_IF_ERROR(want_operands(2));
-          const proto::Shape& a = operand(0);
-          const proto::Shape& b = operand(1);
-          if (a.dims_size() < 2 || b.dims_size() < 2 || rank < 2 || a.type() != b.type() || a.type() != out.type() ||
-              !IsFloat(a.type())) {
-            return Fail(id, "needs floating operands of rank >= 2 and the same type");
-          }
-          const int ra = a.dims_size(), rb = b.dims_size();
-          const int64_t m = a.dims(ra - (inst.transpose_lhs() ? 1 : 2));
-          const int64_t ka = a.dims(ra - (inst.transpose_lhs() ? 2 : 1));
-          const int64_t kb = b.dims(rb - (inst.transpose_rhs() ? 1 : 2));
-          const int64_t n = b.dims(rb - (inst.transpose_rhs() ? 2 : 1));
-          if (ka != kb || out.dims(rank - 2) != m || out.dims(rank - 1) != n) {
-            return Fail(id, absl::StrCat("contraction of ", ShapeText(a), " and ", ShapeText(b), " does not give ",
-                                         ShapeText(out)));
-          }
-          // Each operand either has the result's batch dims or none (it is then shared by every batch).
-          for (const proto::Shape* s : {&a, &b}) {
-            if (s->dims_size() == 2) continue;
-            if (s->dims_size() != rank || !std::equal(s->dims().begin(), s->dims().end() - 2, out.dims().begin())) {
-              return Fail(id, "batch dims must equal the result's");
-            }
-          }
-          return absl::OkStatus();
-        }
-        case Opcode::kAttention:
-        case Opcode::kAttentionGrad: {
-          std::vector<ArrayShape> operands;
-          for (int i = 0; i < inst.operands_size(); ++i) operands.push_back(FromProto(operand(i)));
-          absl::StatusOr<AttentionLayout> layout =
-              CheckAttentionLayout(operands, FromProto(out), op == Opcode::kAttentionGrad);
-          if (!layout.ok()) return Fail(id, std::string(layout.status().message()));
-          if (!std::isfinite(inst.value())) return Fail(id, absl::StrCat("the scale ", inst.value(), " is not finite"));
-          return absl::OkStatus();
-        }
       }
-        return Fail(id, "unsupported opcode");  // unreachable: the switch covers every opcode
+      case Opcode::kCumsum:
+      case Opcode::kArgsort: {
+        RETURN_IF_ERROR(want_operands(1));
+        const proto::Shape& in = operand(0);
+        if (!SameDims(in, out))
+          return Fail(id, absl::StrCat("result ", ShapeText(out), " must have the dims of ", ShapeText(in)));
+        if (inst.axis() < 0 || inst.axis() >= rank)
+          return Fail(id, absl::StrCat("axis ", inst.axis(), " is out of range for rank ", rank));
+        if (op == Opcode::kArgsort) {
+          if (out.type() != proto::S64) return Fail(id, "result must be s64");
+          const std::optional<CompareDirection> direction = CompareDirectionFromNumber(inst.direction());
+          if (direction != CompareDirection::kLt && direction != CompareDirection::kGt) {
+            return Fail(id,
+                        absl::StrCat("direction ", inst.direction(), " is neither lt (ascending) nor gt (descending)"));
+          }
+          return absl::OkStatus();
+        }
+        if (in.type() != out.type()) return Fail(id, "operand and result types differ");
+        return CheckTypeClass(id, TypeClass::kNumeric, in.type());
+      }
+      case Opcode::kDot: {
+        RETURN_IF_ERROR(want_operands(2));
+        const proto::Shape& a = operand(0);
+        const proto::Shape& b = operand(1);
+        if (a.dims_size() < 2 || b.dims_size() < 2 || rank < 2 || a.type() != b.type() || a.type() != out.type() ||
+            !IsFloat(a.type())) {
+          return Fail(id, "needs floating operands of rank >= 2 and the same type");
+        }
+        const int ra = a.dims_size(), rb = b.dims_size();
+        const int64_t m = a.dims(ra - (inst.transpose_lhs() ? 1 : 2));
+        const int64_t ka = a.dims(ra - (inst.transpose_lhs() ? 2 : 1));
+        const int64_t kb = b.dims(rb - (inst.transpose_rhs() ? 1 : 2));
+        const int64_t n = b.dims(rb - (inst.transpose_rhs() ? 2 : 1));
+        if (ka != kb || out.dims(rank - 2) != m || out.dims(rank - 1) != n) {
+          return Fail(id, absl::StrCat("contraction of ", ShapeText(a), " and ", ShapeText(b), " does not give ",
+                                       ShapeText(out)));
+        }
+        // Each operand either has the result's batch dims or none (it is then shared by every batch).
+        for (const proto::Shape* s : {&a, &b}) {
+          if (s->dims_size() == 2) continue;
+          if (s->dims_size() != rank || !std::equal(s->dims().begin(), s->dims().end() - 2, out.dims().begin())) {
+            return Fail(id, "batch dims must equal the result's");
+          }
+        }
+        return absl::OkStatus();
+      }
+      case Opcode::kAttention:
+      case Opcode::kAttentionGrad: {
+        std::vector<ArrayShape> operands;
+        for (int i = 0; i < inst.operands_size(); ++i) operands.push_back(FromProto(operand(i)));
+        absl::StatusOr<AttentionLayout> layout =
+            CheckAttentionLayout(operands, FromProto(out), op == Opcode::kAttentionGrad);
+        if (!layout.ok()) return Fail(id, std::string(layout.status().message()));
+        if (!std::isfinite(inst.value())) return Fail(id, absl::StrCat("the scale ", inst.value(), " is not finite"));
+        return absl::OkStatus();
+      }
     }
+    return Fail(id, "unsupported opcode");  // unreachable: the switch covers every opcode
+  }
 
-    const proto::Module& m_;
-  };
+  const proto::Module& m_;
+};
 
 }  // namespace
 
-absl::Status
-VerifyModule(const proto::Module& module) {
-  return Verifier(module).Run();
-}
+absl::Status VerifyModule(const proto::Module& module) { return Verifier(module).Run(); }
 
 }  // namespace lazyrt::pjrt

@@ -2,29 +2,86 @@
 """The table of run_peers.sh: one JSON object per line in, medians per peer out, each peer's step time
 as a multiple of lazyrt's (above 1: the peer is slower). Standard library only.
 
-  peers_table.py RESULTS.jsonl
+  peers_table.py [--model mlp|gpt] RESULTS.jsonl
 """
 import json
 import statistics
 import sys
 
 ORDER = ["lazyrt", "train_mlp", "libtorch", "pytorch", "torch-ltc"]
+GPT_ORDER = ["lazyrt", "libtorch", "pytorch", "torch-ltc", "lazyrt-bf16", "libtorch-bf16", "pytorch-bf16"]
 
 
-def main():
+def read_runs(path):
     runs = {}
-    with open(sys.argv[1]) as f:
+    with open(path) as f:
         for line in f:
             line = line.strip()
             if not line:
                 continue
             r = json.loads(line)
-            # examples/train_mlp prints no peer name; its line has steady_step_ms and graphs_compiled.
-            runs.setdefault(r.get("peer", "train_mlp"), []).append(r)
+            # The examples print no peer name: train_mlp is the MLP's cross-check, train_gpt is the GPT's
+            # lazyrt peer.
+            default = "train_mlp" if "test_accuracy" in r else "lazyrt" + ("-bf16" if r.get("dtype") == "bf16" else "")
+            runs.setdefault(r.get("peer", default), []).append(r)
+    return runs
+
+
+def median_of(runs, name, key):
+    values = [r[key] for r in runs.get(name, []) if r.get(key) is not None and r.get(key, -1) >= 0]
+    return statistics.median(values) if values else None
+
+
+def gpt_table(runs):
+    """Steady and first step, tokens/s and the losses at steps 1, 10 and 100 of each peer, and how far
+    each peer's first ten losses are from PyTorch eager's (the proof that the model is the same)."""
+    # A bf16 run (run_peers.sh --dtype bf16) compares with the bf16 peers.
+    suffix = "-bf16" if "lazyrt-bf16" in runs and "lazyrt" not in runs else ""
+    base = median_of(runs, "lazyrt" + suffix, "steady_step_ms")
+    reference = runs.get("pytorch" + suffix, [{}])[0].get("losses_first10")
+    print()
+    print(f"{'peer':<14} {'runs':>4} {'steady ms':>10} {'x lazyrt':>9} {'first ms':>9} {'tokens/s':>9} "
+          f"{'loss@1':>8} {'loss@10':>8} {'loss@100':>8} {'val loss':>8}  first 10 losses vs pytorch")
+    for name in GPT_ORDER:
+        if name not in runs:
+            continue
+        steady = median_of(runs, name, "steady_step_ms")
+        ratio = f"{steady / base:9.2f}" if base and steady else f"{'-':>9}"
+
+        def fmt(key, width, digits):
+            v = median_of(runs, name, key)
+            return f"{v:{width}.{digits}f}" if v is not None else f"{'-':>{width}}"
+
+        mine = runs[name][0].get("losses_first10")
+        if reference and mine and len(mine) == len(reference):
+            worst = max(abs(a - b) / abs(b) for a, b in zip(mine, reference))
+            agreement = f"max relative difference {worst:.1e}" + (" (same model)" if worst <= 1e-4 and not suffix else "")
+        else:
+            agreement = "-"
+        print(f"{name:<14} {len(runs[name]):>4} {fmt('steady_step_ms', 10, 2)} {ratio} {fmt('first_step_ms', 9, 1)} "
+              f"{fmt('tokens_per_s', 9, 0)} {fmt('loss_step1', 8, 4)} {fmt('loss_step10', 8, 4)} "
+              f"{fmt('loss_step100', 8, 4)} {fmt('val_loss', 8, 4)}  {agreement}")
+    faster = [median_of(runs, n + suffix, "steady_step_ms") for n in ("pytorch", "libtorch")]
+    faster = [v for v in faster if v]
+    if base and faster:
+        print(f"lazyrt / the faster of PyTorch eager and libtorch: {base / min(faster):.2f} (target <= 0.7)")
+
+
+def main():
+    args = sys.argv[1:]
+    if len(args) == 3 and args[0] == "--model" and args[1] in ("mlp", "gpt"):
+        model, path = args[1], args[2]
+    elif len(args) == 1:
+        model, path = "mlp", args[0]
+    else:
+        sys.exit("usage: peers_table.py [--model mlp|gpt] RESULTS.jsonl")
+    runs = read_runs(path)
+    if model == "gpt":
+        gpt_table(runs)
+        return
 
     def med(name, key):
-        values = [r[key] for r in runs.get(name, []) if r.get(key) is not None and r.get(key, -1) >= 0]
-        return statistics.median(values) if values else None
+        return median_of(runs, name, key)
 
     base = med("lazyrt", "steady_step_ms")
     micro_ns = med("micro", "op_ns")

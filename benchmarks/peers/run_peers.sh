@@ -1,25 +1,41 @@
 #!/usr/bin/env bash
-# The Fashion-MNIST MLP step (784-256-128-10, batch 128, AdamW lr 1e-3, cross-entropy) in lazyrt and its
-# peers, one after the other on the same data, batches and initial weights, then one table:
+# A training step in lazyrt and its peers, one after the other on the same data, batches and initial
+# weights, then one table.
+#
+# --model mlp (the default): the Fashion-MNIST MLP step (784-256-128-10, batch 128, AdamW lr 1e-3,
+# cross-entropy):
 #   lazyrt      build/benchmarks/peer_lazyrt_mlp (C++), and examples/train_mlp as a cross-check
 #   libtorch    build/benchmarks/peer_libtorch_mlp (C++ eager; built only where libtorch-dev is installed)
 #   pytorch     benchmarks/peers/torch_mlp.py --backend eager
 #   torch-ltc   benchmarks/peers/torch_mlp.py --backend lazy (Lazy Tensor Core, TorchScript backend)
+# --model gpt: examples/train_gpt's character-level GPT (4 layers, 4 heads, width 128, context 128, batch
+# 32, AdamW with warmup and cosine schedule, clipping) on Debian's fortunes, 100 steps, one run each:
+#   lazyrt      build/examples/train_gpt (its steady step: the median of steps 2..N)
+#   libtorch    build/benchmarks/peer_libtorch_gpt (C++ eager)
+#   pytorch     benchmarks/peers/torch_gpt.py --backend eager
+#   torch-ltc   benchmarks/peers/torch_gpt.py --backend lazy
+# and, with --dtype bf16, lazyrt's bf16 matmuls against torch.autocast("cpu", bfloat16). The table has
+# each peer's steady and first step, tokens/s, the losses at steps 1, 10 and 100, and how far its first
+# ten losses are from PyTorch's (within 1e-4: the same model).
+#
 # A peer that is not installed is skipped with a message. Each peer runs --repeats times as separate
 # processes; the table shows the median of those runs.
 #
-#   benchmarks/peers/run_peers.sh [--build DIR] [--steps N] [--warmup N] [--threads N] [--repeats N]
-#                                 [--data DIR] [--out FILE.jsonl] [--omp-wait-policy passive|active]
+#   benchmarks/peers/run_peers.sh [--model mlp|gpt] [--build DIR] [--steps N] [--warmup N] [--threads N]
+#                                 [--repeats N] [--data DIR] [--dtype f32|bf16] [--out FILE.jsonl]
+#                                 [--omp-wait-policy passive|active]
 set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 root="$(cd "$here/../.." && pwd)"
 build="$root/build"
-steps=200
-warmup=10
+model=mlp
+steps=""
+warmup=""
 threads=2
-repeats=3
-data=/usr/share/datasets/fashion-mnist
+repeats=""
+data=""
+dtype=f32
 out=""
 omp_wait_policy=passive
 # Debian's python3-torch lives in the system interpreter, not in a pyenv or venv one that may come first
@@ -27,14 +43,16 @@ omp_wait_policy=passive
 python="${PYTHON:-/usr/bin/python3}"
 
 usage() {
-  echo "usage: $0 [--build DIR] [--steps N] [--warmup N] [--threads N] [--repeats N] [--data DIR] [--out FILE]" \
-    "[--omp-wait-policy passive|active]" >&2
+  echo "usage: $0 [--model mlp|gpt] [--build DIR] [--steps N] [--warmup N] [--threads N] [--repeats N]" \
+    "[--data DIR] [--dtype f32|bf16] [--out FILE] [--omp-wait-policy passive|active]" >&2
   exit 2
 }
 while [[ $# -gt 0 ]]; do
   [[ $# -ge 2 ]] || usage
   case "$1" in
+    --model) model="$2" ;;
     --build) build="$2" ;;
+    --dtype) dtype="$2" ;;
     --steps) steps="$2" ;;
     --warmup) warmup="$2" ;;
     --threads) threads="$2" ;;
@@ -46,6 +64,12 @@ while [[ $# -gt 0 ]]; do
   esac
   shift 2
 done
+case $model in
+  mlp) steps=${steps:-200} warmup=${warmup:-10} repeats=${repeats:-3} data=${data:-/usr/share/datasets/fashion-mnist} ;;
+  gpt) steps=${steps:-100} warmup=${warmup:-5} repeats=${repeats:-1} data=${data:-/usr/share/games/fortunes} ;;
+  *) usage ;;
+esac
+[[ $dtype == f32 || $dtype == bf16 ]] || usage
 
 # The same thread count for every peer: PyTorch's intra-op pool (set_num_threads), OpenMP and the
 # OpenBLAS pool behind torch's GEMMs. lazyrt's device pool has one worker per core and runs its BLAS
@@ -78,6 +102,48 @@ record() {
 
 echo "machine: $(nproc) cpus, $(lscpu | sed -n 's/^Model name: *//p'), load $(cut -d' ' -f1-3 /proc/loadavg)," \
   "threads $threads, OMP_WAIT_POLICY=$OMP_WAIT_POLICY" >&2
+
+# The GPT peers: one function, so the MLP's sequence below stays as it was.
+run_gpt_peers() {
+  local shape=(--steps "$steps" --data "$data")
+  local r
+  for ((r = 1; r <= repeats; r++)); do
+    if [[ -x "$build/examples/train_gpt" ]]; then
+      echo "lazyrt (train_gpt), run $r/$repeats" >&2
+      mkdir -p "$scratch/cache-gpt-$r"
+      record "train_gpt-$r" "$build/examples/train_gpt" "${shape[@]}" --eval-every "$steps" --sample-tokens 0 \
+        --dtype "$dtype" --cache-dir "$scratch/cache-gpt-$r"
+    else
+      echo "run_peers: skipping lazyrt: no $build/examples/train_gpt" >&2
+    fi
+    if [[ -x "$build/benchmarks/peer_libtorch_gpt" ]]; then
+      echo "libtorch, run $r/$repeats" >&2
+      record "libtorch-gpt-$r" "$build/benchmarks/peer_libtorch_gpt" "${shape[@]}" --warmup "$warmup" \
+        --threads "$threads" --dtype "$dtype"
+    else
+      echo "run_peers: skipping libtorch: peer_libtorch_gpt not built (configure with -DLAZYRT_BUILD_PEERS=ON)" >&2
+    fi
+    if ! "$python" -c "import torch, numpy" 2> /dev/null; then
+      echo "run_peers: skipping pytorch and torch-ltc: $python cannot import torch and numpy" >&2
+      continue
+    fi
+    echo "pytorch eager, run $r/$repeats" >&2
+    record "torch-gpt-eager-$r" "$python" "$here/torch_gpt.py" --backend eager "${shape[@]}" --warmup "$warmup" \
+      --threads "$threads" --dtype "$dtype"
+    # Lazy Tensor Core has no bf16 autocast; it runs f32 only.
+    if [[ $dtype == f32 ]] && "$python" -c "import torch._lazy.ts_backend" 2> /dev/null; then
+      echo "pytorch lazy, run $r/$repeats" >&2
+      record "torch-gpt-lazy-$r" "$python" "$here/torch_gpt.py" --backend lazy "${shape[@]}" --warmup "$warmup" \
+        --threads "$threads" || true
+    fi
+  done
+  "$python" "$here/peers_table.py" --model gpt "$results"
+  echo "threads $threads, OMP_WAIT_POLICY=$OMP_WAIT_POLICY, load after the runs: $(cut -d' ' -f1-3 /proc/loadavg)"
+}
+if [[ $model == gpt ]]; then
+  run_gpt_peers
+  exit 0
+fi
 
 if [[ -x "$build/benchmarks/peer_lazyrt_mlp" ]]; then
   for ((r = 1; r <= repeats; r++)); do

@@ -86,11 +86,23 @@ def training_windows(tokens, batch, context, seed, step):
     return tokens[idx], tokens[idx + 1]
 
 
+def validation_windows(tokens, batch, context, count, b):
+    """lazy/text_dataset.cc's ValidationWindows: `count` windows spread evenly over the tokens."""
+    last_start = len(tokens) - context - 1
+    w = np.arange(b * batch, (b + 1) * batch)
+    starts = last_start * w // (count - 1) if count > 1 else np.zeros(batch, dtype=np.int64)
+    idx = starts[:, None] + np.arange(context)[None, :]
+    return tokens[idx], tokens[idx + 1]
+
+
 class Gpt(torch.nn.Module):
     """examples/gpt.cc's model; parameters registered and initialised in its order."""
 
-    def __init__(self, vocab, layers, heads, width, context, seed):
+    def __init__(self, vocab, layers, heads, width, context, seed, device):
         super().__init__()
+        # Parameters are made on the device: Module.to() would replace them for a lazy device, and the
+        # references kept below would go stale.
+        self.device = device
         self.heads, self.width = heads, width
         self.count = 0
         self.seed = seed
@@ -116,7 +128,7 @@ class Gpt(torch.nn.Module):
             values = uniform(n, stddev * math.sqrt(3.0), self.seed * 1000 + self.count)
         else:
             values = np.full(n, constant, dtype=np.float32)
-        p = torch.nn.Parameter(torch.from_numpy(values.reshape(dims)))
+        p = torch.nn.Parameter(torch.from_numpy(values.reshape(dims)).to(self.device))
         self.register_parameter(f"p{self.count}", p)
         self.count += 1
         return p
@@ -166,6 +178,7 @@ def main():
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--dtype", choices=["f32", "bf16"], default="f32")
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--eval-batches", type=int, default=4)
     args = parser.parse_args()
     if args.warmup + 1 >= args.steps:
         parser.error("--steps must exceed --warmup + 1")
@@ -183,8 +196,8 @@ def main():
     else:
         device = torch.device("cpu")
 
-    vocab, train, _ = load_corpus(args.data)
-    model = Gpt(vocab, args.layers, args.heads, args.width, args.context, args.seed).to(device)
+    vocab, train, val = load_corpus(args.data)
+    model = Gpt(vocab, args.layers, args.heads, args.width, args.context, args.seed, device)
     params = list(model.parameters())
     optimizer = torch.optim.AdamW(params, lr=args.lr, betas=(0.9, 0.95), eps=1e-8, weight_decay=args.weight_decay)
     autocast = torch.autocast("cpu", dtype=torch.bfloat16, enabled=args.dtype == "bf16")
@@ -214,6 +227,15 @@ def main():
     if lazy:
         torch._lazy.wait_device_ops()
 
+    # train_gpt's final validation loss: the mean over --eval-batches batches of fixed windows.
+    with torch.no_grad(), autocast:
+        val_losses = []
+        for b in range(args.eval_batches):
+            inputs, targets = validation_windows(val, args.batch, args.context, args.batch * args.eval_batches, b)
+            logits = model(torch.from_numpy(inputs).to(device)).float()
+            val_losses.append(F.cross_entropy(logits.reshape(-1, vocab), torch.from_numpy(targets).to(device).reshape(-1)))
+        val_loss = float(sum(v.item() for v in val_losses) / args.eval_batches)
+
     steady = statistics.median(step_ms[1 + args.warmup:])
     result = {
         "peer": ("torch-ltc" if lazy else "pytorch") + ("-bf16" if args.dtype == "bf16" else ""),
@@ -224,6 +246,7 @@ def main():
         "tokens_per_s": round(args.batch * args.context / steady * 1e3),
         "losses_first10": losses[:10],
         "final_loss": losses[-1],
+        "val_loss": val_loss,
         "vocab": vocab,
         "torch": torch.__version__,
     }

@@ -52,6 +52,7 @@ struct Flags {
   uint64_t seed = 0;
   std::string data = lazyrt::data::kFortunesDir;
   int64_t accum = 1;
+  bool accum_sync_micro = false;  // --accum-sync micro: a barrier after every micro-batch
   std::string mode = "whole";
   int64_t barrier_every = 0;
   int64_t eval_every = 100;
@@ -65,8 +66,9 @@ struct Flags {
 constexpr char kUsage[] =
     "usage: train_gpt [--steps N] [--layers N] [--heads N] [--width N] [--context N] [--batch N] [--lr X]\n"
     "                 [--weight-decay X] [--clip X] [--seed N] [--data FILE|DIR] [--accum N]\n"
-    "                 [--mode whole|split] [--barrier-every N] [--dtype f32|bf16] [--eval-every N]\n"
-    "                 [--eval-batches N] [--sample-tokens N] [--prompt TEXT] [--cache-dir DIR] [--report FILE]\n";
+    "                 [--accum-sync step|micro] [--mode whole|split] [--barrier-every N] [--dtype f32|bf16]\n"
+    "                 [--eval-every N] [--eval-batches N] [--sample-tokens N] [--prompt TEXT]\n"
+    "                 [--cache-dir DIR] [--report FILE]\n";
 
 [[noreturn]] void Usage(const std::string& error) {
   std::fprintf(stderr, "train_gpt: %s\n%s", error.c_str(), kUsage);
@@ -132,6 +134,9 @@ Flags ParseFlags(int argc, char** argv) {
       f.data = value;
     } else if (flag == "--accum") {
       f.accum = integer(1, 64);
+    } else if (flag == "--accum-sync") {
+      if (value != "step" && value != "micro") Usage("--accum-sync is step or micro, got '" + value + "'");
+      f.accum_sync_micro = value == "micro";
     } else if (flag == "--mode") {
       if (value != "whole" && value != "split") Usage("--mode is whole or split, got '" + value + "'");
       f.mode = value;
@@ -279,6 +284,10 @@ int main(int argc, char** argv) {
                                  Upload(targets, {flags.batch, context}));
         if (flags.accum > 1) loss = loss * lazyrt::static_scalar(1.0 / static_cast<double>(flags.accum));
         loss.backward();
+        // Syncing each micro-batch, as torch_xla users often do, makes the field report's graph variants:
+        // the first micro-batch creates the gradients, the middle ones add to them, the last also updates.
+        // By default the micro-batches are traced into the step's one graph.
+        if (flags.accum_sync_micro && micro + 1 < flags.accum) lazyrt::barrier();
         lazyrt::NoGradGuard no_grad;
         step_loss = step_loss.defined() ? step_loss + loss.detach() : loss.detach();
       }

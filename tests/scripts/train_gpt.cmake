@@ -13,6 +13,10 @@ if(CHECK STREQUAL "graphs")
   # Gradient accumulation traced into the step: still one training graph.
   run_train(accum ${small} --steps 6 --eval-every 0 --accum 3)
   expect_field("${accum}" graphs_compiled EQUAL 3)
+  # A sync after every micro-batch makes the variants of torch_xla's field report: the first
+  # micro-batch creates the gradients, the middle one adds to them, the last one also updates.
+  run_train(accum_micro ${small} --steps 4 --eval-every 0 --accum 3 --accum-sync micro)
+  expect_field("${accum_micro}" graphs_compiled EQUAL 5)
   # Split mode: forward+backward, then clipping and the update.
   run_train(split ${small} --steps 6 --eval-every 0 --mode split)
   expect_field("${split}" graphs_compiled EQUAL 4)
@@ -30,6 +34,12 @@ if(CHECK STREQUAL "graphs")
   endforeach()
   # Split mode and barriers change the graphs, not the arithmetic.
   run_train(whole6 ${small} --steps 6 --eval-every 0)
+  run_train(accum_step ${small} --steps 4 --eval-every 0 --accum 3)
+  string(JSON a GET "${accum_step}" final_loss)
+  string(JSON b GET "${accum_micro}" final_loss)
+  if(NOT a STREQUAL b)
+    message(FATAL_ERROR "syncing every micro-batch changed the loss: ${b}, not ${a}")
+  endif()
   foreach(run split barriers)
     string(JSON a GET "${whole6}" final_loss)
     string(JSON b GET "${${run}}" final_loss)

@@ -266,7 +266,8 @@ int main(int argc, char** argv) {
 
     std::vector<int64_t> inputs, targets;
     std::vector<Tensor> losses;  // every step's loss, read at the end (each step has synced it)
-    double startup_ms = 0, first_step_ms = 0, steady_ms = 0, val_loss = NAN;
+    double startup_ms = 0, first_step_ms = 0, val_loss = NAN;
+    std::vector<double> steady_ms;  // steps 2..N
     Tensor loss;
     for (int64_t step = 0; step < flags.steps; ++step) {
       const Clock::time_point step_start = Clock::now();
@@ -301,7 +302,7 @@ int main(int argc, char** argv) {
         step_loss.item();  // the first step's result is ready
         first_step_ms = MsBetween(step_start, Clock::now());
       } else {
-        steady_ms += MsBetween(step_start, Clock::now());
+        steady_ms.push_back(MsBetween(step_start, Clock::now()));
       }
       const bool last = step + 1 == flags.steps;
       if (last || (flags.eval_every > 0 && (step + 1) % flags.eval_every == 0)) {
@@ -321,7 +322,13 @@ int main(int argc, char** argv) {
 
     std::vector<double> loss_values;
     for (const Tensor& l : losses) loss_values.push_back(l.item());
-    const double steady_step_ms = flags.steps > 1 ? steady_ms / static_cast<double>(flags.steps - 1) : first_step_ms;
+    // The median, as the peers report it: one slow step (a page fault, a neighbour's build on a shared
+    // machine) cannot move it.
+    double steady_step_ms = first_step_ms;
+    if (!steady_ms.empty()) {
+      std::nth_element(steady_ms.begin(), steady_ms.begin() + steady_ms.size() / 2, steady_ms.end());
+      steady_step_ms = steady_ms[steady_ms.size() / 2];
+    }
     const auto json_number = [](double v) { return std::isfinite(v) ? nlohmann::json(v) : nlohmann::json(nullptr); };
     nlohmann::json out;
     out["val_loss"] = json_number(val_loss);

@@ -16,6 +16,8 @@
 #include <string>
 #include <vector>
 
+#include "lazy/splitmix.h"
+
 namespace peers {
 
 using Clock = std::chrono::steady_clock;
@@ -145,23 +147,8 @@ inline void GetBatch(const Dataset& d, int64_t batch, int64_t step, std::vector<
   labels.assign(d.labels.begin() + first, d.labels.begin() + first + batch);
 }
 
-// Initial weights from a counter-based generator (SplitMix64 of seed and index) that numpy reproduces
-// bit for bit: torch.nn.Linear's bounds (uniform in +-1/sqrt(in)), but the same numbers in every peer,
-// so their losses can be compared.
-inline std::vector<float> UniformInit(int64_t n, double bound, uint64_t seed) {
-  std::vector<float> v(static_cast<size_t>(n));
-  for (int64_t i = 0; i < n; ++i) {
-    uint64_t z = seed * 0x100000000ULL + static_cast<uint64_t>(i) * 0x9E3779B97F4A7C15ULL + 0x9E3779B97F4A7C15ULL;
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
-    z ^= z >> 31;
-    const double u = static_cast<double>(z >> 40) / 16777216.0;  // 24 bits: exact in f32 and f64
-    v[static_cast<size_t>(i)] = static_cast<float>(bound * (2 * u - 1));
-  }
-  return v;
-}
-
-// Layer `l`'s weight [out, in] (seed 2l) and bias [out] (seed 2l+1).
+// Layer `l`'s weight [out, in] (splitmix stream 2l) and bias [out] (stream 2l+1): torch.nn.Linear's bounds
+// (uniform in +-1/sqrt(in)), but the same numbers in every peer, so their losses can be compared.
 struct LayerInit {
   int64_t in, out;
   std::vector<float> weight, bias;
@@ -171,7 +158,8 @@ inline std::vector<LayerInit> InitLayers() {
   for (size_t l = 0; l + 1 < kLayerSizes.size(); ++l) {
     const int64_t in = kLayerSizes[l], out = kLayerSizes[l + 1];
     const double bound = 1.0 / std::sqrt(static_cast<double>(in));
-    layers.push_back({in, out, UniformInit(out * in, bound, 2 * l), UniformInit(out, bound, 2 * l + 1)});
+    layers.push_back(
+        {in, out, lazyrt::splitmix::Uniform(out * in, bound, 2 * l), lazyrt::splitmix::Uniform(out, bound, 2 * l + 1)});
   }
   return layers;
 }

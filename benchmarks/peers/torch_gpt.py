@@ -9,7 +9,6 @@ and train_gpt's training step. The last stdout line is one JSON object, as train
                [--width N] [--context N] [--batch N] [--lr X] [--seed N] [--dtype f32|bf16] [--threads N]
 """
 import argparse
-import importlib
 import json
 import math
 import os
@@ -21,22 +20,9 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from torch_peer import peer_device, splitmix, uniform
+
 VALIDATION_EVERY = 10
-
-
-def splitmix(seed, index):
-    """lazy/splitmix.h's Draw for an array of indices (uint64 arithmetic wraps as in C++)."""
-    with np.errstate(over="ignore"):
-        golden = np.uint64(0x9E3779B97F4A7C15)
-        z = np.uint64(seed) * np.uint64(1 << 32) + index.astype(np.uint64) * golden + golden
-        z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
-        z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
-        return z ^ (z >> np.uint64(31))
-
-
-def uniform(n, bound, seed):
-    u = (splitmix(seed, np.arange(n, dtype=np.uint64)) >> np.uint64(40)).astype(np.float64) / 16777216.0
-    return (bound * (2 * u - 1)).astype(np.float32)
 
 
 def documents(text):
@@ -185,16 +171,8 @@ def main():
     if args.width % args.heads:
         parser.error("--heads must divide --width")
 
-    torch.set_num_threads(args.threads)
     lazy = args.backend == "lazy"
-    if lazy:
-        # Imported here, not at the top: the eager peer must run on a torch without Lazy Tensor Core.
-        for module in ("torch._lazy", "torch._lazy.metrics", "torch._lazy.ts_backend"):
-            importlib.import_module(module)
-        torch._lazy.ts_backend.init()
-        device = torch.device("lazy")
-    else:
-        device = torch.device("cpu")
+    device = peer_device(args.backend, args.threads)
 
     vocab, train, val = load_corpus(args.data)
     model = Gpt(vocab, args.layers, args.heads, args.width, args.context, args.seed, device)

@@ -9,7 +9,6 @@ initial weights, fixed batch order). The last stdout line is one JSON object, as
 """
 import argparse
 import gzip
-import importlib
 import json
 import re
 import statistics
@@ -19,6 +18,8 @@ import time
 
 import numpy as np
 import torch
+
+from torch_peer import peer_device, uniform
 
 LAYER_SIZES = [784, 256, 128, 10]
 
@@ -44,18 +45,6 @@ def load_train(data_dir):
     return images, labels
 
 
-def uniform_init(n, bound, seed):
-    """mlp_common.h's UniformInit: SplitMix64 of (seed, index), 24 bits to [0, 1), then +-bound."""
-    with np.errstate(over="ignore"):
-        golden = np.uint64(0x9E3779B97F4A7C15)
-        z = np.uint64(seed) * np.uint64(1 << 32) + np.arange(n, dtype=np.uint64) * golden + golden
-        z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
-        z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
-        z ^= z >> np.uint64(31)
-    u = (z >> np.uint64(40)).astype(np.float64) / 16777216.0
-    return (bound * (2 * u - 1)).astype(np.float32)
-
-
 def make_model(device):
     layers = []
     for l in range(len(LAYER_SIZES) - 1):
@@ -63,8 +52,8 @@ def make_model(device):
         bound = 1.0 / np.sqrt(fan_in)
         layer = torch.nn.Linear(fan_in, fan_out)
         with torch.no_grad():
-            layer.weight.copy_(torch.from_numpy(uniform_init(fan_out * fan_in, bound, 2 * l).reshape(fan_out, fan_in)))
-            layer.bias.copy_(torch.from_numpy(uniform_init(fan_out, bound, 2 * l + 1)))
+            layer.weight.copy_(torch.from_numpy(uniform(fan_out * fan_in, bound, 2 * l).reshape(fan_out, fan_in)))
+            layer.bias.copy_(torch.from_numpy(uniform(fan_out, bound, 2 * l + 1)))
         layers.append(layer)
         if l + 2 < len(LAYER_SIZES):
             layers.append(torch.nn.ReLU())
@@ -91,16 +80,8 @@ def main():
     if args.warmup + 1 >= args.steps:
         parser.error("--steps must exceed --warmup + 1")
 
-    torch.set_num_threads(args.threads)
     lazy = args.backend == "lazy"
-    if lazy:
-        # Imported here, not at the top: the eager peer must run on a torch without Lazy Tensor Core.
-        for module in ("torch._lazy", "torch._lazy.metrics", "torch._lazy.ts_backend"):
-            importlib.import_module(module)
-        torch._lazy.ts_backend.init()
-        device = torch.device("lazy")
-    else:
-        device = torch.device("cpu")
+    device = peer_device(args.backend, args.threads)
 
     images, labels = load_train(args.data)
     per_epoch = len(labels) // args.batch

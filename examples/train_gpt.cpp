@@ -12,7 +12,6 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <cerrno>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -21,6 +20,7 @@
 #include <string>
 #include <vector>
 
+#include "examples/flags.h"
 #include "examples/gpt.h"
 #include "examples/lr_schedule.h"
 #include "lazy/metrics.h"
@@ -70,10 +70,8 @@ constexpr char kUsage[] =
     "                 [--eval-every N] [--eval-batches N] [--sample-tokens N] [--prompt TEXT]\n"
     "                 [--cache-dir DIR] [--report FILE]\n";
 
-[[noreturn]] void Usage(const std::string& error) {
-  std::fprintf(stderr, "train_gpt: %s\n%s", error.c_str(), kUsage);
-  std::exit(2);
-}
+const lazyrt::examples::FlagParser kFlags("train_gpt", kUsage);
+[[noreturn]] void Usage(const std::string& error) { kFlags.Fail(error); }
 
 Flags ParseFlags(int argc, char** argv) {
   Flags f;
@@ -91,25 +89,9 @@ Flags ParseFlags(int argc, char** argv) {
     }
     if (i + 1 >= argc) Usage("missing value for " + flag);
     const std::string value = argv[++i];
-    char* end = nullptr;
     // Bounded so that no product of flags (batch x context x width, steps x accum) overflows.
-    auto integer = [&](int64_t min, int64_t max) {
-      errno = 0;
-      const long long v = std::strtoll(value.c_str(), &end, 10);
-      if (value.empty() || *end != '\0' || errno == ERANGE || v < min || v > max) {
-        Usage(flag + " needs an integer from " + std::to_string(min) + " to " + std::to_string(max) + ", got '" +
-              value + "'");
-      }
-      return static_cast<int64_t>(v);
-    };
-    auto real = [&](double min, double max) {
-      const double v = std::strtod(value.c_str(), &end);
-      if (value.empty() || *end != '\0' || !(v >= min && v <= max)) {
-        Usage(flag + " needs a number from " + std::to_string(min) + " to " + std::to_string(max) + ", got '" + value +
-              "'");
-      }
-      return v;
-    };
+    auto integer = [&](int64_t min, int64_t max) { return kFlags.Integer(flag, value, min, max); };
+    auto real = [&](double min, double max) { return kFlags.Real(flag, value, min, max); };
     if (flag == "--steps") {
       f.steps = integer(1, 1 << 24);
     } else if (flag == "--layers") {
@@ -135,16 +117,14 @@ Flags ParseFlags(int argc, char** argv) {
     } else if (flag == "--accum") {
       f.accum = integer(1, 64);
     } else if (flag == "--accum-sync") {
-      if (value != "step" && value != "micro") Usage("--accum-sync is step or micro, got '" + value + "'");
-      f.accum_sync_micro = value == "micro";
+      f.accum_sync_micro = kFlags.Choice(flag, value, {"step", "micro"}) == "micro";
     } else if (flag == "--mode") {
-      if (value != "whole" && value != "split") Usage("--mode is whole or split, got '" + value + "'");
-      f.mode = value;
+      f.mode = kFlags.Choice(flag, value, {"whole", "split"});
     } else if (flag == "--barrier-every") {
       f.barrier_every = integer(0, 64);
     } else if (flag == "--dtype") {
-      if (value != "f32" && value != "bf16") Usage("--dtype is f32 or bf16, got '" + value + "'");
-      f.model.matmul_dtype = value == "f32" ? lazyrt::DType::kF32 : lazyrt::DType::kBF16;
+      f.model.matmul_dtype =
+          kFlags.Choice(flag, value, {"f32", "bf16"}) == "f32" ? lazyrt::DType::kF32 : lazyrt::DType::kBF16;
     } else if (flag == "--eval-every") {
       f.eval_every = integer(0, 1 << 24);
     } else if (flag == "--eval-batches") {

@@ -8,7 +8,6 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <cerrno>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -19,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "examples/flags.h"
 #include "lazy/idx_dataset.h"
 #include "lazy/metrics.h"
 #include "lazy/nn.h"
@@ -54,10 +54,8 @@ constexpr char kUsage[] =
     "usage: train_mlp [--epochs N] [--steps N] [--batch N] [--lr X] [--seed N] [--data DIR]\n"
     "                 [--mode whole|split] [--barrier-every N] [--cache-dir DIR] [--report FILE]\n";
 
-[[noreturn]] void Usage(const std::string& error) {
-  std::fprintf(stderr, "train_mlp: %s\n%s", error.c_str(), kUsage);
-  std::exit(2);
-}
+const lazyrt::examples::FlagParser kFlags("train_mlp", kUsage);
+[[noreturn]] void Usage(const std::string& error) { kFlags.Fail(error); }
 
 Flags ParseFlags(int argc, char** argv) {
   Flags f;
@@ -72,17 +70,8 @@ Flags ParseFlags(int argc, char** argv) {
     }
     if (i + 1 >= argc) Usage("missing value for " + flag);
     const std::string value = argv[++i];
-    char* end = nullptr;
     // Bounded so that no product of flags (epochs x steps per epoch, batch x features) overflows.
-    auto integer = [&](int64_t min, int64_t max = int64_t{1} << 40) {
-      errno = 0;
-      const long long v = std::strtoll(value.c_str(), &end, 10);
-      if (value.empty() || *end != '\0' || errno == ERANGE || v < min || v > max) {
-        Usage(flag + " needs an integer from " + std::to_string(min) + " to " + std::to_string(max) + ", got '" +
-              value + "'");
-      }
-      return static_cast<int64_t>(v);
-    };
+    auto integer = [&](int64_t min, int64_t max = int64_t{1} << 40) { return kFlags.Integer(flag, value, min, max); };
     if (flag == "--epochs") {
       f.epochs = integer(1, 1 << 20);
     } else if (flag == "--steps") {
@@ -90,17 +79,13 @@ Flags ParseFlags(int argc, char** argv) {
     } else if (flag == "--batch") {
       f.batch = integer(1, 1 << 20);
     } else if (flag == "--lr") {
-      f.lr = std::strtod(value.c_str(), &end);
-      if (value.empty() || *end != '\0' || !(f.lr > 0) || !std::isfinite(f.lr)) {
-        Usage("--lr needs a positive finite number, got '" + value + "'");
-      }
+      f.lr = kFlags.Real(flag, value, 1e-12, 1e6);
     } else if (flag == "--seed") {
       f.seed = static_cast<uint64_t>(integer(0, std::numeric_limits<int64_t>::max()));
     } else if (flag == "--data") {
       f.data = value;
     } else if (flag == "--mode") {
-      if (value != "whole" && value != "split") Usage("--mode is whole or split, got '" + value + "'");
-      f.mode = value;
+      f.mode = kFlags.Choice(flag, value, {"whole", "split"});
     } else if (flag == "--barrier-every") {
       f.barrier_every = integer(0);
     } else if (flag == "--cache-dir") {

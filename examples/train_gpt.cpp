@@ -17,7 +17,9 @@
 #include <cstdio>
 #include <cstdlib>
 #include <limits>
+#include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "examples/flags.h"
@@ -247,11 +249,15 @@ int main(int argc, char** argv) {
     std::vector<int64_t> inputs, targets;
     std::vector<Tensor> losses;  // every step's loss, read at the end (each step has synced it)
     double startup_ms = 0, first_step_ms = 0, val_loss = NAN;
-    std::vector<double> steady_ms;  // steps 2..N
+    // Steps 2..N, from the start of each run of steps to its last result (the device runs behind the
+    // host: sync() returns before the step's work ends), evaluations left out.
+    double steady_ms = 0;
+    std::optional<Clock::time_point> steady_since;
     Tensor loss;
     for (int64_t step = 0; step < flags.steps; ++step) {
       const Clock::time_point step_start = Clock::now();
       if (step == 0) startup_ms = MsBetween(process_start, step_start);
+      if (step > 0 && !steady_since) steady_since = step_start;
       // A device value: changing it never recompiles.
       optimizer.set_lr(lazyrt::examples::WarmupCosineLr(flags.lr, flags.steps, step));
       Tensor step_loss;
@@ -281,12 +287,11 @@ int main(int argc, char** argv) {
       if (step == 0) {
         step_loss.item();  // the first step's result is ready
         first_step_ms = MsBetween(step_start, Clock::now());
-      } else {
-        steady_ms.push_back(MsBetween(step_start, Clock::now()));
       }
       const bool last = step + 1 == flags.steps;
       if (last || (flags.eval_every > 0 && (step + 1) % flags.eval_every == 0)) {
-        const double train_loss = step_loss.item();
+        const double train_loss = step_loss.item();  // waits for the steps before it
+        if (steady_since) steady_ms += MsBetween(*std::exchange(steady_since, std::nullopt), Clock::now());
         val_loss = ValidationLoss(model, *corpus, flags);
         std::printf("%sstep %lld/%lld  loss %.4f  val_loss %.4f\n", live ? "\r" : "", static_cast<long long>(step + 1),
                     static_cast<long long>(flags.steps), train_loss, val_loss);
@@ -302,13 +307,7 @@ int main(int argc, char** argv) {
 
     std::vector<double> loss_values;
     for (const Tensor& l : losses) loss_values.push_back(l.item());
-    // The median, as the peers report it: one slow step (a page fault, a neighbour's build on a shared
-    // machine) cannot move it.
-    double steady_step_ms = first_step_ms;
-    if (!steady_ms.empty()) {
-      std::nth_element(steady_ms.begin(), steady_ms.begin() + steady_ms.size() / 2, steady_ms.end());
-      steady_step_ms = steady_ms[steady_ms.size() / 2];
-    }
+    const double steady_step_ms = flags.steps > 1 ? steady_ms / static_cast<double>(flags.steps - 1) : first_step_ms;
     const auto json_number = [](double v) { return std::isfinite(v) ? nlohmann::json(v) : nlohmann::json(nullptr); };
     nlohmann::json out;
     out["val_loss"] = json_number(val_loss);

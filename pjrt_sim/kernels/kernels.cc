@@ -723,6 +723,8 @@ absl::StatusOr<std::unique_ptr<Kernel>> BuildKernel(const proto::Kernel& k, std:
       const std::optional<CompareDirection> direction = CompareDirectionFromNumber(k.direction());
       const bool ok = inputs.size() == 1 && axis >= 0 && axis < static_cast<int64_t>(inputs[0].dims.size()) &&
                       inputs[0].dims == output.dims &&
+                      std::equal(output.dims.begin(), output.dims.end(), k.iteration_shape().dims().begin(),
+                                 k.iteration_shape().dims().end()) &&
                       (is_sort ? output.type == PrimitiveType::kS64 &&
                                      (direction == CompareDirection::kLt || direction == CompareDirection::kGt)
                                : output.type == inputs[0].type && output.type != PrimitiveType::kPred);

@@ -266,6 +266,51 @@ BENCHMARK_CAPTURE(BM_Reduce, max_each_column, ReduceOp::kMax, 0)
     ->UseRealTime()
     ->Unit(benchmark::kMicrosecond);
 
+// A running sum along each row of an [n, n] f32 array (accumulated in f64) through a whole sync (cache
+// hit) and execution: GB/s of input read + output written.
+void BM_CumsumRows(benchmark::State& state) {
+  const int64_t n = state.range(0);
+  std::vector<float> v(static_cast<size_t>(n * n));
+  for (size_t i = 0; i < v.size(); ++i) v[i] = static_cast<float>(i % 1021) * 0.001f - 0.5f;
+  Tensor x = Tensor::FromData(v, {n, n});
+  {
+    Tensor warm = lazyrt::cumsum(x, 1);
+    lazyrt::sync();
+    lazyrt::wait_device();
+  }
+  for (auto _ : state) {
+    Tensor r = lazyrt::cumsum(x, 1);
+    lazyrt::sync();
+    lazyrt::wait_device();
+  }
+  state.counters["GB/s"] = benchmark::Counter(
+      static_cast<double>(2 * n * n * 4) * static_cast<double>(state.iterations()) / 1e9, benchmark::Counter::kIsRate);
+}
+BENCHMARK(BM_CumsumRows)->Arg(1024)->Arg(4096)->UseRealTime()->Unit(benchmark::kMicrosecond);
+
+// topk along the rows of a [rows, cols] f32 array (an argsort of each row, then a gather): mixture-of-
+// experts routing (the best 2 of 64 experts for 4096 tokens) and GPT top-k sampling (the best 50 of a
+// 50257-token vocabulary for 8 sequences). Rows per second.
+void BM_TopK(benchmark::State& state) {
+  const int64_t rows = state.range(0), cols = state.range(1), k = state.range(2);
+  std::vector<float> v(static_cast<size_t>(rows * cols));
+  for (size_t i = 0; i < v.size(); ++i) v[i] = static_cast<float>((i * 7919) % 10007) * 1e-4f;
+  Tensor x = Tensor::FromData(v, {rows, cols});
+  {
+    auto warm = lazyrt::topk(x, k);
+    lazyrt::sync();
+    lazyrt::wait_device();
+  }
+  for (auto _ : state) {
+    auto r = lazyrt::topk(x, k);
+    lazyrt::sync();
+    lazyrt::wait_device();
+  }
+  state.counters["rows/s"] = benchmark::Counter(static_cast<double>(rows) * static_cast<double>(state.iterations()),
+                                                benchmark::Counter::kIsRate);
+}
+BENCHMARK(BM_TopK)->Args({4096, 64, 2})->Args({8, 50257, 50})->UseRealTime()->Unit(benchmark::kMicrosecond);
+
 // One AdamW update of an [N, 784] weight whose gradient is given (the flagship's first layer at N = 256):
 // the new moments and the new weight, a graph of elementwise work over 4 arrays read and 3 written.
 // GB/s of those 7 arrays.

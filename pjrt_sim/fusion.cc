@@ -376,13 +376,12 @@ class Emitter {
         k->set_axis(inst.axis);
         break;
       case Opcode::kCumsum:
-        k->set_kind(proto::Kernel::CUMSUM);
-        k->set_axis(inst.axis);
-        break;
       case Opcode::kArgsort:
-        k->set_kind(proto::Kernel::ARGSORT);
+        // The iteration shape is the array walked, for the kernel's line in diagnostics.
+        k->set_kind(inst.opcode == Opcode::kCumsum ? proto::Kernel::CUMSUM : proto::Kernel::ARGSORT);
         k->set_axis(inst.axis);
-        k->set_direction(static_cast<int32_t>(inst.direction));
+        if (inst.opcode == Opcode::kArgsort) k->set_direction(static_cast<int32_t>(inst.direction));
+        *k->mutable_iteration_shape() = ToProto(inst.shape);
         break;
       case Opcode::kIndexSelect:
         k->set_kind(proto::Kernel::INDEX_SELECT);

@@ -449,10 +449,10 @@ class CumsumKernel final : public Kernel {
       switch (shape_.type) {
         case PrimitiveType::kS32: Sums<int32_t>(inputs[0], outputs[0], begin, end); return;
         case PrimitiveType::kS64: Sums<int64_t>(inputs[0], outputs[0], begin, end); return;
-        case PrimitiveType::kF32:
-        case PrimitiveType::kF64:
+        case PrimitiveType::kF32: Sums<float>(inputs[0], outputs[0], begin, end); return;
+        case PrimitiveType::kF64: Sums<double>(inputs[0], outputs[0], begin, end); return;
         case PrimitiveType::kBF16:
-        case PrimitiveType::kF16: Sums<double>(inputs[0], outputs[0], begin, end); return;
+        case PrimitiveType::kF16: Sums<uint16_t>(inputs[0], outputs[0], begin, end); return;
         case PrimitiveType::kPred: OpcodeUnreachable("cumsum: a pred operand", static_cast<int32_t>(Opcode::kCumsum));
       }
     });
@@ -460,9 +460,12 @@ class CumsumKernel final : public Kernel {
   }
 
  private:
-  template <typename Acc>
-  void Sums(const void* in, void* out, int64_t outer_begin, int64_t outer_end) const {
-    const int64_t width = ByteWidth(shape_.type);
+  // T is the stored element (uint16_t: bf16 or f16, converted through float).
+  template <typename T>
+  void Sums(const void* input, void* output, int64_t outer_begin, int64_t outer_end) const {
+    using Acc = std::conditional_t<std::is_integral_v<T> && !std::is_same_v<T, uint16_t>, T, double>;
+    const T* in = static_cast<const T*>(input);
+    T* out = static_cast<T*>(output);
     std::vector<Acc> acc(static_cast<size_t>(split_.inner));
     for (int64_t o = outer_begin; o < outer_end; ++o) {
       std::fill(acc.begin(), acc.end(), Acc{0});
@@ -470,15 +473,12 @@ class CumsumKernel final : public Kernel {
         const int64_t row = (o * split_.size + a) * split_.inner;
         for (int64_t i = 0; i < split_.inner; ++i) {
           Acc& sum = acc[static_cast<size_t>(i)];
-          char* dst = static_cast<char*>(out) + (row + i) * width;
-          if constexpr (std::is_floating_point_v<Acc>) {
+          if constexpr (std::is_same_v<T, uint16_t>) {
             sum += LoadElement(in, shape_.type, row + i);
-            StoreElement(sum, shape_.type, dst);
+            StoreElement(sum, shape_.type, out + row + i);
           } else {
-            Acc v;
-            std::memcpy(&v, static_cast<const char*>(in) + (row + i) * width, sizeof(Acc));
-            sum = Add(sum, v);
-            std::memcpy(dst, &sum, sizeof(Acc));
+            sum = Add(sum, static_cast<Acc>(in[row + i]));
+            out[row + i] = static_cast<T>(sum);
           }
         }
       }
@@ -725,6 +725,8 @@ absl::StatusOr<std::unique_ptr<Kernel>> BuildKernel(const proto::Kernel& k, std:
       const std::optional<CompareDirection> direction = CompareDirectionFromNumber(k.direction());
       const bool ok = inputs.size() == 1 && axis >= 0 && axis < static_cast<int64_t>(inputs[0].dims.size()) &&
                       inputs[0].dims == output.dims &&
+                      std::equal(output.dims.begin(), output.dims.end(), k.iteration_shape().dims().begin(),
+                                 k.iteration_shape().dims().end()) &&
                       (is_sort ? output.type == PrimitiveType::kS64 &&
                                      (direction == CompareDirection::kLt || direction == CompareDirection::kGt)
                                : output.type == inputs[0].type && output.type != PrimitiveType::kPred);

@@ -188,6 +188,12 @@ std::vector<std::pair<std::string, std::vector<Tensor>>> Graphs() {
   }
   { graphs.push_back({"random", {rand({3, 4}), randn({4}, 1.0, 2.0), full({2, 2}, 3.5)}}); }
   {
+    Tensor x = Range({3, 5});
+    graphs.push_back(
+        {"scan_and_sort",
+         {cumsum(x, 1), cumsum(cast(x, DType::kI32), 0), argsort(x, 0, true), topk(x, 2).first, sort(x, -1).second}});
+  }
+  {
     Tensor a = Range({2, 3, 4}), b = Range({2, 4, 5}), v = Range({4});
     graphs.push_back(
         {"batched_matmul", {matmul(a, b), matmul(a, v), matmul(transpose(Range({4, 3}), 0, 1), Range({4, 2}))}});

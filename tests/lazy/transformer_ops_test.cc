@@ -425,6 +425,27 @@ TEST(Sort, I64KeysCompareExactly) {
   EXPECT_EQ(index.to_vector<int64_t>(), (std::vector<int64_t>{2, 1, 0, 3}));
 }
 
+TEST(Sort, BoolIntegerAndZeroDimTensors) {
+  const Tensor flags = gt(F64({1, -1, 2, -3, 0}, {5}), Scalar(0));
+  auto [sorted_flags, flag_index] = sort(flags, 0, /*descending=*/true);
+  EXPECT_EQ(sorted_flags.dtype(), DType::kBool);
+  EXPECT_EQ(sorted_flags.to_vector<uint8_t>(), (std::vector<uint8_t>{1, 1, 0, 0, 0}));
+  EXPECT_EQ(flag_index.to_vector<int64_t>(), (std::vector<int64_t>{0, 2, 1, 3, 4}));
+  const std::vector<int32_t> v = {5, -2, 9, -2};
+  auto [top, top_index] = topk(Tensor::FromData(std::span<const int32_t>(v), {4}), 3, 0, /*largest=*/false);
+  EXPECT_EQ(top.dtype(), DType::kI32);
+  EXPECT_EQ(top.to_vector<int32_t>(), (std::vector<int32_t>{-2, -2, 5}));
+  EXPECT_EQ(top_index.to_vector<int64_t>(), (std::vector<int64_t>{1, 3, 0}));
+  const Tensor scalar = F64({4.5}, {});
+  EXPECT_EQ(sort(scalar).first.item(), 4.5);
+  EXPECT_EQ(argsort(scalar).shape(), Shape(DType::kI64, {}));
+  EXPECT_EQ(argsort(scalar).item(), 0);
+  EXPECT_EQ(topk(scalar, 1).first.item(), 4.5);
+  ExpectErrorContaining([&] { topk(scalar, 2); }, {"topk", "0 <= k <= 1"});
+  ExpectErrorContaining([&] { topk(flags, 1); }, {"topk", "bool"});
+  ExpectErrorContaining([&] { argsort(scalar, 1); }, {"argsort"});
+}
+
 TEST(TopK, LargestAndSmallestWithTheirPositions) {
   const Tensor x = F64({0.5, 2, -1, 2, 7, kNaN, 3, -4}, {2, 4});
   auto [top, top_index] = topk(x, 2);

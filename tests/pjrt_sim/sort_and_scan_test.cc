@@ -217,6 +217,9 @@ TEST(SortAndScanKernels, LoaderRejectsBadKernelFields) {
   rejected(
       [&](proto::Executable& e) { e.mutable_kernels(scan_kernel)->add_inputs(good.kernels(scan_kernel).inputs(0)); },
       "bad cumsum");
+  rejected([&](proto::Executable& e) { e.mutable_kernels(sort_kernel)->mutable_iteration_shape()->add_dims(1); },
+           "bad argsort");
+  EXPECT_EQ(KernelIterationText(good.kernels(scan_kernel)), "4x3");
 }
 
 }  // namespace

@@ -24,6 +24,7 @@ absl::string_view AttrKeyName(AttrKey key) {
     case AttrKey::kApproximate: return "approximate";
     case AttrKey::kScale: return "scale";
     case AttrKey::kCausal: return "causal";
+    case AttrKey::kDropout: return "dropout";
   }
   return "?";
 }

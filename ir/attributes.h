@@ -29,6 +29,7 @@ enum class AttrKey : uint8_t {
   kApproximate,  // bool: Gelu uses the tanh approximation instead of erf
   kScale,        // double: Attention's factor of the scores q k^T
   kCausal,       // bool: Attention masks the keys after each query (top-left aligned)
+  kDropout,      // double: Attention's dropout probability (its seed the last operand, its stream kStream)
 };
 
 absl::string_view AttrKeyName(AttrKey key);

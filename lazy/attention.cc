@@ -62,7 +62,15 @@ Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tens
     // PyTorch differentiates an added mask; its gradient (dS) is [..., L, S], the very matrix the fused
     // kernel avoids. Such a mask takes the unfused path, which gives it.
     Tensor scores = matmul(q, transpose(k, -1, -2, loc), loc) * ScalarArg(Scalar::Static(s), loc);
-    return matmul(softmax(scores + TensorArg(attn_mask, loc), -1, loc), v, loc);
+    Tensor probs = softmax(scores + TensorArg(attn_mask, loc), -1, loc);
+    if (dropout_p > 0) {
+      const Tensor drawn =
+          rand(DimsOf(probs), Scalar::Static(0.0), Scalar::Static(1.0), probs.dtype(), probs.device(), loc);
+      const double keep = dropout_p < 1 ? 1 / (1 - dropout_p) : 0;
+      probs = where(ge(drawn, Scalar::Static(dropout_p), loc), probs * ScalarArg(Scalar::Static(keep), loc),
+                    zeros({}, probs.dtype(), probs.device(), loc), loc);
+    }
+    return matmul(probs, v, loc);
   }
   ir::Attributes attrs{{AttrKey::kScale, s}, {AttrKey::kCausal, is_causal}};
   ir::OperandList operands{ValueOf(q), ValueOf(k), ValueOf(v)};

@@ -87,7 +87,8 @@ inline int64_t EstimatedCost(const pjrt::proto::Executable& exe, int64_t cap) {
       // Every query meets every key: at most the square of the elements it reads.
       int64_t read = 0;
       for (int64_t in : k.inputs()) {
-        if (in >= 0 && in < exe.slots_size()) read = std::min(cap, read + CappedNumel(exe.slots(static_cast<int>(in)).shape(), cap));
+        if (in >= 0 && in < exe.slots_size())
+          read = std::min(cap, read + CappedNumel(exe.slots(static_cast<int>(in)).shape(), cap));
       }
       work = std::max(work, CappedProduct(read, read, cap));
     }

@@ -283,6 +283,12 @@ TEST(Attention, FloatMaskThatRequiresGradGetsItsGradient) {
   sum(Unfused(q, k, v, mask2, false, 1 / std::sqrt(3.0)) * q.sum({-1}, true)).backward();
   ASSERT_TRUE(mask.grad().defined());
   ExpectClose(mask.grad().to_vector<double>(), mask2.grad().to_vector<double>(), 1e-12, "dmask");
+  // With dropout too: the same draws as the fused kernels (f64), so the same output.
+  manual_seed(77);
+  const std::vector<double> unfused = scaled_dot_product_attention(q, k, v, mask, 0.4).to_vector<double>();
+  manual_seed(77);
+  const std::vector<double> fused = scaled_dot_product_attention(q, k, v, mask2.detach(), 0.4).to_vector<double>();
+  ExpectClose(unfused, fused, 1e-12, "dropout");
 }
 
 // Dropout draws in the kernels what rand() of the scores' shape draws from the same seed and stream (the

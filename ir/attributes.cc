@@ -26,6 +26,7 @@ absl::string_view AttrKeyName(AttrKey key) {
     case AttrKey::kCausal: return "causal";
     case AttrKey::kEpsilon: return "epsilon";
     case AttrKey::kDescending: return "descending";
+    case AttrKey::kDropout: return "dropout";
   }
   return "?";
 }

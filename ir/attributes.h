@@ -31,6 +31,7 @@ enum class AttrKey : uint8_t {
   kCausal,       // bool: Attention masks the keys after each query (top-left aligned)
   kEpsilon,      // double: LayerNorm, RmsNorm (and their gradients) add it to the variance
   kDescending,   // bool: Argsort orders from the largest
+  kDropout,      // double: Attention's dropout probability (its seed the last operand, its stream kStream)
 };
 
 absl::string_view AttrKeyName(AttrKey key);

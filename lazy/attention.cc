@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "ir/shape_inference.h"
 #include "lazy/autograd.h"
+#include "lazy/runtime.h"
 #include "lazy/tensor.h"
 #include "lazy/tracing.h"
 
@@ -40,10 +41,8 @@ Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tens
                                     double dropout_p, bool is_causal, std::optional<double> scale, SourceLocation loc) {
   const bool masked = attn_mask.defined();
   const int device = masked ? CommonDevice({&q, &k, &v, &attn_mask}, kOp, loc) : CommonDevice({&q, &k, &v}, kOp, loc);
-  if (dropout_p != 0) {
-    throw Error(absl::StrCat(kOp, ": dropout_p must be 0, got ", dropout_p,
-                             " (attention dropout is not implemented; apply dropout to the output instead)"),
-                loc);
+  if (!(dropout_p >= 0 && dropout_p <= 1)) {
+    throw Error(absl::StrCat(kOp, ": dropout_p must be in [0, 1], got ", dropout_p), loc);
   }
   if (is_causal && masked) {
     throw Error(absl::StrCat(kOp, ": is_causal and an explicit attn_mask ", attn_mask.shape().ToString(),
@@ -63,22 +62,39 @@ Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tens
     // PyTorch differentiates an added mask; its gradient (dS) is [..., L, S], the very matrix the fused
     // kernel avoids. Such a mask takes the unfused path, which gives it.
     Tensor scores = matmul(q, transpose(k, -1, -2, loc), loc) * ScalarArg(Scalar::Static(s), loc);
-    return matmul(softmax(scores + TensorArg(attn_mask, loc), -1, loc), v, loc);
+    Tensor probs = softmax(scores + TensorArg(attn_mask, loc), -1, loc);
+    if (dropout_p > 0) {
+      const Tensor drawn =
+          rand(DimsOf(probs), Scalar::Static(0.0), Scalar::Static(1.0), probs.dtype(), probs.device(), loc);
+      const double keep = dropout_p < 1 ? 1 / (1 - dropout_p) : 0;
+      probs = where(ge(drawn, Scalar::Static(dropout_p), loc), probs * ScalarArg(Scalar::Static(keep), loc),
+                    zeros({}, probs.dtype(), probs.device(), loc), loc);
+    }
+    return matmul(probs, v, loc);
   }
-  const ir::Attributes attrs{{AttrKey::kScale, s}, {AttrKey::kCausal, is_causal}};
+  ir::Attributes attrs{{AttrKey::kScale, s}, {AttrKey::kCausal, is_causal}};
   ir::OperandList operands{ValueOf(q), ValueOf(k), ValueOf(v)};
   if (masked) operands.push_back(ValueOf(attn_mask));
+  // Dropout draws in the kernels, forward and backward alike, from this step's seed and a stream of its own.
+  ir::Value seed;
+  if (dropout_p > 0) {
+    detail::DeviceState& state = detail::Runtime::Get().device_state(Device{device}, loc);
+    seed = state.SeedValue();
+    attrs.Set(AttrKey::kDropout, dropout_p).Set(AttrKey::kStream, state.NextRngStream());
+    operands.push_back(seed);
+  }
   // [..., L, Ev + 1]: the output, then each row's logsumexp, which the backward pass reads.
   const Tensor packed = MakeTensor(OpKind::kAttention, operands, out_shape, device, loc, attrs);
   const int64_t ev = v.dim(-1);
   Tensor out = slice(packed, -1, 0, ev, 1, loc);
   return Record(
       out, "scaled_dot_product_attention", {q, k, v},
-      [packed, attn_mask, attrs, device, loc](const Tensor& g, const Tensor&, const std::vector<Tensor>& x) {
+      [packed, attn_mask, seed, attrs, device, loc](const Tensor& g, const Tensor&, const std::vector<Tensor>& x) {
         const Tensor &q = x[0], &k = x[1], &v = x[2];
         const Shape* mask = attn_mask.defined() ? &attn_mask.shape() : nullptr;
         ir::OperandList operands{ValueOf(q), ValueOf(k), ValueOf(v), ValueOf(packed), ValueOf(g)};
         if (mask != nullptr) operands.push_back(ValueOf(attn_mask));
+        if (seed) operands.push_back(seed);
         const Shape shape = Check(ir::InferAttentionGrad(q.shape(), k.shape(), v.shape(), mask), kOp, loc);
         const Tensor grads = MakeTensor(OpKind::kAttentionGrad, operands, shape, device, loc, attrs);
         const int64_t l = q.dim(-2), s = k.dim(-2), e = q.dim(-1), ev = v.dim(-1);

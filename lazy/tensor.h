@@ -255,7 +255,8 @@ Tensor log_softmax(const Tensor& x, int64_t dim, LAZYRT_HERE);
 // (true takes part) or q's dtype (added to the scores), broadcasts to [..., L, S]; `is_causal` lets query
 // i see keys j <= i (top-left aligned, as torch) and excludes a mask. `scale` defaults to 1/sqrt(E).
 // Computed by a fused kernel that never materializes the [L, S] scores (see README); a row with every
-// key masked is NaN. dropout_p must be 0 (not implemented).
+// key masked is NaN. dropout_p drops each probability with that chance, drawn on the device from the
+// step's seed (manual_seed) like rand(), and scales the others by 1 / (1 - dropout_p).
 Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v,
                                     const Tensor& attn_mask = Tensor(), double dropout_p = 0.0, bool is_causal = false,
                                     std::optional<double> scale = std::nullopt, LAZYRT_HERE);

@@ -302,15 +302,22 @@ absl::StatusOr<proto::Module> LowerGraph(const ir::PostOrder& order, std::string
           full.insert(full.end(), od.end() - 2, od.end());
           operands.push_back(b.BroadcastTo(in(i), full));
         }
-        if (node.operands().size() > tensors) {
+        const double* dropout = attrs.Find<double>(AttrKey::kDropout);
+        const size_t seeds = dropout != nullptr ? 1 : 0;  // the seed comes last
+        if (node.operands().size() > tensors + seeds) {
           std::vector<int64_t> mask = b.DimsOf(in(tensors));
           mask.insert(mask.begin(), batch.size() + 2 - mask.size(), 1);
           operands.push_back(b.Reshape(in(tensors), mask));
         }
+        if (seeds > 0) operands.push_back(in(node.operands().size() - 1));
         proto::Instruction* inst = b.Add(grad ? Opcode::kAttentionGrad : Opcode::kAttention, type, dims, {}, &id);
         for (int64_t o : operands) inst->add_operands(o);
         inst->set_value(attrs.Get<double>(AttrKey::kScale));
         inst->set_causal(attrs.Get<bool>(AttrKey::kCausal));
+        if (dropout != nullptr) {
+          inst->set_dropout(*dropout);
+          inst->set_stream(attrs.Get<int64_t>(AttrKey::kStream));
+        }
         break;
       }
       case OpKind::kLayerNorm:

@@ -400,6 +400,8 @@ class Emitter {
         k->set_kind(inst.opcode == Opcode::kAttention ? proto::Kernel::ATTENTION : proto::Kernel::ATTENTION_GRAD);
         k->set_scale(inst.value);
         k->set_causal(inst.causal);
+        k->set_dropout(inst.dropout);
+        k->set_stream(inst.stream);
         break;
       case Opcode::kLayerNorm:
       case Opcode::kRmsNorm:

@@ -63,6 +63,7 @@ HloModule FromVerifiedProto(const proto::Module& module) {
     h.transpose_lhs = p.transpose_lhs();
     h.transpose_rhs = p.transpose_rhs();
     h.causal = p.causal();
+    h.dropout = p.dropout();
     if (h.opcode == Opcode::kParameter) out.num_parameters = std::max(out.num_parameters, h.parameter_number + 1);
   }
   out.outputs.assign(module.outputs().begin(), module.outputs().end());

@@ -27,6 +27,7 @@ struct HloInst {
   bool transpose_rhs = false;
   Combiner combiner = Combiner::kSum;
   bool causal = false;
+  double dropout = 0;
 };
 
 struct HloModule {

@@ -1,7 +1,6 @@
 #include "pjrt_sim/module_verifier.h"
 
 #include <algorithm>
-#include <cmath>
 #include <optional>
 #include <vector>
 
@@ -363,10 +362,10 @@ class Verifier {
       case Opcode::kAttentionGrad: {
         std::vector<ArrayShape> operands;
         for (int i = 0; i < inst.operands_size(); ++i) operands.push_back(FromProto(operand(i)));
+        const AttentionParams params{inst.value(), inst.causal(), inst.dropout(), inst.stream()};
         absl::StatusOr<AttentionLayout> layout =
-            CheckAttentionLayout(operands, FromProto(out), op == Opcode::kAttentionGrad);
+            CheckAttention(operands, FromProto(out), op == Opcode::kAttentionGrad, params);
         if (!layout.ok()) return Fail(id, std::string(layout.status().message()));
-        if (!std::isfinite(inst.value())) return Fail(id, absl::StrCat("the scale ", inst.value(), " is not finite"));
         return absl::OkStatus();
       }
     }

@@ -124,7 +124,7 @@ int64_t EliminateCommonSubexpressions(HloModule& module) {
         std::bit_cast<uint64_t>(inst.value), "|", absl::StrJoin(inst.dims, ","), "|", absl::StrJoin(inst.start, ","),
         "|", absl::StrJoin(inst.limit, ","), "|", absl::StrJoin(inst.stride, ","), "|", inst.axis, "|",
         static_cast<int32_t>(inst.direction), "|", static_cast<int32_t>(inst.combiner), "|", inst.stream, "|",
-        inst.transpose_lhs, inst.transpose_rhs, inst.causal);
+        inst.transpose_lhs, inst.transpose_rhs, inst.causal, "|", std::bit_cast<uint64_t>(inst.dropout));
     auto [it, inserted] = seen.emplace(key, static_cast<int64_t>(i));
     if (!inserted) {
       forward[i] = it->second;

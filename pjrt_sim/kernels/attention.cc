@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "pjrt_sim/element_ops.h"
 #include "pjrt_sim/kernels/gemm.h"
 #include "pjrt_sim/thread_pool.h"
 
@@ -49,10 +50,37 @@ T* Scratch(size_t n) {
 // What forward and backward share: the sizes, and the masked, scaled scores of a block.
 class AttentionBase : public Kernel {
  public:
-  AttentionBase(AttentionLayout layout, double scale, bool causal)
-      : lay_(std::move(layout)), scale_(scale), causal_(causal) {}
+  AttentionBase(AttentionLayout layout, const AttentionParams& params)
+      : lay_(std::move(layout)),
+        scale_(params.scale),
+        causal_(params.causal),
+        dropout_(params.dropout),
+        stream_(params.stream),
+        // What a kept probability is multiplied by: 1 / (1 - p), and 0 when every one is dropped (p = 1).
+        keep_scale_(params.dropout < 1 ? 1 / (1 - params.dropout) : 0) {}
 
  protected:
+  // The seed of the dropout (the last input), or 0 without dropout.
+  uint64_t Seed(std::span<const void* const> inputs) const {
+    return dropout_ > 0 ? static_cast<uint64_t>(*static_cast<const int64_t*>(inputs.back())) : 0;
+  }
+
+  // Multiplies the block's probabilities p[r * kBlock + c] by the dropout's factor: 0 where (b, i0 + r,
+  // j0 + c) is dropped, 1 / (1 - dropout) elsewhere. The draw is RNG_UNIFORM's of [B, L, S].
+  template <typename T>
+  void Dropout(uint64_t seed, int64_t b, int64_t i0, int64_t rows, int64_t j0, int64_t cols, T* p) const {
+    const T keep = static_cast<T>(keep_scale_);
+    for (int64_t r = 0; r < rows; ++r) {
+      const uint64_t first = static_cast<uint64_t>((b * lay_.l + i0 + r) * lay_.s + j0);
+      T* row = p + r * kBlock;
+      for (int64_t c = 0; c < cols; ++c) {
+        const bool dropped =
+            RandomUniform(seed, static_cast<uint64_t>(stream_), first + static_cast<uint64_t>(c)) < dropout_;
+        row[c] = dropped ? T{0} : row[c] * keep;
+      }
+    }
+  }
+
   // The mask's element offset for batch element b (its batch dims broadcast).
   int64_t MaskOffset(int64_t b) const {
     int64_t offset = 0;
@@ -98,6 +126,9 @@ class AttentionBase : public Kernel {
   AttentionLayout lay_;
   double scale_;
   bool causal_;
+  double dropout_;
+  int64_t stream_;
+  double keep_scale_;
 };
 
 // Forward: tasks are (batch element, block of queries). Each keeps, per query row, the running maximum m
@@ -127,6 +158,7 @@ class AttentionKernel final : public AttentionBase {
     const T* v_all = static_cast<const T*>(inputs[2]);
     const void* mask = lay_.has_mask ? inputs[3] : nullptr;
     T* out_all = static_cast<T*>(output);
+    const uint64_t seed = Seed(inputs);
     ThreadPool::Get().ParallelFor(lay_.batch * query_blocks, [&](int64_t task) {
       const int64_t b = task / query_blocks;
       const int64_t i0 = (task % query_blocks) * kBlock;
@@ -169,6 +201,7 @@ class AttentionKernel final : public AttentionBase {
           T* a = acc + r * ev;
           for (int64_t c = 0; c < ev; ++c) a[c] *= rescale;
         }
+        if (dropout_ > 0) Dropout<T>(seed, b, i0, rows, j0, cols, scores);  // after the sums: softmax, then drop
         Product<T>(rows, ev, cols, {scores, kBlock, 1}, {v + j0 * ev, ev, 1}, {pv, ev, 1});
         for (int64_t x = 0; x < rows * ev; ++x) acc[x] += pv[x];
       }
@@ -213,6 +246,7 @@ class AttentionGradKernel final : public AttentionBase {
     const T* dout_all = static_cast<const T*>(inputs[4]);
     const void* mask = lay_.has_mask ? inputs[5] : nullptr;
     T* grads_all = static_cast<T*>(output);
+    const uint64_t seed = Seed(inputs);
     ThreadPool::Get().ParallelFor(lay_.batch, [&](int64_t b) {
       const T* q = q_all + b * l * e;
       const T* k = k_all + b * s * e;
@@ -225,9 +259,10 @@ class AttentionGradKernel final : public AttentionBase {
       std::fill_n(dq, per_batch, T{0});
       const size_t block = static_cast<size_t>(kBlock);
       const size_t wide = block * static_cast<size_t>(std::max(e, ev));
-      T* p = Scratch<T>(2 * block * block + wide + 2 * static_cast<size_t>(l));
+      T* p = Scratch<T>(3 * block * block + wide + 2 * static_cast<size_t>(l));
       T* ds = p + block * block;
-      T* product = ds + block * block;
+      T* dropped = ds + block * block;  // P with the dropout applied (P itself without dropout)
+      T* product = dropped + block * block;
       T* lse = product + wide;
       T* delta = lse + l;
       for (int64_t i = 0; i < l; ++i) {
@@ -249,16 +284,29 @@ class AttentionGradKernel final : public AttentionBase {
             T* pr = p + r * kBlock;
             for (int64_t c = 0; c < cols; ++c) pr[c] = std::exp(pr[c] - lse[i0 + r]);
           }
-          // dV[j0:] += P^T dO[i0:]
-          Product<T>(cols, ev, rows, {p, 1, kBlock}, {dout + i0 * ev, ev, 1}, {product, ev, 1});
+          // With dropout Z (0 or 1 / (1 - dropout)): O = (P Z) V, so dV = (P Z)^T dO, dP = (dO V^T) Z, and
+          // D = rowsum(dO * O) is still rowsum(P * dP).
+          const T* kept = p;
+          if (dropout_ > 0) {
+            for (int64_t r = 0; r < rows; ++r) std::copy_n(p + r * kBlock, cols, dropped + r * kBlock);
+            Dropout<T>(seed, b, i0, rows, j0, cols, dropped);
+            kept = dropped;
+          }
+          // dV[j0:] += (P Z)^T dO[i0:]
+          Product<T>(cols, ev, rows, {kept, 1, kBlock}, {dout + i0 * ev, ev, 1}, {product, ev, 1});
           for (int64_t x = 0; x < cols * ev; ++x) dv[j0 * ev + x] += product[x];
-          // dS = P * (dO V^T - D) * scale
+          // dS = P * (dO V^T Z - D) * scale; P Z / P is Z where P > 0 (and dS is 0 where P is)
           Product<T>(rows, cols, ev, {dout + i0 * ev, ev, 1}, {v + j0 * ev, 1, ev}, {ds, kBlock, 1});
           for (int64_t r = 0; r < rows; ++r) {
             const T* pr = p + r * kBlock;
+            const T* kr = kept + r * kBlock;
             T* dr = ds + r * kBlock;
             const T d = delta[i0 + r];
-            for (int64_t c = 0; c < cols; ++c) dr[c] = pr[c] * (dr[c] - d) * scale;
+            if (dropout_ > 0) {
+              for (int64_t c = 0; c < cols; ++c) dr[c] = (kr[c] * dr[c] - pr[c] * d) * scale;
+            } else {
+              for (int64_t c = 0; c < cols; ++c) dr[c] = pr[c] * (dr[c] - d) * scale;
+            }
           }
           // dK[j0:] += dS^T Q[i0:], dQ[i0:] += dS K[j0:]
           Product<T>(cols, e, rows, {ds, 1, kBlock}, {q + i0 * e, e, 1}, {product, e, 1});
@@ -271,10 +319,8 @@ class AttentionGradKernel final : public AttentionBase {
   }
 };
 
-}  // namespace
-
-absl::StatusOr<AttentionLayout> CheckAttentionLayout(std::span<const ArrayShape> operands, const ArrayShape& result,
-                                                     bool grad) {
+// The layout of the operands but the seed.
+absl::StatusOr<AttentionLayout> CheckLayout(std::span<const ArrayShape> operands, const ArrayShape& result, bool grad) {
   const size_t base = grad ? 5 : 3;
   auto fail = [&](absl::string_view what) {
     return absl::InvalidArgumentError(
@@ -343,12 +389,28 @@ absl::StatusOr<AttentionLayout> CheckAttentionLayout(std::span<const ArrayShape>
   return lay;
 }
 
-std::unique_ptr<Kernel> MakeAttentionKernel(AttentionLayout layout, double scale, bool causal) {
-  return std::make_unique<AttentionKernel>(std::move(layout), scale, causal);
+}  // namespace
+
+absl::StatusOr<AttentionLayout> CheckAttention(std::span<const ArrayShape> operands, const ArrayShape& result,
+                                               bool grad, const AttentionParams& params) {
+  if (!std::isfinite(params.scale))
+    return absl::InvalidArgumentError(absl::StrCat("the scale ", params.scale, " is not finite"));
+  if (!(params.dropout >= 0 && params.dropout <= 1)) {
+    return absl::InvalidArgumentError(absl::StrCat("the dropout probability ", params.dropout, " is not in [0, 1]"));
+  }
+  if (params.dropout == 0) return CheckLayout(operands, result, grad);
+  if (operands.empty() || operands.back().type != PrimitiveType::kS64 || !operands.back().dims.empty()) {
+    return absl::InvalidArgumentError("with dropout, the last operand must be the s64[] seed");
+  }
+  return CheckLayout(operands.first(operands.size() - 1), result, grad);
 }
 
-std::unique_ptr<Kernel> MakeAttentionGradKernel(AttentionLayout layout, double scale, bool causal) {
-  return std::make_unique<AttentionGradKernel>(std::move(layout), scale, causal);
+std::unique_ptr<Kernel> MakeAttentionKernel(AttentionLayout layout, const AttentionParams& params) {
+  return std::make_unique<AttentionKernel>(std::move(layout), params);
+}
+
+std::unique_ptr<Kernel> MakeAttentionGradKernel(AttentionLayout layout, const AttentionParams& params) {
+  return std::make_unique<AttentionGradKernel>(std::move(layout), params);
 }
 
 }  // namespace lazyrt::pjrt

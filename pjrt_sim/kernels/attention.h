@@ -19,6 +19,14 @@ namespace lazyrt::pjrt {
 // operands stay in L1/L2.
 inline constexpr int64_t kAttentionBlock = 64;
 
+// The static parameters of an ATTENTION or ATTENTION_GRAD instruction.
+struct AttentionParams {
+  double scale = 1;     // finite
+  bool causal = false;  // query i sees keys j <= i only
+  double dropout = 0;   // in [0, 1]; > 0: the last operand is the s64[] seed
+  int64_t stream = 0;   // the random stream of the dropout
+};
+
 // The sizes of an ATTENTION or ATTENTION_GRAD instruction, checked against its operands and result.
 struct AttentionLayout {
   PrimitiveType type = PrimitiveType::kF32;  // of q, k, v and the results: f32 or f64
@@ -31,13 +39,13 @@ struct AttentionLayout {
   int64_t mask_row_stride = 0, mask_col_stride = 0;
 };
 
-// Checks the operands and result of an attention (grad: ATTENTION_GRAD) and returns their layout; the
-// error says what does not fit. Shared by the module verifier and the kernel loader.
-absl::StatusOr<AttentionLayout> CheckAttentionLayout(std::span<const ArrayShape> operands, const ArrayShape& result,
-                                                     bool grad);
+// Checks the parameters, operands and result of an attention (grad: ATTENTION_GRAD) and returns their
+// layout; the error says what does not fit. Shared by the module verifier and the kernel loader.
+absl::StatusOr<AttentionLayout> CheckAttention(std::span<const ArrayShape> operands, const ArrayShape& result,
+                                               bool grad, const AttentionParams& params);
 
-// The kernels (inputs as the instructions' operands). `scale` must be finite.
-std::unique_ptr<Kernel> MakeAttentionKernel(AttentionLayout layout, double scale, bool causal);
-std::unique_ptr<Kernel> MakeAttentionGradKernel(AttentionLayout layout, double scale, bool causal);
+// The kernels (inputs as the instructions' operands), for a layout and parameters CheckAttention accepted.
+std::unique_ptr<Kernel> MakeAttentionKernel(AttentionLayout layout, const AttentionParams& params);
+std::unique_ptr<Kernel> MakeAttentionGradKernel(AttentionLayout layout, const AttentionParams& params);
 
 }  // namespace lazyrt::pjrt

@@ -774,11 +774,11 @@ absl::StatusOr<std::unique_ptr<Kernel>> BuildKernel(const proto::Kernel& k, std:
     case proto::Kernel::ATTENTION:
     case proto::Kernel::ATTENTION_GRAD: {
       const bool grad = k.kind() == proto::Kernel::ATTENTION_GRAD;
-      absl::StatusOr<AttentionLayout> layout = CheckAttentionLayout(inputs, output, grad);
+      const AttentionParams params{k.scale(), k.causal(), k.dropout(), k.stream()};
+      absl::StatusOr<AttentionLayout> layout = CheckAttention(inputs, output, grad, params);
       if (!layout.ok()) return Expect(false, k, std::string(layout.status().message()));
-      RETURN_IF_ERROR(Expect(std::isfinite(k.scale()), k, absl::StrCat("the scale ", k.scale(), " is not finite")));
-      return grad ? MakeAttentionGradKernel(*std::move(layout), k.scale(), k.causal())
-                  : MakeAttentionKernel(*std::move(layout), k.scale(), k.causal());
+      return grad ? MakeAttentionGradKernel(*std::move(layout), params)
+                  : MakeAttentionKernel(*std::move(layout), params);
     }
     case proto::Kernel::NORMALIZE: return BuildNormalizeKernel(k, inputs, output);
     case proto::Kernel_Kind_Kernel_Kind_INT_MIN_SENTINEL_DO_NOT_USE_:

@@ -83,6 +83,15 @@ inline int64_t EstimatedCost(const pjrt::proto::Executable& exe, int64_t cap) {
     int64_t work = CappedNumel(k.iteration_shape(), cap);
     work = std::max(work, CappedProduct(CappedProduct(std::max<int64_t>(k.batch(), 1), k.m(), cap),
                                         CappedProduct(k.n(), std::max<int64_t>(k.k(), 1), cap), cap));
+    if (k.kind() == pjrt::proto::Kernel::ATTENTION || k.kind() == pjrt::proto::Kernel::ATTENTION_GRAD) {
+      // Every query meets every key: at most the square of the elements it reads.
+      int64_t read = 0;
+      for (int64_t in : k.inputs()) {
+        if (in >= 0 && in < exe.slots_size())
+          read = std::min(cap, read + CappedNumel(exe.slots(static_cast<int>(in)).shape(), cap));
+      }
+      work = std::max(work, CappedProduct(read, read, cap));
+    }
     cost = std::min(cap, cost + CappedProduct(work, std::max(1, k.program_size()), cap));
   }
   return cost;

@@ -283,6 +283,54 @@ TEST(Attention, FloatMaskThatRequiresGradGetsItsGradient) {
   sum(Unfused(q, k, v, mask2, false, 1 / std::sqrt(3.0)) * q.sum({-1}, true)).backward();
   ASSERT_TRUE(mask.grad().defined());
   ExpectClose(mask.grad().to_vector<double>(), mask2.grad().to_vector<double>(), 1e-12, "dmask");
+  // With dropout too: the same draws as the fused kernels (f64), so the same output.
+  manual_seed(77);
+  const std::vector<double> unfused = scaled_dot_product_attention(q, k, v, mask, 0.4).to_vector<double>();
+  manual_seed(77);
+  const std::vector<double> fused = scaled_dot_product_attention(q, k, v, mask2.detach(), 0.4).to_vector<double>();
+  ExpectClose(unfused, fused, 1e-12, "dropout");
+}
+
+// Dropout draws in the kernels what rand() of the scores' shape draws from the same seed and stream (the
+// first random op after manual_seed), forward and backward: the composition with those draws matches.
+TEST(Attention, DropoutDrawsAsRandAndItsGradientsFollow) {
+  std::mt19937_64 rng(8);
+  const Dims dq = {2, 3, 70, 8}, dk = {2, 3, 90, 8}, dv = {2, 3, 90, 5}, scores = {2, 3, 70, 90};
+  const Tensor q0 = Random(dq, DType::kF64, rng), k0 = Random(dk, DType::kF64, rng), v0 = Random(dv, DType::kF64, rng);
+  const Tensor w = Random({2, 3, 70, 5}, DType::kF64, rng);
+  const double p = 0.3;
+  for (bool causal : {false, true}) {
+    SCOPED_TRACE(causal ? "causal" : "plain");
+    auto run = [&](bool fused) {
+      Tensor q = Fresh(q0), k = Fresh(k0), v = Fresh(v0);
+      for (Tensor* x : {&q, &k, &v}) x->requires_grad_();
+      manual_seed(1234);
+      Tensor out;
+      if (fused) {
+        out = scaled_dot_product_attention(q, k, v, Tensor(), p, causal);
+      } else {
+        const Tensor keep = ge(rand(scores, Scalar::Static(0.0), Scalar::Static(1.0), DType::kF64), Scalar::Static(p));
+        Tensor s = matmul(q, transpose(k, -1, -2)) * ScalarArg(Scalar::Static(1 / std::sqrt(8.0)));
+        if (causal) {
+          Tensor tril = le(reshape(arange(0, 90, 1), {1, 90}), reshape(arange(0, 70, 1), {70, 1}));
+          s = where(tril, s, full({}, Scalar::Static(-kInf), DType::kF64));
+        }
+        const Tensor dropped =
+            where(keep, softmax(s, -1) * ScalarArg(Scalar::Static(1 / (1 - p))), zeros({}, DType::kF64));
+        out = matmul(dropped, v);
+      }
+      sum(out * w).backward();
+      return std::vector<std::vector<double>>{out.to_vector<double>(), q.grad().to_vector<double>(),
+                                              k.grad().to_vector<double>(), v.grad().to_vector<double>()};
+    };
+    const auto fused = run(true);
+    const auto unfused = run(false);
+    const char* names[] = {"output", "dq", "dk", "dv"};
+    for (size_t i = 0; i < 4; ++i) ExpectClose(fused[i], unfused[i], 1e-12, names[i]);
+  }
+  // Everything dropped: zeros, as torch's dropout with p = 1.
+  const Tensor all = scaled_dot_product_attention(q0, k0, v0, Tensor(), 1.0);
+  EXPECT_EQ(all.to_vector<double>(), std::vector<double>(static_cast<size_t>(2 * 3 * 70 * 5), 0.0));
 }
 
 template <typename Fn>
@@ -314,7 +362,8 @@ TEST(Attention, ErrorsNameTheShapesAndTheValidOnes) {
   ExpectError([&] { scaled_dot_product_attention(q, k, v, zeros({3, 4, 6})); }, {op, "broadcast to the scores"});
   ExpectError([&] { scaled_dot_product_attention(q, k, v, zeros({4, 6}, DType::kF64)); }, {op, "bool or q's dtype"});
   ExpectError([&] { scaled_dot_product_attention(q, k, v, zeros({4, 6}), 0.0, true); }, {op, "is_causal", "attn_mask"});
-  ExpectError([&] { scaled_dot_product_attention(q, k, v, Tensor(), 0.1); }, {op, "dropout_p must be 0", "0.1"});
+  ExpectError([&] { scaled_dot_product_attention(q, k, v, Tensor(), 1.5); },
+              {op, "dropout_p must be in [0, 1]", "1.5"});
   ExpectError([&] { scaled_dot_product_attention(q, k, v, Tensor(), 0.0, false, kInf); }, {op, "finite"});
   ExpectError([&] { scaled_dot_product_attention(zeros({2, 4, 0}), zeros({2, 6, 0}), v); }, {op, "E = 0"});
 }

@@ -302,6 +302,16 @@ TEST(AttentionVerifier, RefusesMalformedInstructions) {
   }
   {
     ModuleBuilder m = good;
+    m.inst(fwd).set_dropout(1.5);
+    refuse(m.module(), "the dropout probability 1.5 is not in [0, 1]");
+  }
+  {
+    ModuleBuilder m = good;
+    m.inst(fwd).set_dropout(0.5);  // the mask is no s64[] seed
+    refuse(m.module(), "the last operand must be the s64[] seed");
+  }
+  {
+    ModuleBuilder m = good;
     m.inst(grad).mutable_shape()->set_dims(1, 1);
     refuse(m.module(), "the result must be f32[2,98]");
   }
@@ -319,6 +329,12 @@ TEST(AttentionLoader, RefusesKernelsThatDoNotFitTheirSlots) {
   EXPECT_FALSE(BuildKernel(k, std::span(operands).first(2), {PrimitiveType::kF32, {2, 4, 4}}).ok());
   k.set_scale(std::numeric_limits<double>::infinity());
   EXPECT_FALSE(BuildKernel(k, operands, {PrimitiveType::kF32, {2, 4, 4}}).ok());
+  k.set_scale(0.5);
+  k.set_dropout(0.2);  // without a seed
+  EXPECT_FALSE(BuildKernel(k, operands, {PrimitiveType::kF32, {2, 4, 4}}).ok());
+  k.set_dropout(std::numeric_limits<double>::quiet_NaN());
+  EXPECT_FALSE(BuildKernel(k, operands, {PrimitiveType::kF32, {2, 4, 4}}).ok());
+  k.set_dropout(0);
   k.set_scale(0.5);
   k.set_kind(proto::Kernel::ATTENTION_GRAD);
   EXPECT_FALSE(BuildKernel(k, operands, {PrimitiveType::kF32, {2, 98}}).ok());

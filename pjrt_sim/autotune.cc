@@ -11,6 +11,7 @@
 #include "pjrt_sim/executable.h"
 #include "pjrt_sim/hlo.h"
 #include "pjrt_sim/kernels/fused_program.h"
+#include "pjrt_sim/kernels/gemm.h"
 #include "pjrt_sim/kernels/kernels.h"
 #include "pjrt_sim/status_macros.h"
 #include "pjrt_sim/thread_pool.h"
@@ -41,8 +42,6 @@ void FillProbeData(const ArrayShape& shape, void* data, std::mt19937_64& rng) {
   }
 }
 
-// Measures the candidate configurations of every kernel worth tuning on probe data in device memory,
-// and keeps the fastest whose output is bit-identical to the first candidate's.
 }  // namespace
 
 absl::Status Autotune(proto::Executable& exe, Device* device) {
@@ -71,17 +70,33 @@ absl::Status Autotune(proto::Executable& exe, Device* device) {
   const int threads = ThreadPool::Get().size();
   for (int k = 0; k < exe.kernels_size(); ++k) {
     proto::Kernel& kernel = *exe.mutable_kernels(k);
-    std::vector<std::pair<std::string, proto::Kernel>> candidates;
+    // Each candidate names the one whose bits it must reproduce (itself for a reference).
+    struct Candidate {
+      std::string name;
+      proto::Kernel kernel;
+      size_t reference;
+    };
+    std::vector<Candidate> candidates;
     if (kernel.kind() == proto::Kernel::DOT && kernel.m() * kernel.n() * kernel.k() >= (1 << 15) &&
         (exe.slots(static_cast<int>(kernel.output())).shape().type() == proto::F32 ||
          exe.slots(static_cast<int>(kernel.output())).shape().type() == proto::F64)) {
-      candidates = {{"blas", kernel}};
-      if (threads > 1) {
-        proto::Kernel columns = kernel, rows = kernel;
-        columns.set_variant(kDotColumnPanels);
-        rows.set_variant(kDotRowPanels);
-        candidates.emplace_back(absl::StrCat("blas_column_panels_x", threads), columns);
-        candidates.emplace_back(absl::StrCat("blas_row_panels_x", threads), rows);
+      // Every library, whole and split into panels. Libraries round differently, so each is a
+      // reference of its own: a split is kept only if it gives its library's bits for the whole product,
+      // and the library chosen is stored, so that a warm process computes what the cold one did.
+      for (GemmLibrary library : kGemmLibraries) {
+        const size_t whole = candidates.size();
+        proto::Kernel serial = kernel;
+        serial.set_gemm_library(static_cast<int32_t>(library));
+        serial.set_variant(kDotSerial);
+        const std::string name(GemmLibraryName(library));
+        candidates.push_back({name, serial, whole});
+        if (threads > 1) {
+          proto::Kernel columns = serial, rows = serial;
+          columns.set_variant(kDotColumnPanels);
+          rows.set_variant(kDotRowPanels);
+          candidates.push_back({absl::StrCat(name, "_column_panels_x", threads), columns, whole});
+          candidates.push_back({absl::StrCat(name, "_row_panels_x", threads), rows, whole});
+        }
       }
     } else if ((kernel.kind() == proto::Kernel::LOOP || kernel.kind() == proto::Kernel::REDUCE) && threads > 1 &&
                FromProto(kernel.iteration_shape()).numel() >= (1 << 15)) {
@@ -89,7 +104,7 @@ absl::Status Autotune(proto::Executable& exe, Device* device) {
       const int64_t block = FusedProgram::kBlock;
       proto::Kernel parallel = kernel;
       parallel.set_grain(((n + threads - 1) / threads + block - 1) / block * block);
-      candidates = {{"serial", kernel}, {absl::StrCat("parallel_x", threads), parallel}};
+      candidates = {{"serial", kernel, 0}, {absl::StrCat("parallel_x", threads), parallel, 0}};
     }
     if (candidates.empty()) continue;
 
@@ -114,7 +129,7 @@ absl::Status Autotune(proto::Executable& exe, Device* device) {
       }
       return bytes;
     };
-    // Every candidate runs once (warming caches) and must give the first one's bits; then they are
+    // Every candidate runs once (warming caches) and must give its reference's bits; then they are
     // timed in rounds, one run of each per round, and each keeps its best time. A disturbance of the
     // shared machine (another process, the host tracing the next step) then slows the candidates
     // alike rather than condemning whichever one it happened to hit.
@@ -124,16 +139,16 @@ absl::Status Autotune(proto::Executable& exe, Device* device) {
       double us = 1e300;
     };
     std::vector<Trial> trials(candidates.size());
-    std::string reference;
+    std::vector<std::string> bits(candidates.size());
     for (size_t c = 0; c < candidates.size(); ++c) {
       absl::StatusOr<std::unique_ptr<Kernel>> built =
-          BuildKernel(candidates[c].second, input_shapes, out_shape, extra_shapes);
+          BuildKernel(candidates[c].kernel, input_shapes, out_shape, extra_shapes);
       if (!built.ok()) return built.status();
       Trial& t = trials[c];
       t.kernel = *std::move(built);
       t.ok = t.kernel->Run(inputs, outs).ok();
-      if (c == 0) reference = output_bytes();
-      t.identical = c == 0 || output_bytes() == reference;
+      bits[c] = output_bytes();
+      t.identical = bits[c] == bits[candidates[c].reference];
     }
     constexpr int kTimedRounds = 3;
     for (int round = 0; round < kTimedRounds; ++round) {
@@ -151,13 +166,14 @@ absl::Status Autotune(proto::Executable& exe, Device* device) {
       const Trial& t = trials[c];
       if (!t.ok) continue;
       proto::AutotuneCandidate* cand = record->add_candidates();
-      cand->set_name(t.identical ? candidates[c].first : candidates[c].first + " (rejected: different bits)");
+      cand->set_name(t.identical ? candidates[c].name : candidates[c].name + " (rejected: different bits)");
       cand->set_us(t.us);
       if (t.identical && (best_us < 0 || t.us < best_us)) {
         best_us = t.us;
-        record->set_chosen(candidates[c].first);
-        kernel.set_variant(candidates[c].second.variant());
-        kernel.set_grain(candidates[c].second.grain());
+        record->set_chosen(candidates[c].name);
+        kernel.set_variant(candidates[c].kernel.variant());
+        kernel.set_grain(candidates[c].kernel.grain());
+        kernel.set_gemm_library(candidates[c].kernel.gemm_library());
       }
     }
   }

@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "pjrt_sim/autotune.h"
 #include "pjrt_sim/buffer_assignment.h"
+#include "pjrt_sim/cpu_isa.h"
 #include "pjrt_sim/fusion.h"
 #include "pjrt_sim/hlo.h"
 #include "pjrt_sim/module_verifier.h"
@@ -60,6 +61,7 @@ absl::StatusOr<std::shared_ptr<Executable>> Compile(const proto::Module& module,
   proto::Executable exe;
   exe.set_compiler_version(std::string(kCompilerVersion));
   exe.set_device_kind(std::string(Device::kKind));
+  exe.set_cpu_isa(HostIsa());
   exe.set_module_name(module.name());
   exe.set_module_instructions(module.instructions_size());
 

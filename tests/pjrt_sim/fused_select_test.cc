@@ -61,7 +61,8 @@ void CheckSelect(proto::ElementType type, PrimitiveType primitive) {
         ASSERT_EQ(std::memcmp(&got, &want, sizeof(T)), 0) << "select at " << i << ", fusion " << fusion;
         const T relu_want = a[k] <= T{0} ? T{0} : b[k];
         const T relu_got = (*out)[1].at<T>(i);
-        ASSERT_EQ(std::memcmp(&relu_got, &relu_want, sizeof(T)), 0) << "relu backward at " << i << ", fusion " << fusion;
+        ASSERT_EQ(std::memcmp(&relu_got, &relu_want, sizeof(T)), 0)
+            << "relu backward at " << i << ", fusion " << fusion;
       }
     }
   }

@@ -70,33 +70,26 @@ absl::Status Autotune(proto::Executable& exe, Device* device) {
   const int threads = ThreadPool::Get().size();
   for (int k = 0; k < exe.kernels_size(); ++k) {
     proto::Kernel& kernel = *exe.mutable_kernels(k);
-    // Each candidate names the one whose bits it must reproduce (itself for a reference).
+    // The first candidate is the reference whose bits every other must reproduce.
     struct Candidate {
       std::string name;
       proto::Kernel kernel;
-      size_t reference;
     };
     std::vector<Candidate> candidates;
     if (kernel.kind() == proto::Kernel::DOT && kernel.m() * kernel.n() * kernel.k() >= (1 << 15) &&
         (exe.slots(static_cast<int>(kernel.output())).shape().type() == proto::F32 ||
          exe.slots(static_cast<int>(kernel.output())).shape().type() == proto::F64)) {
-      // Every library, whole and split into panels. Libraries round differently, so each is a
-      // reference of its own: a split is kept only if it gives its library's bits for the whole product,
-      // and the library chosen is stored, so that a warm process computes what the cold one did.
-      for (GemmLibrary library : kGemmLibraries) {
-        const size_t whole = candidates.size();
-        proto::Kernel serial = kernel;
-        serial.set_gemm_library(static_cast<int32_t>(library));
-        serial.set_variant(kDotSerial);
-        const std::string name(GemmLibraryName(library));
-        candidates.push_back({name, serial, whole});
-        if (threads > 1) {
-          proto::Kernel columns = serial, rows = serial;
-          columns.set_variant(kDotColumnPanels);
-          rows.set_variant(kDotRowPanels);
-          candidates.push_back({absl::StrCat(name, "_column_panels_x", threads), columns, whole});
-          candidates.push_back({absl::StrCat(name, "_row_panels_x", threads), rows, whole});
-        }
+      // The kernel's GEMM library (fixed by the CPU's features, see PreferredGemmLibrary: libraries
+      // round differently, and tuning must never change a result), whole and split into panels.
+      const std::string name(
+          GemmLibraryName(GemmLibraryFromNumber(kernel.gemm_library()).value_or(GemmLibrary::kBlis)));
+      candidates.push_back({name, kernel});
+      if (threads > 1) {
+        proto::Kernel columns = kernel, rows = kernel;
+        columns.set_variant(kDotColumnPanels);
+        rows.set_variant(kDotRowPanels);
+        candidates.push_back({absl::StrCat(name, "_column_panels_x", threads), columns});
+        candidates.push_back({absl::StrCat(name, "_row_panels_x", threads), rows});
       }
     } else if ((kernel.kind() == proto::Kernel::LOOP || kernel.kind() == proto::Kernel::REDUCE) && threads > 1 &&
                FromProto(kernel.iteration_shape()).numel() >= (1 << 15)) {
@@ -104,7 +97,7 @@ absl::Status Autotune(proto::Executable& exe, Device* device) {
       const int64_t block = FusedProgram::kBlock;
       proto::Kernel parallel = kernel;
       parallel.set_grain(((n + threads - 1) / threads + block - 1) / block * block);
-      candidates = {{"serial", kernel, 0}, {absl::StrCat("parallel_x", threads), parallel, 0}};
+      candidates = {{"serial", kernel}, {absl::StrCat("parallel_x", threads), parallel}};
     }
     if (candidates.empty()) continue;
 
@@ -129,7 +122,7 @@ absl::Status Autotune(proto::Executable& exe, Device* device) {
       }
       return bytes;
     };
-    // Every candidate runs once (warming caches) and must give its reference's bits; then they are
+    // Every candidate runs once (warming caches) and must give the first one's bits; then they are
     // timed in rounds, one run of each per round, and each keeps its best time. A disturbance of the
     // shared machine (another process, the host tracing the next step) then slows the candidates
     // alike rather than condemning whichever one it happened to hit.
@@ -139,7 +132,7 @@ absl::Status Autotune(proto::Executable& exe, Device* device) {
       double us = 1e300;
     };
     std::vector<Trial> trials(candidates.size());
-    std::vector<std::string> bits(candidates.size());
+    std::string reference;
     for (size_t c = 0; c < candidates.size(); ++c) {
       absl::StatusOr<std::unique_ptr<Kernel>> built =
           BuildKernel(candidates[c].kernel, input_shapes, out_shape, extra_shapes);
@@ -147,8 +140,8 @@ absl::Status Autotune(proto::Executable& exe, Device* device) {
       Trial& t = trials[c];
       t.kernel = *std::move(built);
       t.ok = t.kernel->Run(inputs, outs).ok();
-      bits[c] = output_bytes();
-      t.identical = bits[c] == bits[candidates[c].reference];
+      if (c == 0) reference = output_bytes();
+      t.identical = c == 0 || output_bytes() == reference;
     }
     constexpr int kTimedRounds = 3;
     for (int round = 0; round < kTimedRounds; ++round) {
@@ -173,7 +166,6 @@ absl::Status Autotune(proto::Executable& exe, Device* device) {
         record->set_chosen(candidates[c].name);
         kernel.set_variant(candidates[c].kernel.variant());
         kernel.set_grain(candidates[c].kernel.grain());
-        kernel.set_gemm_library(candidates[c].kernel.gemm_library());
       }
     }
   }

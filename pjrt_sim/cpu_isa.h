@@ -6,11 +6,14 @@
 #pragma once
 
 #include <string>
+#include <string_view>
 
 namespace lazyrt::pjrt {
 
 // "x86_64 avx avx2 fma avx512f ...": the architecture, then the features present, in a fixed order
 // (the same text on every machine with the same features). Computed once per process.
 const std::string& HostIsa();
+// Whether HostIsa() names `feature` ("avx512f").
+bool HostHas(std::string_view feature);
 
 }  // namespace lazyrt::pjrt

@@ -1,5 +1,7 @@
 #include "pjrt_sim/kernels/gemm.h"
 
+#include "pjrt_sim/cpu_isa.h"
+
 namespace lazyrt::pjrt {
 
 std::optional<GemmLibrary> GemmLibraryFromNumber(int64_t number) {
@@ -15,6 +17,11 @@ std::string_view GemmLibraryName(GemmLibrary library) {
     case GemmLibrary::kOpenBlas: return "openblas";
   }
   return "?";
+}
+
+GemmLibrary PreferredGemmLibrary() {
+  static const GemmLibrary preferred = HostHas("avx512f") ? GemmLibrary::kOpenBlas : GemmLibrary::kBlis;
+  return preferred;
 }
 
 namespace {
@@ -38,8 +45,8 @@ void Gemm(GemmLibrary library, int64_t m, int64_t n, int64_t k, MatrixView<const
   Dispatch(library, m, n, k, a, b, c);
 }
 
-void Gemm(GemmLibrary library, int64_t m, int64_t n, int64_t k, MatrixView<const double> a,
-          MatrixView<const double> b, MatrixView<double> c) {
+void Gemm(GemmLibrary library, int64_t m, int64_t n, int64_t k, MatrixView<const double> a, MatrixView<const double> b,
+          MatrixView<double> c) {
   Dispatch(library, m, n, k, a, b, c);
 }
 

@@ -31,6 +31,10 @@ TEST(CpuIsaTest, TheHostsFeaturesAreNamedOnceInAFixedForm) {
 #if defined(__x86_64__)
   EXPECT_THAT(isa, ::testing::StartsWith("x86_64"));
 #endif
+  // Whole names only: "avx" is not found inside "avx2".
+  EXPECT_FALSE(HostHas("x86"));
+  EXPECT_FALSE(HostHas("avx51"));
+  EXPECT_EQ(HostHas("avx2"), isa.find(" avx2") != std::string::npos);
 }
 
 TEST(CpuIsaTest, AnExecutableRecordsTheFeaturesItWasTunedOn) {

@@ -23,9 +23,9 @@ struct Product {
 const Product kProducts[] = {
     {1, 128, 256, 784, false, true, false},  // the MLP's layer-1 forward
     {1, 256, 784, 128, true, false, false},  // its weight gradient
-    {1, 128, 784, 256, false, false, false}, {1, 1, 1, 1, false, false, false},   {1, 7, 13, 5, true, true, false},
-    {1, 33, 1, 17, false, true, false},      {1, 1, 45, 3, true, false, false},   {3, 9, 11, 6, false, false, false},
-    {4, 10, 7, 12, true, true, true},        {2, 5, 6, 0, false, false, false},   {2, 0, 6, 4, false, false, false},
+    {1, 128, 784, 256, false, false, false}, {1, 1, 1, 1, false, false, false}, {1, 7, 13, 5, true, true, false},
+    {1, 33, 1, 17, false, true, false},      {1, 1, 45, 3, true, false, false}, {3, 9, 11, 6, false, false, false},
+    {4, 10, 7, 12, true, true, true},        {2, 5, 6, 0, false, false, false}, {2, 0, 6, 4, false, false, false},
 };
 
 template <typename T>
@@ -34,7 +34,8 @@ void CheckLibrary(GemmLibrary library, PrimitiveType type) {
   std::uniform_real_distribution<double> u(-1, 1);
   for (const Product& p : kProducts) {
     const int64_t a_size = p.m * p.k, b_size = p.k * p.n;
-    std::vector<T> a(static_cast<size_t>(p.batch * a_size)), b(static_cast<size_t>((p.broadcast_rhs ? 1 : p.batch) * b_size));
+    std::vector<T> a(static_cast<size_t>(p.batch * a_size)),
+        b(static_cast<size_t>((p.broadcast_rhs ? 1 : p.batch) * b_size));
     for (T& x : a) x = static_cast<T>(u(rng));
     for (T& x : b) x = static_cast<T>(u(rng));
     for (int64_t variant : {kDotSerial, kDotColumnPanels, kDotRowPanels}) {

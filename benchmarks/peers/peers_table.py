@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """The table of run_peers.sh: one JSON object per line in, medians per peer out, each peer's step time
-as a multiple of lazyrt's (above 1: the peer is slower). Standard library only.
+as a multiple of lazyrt's (above 1: the peer is slower), and, when the run measured the rates of a
+roofline, each step as a multiple of the roofline. Standard library only.
 
   peers_table.py RESULTS.jsonl
 """
@@ -53,6 +54,21 @@ def main():
 
         print(f"{name:<11} {len(runs[name]):>4} {fmt(steady, 10, 3)} {ratio} {fmt(first, 9, 1)} {fmt(mean, 8, 3)} "
               f"{fmt(op, 8, 0)}  {fmt(fl, 10, 6)} {fmt(ll, 10, 6)}  {kind}")
+    roofline = runs.get("roofline")
+    if roofline:
+        r = roofline[-1]
+        bound = r["roofline_ms"]
+        print(f"roofline ({r['model']}): {r['flops'] / 1e6:.1f} MFLOP of GEMM at {r['gemm_gflops']:.1f} GFLOP/s + "
+              f"{r['bytes'] / 1e6:.2f} MB at {r['bandwidth_gbs']:.1f} GB/s = {bound:.3f} ms")
+        ratios = []
+        for name in ORDER:
+            steady = med(name, "steady_step_ms")
+            if steady is not None:
+                ratios.append(f"{name} {steady / bound:.2f}")
+        print("step / roofline: " + ", ".join(ratios))
+    libtorch = med("libtorch", "steady_step_ms")
+    if base and libtorch:
+        print(f"lazyrt / libtorch: {base / libtorch:.2f}")
     extra = runs.get("torch-ltc")
     if extra:
         print(f"torch-ltc compiles per run: {[r.get('ltc_compiles') for r in extra]}, "

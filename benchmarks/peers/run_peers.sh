@@ -10,6 +10,11 @@
 #
 #   benchmarks/peers/run_peers.sh [--build DIR] [--steps N] [--warmup N] [--threads N] [--repeats N]
 #                                 [--data DIR] [--out FILE.jsonl] [--omp-wait-policy passive|active]
+#                                 [--model NAME --model-flops N --model-bytes N]
+# With build/benchmarks/micro, it also prints the step's roofline, measured in the same run: the model's
+# GEMM FLOPs at the best device GEMM rate (BM_Gemm) plus its memory traffic at the bandwidth of an
+# optimizer update (BM_AdamWUpdate), and each peer's step as a multiple of it. The defaults are the
+# MLP's; another model (a GPT row) passes its own counts.
 set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -22,13 +27,20 @@ repeats=3
 data=/usr/share/datasets/fashion-mnist
 out=""
 omp_wait_policy=passive
+# The MLP 784-256-128-10 at batch 128: GEMM FLOPs = 2 x 128 x (784x256 + 256x128 + 128x10) for the
+# forward, as much for the weight gradients, and 2 x 128 x (256x128 + 128x10) for the input gradients
+# of layers 2 and 3 (layer 1's is not needed); bytes = AdamW reading weight, gradient and both moments
+# and writing weight and moments (7 x 4 bytes) for each of its 235,146 parameters.
+model=mlp
+model_flops=$((2 * 128 * (784 * 256 + 256 * 128 + 128 * 10) * 2 + 2 * 128 * (256 * 128 + 128 * 10)))
+model_bytes=$((7 * 4 * (784 * 256 + 256 + 256 * 128 + 128 + 128 * 10 + 10)))
 # Debian's python3-torch lives in the system interpreter, not in a pyenv or venv one that may come first
 # in PATH.
 python="${PYTHON:-/usr/bin/python3}"
 
 usage() {
   echo "usage: $0 [--build DIR] [--steps N] [--warmup N] [--threads N] [--repeats N] [--data DIR] [--out FILE]" \
-    "[--omp-wait-policy passive|active]" >&2
+    "[--omp-wait-policy passive|active] [--model NAME --model-flops N --model-bytes N]" >&2
   exit 2
 }
 while [[ $# -gt 0 ]]; do
@@ -42,6 +54,9 @@ while [[ $# -gt 0 ]]; do
     --data) data="$2" ;;
     --out) out="$2" ;;
     --omp-wait-policy) omp_wait_policy="$2" ;;
+    --model) model="$2" ;;
+    --model-flops) model_flops="$2" ;;
+    --model-bytes) model_bytes="$2" ;;
     *) usage ;;
   esac
   shift 2
@@ -136,6 +151,25 @@ runs = json.load(open(sys.argv[1]))["benchmarks"]
 median = next((b for b in runs if b.get("aggregate_name") == "median"), runs[0])  # no aggregates from one repetition
 scale = {"ns": 1, "us": 1e3, "ms": 1e6}[median["time_unit"]]
 print(json.dumps({"peer": "micro", "op_ns": median["cpu_time"] * scale, "op_kind": "BM_TraceElementwiseOp"}))
+EOF
+fi
+
+# The roofline of the model's step on this machine, from rates measured now: the best GEMM rate of the
+# device (BM_Gemm, its pool and its tuned GEMM library) and the bandwidth of an optimizer update
+# (BM_AdamWUpdate: 4 arrays read, 3 written).
+if [[ -x "$build/benchmarks/micro" ]]; then
+  echo "micro BM_Gemm and BM_AdamWUpdate (the roofline's rates)" >&2
+  "$build/benchmarks/micro" --benchmark_filter='^BM_(Gemm|AdamWUpdate)/' --benchmark_repetitions="$repeats" \
+    --benchmark_report_aggregates_only=true --benchmark_format=json > "$scratch/rates.json" 2> /dev/null
+  "$python" - "$scratch/rates.json" "$model" "$model_flops" "$model_bytes" >> "$results" << 'EOF'
+import json, sys
+runs = json.load(open(sys.argv[1]))["benchmarks"]
+medians = [b for b in runs if b.get("aggregate_name", "median") == "median"]
+gflops = max(b["GFLOP/s"] for b in medians if b["name"].startswith("BM_Gemm/"))
+gbs = max(b["GB/s"] for b in medians if b["name"].startswith("BM_AdamWUpdate/"))
+flops, nbytes = float(sys.argv[3]), float(sys.argv[4])
+print(json.dumps({"peer": "roofline", "model": sys.argv[2], "flops": flops, "bytes": nbytes, "gemm_gflops": gflops,
+                  "bandwidth_gbs": gbs, "roofline_ms": flops / gflops / 1e6 + nbytes / gbs / 1e6}))
 EOF
 fi
 

@@ -55,7 +55,8 @@ void BM_Blis(benchmark::State& state) {
   const lazyrt::pjrt::MatrixView<const float> av{a.data(), g.ta ? 1 : g.k, g.ta ? g.m : 1},
       bv{b.data(), g.tb ? 1 : g.n, g.tb ? g.k : 1};
   for (auto _ : state) {
-    lazyrt::pjrt::Gemm(g.m, g.n, g.k, av, bv, lazyrt::pjrt::MatrixView<float>{c.data(), g.n, 1});
+    lazyrt::pjrt::Gemm(lazyrt::pjrt::GemmLibrary::kBlis, g.m, g.n, g.k, av, bv,
+                       lazyrt::pjrt::MatrixView<float>{c.data(), g.n, 1});
     benchmark::DoNotOptimize(c.data());
   }
   Counters(state, g);

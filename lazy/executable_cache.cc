@@ -10,6 +10,7 @@
 #include "lazy/runtime.h"
 #include "lowering/dtype.h"
 #include "lowering/lower.h"
+#include "pjrt_sim/cpu_isa.h"
 #include "pjrt_sim/version.h"
 
 namespace lazyrt::detail {
@@ -64,9 +65,11 @@ ExecutableCache::ExecutableCache() {
                   .device_count = options.devices,
                   .compile_options = compile_options_.Fingerprint()};
   const cache::KeyIngredients& k = ingredients_;
+  // And the CPU's ISA features: executables are tuned on them (and refused on other features), so two
+  // machines sharing a cache directory each keep their own entry instead of replacing each other's.
   const std::string context =
       absl::StrCat("lazyrt ", k.lazyrt_version, "|", k.lowering_version, "|", k.device_kind, "|", k.compiler_version,
-                   "|", k.compile_options, "|devices=", k.device_count);
+                   "|", k.compile_options, "|devices=", k.device_count, "|cpu=", pjrt::HostIsa());
   context_hash_ = ir::HashBytes(context.data(), context.size());
   if (!options.persistent_cache) return;
   absl::StatusOr<std::unique_ptr<cache::Store>> store =

@@ -11,6 +11,7 @@
 #include "pjrt_sim/executable.h"
 #include "pjrt_sim/hlo.h"
 #include "pjrt_sim/kernels/fused_program.h"
+#include "pjrt_sim/kernels/gemm.h"
 #include "pjrt_sim/kernels/kernels.h"
 #include "pjrt_sim/status_macros.h"
 #include "pjrt_sim/thread_pool.h"
@@ -41,8 +42,6 @@ void FillProbeData(const ArrayShape& shape, void* data, std::mt19937_64& rng) {
   }
 }
 
-// Measures the candidate configurations of every kernel worth tuning on probe data in device memory,
-// and keeps the fastest whose output is bit-identical to the first candidate's.
 }  // namespace
 
 absl::Status Autotune(proto::Executable& exe, Device* device) {
@@ -71,17 +70,26 @@ absl::Status Autotune(proto::Executable& exe, Device* device) {
   const int threads = ThreadPool::Get().size();
   for (int k = 0; k < exe.kernels_size(); ++k) {
     proto::Kernel& kernel = *exe.mutable_kernels(k);
-    std::vector<std::pair<std::string, proto::Kernel>> candidates;
+    // The first candidate is the reference whose bits every other must reproduce.
+    struct Candidate {
+      std::string name;
+      proto::Kernel kernel;
+    };
+    std::vector<Candidate> candidates;
     if (kernel.kind() == proto::Kernel::DOT && kernel.m() * kernel.n() * kernel.k() >= (1 << 15) &&
         (exe.slots(static_cast<int>(kernel.output())).shape().type() == proto::F32 ||
          exe.slots(static_cast<int>(kernel.output())).shape().type() == proto::F64)) {
-      candidates = {{"blas", kernel}};
+      // The kernel's GEMM library (fixed by the CPU's features, see PreferredGemmLibrary: libraries
+      // round differently, and tuning must never change a result), whole and split into panels.
+      const std::string name(
+          GemmLibraryName(GemmLibraryFromNumber(kernel.gemm_library()).value_or(GemmLibrary::kBlis)));
+      candidates.push_back({name, kernel});
       if (threads > 1) {
         proto::Kernel columns = kernel, rows = kernel;
         columns.set_variant(kDotColumnPanels);
         rows.set_variant(kDotRowPanels);
-        candidates.emplace_back(absl::StrCat("blas_column_panels_x", threads), columns);
-        candidates.emplace_back(absl::StrCat("blas_row_panels_x", threads), rows);
+        candidates.push_back({absl::StrCat(name, "_column_panels_x", threads), columns});
+        candidates.push_back({absl::StrCat(name, "_row_panels_x", threads), rows});
       }
     } else if ((kernel.kind() == proto::Kernel::LOOP || kernel.kind() == proto::Kernel::REDUCE) && threads > 1 &&
                FromProto(kernel.iteration_shape()).numel() >= (1 << 15)) {
@@ -127,7 +135,7 @@ absl::Status Autotune(proto::Executable& exe, Device* device) {
     std::string reference;
     for (size_t c = 0; c < candidates.size(); ++c) {
       absl::StatusOr<std::unique_ptr<Kernel>> built =
-          BuildKernel(candidates[c].second, input_shapes, out_shape, extra_shapes);
+          BuildKernel(candidates[c].kernel, input_shapes, out_shape, extra_shapes);
       if (!built.ok()) return built.status();
       Trial& t = trials[c];
       t.kernel = *std::move(built);
@@ -151,13 +159,13 @@ absl::Status Autotune(proto::Executable& exe, Device* device) {
       const Trial& t = trials[c];
       if (!t.ok) continue;
       proto::AutotuneCandidate* cand = record->add_candidates();
-      cand->set_name(t.identical ? candidates[c].first : candidates[c].first + " (rejected: different bits)");
+      cand->set_name(t.identical ? candidates[c].name : candidates[c].name + " (rejected: different bits)");
       cand->set_us(t.us);
       if (t.identical && (best_us < 0 || t.us < best_us)) {
         best_us = t.us;
-        record->set_chosen(candidates[c].first);
-        kernel.set_variant(candidates[c].second.variant());
-        kernel.set_grain(candidates[c].second.grain());
+        record->set_chosen(candidates[c].name);
+        kernel.set_variant(candidates[c].kernel.variant());
+        kernel.set_grain(candidates[c].kernel.grain());
       }
     }
   }

@@ -9,8 +9,9 @@
 namespace lazyrt::pjrt {
 
 // Measures the candidate configurations of every kernel worth tuning on probe data in `device`'s memory,
-// and keeps the fastest whose output is bit-identical to the first candidate's (so tuning never changes
-// a result). Records every candidate's time in `exe.autotune`.
+// and keeps the fastest whose output is bit-identical to its reference's (a loop's serial run, a DOT's
+// whole product on its GEMM library), so tuning never changes a result. Records every candidate's time
+// in `exe.autotune`.
 absl::Status Autotune(proto::Executable& exe, Device* device);
 
 }  // namespace lazyrt::pjrt

@@ -8,8 +8,10 @@
 #include "absl/strings/str_cat.h"
 #include "pjrt_sim/autotune.h"
 #include "pjrt_sim/buffer_assignment.h"
+#include "pjrt_sim/cpu_isa.h"
 #include "pjrt_sim/fusion.h"
 #include "pjrt_sim/hlo.h"
+#include "pjrt_sim/kernels/gemm.h"
 #include "pjrt_sim/module_verifier.h"
 #include "pjrt_sim/passes.h"
 #include "pjrt_sim/status_macros.h"
@@ -60,6 +62,7 @@ absl::StatusOr<std::shared_ptr<Executable>> Compile(const proto::Module& module,
   proto::Executable exe;
   exe.set_compiler_version(std::string(kCompilerVersion));
   exe.set_device_kind(std::string(Device::kKind));
+  exe.set_cpu_isa(HostIsa());
   exe.set_module_name(module.name());
   exe.set_module_instructions(module.instructions_size());
 
@@ -90,6 +93,11 @@ absl::StatusOr<std::shared_ptr<Executable>> Compile(const proto::Module& module,
     return fused.ok() ? *fused : 0;
   });
   if (!emitted.ok()) return emitted;
+  // Every DOT on the GEMM library this CPU runs fastest: a function of the CPU, so that every compile
+  // of a graph on a machine computes the same bits (tuned or not).
+  for (proto::Kernel& kernel : *exe.mutable_kernels()) {
+    if (kernel.kind() == proto::Kernel::DOT) kernel.set_gemm_library(static_cast<int32_t>(PreferredGemmLibrary()));
+  }
   RunPass(exe, "buffer_assignment", [&] { return AssignBuffers(exe); });
   if (options.autotune) {
     absl::Status tuned = absl::OkStatus();

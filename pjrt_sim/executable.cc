@@ -14,6 +14,7 @@
 #include "google/protobuf/io/zero_copy_stream_impl_lite.h"
 #include "google/protobuf/message.h"
 #include "google/protobuf/wire_format_lite.h"
+#include "pjrt_sim/cpu_isa.h"
 #include "pjrt_sim/device.h"
 #include "pjrt_sim/hlo.h"
 #include "pjrt_sim/status_macros.h"
@@ -185,6 +186,13 @@ absl::StatusOr<std::shared_ptr<Executable>> Executable::Load(proto::Executable p
   if (p.device_kind() != Device::kKind) {
     return absl::FailedPreconditionError(
         absl::StrCat("executable built for device kind '", p.device_kind(), "', not '", Device::kKind, "'"));
+  }
+  // Tuned choices (the GEMM library and panels of each DOT) are measurements of kernels the libraries
+  // pick by the CPU's features: refused on other features rather than re-tuned, since loading never
+  // runs a compiler pass. The caller compiles again (a persistent-cache miss with this reason).
+  if (p.cpu_isa() != HostIsa()) {
+    return absl::FailedPreconditionError(absl::StrCat("executable tuned on a CPU with '", p.cpu_isa().substr(0, 200),
+                                                      "', this CPU has '", HostIsa(), "'"));
   }
   if (p.arena_bytes() < 0 || p.arena_bytes() > kMaxBytes) return Invalid("arena size out of range");
   std::shared_ptr<Executable> exe(new Executable(std::move(p)));

@@ -1,6 +1,7 @@
 // Intra-kernel parallelism: a fixed pool of workers, one per core, that the calling thread joins.
 #pragma once
 
+#include <atomic>
 #include <condition_variable>
 #include <cstdint>
 #include <functional>
@@ -29,8 +30,9 @@ class ThreadPool {
   std::condition_variable wake_, done_;
   const std::function<void(int64_t)>* job_ = nullptr;
   int64_t next_ = 0, tasks_ = 0, running_ = 0;
-  uint64_t generation_ = 0;
-  bool stopping_ = false;
+  // Written under mu_; read without it by workers spinning for the next job.
+  std::atomic<uint64_t> generation_{0};
+  std::atomic<bool> stopping_{false};
   std::mutex call_mu_;  // one ParallelFor at a time
   std::vector<std::thread> workers_;
 };

@@ -11,9 +11,9 @@
 
 namespace lazyrt::pjrt {
 
-inline constexpr absl::string_view kCompilerVersion = "lazyrt-sim-compiler/4";
-// 2: multi-output loop kernels.
-inline constexpr uint32_t kExecutableFormatVersion = 2;
+inline constexpr absl::string_view kCompilerVersion = "lazyrt-sim-compiler/5";
+// 2: multi-output loop kernels. 3: the GEMM library of each DOT kernel and the CPU features it was tuned on.
+inline constexpr uint32_t kExecutableFormatVersion = 3;
 
 // What produced an executable, as stored with it (a cache entry's producer version).
 struct ProducerVersion {
@@ -22,7 +22,7 @@ struct ProducerVersion {
 
   // This build's.
   static ProducerVersion Current() { return {std::string(kCompilerVersion), kExecutableFormatVersion}; }
-  // The stored text, "lazyrt-sim-compiler/4; executable format 2".
+  // The stored text, "lazyrt-sim-compiler/5; executable format 3".
   std::string ToString() const;
   // The inverse of ToString; nullopt for any other text.
   static std::optional<ProducerVersion> Parse(absl::string_view text);

@@ -11,12 +11,12 @@ packages=(
   libabsl-dev libprotobuf-dev protobuf-compiler
   libxxhash-dev libzstd-dev libdw-dev nlohmann-json3-dev zlib1g-dev
   libgtest-dev libgmock-dev libbenchmark-dev
-  libblis-serial-dev
+  libblis-serial-dev libopenblas-dev
   clang-16 libclang-rt-16-dev clang-format-16 clang-tidy-16
   dataset-fashion-mnist fortunes
 )
 if [ "${1:-}" = "--bench" ]; then
-  packages+=(python3-torch python3-numpy libtorch-dev libopenblas0-pthread libopenblas-dev libeigen3-dev)
+  packages+=(python3-torch python3-numpy libtorch-dev libopenblas0-pthread libeigen3-dev)
 elif [ -n "${1:-}" ]; then
   echo "usage: tools/setup.sh [--bench]" >&2
   exit 2

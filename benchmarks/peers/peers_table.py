@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """The table of run_peers.sh: one JSON object per line in, medians per peer out, each peer's step time
-as a multiple of lazyrt's (above 1: the peer is slower). Standard library only.
+as a multiple of lazyrt's (above 1: the peer is slower), and, when the run measured the rates of a
+roofline, each step as a multiple of the roofline. Standard library only.
 
   peers_table.py [--model mlp|gpt] RESULTS.jsonl
 """
@@ -30,6 +31,24 @@ def read_runs(path):
 def median_of(runs, name, key):
     values = [r[key] for r in runs.get(name, []) if r.get(key) is not None and r.get(key, -1) >= 0]
     return statistics.median(values) if values else None
+
+
+def print_roofline(runs, order):
+    """The roofline measured in the same run (run_peers.sh's measure_roofline), and each peer's step as a
+    multiple of it."""
+    roofline = runs.get("roofline")
+    if not roofline:
+        return
+    r = roofline[-1]
+    bound = r["roofline_ms"]
+    print(f"roofline ({r['model']}): {r['flops'] / 1e6:.1f} MFLOP of GEMM at {r['gemm_gflops']:.1f} GFLOP/s + "
+          f"{r['bytes'] / 1e6:.2f} MB at {r['bandwidth_gbs']:.1f} GB/s = {bound:.3f} ms")
+    ratios = []
+    for name in order:
+        steady = median_of(runs, name, "steady_step_ms")
+        if steady is not None:
+            ratios.append(f"{name} {steady / bound:.2f}")
+    print("step / roofline: " + ", ".join(ratios))
 
 
 def gpt_table(runs):
@@ -65,6 +84,7 @@ def gpt_table(runs):
     faster = [v for v in faster if v]
     if base and faster:
         print(f"lazyrt / the faster of PyTorch eager and libtorch: {base / min(faster):.2f} (target <= 0.7)")
+    print_roofline(runs, GPT_ORDER)
 
 
 def main():
@@ -110,6 +130,10 @@ def main():
 
         print(f"{name:<11} {len(runs[name]):>4} {fmt(steady, 10, 3)} {ratio} {fmt(first, 9, 1)} {fmt(mean, 8, 3)} "
               f"{fmt(op, 8, 0)}  {fmt(fl, 10, 6)} {fmt(ll, 10, 6)}  {kind}")
+    print_roofline(runs, ORDER)
+    libtorch = med("libtorch", "steady_step_ms")
+    if base and libtorch:
+        print(f"lazyrt / libtorch: {base / libtorch:.2f}")
     extra = runs.get("torch-ltc")
     if extra:
         print(f"torch-ltc compiles per run: {[r.get('ltc_compiles') for r in extra]}, "

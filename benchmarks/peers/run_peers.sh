@@ -23,7 +23,11 @@
 #
 #   benchmarks/peers/run_peers.sh [--model mlp|gpt] [--build DIR] [--steps N] [--warmup N] [--threads N]
 #                                 [--repeats N] [--data DIR] [--dtype f32|bf16] [--out FILE.jsonl]
-#                                 [--omp-wait-policy passive|active]
+#                                 [--omp-wait-policy passive|active] [--model-flops N --model-bytes N]
+# With build/benchmarks/micro, it also prints the step's roofline, measured in the same run: the model's
+# GEMM FLOPs at the best device GEMM rate (BM_Gemm) plus its optimizer's memory traffic at the bandwidth
+# of an optimizer update (BM_AdamWUpdate), and each peer's step as a multiple of it. Each model has its
+# counts (below); --model-flops and --model-bytes replace them.
 set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -38,13 +42,16 @@ data=""
 dtype=f32
 out=""
 omp_wait_policy=passive
+model_flops=""
+model_bytes=""
 # Debian's python3-torch lives in the system interpreter, not in a pyenv or venv one that may come first
 # in PATH.
 python="${PYTHON:-/usr/bin/python3}"
 
 usage() {
   echo "usage: $0 [--model mlp|gpt] [--build DIR] [--steps N] [--warmup N] [--threads N] [--repeats N]" \
-    "[--data DIR] [--dtype f32|bf16] [--out FILE] [--omp-wait-policy passive|active]" >&2
+    "[--data DIR] [--dtype f32|bf16] [--out FILE] [--omp-wait-policy passive|active]" \
+    "[--model-flops N --model-bytes N]" >&2
   exit 2
 }
 while [[ $# -gt 0 ]]; do
@@ -53,6 +60,8 @@ while [[ $# -gt 0 ]]; do
     --model) model="$2" ;;
     --build) build="$2" ;;
     --dtype) dtype="$2" ;;
+    --model-flops) model_flops="$2" ;;
+    --model-bytes) model_bytes="$2" ;;
     --steps) steps="$2" ;;
     --warmup) warmup="$2" ;;
     --threads) threads="$2" ;;
@@ -64,9 +73,26 @@ while [[ $# -gt 0 ]]; do
   esac
   shift 2
 done
+# Each model's roofline counts: its GEMM FLOPs per step, and the bytes its optimizer moves (AdamW reads
+# weight, gradient and both moments and writes weight and moments: 7 x 4 bytes a parameter).
 case $model in
-  mlp) steps=${steps:-200} warmup=${warmup:-10} repeats=${repeats:-3} data=${data:-/usr/share/datasets/fashion-mnist} ;;
-  gpt) steps=${steps:-100} warmup=${warmup:-5} repeats=${repeats:-1} data=${data:-/usr/share/games/fortunes} ;;
+  mlp)
+    steps=${steps:-200} warmup=${warmup:-10} repeats=${repeats:-3} data=${data:-/usr/share/datasets/fashion-mnist}
+    # 784-256-128-10 at batch 128: 2 x 128 x (784x256 + 256x128 + 128x10) for the forward, as much for
+    # the weight gradients, and 2 x 128 x (256x128 + 128x10) for the input gradients of layers 2 and 3
+    # (layer 1's is not needed); 235,146 parameters.
+    model_flops=${model_flops:-$((2 * 128 * (784 * 256 + 256 * 128 + 128 * 10) * 2 + 2 * 128 * (256 * 128 + 128 * 10)))}
+    model_bytes=${model_bytes:-$((7 * 4 * (784 * 256 + 256 + 256 * 128 + 128 + 128 * 10 + 10)))}
+    ;;
+  gpt)
+    steps=${steps:-100} warmup=${warmup:-5} repeats=${repeats:-1} data=${data:-/usr/share/games/fortunes}
+    # train_gpt's defaults (4 layers, width C 128, context T 128, batch B 32, the fortunes' 114 symbols,
+    # N = B T tokens): the linear layers 3 x 2 N (4 x 12 C^2 + C x 114) (forward, input and weight
+    # gradients); causal attention 7 x B T^2 C a layer (forward: q k^T and p v, 2 x 2 B T^2 C, halved by
+    # causality; backward: five such products); 838,912 parameters.
+    model_flops=${model_flops:-$((3 * 2 * 4096 * (4 * 12 * 128 * 128 + 128 * 114) + 4 * 7 * 32 * 128 * 128 * 128))}
+    model_bytes=${model_bytes:-$((7 * 4 * 838912))}
+    ;;
   *) usage ;;
 esac
 [[ $dtype == f32 || $dtype == bf16 ]] || usage
@@ -103,6 +129,26 @@ record() {
 echo "machine: $(nproc) cpus, $(lscpu | sed -n 's/^Model name: *//p'), load $(cut -d' ' -f1-3 /proc/loadavg)," \
   "threads $threads, OMP_WAIT_POLICY=$OMP_WAIT_POLICY" >&2
 
+# The roofline of the model's step on this machine, from rates measured now: the best GEMM rate of the
+# device (BM_Gemm, its pool and its tuned GEMM library) and the bandwidth of an optimizer update
+# (BM_AdamWUpdate: 4 arrays read, 3 written).
+measure_roofline() {
+  [[ -x "$build/benchmarks/micro" ]] || return 0
+  echo "micro BM_Gemm and BM_AdamWUpdate (the roofline's rates)" >&2
+  "$build/benchmarks/micro" --benchmark_filter='^BM_(Gemm|AdamWUpdate)/' --benchmark_repetitions="$repeats" \
+    --benchmark_report_aggregates_only=true --benchmark_format=json > "$scratch/rates.json" 2> /dev/null
+  "$python" - "$scratch/rates.json" "$model" "$model_flops" "$model_bytes" >> "$results" << 'EOF'
+import json, sys
+runs = json.load(open(sys.argv[1]))["benchmarks"]
+medians = [b for b in runs if b.get("aggregate_name", "median") == "median"]
+gflops = max(b["GFLOP/s"] for b in medians if b["name"].startswith("BM_Gemm/"))
+gbs = max(b["GB/s"] for b in medians if b["name"].startswith("BM_AdamWUpdate/"))
+flops, nbytes = float(sys.argv[3]), float(sys.argv[4])
+print(json.dumps({"peer": "roofline", "model": sys.argv[2], "flops": flops, "bytes": nbytes, "gemm_gflops": gflops,
+                  "bandwidth_gbs": gbs, "roofline_ms": flops / gflops / 1e6 + nbytes / gbs / 1e6}))
+EOF
+}
+
 # The GPT peers: one function, so the MLP's sequence below stays as it was.
 run_gpt_peers() {
   local shape=(--steps "$steps" --data "$data")
@@ -137,6 +183,7 @@ run_gpt_peers() {
         --threads "$threads" || true
     fi
   done
+  measure_roofline
   "$python" "$here/peers_table.py" --model gpt "$results"
   echo "threads $threads, OMP_WAIT_POLICY=$OMP_WAIT_POLICY, load after the runs: $(cut -d' ' -f1-3 /proc/loadavg)"
 }
@@ -205,5 +252,6 @@ print(json.dumps({"peer": "micro", "op_ns": median["cpu_time"] * scale, "op_kind
 EOF
 fi
 
+measure_roofline
 "$python" "$here/peers_table.py" "$results"
 echo "threads $threads, OMP_WAIT_POLICY=$OMP_WAIT_POLICY, load after the runs: $(cut -d' ' -f1-3 /proc/loadavg)"

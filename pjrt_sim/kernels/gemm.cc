@@ -1,29 +1,53 @@
 #include "pjrt_sim/kernels/gemm.h"
 
-#include <blis.h>
+#include "pjrt_sim/cpu_isa.h"
 
 namespace lazyrt::pjrt {
+
+std::optional<GemmLibrary> GemmLibraryFromNumber(int64_t number) {
+  for (GemmLibrary library : kGemmLibraries) {
+    if (static_cast<int64_t>(library) == number) return library;
+  }
+  return std::nullopt;
+}
+
+std::string_view GemmLibraryName(GemmLibrary library) {
+  switch (library) {
+    case GemmLibrary::kBlis: return "blis";
+    case GemmLibrary::kOpenBlas: return "openblas";
+  }
+  return "?";
+}
+
+GemmLibrary PreferredGemmLibrary() {
+  static const GemmLibrary preferred = HostHas("avx512f") ? GemmLibrary::kOpenBlas : GemmLibrary::kBlis;
+  return preferred;
+}
+
 namespace {
 
-// BLIS takes non-const pointers to its inputs but only reads them.
 template <typename T>
-T* Mutable(const T* p) {
-  return const_cast<T*>(p);
+void Dispatch(GemmLibrary library, int64_t m, int64_t n, int64_t k, MatrixView<const T> a, MatrixView<const T> b,
+              MatrixView<T> c) {
+  switch (library) {
+    case GemmLibrary::kOpenBlas:
+      if (OpenBlasGemm(m, n, k, a, b, c)) return;
+      break;  // strides CBLAS cannot express
+    case GemmLibrary::kBlis: break;
+  }
+  BlisGemm(m, n, k, a, b, c);
 }
 
 }  // namespace
 
-void Gemm(int64_t m, int64_t n, int64_t k, MatrixView<const float> a, MatrixView<const float> b, MatrixView<float> c) {
-  float one = 1.0f, zero = 0.0f;
-  bli_sgemm(BLIS_NO_TRANSPOSE, BLIS_NO_TRANSPOSE, m, n, k, &one, Mutable(a.data), a.row_stride, a.col_stride,
-            Mutable(b.data), b.row_stride, b.col_stride, &zero, c.data, c.row_stride, c.col_stride);
+void Gemm(GemmLibrary library, int64_t m, int64_t n, int64_t k, MatrixView<const float> a, MatrixView<const float> b,
+          MatrixView<float> c) {
+  Dispatch(library, m, n, k, a, b, c);
 }
 
-void Gemm(int64_t m, int64_t n, int64_t k, MatrixView<const double> a, MatrixView<const double> b,
+void Gemm(GemmLibrary library, int64_t m, int64_t n, int64_t k, MatrixView<const double> a, MatrixView<const double> b,
           MatrixView<double> c) {
-  double one = 1.0, zero = 0.0;
-  bli_dgemm(BLIS_NO_TRANSPOSE, BLIS_NO_TRANSPOSE, m, n, k, &one, Mutable(a.data), a.row_stride, a.col_stride,
-            Mutable(b.data), b.row_stride, b.col_stride, &zero, c.data, c.row_stride, c.col_stride);
+  Dispatch(library, m, n, k, a, b, c);
 }
 
 }  // namespace lazyrt::pjrt

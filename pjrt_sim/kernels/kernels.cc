@@ -294,11 +294,11 @@ class ReduceKernel final : public Kernel {
   std::vector<int64_t> out_strides_;
 };
 
-// Batched GEMM through BLIS. Variant 0 runs each product on the calling thread; variant 1 splits its
-// columns (kDotColumnPanels), variant 2 its rows (kDotRowPanels), into one panel per pool thread.
+// Batched GEMM through the kernel's GEMM library. Variant 0 runs each product on the calling thread; variant 1 splits
+// its columns (kDotColumnPanels), variant 2 its rows (kDotRowPanels), into one panel per pool thread.
 class DotKernel final : public Kernel {
  public:
-  explicit DotKernel(const proto::Kernel& k, PrimitiveType type) : k_(k), type_(type) {}
+  DotKernel(const proto::Kernel& k, PrimitiveType type, GemmLibrary library) : k_(k), type_(type), library_(library) {}
 
   absl::Status Run(std::span<const void* const> inputs, std::span<void* const> outputs) const override {
     void* output = outputs[0];
@@ -329,11 +329,11 @@ class DotKernel final : public Kernel {
         const int64_t lo = p * panel, hi = std::min(split, lo + panel);
         if (hi <= lo) return;
         if (k_.variant() == kDotRowPanels) {  // rows [lo, hi) of A and C; B whole
-          Gemm(hi - lo, n, kk, MatrixView<const T>{a + lo * a_rs, a_rs, a_cs}, MatrixView<const T>{bb, b_rs, b_cs},
-               MatrixView<T>{c + lo * n, n, 1});
+          Gemm(library_, hi - lo, n, kk, MatrixView<const T>{a + lo * a_rs, a_rs, a_cs},
+               MatrixView<const T>{bb, b_rs, b_cs}, MatrixView<T>{c + lo * n, n, 1});
         } else {  // columns [lo, hi) of B and C; A whole
-          Gemm(m, hi - lo, kk, MatrixView<const T>{a, a_rs, a_cs}, MatrixView<const T>{bb + lo * b_cs, b_rs, b_cs},
-               MatrixView<T>{c + lo, n, 1});
+          Gemm(library_, m, hi - lo, kk, MatrixView<const T>{a, a_rs, a_cs},
+               MatrixView<const T>{bb + lo * b_cs, b_rs, b_cs}, MatrixView<T>{c + lo, n, 1});
         }
       });
     }
@@ -341,6 +341,7 @@ class DotKernel final : public Kernel {
 
   proto::Kernel k_;
   PrimitiveType type_;
+  GemmLibrary library_;
 };
 
 // GEMM for 16-bit floats: converts to f32, multiplies in f32 (k in order), rounds the result.
@@ -698,8 +699,10 @@ absl::StatusOr<std::unique_ptr<Kernel>> BuildKernel(const proto::Kernel& k, std:
           BatchFits(k.batch(), k.rhs_batch_stride(), k.k() * k.n(), inputs[1].numel()) &&
           (k.variant() == kDotSerial || k.variant() == kDotColumnPanels || k.variant() == kDotRowPanels);
       RETURN_IF_ERROR(Expect(shapes_ok, k, "operands do not fit the product"));
+      const std::optional<GemmLibrary> library = GemmLibraryFromNumber(k.gemm_library());
+      RETURN_IF_ERROR(Expect(library.has_value(), k, absl::StrCat("unknown GEMM library ", k.gemm_library())));
       if (output.type == PrimitiveType::kF32 || output.type == PrimitiveType::kF64) {
-        return std::make_unique<DotKernel>(k, output.type);
+        return std::make_unique<DotKernel>(k, output.type, *library);
       }
       if (output.type == PrimitiveType::kBF16 || output.type == PrimitiveType::kF16) {
         return std::make_unique<HalfDotKernel>(k, output.type);

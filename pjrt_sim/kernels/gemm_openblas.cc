@@ -1,0 +1,71 @@
+#include <cblas.h>
+
+#include <algorithm>
+#include <climits>
+#include <mutex>
+
+#include "pjrt_sim/kernels/gemm.h"
+
+namespace lazyrt::pjrt {
+namespace {
+
+// How CBLAS (row-major) reads a view of rows x cols: untransposed with leading dimension row_stride,
+// or transposed with leading dimension col_stride. Nothing for other strides.
+struct CblasOperand {
+  CBLAS_TRANSPOSE trans;
+  blasint ld;
+};
+
+template <typename T>
+bool Express(MatrixView<T> v, int64_t rows, int64_t cols, CblasOperand* out) {
+  if (v.col_stride == 1 && v.row_stride >= std::max<int64_t>(1, cols) && v.row_stride <= INT_MAX) {
+    *out = {CblasNoTrans, static_cast<blasint>(v.row_stride)};
+    return true;
+  }
+  if (v.row_stride == 1 && v.col_stride >= std::max<int64_t>(1, rows) && v.col_stride <= INT_MAX) {
+    *out = {CblasTrans, static_cast<blasint>(v.col_stride)};
+    return true;
+  }
+  return false;
+}
+
+// OpenBLAS's own pool would run beside the device's on the same cores: every call runs on its caller.
+void SingleThreaded() {
+  static std::once_flag once;
+  std::call_once(once, [] { openblas_set_num_threads(1); });
+}
+
+template <typename T, typename Call>
+bool Run(int64_t m, int64_t n, int64_t k, MatrixView<const T> a, MatrixView<const T> b, MatrixView<T> c, Call call) {
+  CblasOperand oa, ob, oc;
+  if (!Express(a, m, k, &oa) || !Express(b, k, n, &ob) || !Express(c, m, n, &oc) || oc.trans != CblasNoTrans) {
+    return false;
+  }
+  if (k == 0) {  // CBLAS refuses a leading dimension of 0; the product of nothing is zeros
+    for (int64_t i = 0; i < m; ++i) std::fill_n(c.data + i * c.row_stride, n, T{0});
+    return true;
+  }
+  SingleThreaded();
+  call(oa, ob, oc);
+  return true;
+}
+
+}  // namespace
+
+bool OpenBlasGemm(int64_t m, int64_t n, int64_t k, MatrixView<const float> a, MatrixView<const float> b,
+                  MatrixView<float> c) {
+  return Run<float>(m, n, k, a, b, c, [&](CblasOperand oa, CblasOperand ob, CblasOperand oc) {
+    cblas_sgemm(CblasRowMajor, oa.trans, ob.trans, static_cast<blasint>(m), static_cast<blasint>(n),
+                static_cast<blasint>(k), 1.0f, a.data, oa.ld, b.data, ob.ld, 0.0f, c.data, oc.ld);
+  });
+}
+
+bool OpenBlasGemm(int64_t m, int64_t n, int64_t k, MatrixView<const double> a, MatrixView<const double> b,
+                  MatrixView<double> c) {
+  return Run<double>(m, n, k, a, b, c, [&](CblasOperand oa, CblasOperand ob, CblasOperand oc) {
+    cblas_dgemm(CblasRowMajor, oa.trans, ob.trans, static_cast<blasint>(m), static_cast<blasint>(n),
+                static_cast<blasint>(k), 1.0, a.data, oa.ld, b.data, ob.ld, 0.0, c.data, oc.ld);
+  });
+}
+
+}  // namespace lazyrt::pjrt

@@ -26,7 +26,7 @@ bool BatchDimsAre(const ArrayShape& s, std::span<const int64_t> batch) {
   return s.dims.size() == batch.size() + 2 && std::equal(batch.begin(), batch.end(), s.dims.begin());
 }
 
-// C[m,n] = A[m,k] B[k,n], with the empty cases BLIS need not see.
+// C[m,n] = A[m,k] B[k,n], with the empty cases the GEMM libraries need not see.
 template <typename T>
 void Product(int64_t m, int64_t n, int64_t k, MatrixView<const T> a, MatrixView<const T> b, MatrixView<T> c) {
   if (m == 0 || n == 0) return;
@@ -36,7 +36,7 @@ void Product(int64_t m, int64_t n, int64_t k, MatrixView<const T> a, MatrixView<
     }
     return;
   }
-  Gemm(m, n, k, a, b, c);
+  Gemm(PreferredGemmLibrary(), m, n, k, a, b, c);  // the CPU's library: the same bits in every process here
 }
 
 // Per-thread scratch of `n` elements, reused by every block the thread computes.

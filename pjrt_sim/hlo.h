@@ -26,6 +26,7 @@ struct HloInst {
   bool transpose_lhs = false;
   bool transpose_rhs = false;
   Combiner combiner = Combiner::kSum;
+  int64_t site = 0;
 };
 
 struct HloModule {

@@ -91,7 +91,7 @@ const std::string& OpcodeName(Opcode op) {
 #undef LAZYRT_X
     return n;
   }();
-  static_assert(static_cast<int32_t>(Opcode::kRmsNormGrad) < 128, "opcode numbers index the name table");
+  static_assert(static_cast<int32_t>(Opcode::kIndexAdd) < 128, "opcode numbers index the name table");
   return (*names)[static_cast<size_t>(op)];
 }
 
@@ -110,7 +110,8 @@ bool IsElementwise(Opcode op) {
     case OpClass::kReduce:
     case OpClass::kArgmax:
     case OpClass::kDot:
-    case OpClass::kNormalize: return false;
+    case OpClass::kNormalize:
+    case OpClass::kScatter: return false;
   }
   return false;  // unreachable: the switch covers every class
 }

@@ -74,7 +74,9 @@ enum class TypeClass : uint8_t {
   X(LayerNorm, 70, kNormalize)      \
   X(RmsNorm, 71, kNormalize)        \
   X(LayerNormGrad, 72, kNormalize)  \
-  X(RmsNormGrad, 73, kNormalize)
+  X(RmsNormGrad, 73, kNormalize)    \
+  X(ScatterAdd, 74, kScatter)       \
+  X(IndexAdd, 75, kScatter)
 
 // The case labels of every elementwise opcode (unary, binary, convert, compare, select), for a switch that
 // treats them alike: `LAZYRT_ELEMENTWISE_OPCODE_CASES: ...`.
@@ -115,6 +117,10 @@ enum class OpClass : uint8_t {
   // LAYER_NORM (x - mean) / sqrt(var + eps), RMS_NORM x / sqrt(mean(x^2) + eps); their *_GRAD take
   // (x, g) and give the gradient with respect to x of sum(g * norm(x)).
   kNormalize,
+  // (x, index, src) -> x plus src added at the indexed positions along `axis`, in index order:
+  // SCATTER_ADD as torch.scatter_add (index and src of one shape, of x's rank), INDEX_ADD as
+  // torch.index_add (a 1-D index picks src's slices along axis).
+  kScatter,
 };
 
 OpClass ClassOf(Opcode op);

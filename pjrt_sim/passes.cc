@@ -270,7 +270,9 @@ int64_t SimplifyAlgebra(HloModule& module) {
       case Opcode::kLayerNorm:
       case Opcode::kRmsNorm:
       case Opcode::kLayerNormGrad:
-      case Opcode::kRmsNormGrad: break;
+      case Opcode::kRmsNormGrad:
+      case Opcode::kScatterAdd:
+      case Opcode::kIndexAdd: break;
     }
   }
   for (int64_t& out : module.outputs) out = forward[static_cast<size_t>(out)];

@@ -308,7 +308,9 @@ StepFn ChooseStepFn(const Step& s, int scalar) {
     case Opcode::kLayerNorm:
     case Opcode::kRmsNorm:
     case Opcode::kLayerNormGrad:
-    case Opcode::kRmsNormGrad: break;  // not steps: Build refuses them
+    case Opcode::kRmsNormGrad:
+    case Opcode::kScatterAdd:
+    case Opcode::kIndexAdd: break;  // not steps: Build refuses them
   }
   return nullptr;
 }
@@ -399,7 +401,8 @@ absl::StatusOr<FusedProgram> FusedProgram::Build(const google::protobuf::Repeate
       case OpClass::kReduce:
       case OpClass::kArgmax:
       case OpClass::kDot:
-      case OpClass::kNormalize: return fail(absl::StrCat("opcode ", OpcodeName(s.opcode), " cannot be fused"));
+      case OpClass::kNormalize:
+      case OpClass::kScatter: return fail(absl::StrCat("opcode ", OpcodeName(s.opcode), " cannot be fused"));
     }
     if (p.args_size() != arity) return fail("wrong number of arguments");
     for (int a = 0; a < arity; ++a) {

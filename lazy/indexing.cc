@@ -61,12 +61,13 @@ void RequireSameDType(const Tensor& x, const Tensor& src, absl::string_view op, 
 
 namespace detail {
 
-bool CheckKnownIndices(const Tensor& index, int64_t size, absl::string_view op, const SourceLocation& loc) {
+bool CheckKnownIndices(const Tensor& index, int64_t size, absl::string_view op, const SourceLocation& loc,
+                       std::optional<int64_t> ignored) {
   std::optional<std::vector<int64_t>> values = KnownIntegers(index);
   if (!values.has_value()) return false;
   for (size_t i = 0; i < values->size(); ++i) {
     const int64_t v = (*values)[i];
-    if (v < 0 || v >= size) {
+    if ((v < 0 || v >= size) && v != ignored) {
       throw Error(absl::StrCat(op, ": index ", v, " is out of range for a dimension of size ", size, " (valid: [0, ",
                                size, ")), at position ", i, " of index ", index.shape().ToString()),
                   loc);

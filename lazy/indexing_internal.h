@@ -15,4 +15,8 @@ Tensor ScatterAddUnchecked(const Tensor& x, int64_t dim, const Tensor& index, co
 Tensor IndexAddUnchecked(const Tensor& x, int64_t dim, const Tensor& index, const Tensor& src,
                          const SourceLocation& loc);
 
+// gather along a normalized dim, without the call-time check, its index errors at run time named as
+// `api_name` (nullptr: gather), for ops built on it (cross_entropy's labels).
+Tensor GatherAs(const Tensor& x, int64_t d, const Tensor& index, const char* api_name, const SourceLocation& loc);
+
 }  // namespace lazyrt::detail

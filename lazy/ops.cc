@@ -833,12 +833,18 @@ Tensor index_select(const Tensor& x, int64_t dim, const Tensor& index, SourceLoc
 }
 
 Tensor gather(const Tensor& x, int64_t dim, const Tensor& index, SourceLocation loc) {
-  const int device = CommonDevice({&x, &index}, "gather", loc);
-  const int64_t d = Check(ir::NormalizeDim(dim, x.rank()), "gather", loc);
-  Shape out = Check(ir::InferGather(x.shape(), d, index.shape()), "gather", loc);
+  const int64_t d = Check(ir::NormalizeDim(dim, ImplOf(x, "gather", loc).shape.rank()), "gather", loc);
+  Check(ir::InferGather(x.shape(), d, index.shape()), "gather", loc);
   detail::CheckKnownIndices(index, x.dim(d), "gather", loc);
+  return detail::GatherAs(x, d, index, nullptr, loc);
+}
+
+Tensor detail::GatherAs(const Tensor& x, int64_t d, const Tensor& index, const char* api_name,
+                        const SourceLocation& loc) {
+  const int device = CommonDevice({&x, &index}, "gather", loc);
+  Shape out = Check(ir::InferGather(x.shape(), d, index.shape()), api_name ? api_name : "gather", loc);
   Tensor r = MakeTensor(OpKind::kGather, {ValueOf(x), ValueOf(index)}, std::move(out), device, loc,
-                        ir::Attributes{{AttrKey::kAxis, d}});
+                        ir::Attributes{{AttrKey::kAxis, d}}, api_name);
   return Record(
       r, "gather", {x, index},
       [d, loc](const Tensor& g, const Tensor&, const Grads& in) -> Grads {

@@ -220,6 +220,12 @@ Tensor logical_or(const Tensor& a, const Tensor& b, LAZYRT_HERE);
 Tensor logical_not(const Tensor& a, LAZYRT_HERE);
 // cond ? a : b, with broadcasting.
 Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b, LAZYRT_HERE);
+// As torch.masked_fill: `value` where the bool `mask` (broadcast to x's shape) is true, x elsewhere.
+Tensor masked_fill(const Tensor& x, const Tensor& mask, Scalar value, LAZYRT_HERE);
+// As torch.tril / torch.triu over the last two dims (any batch dims): elements on and below (tril) or on
+// and above (triu) the diagonal `diagonal` (0 the main one, > 0 above it) are kept, the rest are 0.
+Tensor tril(const Tensor& x, int64_t diagonal = 0, LAZYRT_HERE);
+Tensor triu(const Tensor& x, int64_t diagonal = 0, LAZYRT_HERE);
 
 Tensor neg(const Tensor& x, LAZYRT_HERE);
 Tensor abs(const Tensor& x, LAZYRT_HERE);

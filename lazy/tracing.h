@@ -3,6 +3,7 @@
 #pragma once
 
 #include <initializer_list>
+#include <optional>
 #include "absl/strings/string_view.h"
 
 #include "absl/status/statusor.h"
@@ -33,7 +34,9 @@ Tensor MakeTensor(ir::OpKind op, ir::OperandList operands, Shape shape, int devi
 // Refuses an index outside [0, size) at the call when the index's values are already known (a tensor
 // made by FromData, or computed by a finished step); indices only the device knows are checked by the
 // kernel that reads them, and reported when the result is read. Returns whether the values were known.
-bool CheckKnownIndices(const Tensor& index, int64_t size, absl::string_view op, const SourceLocation& loc);
+// `ignored`: a value that is not an index (cross_entropy's ignore_index).
+bool CheckKnownIndices(const Tensor& index, int64_t size, absl::string_view op, const SourceLocation& loc,
+                       std::optional<int64_t> ignored = std::nullopt);
 
 // Unwraps `result` or throws Error("<op>: <message> (at file:line)").
 template <typename T>

@@ -11,9 +11,9 @@
 
 namespace lazyrt::pjrt {
 
-inline constexpr absl::string_view kCompilerVersion = "lazyrt-sim-compiler/4";
-// 2: multi-output loop kernels.
-inline constexpr uint32_t kExecutableFormatVersion = 2;
+inline constexpr absl::string_view kCompilerVersion = "lazyrt-sim-compiler/5";
+// 2: multi-output loop kernels. 3: NORMALIZE and SCATTER kernels, the sites of index-checking kernels.
+inline constexpr uint32_t kExecutableFormatVersion = 3;
 
 // What produced an executable, as stored with it (a cache entry's producer version).
 struct ProducerVersion {

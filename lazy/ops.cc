@@ -739,8 +739,7 @@ Tensor expand(const Tensor& x, std::vector<int64_t> sizes, SourceLocation loc) {
 }
 
 namespace {
-// one_hot without the range check, for the backward pass of slice: its positions are in range by
-// construction.
+// one_hot's node, without its range check.
 Tensor OneHotUnchecked(const Tensor& index, int64_t num_classes, DType dtype, const SourceLocation& loc) {
   const detail::TensorImpl& impl = ImplOf(index, "one_hot", loc);
   Shape out = Check(ir::InferOneHot(impl.shape, num_classes, dtype), "one_hot", loc);
@@ -772,12 +771,11 @@ Tensor slice(const Tensor& x, int64_t dim, int64_t start, int64_t end, int64_t s
   return Record(
       r, "slice", {x},
       [d, s, step, loc](const Tensor& g, const Tensor&, const Grads& in) -> Grads {
-        // Scatter g back: each picked position i along d receives g's slice (one_hot over the positions).
-        const int64_t size = in[0].dim(d), picked = g.dim(d);
-        Tensor positions = arange(s, s + picked * step, step, DType::kI64, g.device(), loc);
-        Tensor scatter = OneHotUnchecked(positions, size, g.dtype(), loc);  // [picked, size]
-        Tensor moved = transpose(g, d, -1, loc);                            // [..., picked]
-        return {transpose(matmul(moved, scatter, loc), d, -1, loc)};
+        // Scatter g back: position s + i * step along d receives g's slice i (an index_add into zeros).
+        const Tensor& x = in[0];
+        Tensor positions = arange(s, s + g.dim(d) * step, step, DType::kI64, g.device(), loc);
+        Tensor zero = zeros(std::vector<int64_t>(x.dims().begin(), x.dims().end()), g.dtype(), g.device(), loc);
+        return {detail::IndexAddUnchecked(zero, d, positions, g, loc)};
       },
       loc);
 }

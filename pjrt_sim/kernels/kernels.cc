@@ -525,7 +525,9 @@ class ScatterAddKernel final : public Kernel {
       const int64_t a = IndexAt(inputs[1], index_.type, i);
       if (a < 0 || a >= size) return IndexError(a, i, size);
     }
-    if (outputs[0] != inputs[0]) std::memcpy(outputs[0], inputs[0], static_cast<size_t>(input_.byte_size()));
+    if (outputs[0] != inputs[0] && input_.byte_size() > 0) {  // zero-size arrays may have no memory at all
+      std::memcpy(outputs[0], inputs[0], static_cast<size_t>(input_.byte_size()));
+    }
     std::vector<int64_t> strides(rank, 1), coords(rank, 0);
     for (size_t d = rank; d-- > 1;) strides[d - 1] = strides[d] * input_.dims[d];
     for (int64_t i = 0; i < total; ++i) {
@@ -558,6 +560,7 @@ class IndexAddKernel final : public Kernel {
       const int64_t a = IndexAt(inputs[1], index_.type, j);
       if (a < 0 || a >= split_.size) return IndexError(a, j, split_.size);
     }
+    if (input_.byte_size() == 0) return absl::OkStatus();  // zero-size arrays may have no memory at all
     if (outputs[0] != inputs[0]) std::memcpy(outputs[0], inputs[0], static_cast<size_t>(input_.byte_size()));
     for (int64_t o = 0; o < split_.outer; ++o) {
       for (int64_t j = 0; j < count; ++j) {

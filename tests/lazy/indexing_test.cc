@@ -184,6 +184,17 @@ TEST(Indexing, EveryIndexingOpReportsADeviceIndexOutOfRangeWhenReadNamingItsLine
   EXPECT_EQ(embedding(PendingI64({4}, {1}), table).to_vector<double>(), (std::vector<double>{1, 1}));
 }
 
+TEST(Indexing, EmptyTensors) {
+  // Zero-size operands: nothing to add, and the indices are still checked.
+  EXPECT_TRUE(index_add(zeros({3, 0}), 0, PendingI64({2, 0}, {2}), zeros({2, 0})).to_vector<float>().empty());
+  EXPECT_EQ(scatter_add(zeros({2}), 0, PendingI64({}, {0}), zeros({0})).to_vector<float>(), (std::vector<float>{0, 0}));
+  EXPECT_THAT(ErrorOf([] {
+                index_add(zeros({3, 0}), 0, PendingI64({3}, {1}), zeros({1, 0})).to_vector<float>();
+              }),
+              HasSubstr("index 3"));
+  EXPECT_EQ(embedding(PendingI64({}, {0, 2}), zeros({4, 3})).numel(), 0);
+}
+
 TEST(Indexing, ShapeAndDTypeErrors) {
   const Tensor x = F64(std::vector<double>(6, 0.0), {2, 3});
   EXPECT_THAT(ErrorOf([&] { embedding(F64({1}, {1}), x); }), HasSubstr("embedding: needs integer indices"));

@@ -87,8 +87,8 @@ int main(int argc, char** argv) {
       images.assign(train->images.begin() + step * 64 * train->features,
                     train->images.begin() + (step * 64 + batch) * train->features);
       labels.assign(train->labels.begin() + step * 64, train->labels.begin() + step * 64 + batch);
-      lazyrt::Tensor x = lazyrt::Tensor::FromData(images, {batch, train->features});  // TRAP: batch shape
-      lazyrt::Tensor y = lazyrt::Tensor::FromData(std::span<const int64_t>(labels), {batch});
+      lazyrt::Tensor x = lazyrt::Tensor::FromData(images, {batch, train->features});
+      lazyrt::Tensor y = lazyrt::Tensor::FromData(std::span<const int64_t>(labels), {batch});  // TRAP: batch shape
       lazyrt::Tensor loss = lazyrt::nn::cross_entropy(model(x), y);
       loss.backward();
       // A learning-rate warmup. Trap 2: marked static, so every new value is a new graph.

@@ -17,14 +17,15 @@ const Shape& Value::shape() const { return node->shape(index); }
 HashValue Value::hash() const { return index == 0 ? node->hash() : HashCombine(node->hash(), index); }
 
 Node::Node(OpKind op, OperandList operands, ShapeList shapes, Attributes attrs,
-           std::shared_ptr<const LeafData> leaf_data, std::source_location created_at)
+           std::shared_ptr<const LeafData> leaf_data, std::source_location created_at, const char* api_name)
     : op_(op),
       hash_(0),
       operands_(std::move(operands)),
       shapes_(std::move(shapes)),
       attrs_(std::move(attrs)),
       leaf_data_(std::move(leaf_data)),
-      created_at_(created_at) {
+      created_at_(created_at),
+      api_name_(api_name) {
   Hasher h;
   h.Add(static_cast<uint64_t>(op_) | (static_cast<uint64_t>(operands_.size()) << 16) |
         (static_cast<uint64_t>(shapes_.size()) << 32));

@@ -52,7 +52,7 @@ class Node {
   // Computes the node's hash from op, attributes, output shapes and operand hashes.
   Node(OpKind op, OperandList operands, ShapeList shapes, Attributes attrs = {},
        std::shared_ptr<const LeafData> leaf_data = nullptr,
-       std::source_location created_at = std::source_location::current());
+       std::source_location created_at = std::source_location::current(), const char* api_name = nullptr);
   // Releases operand chains iteratively, so dropping a million-node chain cannot overflow the stack.
   ~Node();
   Node(const Node&) = delete;
@@ -71,6 +71,10 @@ class Node {
   // The creation hook's id for the call stack that created this node (0 when none was captured).
   uint16_t creation_context() const { return creation_context_; }
   const std::shared_ptr<const LeafData>& leaf_data() const { return leaf_data_; }
+  // The public function that made this node when it is not the op's own (embedding's rows are an
+  // IndexSelect), for errors found when the graph runs; nullptr otherwise. A string literal; not part
+  // of the hash.
+  const char* api_name() const { return api_name_; }
 
   // "Mul(%0, %1) : f32[2,3]" without the operand names.
   std::string ToString() const;
@@ -90,6 +94,7 @@ class Node {
   Attributes attrs_;
   std::shared_ptr<const LeafData> leaf_data_;
   std::source_location created_at_;
+  const char* api_name_ = nullptr;
 };
 
 template <typename... Args>

@@ -60,7 +60,9 @@ namespace lazyrt::ir {
   X(LayerNormGrad, kOther) \
   X(RmsNormGrad, kOther)   \
   X(Cumsum, kOther)        \
-  X(Argsort, kOther)
+  X(Argsort, kOther)       \
+  X(ScatterAdd, kOther)    \
+  X(IndexAdd, kOther)
 
 // Elementwise math on floating values (integer inputs are computed in f32), category kUnary: X(Name,
 // public function lazyrt::fn(x), device opcode). Its gradient is FloatUnaryGrad<OpKind::kName> in
@@ -116,5 +118,10 @@ inline bool IsElementwise(OpKind op) {
 }
 // Comparisons produce bool whatever their operands' dtype.
 bool IsComparison(OpKind op);
+// Ops that read an index tensor and fail on an index out of range when they run: each is a numbered
+// site of its graph (1, 2, ... in post order), so that the error can name the op and line that made it.
+inline bool ChecksIndices(OpKind op) {
+  return op == OpKind::kIndexSelect || op == OpKind::kGather || op == OpKind::kScatterAdd || op == OpKind::kIndexAdd;
+}
 
 }  // namespace lazyrt::ir

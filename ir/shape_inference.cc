@@ -356,6 +356,32 @@ absl::StatusOr<Shape> InferOneHot(const Shape& index, int64_t num_classes, DType
   return Shape(dtype, std::move(out));
 }
 
+absl::StatusOr<Shape> InferScatterAdd(const Shape& x, int64_t axis, const Shape& index, const Shape& src) {
+  bool fits = IsIntegral(index.dtype()) && index.rank() == x.rank() && src.rank() == x.rank();
+  for (int64_t d = 0; fits && d < x.rank(); ++d) {
+    fits = index.dim(d) <= src.dim(d) && (d == axis || index.dim(d) <= x.dim(d));
+  }
+  if (!fits) {
+    return absl::InvalidArgumentError(absl::StrCat("scatter along dimension ", axis, " of ", x.ToString(),
+                                                   " needs an integer index of the same rank as x and src, ",
+                                                   "no larger than src, nor than x outside that dimension; got index ",
+                                                   index.ToString(), " and src ", src.ToString()));
+  }
+  return x;
+}
+
+absl::StatusOr<Shape> InferIndexAdd(const Shape& x, int64_t axis, const Shape& index, const Shape& src) {
+  bool fits = IsIntegral(index.dtype()) && index.rank() <= 1 && src.rank() == x.rank();
+  for (int64_t d = 0; fits && d < x.rank(); ++d) fits = src.dim(d) == (d == axis ? index.numel() : x.dim(d));
+  if (!fits) {
+    return absl::InvalidArgumentError(absl::StrCat("index_add along dimension ", axis, " of ", x.ToString(),
+                                                   " needs a 1-D integer index and a source of x's shape with the "
+                                                   "index's length along that dimension; got index ",
+                                                   index.ToString(), " and source ", src.ToString()));
+  }
+  return x;
+}
+
 absl::StatusOr<Shape> InferNormalize(const Shape& in, std::span<const int64_t> normalized_shape) {
   if (!IsFloating(in.dtype())) {
     return absl::InvalidArgumentError(absl::StrCat("needs a floating-point input, got ", in.ToString()));

@@ -46,6 +46,11 @@ absl::StatusOr<Shape> InferAttention(const Shape& q, const Shape& k, const Shape
 // end to end: [..., L*E + S*E + S*Ev].
 absl::StatusOr<Shape> InferAttentionGrad(const Shape& q, const Shape& k, const Shape& v, const Shape* mask);
 absl::StatusOr<Shape> InferOneHot(const Shape& index, int64_t num_classes, DType dtype);
+// scatter_add(x, axis, index, src): index and src of x's rank, index no larger than src anywhere nor
+// than x outside axis (the caller passes src cut to index's dims); the result is x's shape.
+absl::StatusOr<Shape> InferScatterAdd(const Shape& x, int64_t axis, const Shape& index, const Shape& src);
+// index_add(x, axis, index, src): a 1-D integer index; src is x's shape with index's length along axis.
+absl::StatusOr<Shape> InferIndexAdd(const Shape& x, int64_t axis, const Shape& index, const Shape& src);
 // layer_norm / rms_norm: a floating tensor whose trailing dims are `normalized_shape` (non-empty). The
 // result has the input's shape.
 absl::StatusOr<Shape> InferNormalize(const Shape& in, std::span<const int64_t> normalized_shape);

@@ -113,10 +113,35 @@ std::vector<std::shared_ptr<pjrt::Buffer>> BuildArguments(const ir::PostOrder& o
 
 // Launches `exe` on the device's stream, after waiting for all but kMaxInFlight - 1 earlier executions.
 // Its results are ready when their events fire.
+// The public op of an index-checking node, for an index error found when its graph runs.
+const char* IndexingApiName(const ir::Node& node) {
+  if (node.api_name() != nullptr) return node.api_name();
+  if (node.op() == ir::OpKind::kGather) return "gather";
+  if (node.op() == ir::OpKind::kScatterAdd) return "scatter_add";
+  if (node.op() == ir::OpKind::kIndexAdd) return "index_add";
+  return "index_select";
+}
+
+// Names the index-checking sites of the graph (the lowering numbers them 1, 2, ... in post order, as
+// ir::ChecksIndices picks them) as "<op> (called at file:line)"; nullptr for a graph without any. The
+// names are copied: the kernels may fail after the graph is freed.
+pjrt::Executable::SiteNamer SiteNamerOf(const ir::PostOrder& order) {
+  std::vector<std::pair<const char*, SourceLocation>> sites;
+  for (const ir::Node* node : order.nodes()) {
+    if (ir::ChecksIndices(node->op())) sites.emplace_back(IndexingApiName(*node), node->created_at());
+  }
+  if (sites.empty()) return nullptr;
+  return [sites = std::move(sites)](int64_t site) -> std::string {
+    if (site < 1 || site > static_cast<int64_t>(sites.size())) return "";
+    const auto& [op, where] = sites[static_cast<size_t>(site - 1)];
+    return absl::StrCat(op, " (called at ", ir::LocationText(where), ")");
+  };
+}
+
 std::vector<std::shared_ptr<pjrt::Buffer>> Launch(pjrt::Executable& exe,
                                                   const std::vector<std::shared_ptr<pjrt::Buffer>>& args,
                                                   DeviceState& state, size_t expected_results,
-                                                  const SourceLocation& loc) {
+                                                  pjrt::Executable::SiteNamer name_site, const SourceLocation& loc) {
   while (state.in_flight.size() >= kMaxInFlight) {
     state.in_flight.front()->Wait().IgnoreError();  // an error is reported by the buffers that have it
     state.in_flight.pop_front();
@@ -125,7 +150,8 @@ std::vector<std::shared_ptr<pjrt::Buffer>> Launch(pjrt::Executable& exe,
   const bool timing = TimingEnabled();
   auto exec_start = std::make_shared<double>(0);
   if (timing) state.device->stream().Enqueue([exec_start] { *exec_start = NowMs(); });
-  absl::StatusOr<std::vector<std::shared_ptr<pjrt::Buffer>>> results = exe.Execute(args, state.device);
+  absl::StatusOr<std::vector<std::shared_ptr<pjrt::Buffer>>> results =
+      exe.Execute(args, state.device, std::move(name_site));
   ThrowIfError(results.status(), "sync: launching the graph", loc);
   if (results->size() != expected_results) {
     ThrowIfError(absl::InternalError(absl::StrCat("the executable gave ", results->size(), " results for ",
@@ -224,7 +250,7 @@ void Sync(Device device, SyncCause cause, const SourceLocation& loc) {
 
   const Clock::time_point launch_start = Clock::now();
   std::vector<std::shared_ptr<pjrt::Buffer>> results =
-      Launch(*found.executable, args, state, pending.tensors.size(), loc);
+      Launch(*found.executable, args, state, pending.tensors.size(), SiteNamerOf(order), loc);
   Commit(pending, results, state);
   event.launch_ms = MsSince(launch_start);
   RecordTime("launch", event.launch_ms);

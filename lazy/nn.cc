@@ -1,6 +1,11 @@
 #include "lazy/nn.h"
 
+#include <algorithm>
 #include <cmath>
+
+#include "absl/strings/str_cat.h"
+#include "lazy/indexing_internal.h"
+#include "lazy/tracing.h"
 
 namespace lazyrt::nn {
 namespace {
@@ -52,10 +57,47 @@ std::vector<Tensor> MLP::parameters() const {
   return out;
 }
 
-Tensor cross_entropy(const Tensor& logits, const Tensor& labels, SourceLocation loc) {
-  Tensor picked = sum(log_softmax(logits, 1, loc) * TensorArg(one_hot(labels, logits.dim(1), logits.dtype(), loc), loc),
-                      {1}, false, loc);
-  return neg(mean(picked, {}, false, loc), loc);
+Tensor cross_entropy(const Tensor& logits, const Tensor& labels, int64_t ignore_index, absl::string_view reduction,
+                     SourceLocation loc) {
+  if (reduction != "mean" && reduction != "sum" && reduction != "none") {
+    throw Error(absl::StrCat("cross_entropy: reduction must be \"mean\", \"sum\" or \"none\", got \"", reduction, "\""),
+                loc);
+  }
+  detail::CommonDevice({&logits, &labels}, "cross_entropy", loc);
+  // The shape labels must have: logits' without the class dim (dim 1, or dim 0 of a 1-D logits).
+  std::vector<int64_t> want(logits.dims().begin(), logits.dims().end());
+  if (!want.empty()) want.erase(want.begin() + (want.size() == 1 ? 0 : 1));
+  const bool shapes_fit =
+      logits.rank() >= 1 && std::equal(want.begin(), want.end(), labels.dims().begin(), labels.dims().end());
+  if (!shapes_fit || !ir::IsIntegral(labels.dtype()) || !ir::IsFloating(logits.dtype())) {
+    throw Error(absl::StrCat("cross_entropy: needs floating logits [N, C] (or [N, C, d1, ...], or [C]) and integer "
+                             "labels of logits' shape without the class dim; got logits ",
+                             logits.shape().ToString(), " and labels ", labels.shape().ToString()),
+                loc);
+  }
+  const int64_t classes = logits.dim(logits.rank() == 1 ? 0 : 1);
+  detail::CheckKnownIndices(labels, classes, "cross_entropy", loc, ignore_index);
+  // Rows of classes: [M, C] with the class dim last, and their labels [M].
+  Tensor rows = logits;
+  if (logits.rank() > 2) {
+    std::vector<int64_t> perm = {0};
+    for (int64_t d = 2; d < logits.rank(); ++d) perm.push_back(d);
+    perm.push_back(1);
+    rows = permute(logits, perm, loc);
+  }
+  rows = reshape(rows, {-1, classes}, loc);
+  const Tensor flat = reshape(labels, {-1, 1}, loc);
+  const Tensor kept = ne(flat, Scalar::Static(static_cast<double>(ignore_index)), loc);
+  // Ignored rows pick class 0 (any in range), then count nothing.
+  const Tensor safe = where(kept, flat, zeros({}, flat.dtype(), flat.device(), loc), loc);
+  const Tensor picked = detail::GatherAs(log_softmax(rows, 1, loc), 1, safe, "cross_entropy", loc);  // [M, 1]
+  const Tensor zero = zeros({}, logits.dtype(), logits.device(), loc);
+  const Tensor losses = reshape(where(kept, neg(picked, loc), zero, loc), {-1}, loc);
+  if (reduction == "none")
+    return reshape(losses, std::vector<int64_t>(labels.dims().begin(), labels.dims().end()), loc);
+  const Tensor total = sum(losses, {}, false, loc);
+  if (reduction == "sum") return total;
+  return total / TensorArg(sum(cast(kept, logits.dtype(), loc), {}, false, loc), loc);
 }
 
 }  // namespace lazyrt::nn

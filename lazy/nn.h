@@ -6,6 +6,8 @@
 #include <random>
 #include <vector>
 
+#include "absl/strings/string_view.h"
+
 #include "lazy/tensor.h"
 
 namespace lazyrt::nn {
@@ -37,7 +39,14 @@ class MLP {
   std::vector<Linear> layers_;
 };
 
-// Mean over the batch of -log softmax(logits)[label]; logits [n, classes], labels i64 [n].
-Tensor cross_entropy(const Tensor& logits, const Tensor& labels, LAZYRT_HERE);
+// As torch.nn.functional.cross_entropy with class indices: -log softmax(logits)[label] per row, for
+// logits [N, C] and integer labels [N] (or logits [N, C, d1, ...] with labels [N, d1, ...], or [C] with
+// a 0-dim label). Rows whose label is ignore_index contribute nothing; reduction "mean" divides by the
+// number of the other rows (NaN if there are none, as torch), "sum" adds, "none" gives the per-row
+// losses in labels' shape. A label outside [0, C) that is not ignore_index is an index error (at the
+// call if the labels are known, else when the result is read). Built from log_softmax and a gather, so
+// neither direction makes an [N, C] one_hot or a matmul with one.
+Tensor cross_entropy(const Tensor& logits, const Tensor& labels, int64_t ignore_index = -100,
+                     absl::string_view reduction = "mean", LAZYRT_HERE);
 
 }  // namespace lazyrt::nn

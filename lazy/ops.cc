@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "ir/shape_inference.h"
 #include "lazy/autograd.h"
+#include "lazy/indexing_internal.h"
 #include "lazy/runtime.h"
 #include "lazy/tensor.h"
 #include "lazy/tracing.h"
@@ -751,8 +752,7 @@ Tensor expand(const Tensor& x, std::vector<int64_t> sizes, SourceLocation loc) {
 }
 
 namespace {
-// one_hot without the range check, for the backward passes of slice, index_select and gather: their
-// positions are in range by construction, or were checked by the forward kernel.
+// one_hot's node, without its range check.
 Tensor OneHotUnchecked(const Tensor& index, int64_t num_classes, DType dtype, const SourceLocation& loc) {
   const detail::TensorImpl& impl = ImplOf(index, "one_hot", loc);
   Shape out = Check(ir::InferOneHot(impl.shape, num_classes, dtype), "one_hot", loc);
@@ -784,12 +784,11 @@ Tensor slice(const Tensor& x, int64_t dim, int64_t start, int64_t end, int64_t s
   return Record(
       r, "slice", {x},
       [d, s, step, loc](const Tensor& g, const Tensor&, const Grads& in) -> Grads {
-        // Scatter g back: each picked position i along d receives g's slice (one_hot over the positions).
-        const int64_t size = in[0].dim(d), picked = g.dim(d);
-        Tensor positions = arange(s, s + picked * step, step, DType::kI64, g.device(), loc);
-        Tensor scatter = OneHotUnchecked(positions, size, g.dtype(), loc);  // [picked, size]
-        Tensor moved = transpose(g, d, -1, loc);                            // [..., picked]
-        return {transpose(matmul(moved, scatter, loc), d, -1, loc)};
+        // Scatter g back: position s + i * step along d receives g's slice i (an index_add into zeros).
+        const Tensor& x = in[0];
+        Tensor positions = arange(s, s + g.dim(d) * step, step, DType::kI64, g.device(), loc);
+        Tensor zero = zeros(std::vector<int64_t>(x.dims().begin(), x.dims().end()), g.dtype(), g.device(), loc);
+        return {detail::IndexAddUnchecked(zero, d, positions, g, loc)};
       },
       loc);
 }
@@ -830,102 +829,62 @@ Tensor index_select(const Tensor& x, int64_t dim, const Tensor& index, SourceLoc
   const int device = CommonDevice({&x, &index}, "index_select", loc);
   const int64_t d = Check(ir::NormalizeDim(dim, x.rank()), "index_select", loc);
   Shape out = Check(ir::InferIndexSelect(x.shape(), d, index.shape()), "index_select", loc);
+  detail::CheckKnownIndices(index, x.dim(d), "index_select", loc);
   Tensor r = MakeTensor(OpKind::kIndexSelect, {ValueOf(x), ValueOf(index)}, std::move(out), device, loc,
                         ir::Attributes{{AttrKey::kAxis, d}});
   return Record(
       r, "index_select", {x, index},
       [d, loc](const Tensor& g, const Tensor&, const Grads& in) -> Grads {
-        // Rows picked several times receive the sum of their gradients: g moved to the end, times one_hot.
-        Tensor scatter = OneHotUnchecked(in[1], in[0].dim(d), g.dtype(), loc);  // [n, size]
-        return {transpose(matmul(transpose(g, d, -1, loc), scatter, loc), d, -1, loc), Tensor()};
+        // Rows picked several times receive the sum of their gradients: a scatter-add, O(n * row).
+        const Tensor& x = in[0];
+        Tensor zero = zeros(std::vector<int64_t>(x.dims().begin(), x.dims().end()), g.dtype(), g.device(), loc);
+        return {detail::IndexAddUnchecked(zero, d, in[1], g, loc), Tensor()};
       },
       loc);
 }
 
 Tensor gather(const Tensor& x, int64_t dim, const Tensor& index, SourceLocation loc) {
+  const int64_t d = Check(ir::NormalizeDim(dim, ImplOf(x, "gather", loc).shape.rank()), "gather", loc);
+  Check(ir::InferGather(x.shape(), d, index.shape()), "gather", loc);
+  detail::CheckKnownIndices(index, x.dim(d), "gather", loc);
+  return detail::GatherAs(x, d, index, nullptr, loc);
+}
+
+Tensor detail::GatherAs(const Tensor& x, int64_t d, const Tensor& index, const char* api_name,
+                        const SourceLocation& loc) {
   const int device = CommonDevice({&x, &index}, "gather", loc);
-  const int64_t d = Check(ir::NormalizeDim(dim, x.rank()), "gather", loc);
-  Shape out = Check(ir::InferGather(x.shape(), d, index.shape()), "gather", loc);
+  Shape out = Check(ir::InferGather(x.shape(), d, index.shape()), api_name ? api_name : "gather", loc);
   Tensor r = MakeTensor(OpKind::kGather, {ValueOf(x), ValueOf(index)}, std::move(out), device, loc,
-                        ir::Attributes{{AttrKey::kAxis, d}});
+                        ir::Attributes{{AttrKey::kAxis, d}}, api_name);
   return Record(
       r, "gather", {x, index},
       [d, loc](const Tensor& g, const Tensor&, const Grads& in) -> Grads {
-        // grad_x[.., k, ..] = sum over j of g[.., j, ..] where index[.., j, ..] == k, then padded to x.
+        // grad_x[.., k, ..] = sum over j of g[.., j, ..] where index[.., j, ..] == k: a scatter-add.
         const Tensor& x = in[0];
-        Tensor hits = OneHotUnchecked(transpose(in[1], d, -1, loc), x.dim(d), g.dtype(), loc);
-        Tensor gt = reshape(
-            transpose(g, d, -1, loc),
-            [&] {
-              std::vector<int64_t> s(g.rank() + 1);
-              Tensor moved = transpose(g, d, -1, loc);
-              for (int64_t i = 0; i < moved.rank(); ++i) s[static_cast<size_t>(i)] = moved.dim(i);
-              s.back() = 1;
-              return s;
-            }(),
-            loc);
-        Tensor summed = sum(hits * TensorArg(gt, loc), {-2}, false, loc);  // [moved dims without j, size]
-        Tensor back = transpose(summed, d, -1, loc);
-        // Dims other than d may be smaller in index than in x: pad by scattering into zeros via cat.
-        for (int64_t k = 0; k < x.rank(); ++k) {
-          if (k == d || back.dim(k) == x.dim(k)) continue;
-          std::vector<int64_t> pad(back.dims().begin(), back.dims().end());
-          pad[static_cast<size_t>(k)] = x.dim(k) - back.dim(k);
-          back = cat({back, zeros(pad, back.dtype(), back.device(), loc)}, k, loc);
-        }
-        return {back, Tensor()};
+        Tensor zero = zeros(std::vector<int64_t>(x.dims().begin(), x.dims().end()), g.dtype(), g.device(), loc);
+        return {detail::ScatterAddUnchecked(zero, d, in[1], g, loc), Tensor()};
       },
       loc);
 }
-
-namespace {
-// The values of an integer tensor whose data is already computed on the device, read without a sync
-// or a wait (a tensor made by FromData, or one computed by a finished step); nullopt otherwise.
-std::optional<std::vector<int64_t>> KnownIntegers(const Tensor& t) {
-  const detail::TensorImpl& impl = *t.impl();
-  if (t.is_pending() || impl.buffer == nullptr || !impl.buffer->ready()->IsReady()) return std::nullopt;
-  const DType dtype = impl.shape.dtype();
-  if (!ir::IsIntegral(dtype)) return std::nullopt;
-  std::vector<unsigned char> raw(static_cast<size_t>(impl.shape.byte_size()));
-  if (!impl.buffer->ToHost(raw.data(), raw.size()).ok()) return std::nullopt;  // reported when read
-  std::vector<int64_t> values(static_cast<size_t>(impl.shape.numel()));
-  for (size_t i = 0; i < values.size(); ++i) {
-    if (dtype == DType::kI64) {
-      std::memcpy(&values[i], raw.data() + i * 8, 8);
-    } else {
-      int32_t v;
-      std::memcpy(&v, raw.data() + i * 4, 4);
-      values[i] = v;
-    }
-  }
-  return values;
-}
-}  // namespace
 
 Tensor one_hot(const Tensor& index, int64_t num_classes, DType dtype, SourceLocation loc) {
   const detail::TensorImpl& impl = ImplOf(index, "one_hot", loc);
   Tensor out = OneHotUnchecked(index, num_classes, dtype, loc);
   // PyTorch refuses an index outside [0, num_classes); a row of zeros would be silent garbage.
-  if (std::optional<std::vector<int64_t>> values = KnownIntegers(index)) {
-    for (size_t i = 0; i < values->size(); ++i) {
-      const int64_t v = (*values)[i];
-      if (v < 0 || v >= num_classes) {
-        throw Error(absl::StrCat("one_hot: index ", v, " (element ", i, " of ", impl.shape.ToString(),
-                                 ") is out of range for ", num_classes, " classes"),
-                    loc);
-      }
-    }
-    return out;
-  }
-  // Indices only the device knows are checked there, as index_select checks its own: selecting one zero
-  // per index from a vector of num_classes zeros fails for an index out of range, so reading the result
-  // (or anything computed from it) reports that index; adding the zeros changes no value.
+  if (detail::CheckKnownIndices(index, num_classes, "one_hot", loc)) return out;
+  // Indices only the device knows are checked there, by the kernel that checks index_select's: selecting
+  // one zero per index from a vector of num_classes zeros fails for an index out of range, so reading
+  // the result (or anything computed from it) reports that index, as one_hot's; adding the zeros changes
+  // no value.
   const DType zero_type = dtype == DType::kBool ? DType::kI32 : dtype;
   std::vector<int64_t> dims(impl.shape.dims().begin(), impl.shape.dims().end());
   dims.push_back(1);
-  Tensor check = reshape(
-      index_select(zeros({num_classes}, zero_type, Device{impl.device}, loc), 0, reshape(index, {-1}, loc), loc), dims,
-      loc);
+  const Tensor table = zeros({num_classes}, zero_type, Device{impl.device}, loc);
+  const Tensor flat = reshape(index, {-1}, loc);
+  Tensor picked = MakeTensor(OpKind::kIndexSelect, {ValueOf(table), ValueOf(flat)},
+                             Check(ir::InferIndexSelect(table.shape(), 0, flat.shape()), "one_hot", loc), impl.device,
+                             loc, ir::Attributes{{AttrKey::kAxis, int64_t{0}}}, "one_hot");
+  Tensor check = reshape(picked, dims, loc);
   if (dtype == DType::kBool) return logical_or(out, ne(check, Scalar::Static(0), loc), loc);
   return out + TensorArg(check, loc);
 }

@@ -67,10 +67,10 @@ ir::Value Converted(const ir::Value& v, DType dtype, const SourceLocation& loc) 
 }
 
 Tensor MakeTensor(ir::OpKind op, ir::OperandList operands, Shape shape, int device, const SourceLocation& loc,
-                  ir::Attributes attrs) {
+                  ir::Attributes attrs, const char* api_name) {
   auto impl = std::make_shared<TensorImpl>(shape, device, loc);
-  impl->ir =
-      ir::Value{ir::MakeNode(op, std::move(operands), ir::ShapeList{std::move(shape)}, std::move(attrs), nullptr, loc)};
+  impl->ir = ir::Value{
+      ir::MakeNode(op, std::move(operands), ir::ShapeList{std::move(shape)}, std::move(attrs), nullptr, loc, api_name)};
   Runtime& rt = Runtime::Get();
   DeviceState& state = rt.device_state({device}, loc);
   state.Register(impl.get());

@@ -221,6 +221,12 @@ Tensor logical_or(const Tensor& a, const Tensor& b, LAZYRT_HERE);
 Tensor logical_not(const Tensor& a, LAZYRT_HERE);
 // cond ? a : b, with broadcasting.
 Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b, LAZYRT_HERE);
+// As torch.masked_fill: `value` where the bool `mask` (broadcast to x's shape) is true, x elsewhere.
+Tensor masked_fill(const Tensor& x, const Tensor& mask, Scalar value, LAZYRT_HERE);
+// As torch.tril / torch.triu over the last two dims (any batch dims): elements on and below (tril) or on
+// and above (triu) the diagonal `diagonal` (0 the main one, > 0 above it) are kept, the rest are 0.
+Tensor tril(const Tensor& x, int64_t diagonal = 0, LAZYRT_HERE);
+Tensor triu(const Tensor& x, int64_t diagonal = 0, LAZYRT_HERE);
 
 Tensor neg(const Tensor& x, LAZYRT_HERE);
 Tensor abs(const Tensor& x, LAZYRT_HERE);
@@ -290,6 +296,20 @@ Tensor gather(const Tensor& x, int64_t dim, const Tensor& index, LAZYRT_HERE);
 // [0, num_classes) is an error: at the call when the index's values are already known (FromData, or a
 // finished step), otherwise when the result, or anything computed from it, is read.
 Tensor one_hot(const Tensor& index, int64_t num_classes, DType dtype = DType::kI64, LAZYRT_HERE);
+// As torch.nn.functional.embedding: the rows of `weight` [num_embeddings, dim] picked by integer
+// `indices` of any rank -> [..., dim]. Its gradient is a scatter-add of the rows' gradients.
+Tensor embedding(const Tensor& indices, const Tensor& weight, LAZYRT_HERE);
+// As torch.scatter_add: x with src[c] added at x[c with c[dim] = index[c]] for every position c of index
+// (index and src of x's rank; src may be larger than index, and only its leading part is added). The
+// additions happen in one fixed order: the same bits on every run.
+Tensor scatter_add(const Tensor& x, int64_t dim, const Tensor& index, const Tensor& src, LAZYRT_HERE);
+// As torch.index_add: x with alpha * source's slice j along dim added at x's slice index[j] (1-D index).
+Tensor index_add(const Tensor& x, int64_t dim, const Tensor& index, const Tensor& source,
+                 Scalar alpha = Scalar::Static(1), LAZYRT_HERE);
+// Every indexing op (index_select, gather, embedding, one_hot, scatter_add, index_add, cross_entropy's
+// labels) refuses an index outside [0, size) (a negative one too, as torch): at the call when the
+// index's values are already known, otherwise when the result, or anything computed from it, is read;
+// the error names the op, the index, its position, the valid range and the line of the op's call.
 
 // ---- Transformer ops: regularization, statistics, scans, sorting, splitting (lazy/transformer_ops.cc) ----
 // As torch.nn.functional.dropout: each element kept with probability 1 - p and scaled by 1 / (1 - p), the

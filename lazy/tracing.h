@@ -3,6 +3,7 @@
 #pragma once
 
 #include <initializer_list>
+#include <optional>
 #include <vector>
 #include "absl/strings/string_view.h"
 
@@ -26,9 +27,17 @@ ir::Value ScalarValue(Scalar s, DType dtype, const SourceLocation& loc);
 // A Convert node, or `v` itself if it already has `dtype`.
 ir::Value Converted(const ir::Value& v, DType dtype, const SourceLocation& loc);
 
-// A new node with one output, wrapped in a registered pending tensor.
+// A new node with one output, wrapped in a registered pending tensor. `api_name`: the public function
+// to name in a run-time error when it is not the op's own (ir::Node::api_name).
 Tensor MakeTensor(ir::OpKind op, ir::OperandList operands, Shape shape, int device, const SourceLocation& loc,
-                  ir::Attributes attrs = {});
+                  ir::Attributes attrs = {}, const char* api_name = nullptr);
+
+// Refuses an index outside [0, size) at the call when the index's values are already known (a tensor
+// made by FromData, or computed by a finished step); indices only the device knows are checked by the
+// kernel that reads them, and reported when the result is read. Returns whether the values were known.
+// `ignored`: a value that is not an index (cross_entropy's ignore_index).
+bool CheckKnownIndices(const Tensor& index, int64_t size, absl::string_view op, const SourceLocation& loc,
+                       std::optional<int64_t> ignored = std::nullopt);
 
 // Throws unless `x` has a floating-point dtype.
 void RequireFloating(const Tensor& x, absl::string_view op, const SourceLocation& loc);

@@ -109,6 +109,7 @@ absl::StatusOr<proto::Module> LowerGraph(const ir::PostOrder& order, std::string
   ModuleBuilder b(module);
   std::vector<int64_t> id_of(order.size(), -1);  // node position -> instruction id
   int64_t next_parameter = 0;
+  int64_t next_site = 1;  // index-checking ops, numbered in post order (ir::ChecksIndices)
   for (size_t pos = 0; pos < order.size(); ++pos) {
     const ir::Node& node = *order.nodes()[pos];
     const ir::Shape& shape = node.shape();
@@ -204,10 +205,21 @@ absl::StatusOr<proto::Module> LowerGraph(const ir::PostOrder& order, std::string
         break;
       }
       case OpKind::kIndexSelect:
-      case OpKind::kGather:
-        b.Add(op == OpKind::kGather ? Opcode::kGather : Opcode::kIndexSelect, type, dims, {in(0), in(1)}, &id)
-            ->set_axis(attrs.Get<int64_t>(AttrKey::kAxis));
+      case OpKind::kGather: {
+        proto::Instruction* inst =
+            b.Add(op == OpKind::kGather ? Opcode::kGather : Opcode::kIndexSelect, type, dims, {in(0), in(1)}, &id);
+        inst->set_axis(attrs.Get<int64_t>(AttrKey::kAxis));
+        inst->set_site(next_site++);
         break;
+      }
+      case OpKind::kScatterAdd:
+      case OpKind::kIndexAdd: {
+        proto::Instruction* inst = b.Add(op == OpKind::kScatterAdd ? Opcode::kScatterAdd : Opcode::kIndexAdd, type,
+                                         dims, {in(0), in(1), in(2)}, &id);
+        inst->set_axis(attrs.Get<int64_t>(AttrKey::kAxis));
+        inst->set_site(next_site++);
+        break;
+      }
       case OpKind::kOneHot: {
         // iota over the class axis == index broadcast along it.
         const int64_t index = in(0);

@@ -309,7 +309,23 @@ std::vector<void*> Executable::SlotPointers(std::span<void* const> params, void*
   return ptrs;
 }
 
-absl::Status Executable::RunKernels(std::span<void* const> slot_ptrs, bool profile) const {
+namespace {
+// A kernel's index error, prefixed by the op that indexed: the caller's name for its site, else the
+// kernel's opcode.
+absl::Status NameIndexError(absl::Status status, const proto::Kernel& kernel, const Executable::SiteNamer& name_site) {
+  if (!absl::IsOutOfRange(status)) return status;
+  std::string op = kernel.site() > 0 && name_site ? name_site(kernel.site()) : "";
+  if (op.empty()) {
+    op = kernel.kind() == proto::Kernel::INDEX_SELECT    ? "index_select"
+         : kernel.kind() == proto::Kernel::GATHER        ? "gather"
+         : OpcodeFromNumber(kernel.opcode()).has_value() ? OpcodeName(static_cast<Opcode>(kernel.opcode()))
+                                                         : proto::Kernel::Kind_Name(kernel.kind());
+  }
+  return absl::OutOfRangeError(absl::StrCat(op, ": ", status.message()));
+}
+}  // namespace
+
+absl::Status Executable::RunKernels(std::span<void* const> slot_ptrs, bool profile, const SiteNamer& name_site) const {
   using Clock = std::chrono::steady_clock;
   std::vector<const void*> inputs;
   std::vector<void*> outputs;
@@ -320,7 +336,8 @@ absl::Status Executable::RunKernels(std::span<void* const> slot_ptrs, bool profi
     outputs.assign(1, slot_ptrs[static_cast<size_t>(kernel.output())]);
     for (int64_t extra : kernel.extra_outputs()) outputs.push_back(slot_ptrs[static_cast<size_t>(extra)]);
     const Clock::time_point start = profile ? Clock::now() : Clock::time_point{};
-    RETURN_IF_ERROR(kernels_[k]->Run(inputs, outputs));
+    if (absl::Status s = kernels_[k]->Run(inputs, outputs); !s.ok())
+      return NameIndexError(std::move(s), kernel, name_site);
     if (profile) {
       kernel_times_[k].runs.fetch_add(1, std::memory_order_relaxed);
       kernel_times_[k].total_ns.fetch_add(
@@ -349,7 +366,7 @@ std::string KernelIterationText(const proto::Kernel& kernel) {
 }
 
 absl::StatusOr<std::vector<std::shared_ptr<Buffer>>> Executable::Execute(std::span<const std::shared_ptr<Buffer>> args,
-                                                                         Device* device) const {
+                                                                         Device* device, SiteNamer name_site) const {
   if (args.size() != parameter_shapes_.size()) {
     return absl::InvalidArgumentError(
         absl::StrCat("executable takes ", parameter_shapes_.size(), " arguments, got ", args.size()));
@@ -388,34 +405,34 @@ absl::StatusOr<std::vector<std::shared_ptr<Buffer>>> Executable::Execute(std::sp
   const bool profile = device->kernel_profiling();
   bool inline_ok = runs_inline_;
   for (const auto& ready : arg_ready) inline_ok = inline_ok && ready->IsReady();
-  device->stream().Submit(
-      inline_ok, [self = shared_from_this(), arg_memory = std::move(arg_memory), arg_ready = std::move(arg_ready),
-                  arena_memory, out_memory, done = std::move(done), profile]() mutable {
-        absl::Status status;
-        for (const auto& ready : arg_ready) {
-          if (status = ready->Wait(); !status.ok()) break;
+  device->stream().Submit(inline_ok, [self = shared_from_this(), arg_memory = std::move(arg_memory),
+                                      arg_ready = std::move(arg_ready), arena_memory, out_memory,
+                                      done = std::move(done), profile, name_site = std::move(name_site)]() mutable {
+    absl::Status status;
+    for (const auto& ready : arg_ready) {
+      if (status = ready->Wait(); !status.ok()) break;
+    }
+    if (status.ok()) {
+      std::vector<void*> params, outs;
+      for (const auto& m : arg_memory) params.push_back(m->data());
+      for (const auto& m : out_memory) outs.push_back(m->data());
+      const std::vector<void*> slots = self->SlotPointers(params, arena_memory->data(), outs);
+      status = self->RunKernels(slots, profile, name_site);
+      // Results not written in place (a parameter, an alias, a repeated value) are copied.
+      for (size_t j = 0; status.ok() && j < outs.size(); ++j) {
+        void* src = slots[static_cast<size_t>(self->proto_.outputs(static_cast<int>(j)))];
+        if (src != outs[j] && out_memory[j]->size() > 0) {
+          std::memcpy(outs[j], src, static_cast<size_t>(out_memory[j]->size()));
         }
-        if (status.ok()) {
-          std::vector<void*> params, outs;
-          for (const auto& m : arg_memory) params.push_back(m->data());
-          for (const auto& m : out_memory) outs.push_back(m->data());
-          const std::vector<void*> slots = self->SlotPointers(params, arena_memory->data(), outs);
-          status = self->RunKernels(slots, profile);
-          // Results not written in place (a parameter, an alias, a repeated value) are copied.
-          for (size_t j = 0; status.ok() && j < outs.size(); ++j) {
-            void* src = slots[static_cast<size_t>(self->proto_.outputs(static_cast<int>(j)))];
-            if (src != outs[j] && out_memory[j]->size() > 0) {
-              std::memcpy(outs[j], src, static_cast<size_t>(out_memory[j]->size()));
-            }
-          }
-        }
-        // Memory goes back to the device before anyone waiting learns the execution ended, so that once
-        // the results are read and dropped, bytes in use is back where it was.
-        arena_memory.reset();
-        arg_memory.clear();
-        out_memory.clear();
-        for (const auto& event : done) event->Set(status);
-      });
+      }
+    }
+    // Memory goes back to the device before anyone waiting learns the execution ended, so that once
+    // the results are read and dropped, bytes in use is back where it was.
+    arena_memory.reset();
+    arg_memory.clear();
+    out_memory.clear();
+    for (const auto& event : done) event->Set(status);
+  });
   return results;
 }
 

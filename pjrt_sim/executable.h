@@ -4,6 +4,7 @@
 #pragma once
 
 #include <atomic>
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
@@ -33,13 +34,17 @@ class Executable : public std::enable_shared_from_this<Executable> {
   // the stream has computed it (or failed: the error is then reported by the buffer). Fails
   // immediately on a wrong argument or when the device cannot hold the arena and results. A small
   // executable (runs_inline()) on an idle stream runs on the calling thread before this returns.
+  // An index out of range is reported as "<op>: index ..." where <op> is name_site(the instruction's
+  // site) (the caller's op and line), or the opcode's name without a namer or for site 0.
+  using SiteNamer = std::function<std::string(int64_t site)>;
   absl::StatusOr<std::vector<std::shared_ptr<Buffer>>> Execute(std::span<const std::shared_ptr<Buffer>> args,
-                                                               Device* device) const;
+                                                               Device* device, SiteNamer name_site = nullptr) const;
 
   // Runs the kernels in order on memory the caller provides: one pointer per slot (aliases and arena
   // slots resolved by the caller through SlotPointers). Used by Execute and by autotuning. With
   // `profile`, each kernel's time is added to kernel_times().
-  absl::Status RunKernels(std::span<void* const> slot_ptrs, bool profile = false) const;
+  absl::Status RunKernels(std::span<void* const> slot_ptrs, bool profile = false,
+                          const SiteNamer& name_site = nullptr) const;
 
   // How often each kernel (in schedule order) ran and for how long, over the executions on devices
   // with kernel profiling on: where an executable's device time goes.

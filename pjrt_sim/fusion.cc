@@ -18,7 +18,7 @@ bool IsFusable(Opcode op) { return IsElementwise(op) || IsView(op) || op == Opco
 bool ReadsMaterializedOperands(Opcode op) {
   return op == Opcode::kDot || op == Opcode::kArgmax || op == Opcode::kCumsum || op == Opcode::kArgsort ||
          op == Opcode::kIndexSelect || op == Opcode::kGather || op == Opcode::kConcatenate || op == Opcode::kReshape ||
-         ClassOf(op) == OpClass::kAttention || ClassOf(op) == OpClass::kNormalize;
+         ClassOf(op) == OpClass::kAttention || ClassOf(op) == OpClass::kNormalize || ClassOf(op) == OpClass::kScatter;
 }
 
 // How a coordinate of some instruction is computed from the kernel's iteration coordinates:
@@ -306,6 +306,8 @@ class Emitter {
         case Opcode::kRmsNorm:
         case Opcode::kLayerNormGrad:
         case Opcode::kRmsNormGrad:
+        case Opcode::kScatterAdd:
+        case Opcode::kIndexAdd:
           // Never fused (IsFusable): always materialized, so read by the load above.
           OpcodeUnreachable("fusion: a program step", static_cast<int32_t>(inst.opcode));
       }
@@ -386,10 +388,19 @@ class Emitter {
       case Opcode::kIndexSelect:
         k->set_kind(proto::Kernel::INDEX_SELECT);
         k->set_axis(inst.axis);
+        k->set_site(inst.site);
         break;
       case Opcode::kGather:
         k->set_kind(proto::Kernel::GATHER);
         k->set_axis(inst.axis);
+        k->set_site(inst.site);
+        break;
+      case Opcode::kScatterAdd:
+      case Opcode::kIndexAdd:
+        k->set_kind(proto::Kernel::SCATTER);
+        k->set_opcode(static_cast<int32_t>(inst.opcode));
+        k->set_axis(inst.axis);
+        k->set_site(inst.site);
         break;
       case Opcode::kConcatenate:
         k->set_kind(proto::Kernel::CONCATENATE);

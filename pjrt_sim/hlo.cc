@@ -60,6 +60,7 @@ HloModule FromVerifiedProto(const proto::Module& module) {
     h.direction = static_cast<CompareDirection>(p.direction());
     h.combiner = static_cast<Combiner>(p.combiner());
     h.stream = p.stream();
+    h.site = p.site();
     h.transpose_lhs = p.transpose_lhs();
     h.transpose_rhs = p.transpose_rhs();
     h.causal = p.causal();

@@ -28,6 +28,7 @@ struct HloInst {
   Combiner combiner = Combiner::kSum;
   bool causal = false;
   double dropout = 0;
+  int64_t site = 0;
 };
 
 struct HloModule {

@@ -247,6 +247,7 @@ class Verifier {
         const proto::Shape& index = operand(1);
         if (in.dims_size() != rank || in.type() != out.type() || !IsInt(index.type())) return Fail(id, "bad operands");
         if (inst.axis() < 0 || inst.axis() >= rank) return Fail(id, "axis out of range");
+        RETURN_IF_ERROR(CheckSite(id, inst));
         if (op == Opcode::kIndexSelect) {
           if (index.dims_size() != 1) return Fail(id, "the index must be 1-D");
           for (int d = 0; d < rank; ++d) {
@@ -292,6 +293,33 @@ class Verifier {
         }
         if (!std::equal(kept.begin(), kept.end(), out.dims().begin(), out.dims().end())) {
           return Fail(id, absl::StrCat("result ", ShapeText(out), " does not match reducing ", ShapeText(in)));
+        }
+        return absl::OkStatus();
+      }
+      case Opcode::kScatterAdd:
+      case Opcode::kIndexAdd: {
+        RETURN_IF_ERROR(want_operands(3));
+        const proto::Shape& in = operand(0);
+        const proto::Shape& index = operand(1);
+        const proto::Shape& src = operand(2);
+        if (!(in.type() == out.type() && SameDims(in, out)) || src.type() != out.type() || !IsInt(index.type()) ||
+            out.type() == proto::PRED) {
+          return Fail(id, "needs x of the result's shape, src of its type (not pred) and an integer index");
+        }
+        if (inst.axis() < 0 || inst.axis() >= rank) return Fail(id, "axis out of range");
+        RETURN_IF_ERROR(CheckSite(id, inst));
+        if (src.dims_size() != rank) return Fail(id, "src must have the result's rank");
+        if (op == Opcode::kScatterAdd) {
+          if (!SameDims(index, src)) return Fail(id, "the index must have src's dims");
+          for (int d = 0; d < rank; ++d) {
+            if (d != inst.axis() && index.dims(d) > out.dims(d)) return Fail(id, "index larger than the operand");
+          }
+        } else {
+          if (index.dims_size() != 1) return Fail(id, "the index must be 1-D");
+          for (int d = 0; d < rank; ++d) {
+            const int64_t want = d == inst.axis() ? index.dims(0) : out.dims(d);
+            if (src.dims(d) != want) return Fail(id, "src dims are wrong");
+          }
         }
         return absl::OkStatus();
       }
@@ -370,6 +398,13 @@ class Verifier {
       }
     }
     return Fail(id, "unsupported opcode");  // unreachable: the switch covers every opcode
+  }
+
+  // An index-checking op's site: 0 (none) or a number no larger than the module.
+  absl::Status CheckSite(int64_t id, const proto::Instruction& inst) const {
+    if (inst.site() < 0 || inst.site() > m_.instructions_size())
+      return Fail(id, absl::StrCat("bad site ", inst.site()));
+    return absl::OkStatus();
   }
 
   const proto::Module& m_;

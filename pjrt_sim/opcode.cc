@@ -114,7 +114,8 @@ bool IsElementwise(Opcode op) {
     case OpClass::kDot:
     case OpClass::kAttention:
     case OpClass::kNormalize:
-    case OpClass::kAlongAxis: return false;
+    case OpClass::kAlongAxis:
+    case OpClass::kScatter: return false;
   }
   return false;  // unreachable: the switch covers every class
 }

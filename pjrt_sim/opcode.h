@@ -78,7 +78,9 @@ enum class TypeClass : uint8_t {
   X(LayerNormGrad, 72, kNormalize)  \
   X(RmsNormGrad, 73, kNormalize)    \
   X(Cumsum, 80, kAlongAxis)         \
-  X(Argsort, 81, kAlongAxis)
+  X(Argsort, 81, kAlongAxis)        \
+  X(ScatterAdd, 74, kScatter)       \
+  X(IndexAdd, 75, kScatter)
 
 // The case labels of every elementwise opcode (unary, binary, convert, compare, select), for a switch that
 // treats them alike: `LAZYRT_ELEMENTWISE_OPCODE_CASES: ...`.
@@ -124,6 +126,10 @@ enum class OpClass : uint8_t {
   // sums, in the operand's numeric type) and ARGSORT (s64 positions of the row's elements in stable
   // sorted order, NaN largest; `direction` LT ascending, GT descending).
   kAlongAxis,
+  // (x, index, src) -> x plus src added at the indexed positions along `axis`, in index order:
+  // SCATTER_ADD as torch.scatter_add (index and src of one shape, of x's rank), INDEX_ADD as
+  // torch.index_add (a 1-D index picks src's slices along axis).
+  kScatter,
 };
 
 OpClass ClassOf(Opcode op);

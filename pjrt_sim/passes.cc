@@ -274,7 +274,9 @@ int64_t SimplifyAlgebra(HloModule& module) {
       case Opcode::kLayerNormGrad:
       case Opcode::kRmsNormGrad: break;
       case Opcode::kCumsum:
-      case Opcode::kArgsort: break;
+      case Opcode::kArgsort:
+      case Opcode::kScatterAdd:
+      case Opcode::kIndexAdd: break;
     }
   }
   for (int64_t& out : module.outputs) out = forward[static_cast<size_t>(out)];

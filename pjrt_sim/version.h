@@ -11,9 +11,10 @@
 
 namespace lazyrt::pjrt {
 
-inline constexpr absl::string_view kCompilerVersion = "lazyrt-sim-compiler/5";
+inline constexpr absl::string_view kCompilerVersion = "lazyrt-sim-compiler/6";
 // 2: multi-output loop kernels. 3: the GEMM library of each DOT kernel and the CPU features it was tuned on.
-inline constexpr uint32_t kExecutableFormatVersion = 3;
+// 4: NORMALIZE and SCATTER kernels, the sites of index-checking kernels.
+inline constexpr uint32_t kExecutableFormatVersion = 4;
 
 // What produced an executable, as stored with it (a cache entry's producer version).
 struct ProducerVersion {

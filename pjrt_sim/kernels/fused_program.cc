@@ -322,7 +322,9 @@ StepFn ChooseStepFn(const Step& s, int scalar) {
     case Opcode::kLayerNormGrad:
     case Opcode::kRmsNormGrad:
     case Opcode::kCumsum:
-    case Opcode::kArgsort: break;  // not steps: Build refuses them
+    case Opcode::kArgsort:
+    case Opcode::kScatterAdd:
+    case Opcode::kIndexAdd: break;  // not steps: Build refuses them
   }
   return nullptr;
 }
@@ -415,7 +417,8 @@ absl::StatusOr<FusedProgram> FusedProgram::Build(const google::protobuf::Repeate
       case OpClass::kDot:
       case OpClass::kAttention:
       case OpClass::kNormalize:
-      case OpClass::kAlongAxis: return fail(absl::StrCat("opcode ", OpcodeName(s.opcode), " cannot be fused"));
+      case OpClass::kAlongAxis:
+      case OpClass::kScatter: return fail(absl::StrCat("opcode ", OpcodeName(s.opcode), " cannot be fused"));
     }
     if (p.args_size() != arity) return fail("wrong number of arguments");
     for (int a = 0; a < arity; ++a) {

@@ -544,8 +544,11 @@ class ArgsortKernel final : public Kernel {
   bool descending_;
 };
 
-absl::Status IndexError(int64_t index, int64_t size, const char* op) {
-  return absl::OutOfRangeError(absl::StrCat(op, ": index ", index, " is out of range for a dimension of size ", size));
+// The one message of an index out of range, whatever the op. The executable puts the name of the op
+// first (the caller's op and line when it knows them, else the kernel's opcode).
+absl::Status IndexError(int64_t index, int64_t position, int64_t size) {
+  return absl::OutOfRangeError(absl::StrCat("index ", index, " is out of range for a dimension of size ", size,
+                                            " (valid: [0, ", size, ")), at position ", position, " of the index"));
 }
 
 class IndexSelectKernel final : public Kernel {
@@ -559,7 +562,7 @@ class IndexSelectKernel final : public Kernel {
     for (int64_t o = 0; o < split_.outer; ++o) {
       for (int64_t j = 0; j < count; ++j) {
         const int64_t a = IndexAt(inputs[1], index_.type, j);
-        if (a < 0 || a >= split_.size) return IndexError(a, split_.size, "index_select");
+        if (a < 0 || a >= split_.size) return IndexError(a, j, split_.size);
         std::memcpy(static_cast<char*>(output) + ((o * count + j) * split_.inner) * width,
                     static_cast<const char*>(inputs[0]) + ((o * split_.size + a) * split_.inner) * width, row);
       }
@@ -585,7 +588,7 @@ class GatherKernel final : public Kernel {
     for (int64_t i = 0; i < total; ++i) {
       const int64_t a = IndexAt(inputs[1], index_.type, i);
       const int64_t size = input_.dims[static_cast<size_t>(axis_)];
-      if (a < 0 || a >= size) return IndexError(a, size, "gather");
+      if (a < 0 || a >= size) return IndexError(a, i, size);
       int64_t src = 0;
       for (size_t d = 0; d < rank; ++d) src += (d == static_cast<size_t>(axis_) ? a : coords[d]) * in_strides[d];
       std::memcpy(static_cast<char*>(output) + i * width, static_cast<const char*>(inputs[0]) + src * width,
@@ -601,6 +604,100 @@ class GatherKernel final : public Kernel {
  private:
   ArrayShape input_, index_;
   int64_t axis_;
+};
+
+// dst[i] += src[i] in the type of the arrays (half types through f32, rounded at each step).
+void AddElement(PrimitiveType type, void* dst, int64_t d, const void* src, int64_t s) {
+  switch (type) {
+    case PrimitiveType::kF32: static_cast<float*>(dst)[d] += static_cast<const float*>(src)[s]; return;
+    case PrimitiveType::kF64: static_cast<double*>(dst)[d] += static_cast<const double*>(src)[s]; return;
+    case PrimitiveType::kS32:  // wraps as torch's int32 adds do, without signed overflow
+      static_cast<int32_t*>(dst)[d] = static_cast<int32_t>(static_cast<uint32_t>(static_cast<int32_t*>(dst)[d]) +
+                                                           static_cast<uint32_t>(static_cast<const int32_t*>(src)[s]));
+      return;
+    case PrimitiveType::kS64:
+      static_cast<int64_t*>(dst)[d] = static_cast<int64_t>(static_cast<uint64_t>(static_cast<int64_t*>(dst)[d]) +
+                                                           static_cast<uint64_t>(static_cast<const int64_t*>(src)[s]));
+      return;
+    case PrimitiveType::kBF16:
+    case PrimitiveType::kF16: {
+      const float sum = static_cast<float>(LoadElement(dst, type, d)) + static_cast<float>(LoadElement(src, type, s));
+      StoreElement(sum, type, static_cast<char*>(dst) + d * ByteWidth(type));
+      return;
+    }
+    case PrimitiveType::kPred: return;  // refused at build time
+  }
+}
+
+// SCATTER_ADD: out = x, then out[index[c] along axis, c elsewhere] += src[c] for every c of the index, in
+// row-major order: one fixed order of accumulation, so results are the same bits on every run.
+class ScatterAddKernel final : public Kernel {
+ public:
+  ScatterAddKernel(ArrayShape input, ArrayShape index, int64_t axis)
+      : input_(std::move(input)), index_(std::move(index)), axis_(axis) {}
+  absl::Status Run(std::span<const void* const> inputs, std::span<void* const> outputs) const override {
+    const size_t rank = index_.dims.size();
+    const int64_t total = index_.numel(), size = input_.dims[static_cast<size_t>(axis_)];
+    for (int64_t i = 0; i < total; ++i) {  // every index checked before anything is written
+      const int64_t a = IndexAt(inputs[1], index_.type, i);
+      if (a < 0 || a >= size) return IndexError(a, i, size);
+    }
+    if (outputs[0] != inputs[0] && input_.byte_size() > 0) {  // zero-size arrays may have no memory at all
+      std::memcpy(outputs[0], inputs[0], static_cast<size_t>(input_.byte_size()));
+    }
+    std::vector<int64_t> strides(rank, 1), coords(rank, 0);
+    for (size_t d = rank; d-- > 1;) strides[d - 1] = strides[d] * input_.dims[d];
+    for (int64_t i = 0; i < total; ++i) {
+      const int64_t a = IndexAt(inputs[1], index_.type, i);
+      int64_t dst = 0;
+      for (size_t d = 0; d < rank; ++d) dst += (d == static_cast<size_t>(axis_) ? a : coords[d]) * strides[d];
+      AddElement(input_.type, outputs[0], dst, inputs[2], i);
+      for (size_t d = rank; d-- > 0;) {
+        if (++coords[d] < index_.dims[d]) break;
+        coords[d] = 0;
+      }
+    }
+    return absl::OkStatus();
+  }
+
+ private:
+  ArrayShape input_, index_;
+  int64_t axis_;
+};
+
+// INDEX_ADD: out = x, then out[.., index[j], ..] += src[.., j, ..] along axis, j in order (the same
+// order every run).
+class IndexAddKernel final : public Kernel {
+ public:
+  IndexAddKernel(ArrayShape input, ArrayShape index, int64_t axis)
+      : input_(std::move(input)), index_(std::move(index)), split_(input_.dims, axis) {}
+  absl::Status Run(std::span<const void* const> inputs, std::span<void* const> outputs) const override {
+    const int64_t count = index_.numel();
+    for (int64_t j = 0; j < count; ++j) {
+      const int64_t a = IndexAt(inputs[1], index_.type, j);
+      if (a < 0 || a >= split_.size) return IndexError(a, j, split_.size);
+    }
+    if (input_.byte_size() == 0) return absl::OkStatus();  // zero-size arrays may have no memory at all
+    if (outputs[0] != inputs[0]) std::memcpy(outputs[0], inputs[0], static_cast<size_t>(input_.byte_size()));
+    for (int64_t o = 0; o < split_.outer; ++o) {
+      for (int64_t j = 0; j < count; ++j) {
+        const int64_t dst = (o * split_.size + IndexAt(inputs[1], index_.type, j)) * split_.inner;
+        const int64_t src = (o * count + j) * split_.inner;
+        if (input_.type == PrimitiveType::kF32) {  // the common case, as a loop that vectorizes
+          float* out = static_cast<float*>(outputs[0]) + dst;
+          const float* in = static_cast<const float*>(inputs[2]) + src;
+          for (int64_t i = 0; i < split_.inner; ++i) out[i] += in[i];
+          continue;
+        }
+        for (int64_t i = 0; i < split_.inner; ++i) AddElement(input_.type, outputs[0], dst + i, inputs[2], src + i);
+      }
+    }
+    return absl::OkStatus();
+  }
+
+ private:
+  ArrayShape input_, index_;
+  AxisSplit split_;
 };
 
 class ConcatKernel final : public Kernel {
@@ -742,7 +839,7 @@ absl::StatusOr<std::unique_ptr<Kernel>> BuildKernel(const proto::Kernel& k, std:
       const int64_t axis = k.axis();
       bool ok = inputs.size() == 2 && axis >= 0 && axis < static_cast<int64_t>(inputs[0].dims.size()) &&
                 (inputs[1].type == PrimitiveType::kS32 || inputs[1].type == PrimitiveType::kS64) &&
-                output.type == inputs[0].type && output.dims.size() == inputs[0].dims.size();
+                output.type == inputs[0].type && output.dims.size() == inputs[0].dims.size() && k.site() >= 0;
       if (ok && k.kind() == proto::Kernel::INDEX_SELECT) {
         std::vector<int64_t> want = inputs[0].dims;
         ok = inputs[1].dims.size() == 1;
@@ -784,6 +881,28 @@ absl::StatusOr<std::unique_ptr<Kernel>> BuildKernel(const proto::Kernel& k, std:
                   : MakeAttentionKernel(*std::move(layout), params);
     }
     case proto::Kernel::NORMALIZE: return BuildNormalizeKernel(k, inputs, output);
+    case proto::Kernel::SCATTER: {
+      const std::optional<Opcode> op = OpcodeFromNumber(k.opcode());
+      const int64_t axis = k.axis();
+      bool ok = op.has_value() && ClassOf(*op) == OpClass::kScatter && inputs.size() == 3 && k.site() >= 0 &&
+                inputs[0] == output && inputs[2].type == output.type && output.type != PrimitiveType::kPred &&
+                (inputs[1].type == PrimitiveType::kS32 || inputs[1].type == PrimitiveType::kS64) && axis >= 0 &&
+                axis < static_cast<int64_t>(output.dims.size()) && inputs[2].dims.size() == output.dims.size();
+      if (ok && *op == Opcode::kScatterAdd) {
+        ok = inputs[1].dims == inputs[2].dims;
+        for (size_t d = 0; ok && d < output.dims.size(); ++d) {
+          ok = d == static_cast<size_t>(axis) || inputs[1].dims[d] <= output.dims[d];
+        }
+      } else if (ok) {
+        std::vector<int64_t> want = output.dims;
+        ok = inputs[1].dims.size() == 1;
+        if (ok) want[static_cast<size_t>(axis)] = inputs[1].dims[0];
+        ok = ok && want == inputs[2].dims;
+      }
+      RETURN_IF_ERROR(Expect(ok, k, "bad scatter shapes"));
+      if (*op == Opcode::kScatterAdd) return std::make_unique<ScatterAddKernel>(inputs[0], inputs[1], axis);
+      return std::make_unique<IndexAddKernel>(inputs[0], inputs[1], axis);
+    }
     case proto::Kernel_Kind_Kernel_Kind_INT_MIN_SENTINEL_DO_NOT_USE_:
     case proto::Kernel_Kind_Kernel_Kind_INT_MAX_SENTINEL_DO_NOT_USE_: break;
   }

@@ -148,7 +148,10 @@ TEST(Conformance, OneHotIsI64AndRefusesIndicesOutOfRange) {
   // Indices known when the op is called: refused there, naming the index and the caller's line.
   const int line = __LINE__ + 1;
   const std::string too_big = ErrorOf([] { one_hot(I64({1, 3}, {2}), 3); });
-  EXPECT_THAT(too_big, HasSubstr("one_hot: index 3 (element 1 of i64[2]) is out of range for 3 classes"));
+  EXPECT_THAT(
+      too_big,
+      HasSubstr(
+          "one_hot: index 3 is out of range for a dimension of size 3 (valid: [0, 3)), at position 1 of index i64[2]"));
   EXPECT_THAT(too_big, HasSubstr("conformance_test.cc:" + std::to_string(line)));
   EXPECT_THAT(ErrorOf([] { one_hot(I32({-1}, {1}), 3); }), HasSubstr("index -1"));
 

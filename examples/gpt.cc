@@ -11,11 +11,6 @@ namespace lazyrt::examples {
 
 namespace {
 constexpr int64_t kMaxDim = int64_t{1} << 16;
-
-// SCAFFOLD until embedding is merged.
-Tensor embedding(const Tensor& ids, const Tensor& w) {
-  return reshape(index_select(w, 0, reshape(ids, {-1})), {ids.dim(0), ids.dim(1), w.dim(1)});
-}
 }  // namespace
 
 std::string CheckConfig(const GptConfig& c) {

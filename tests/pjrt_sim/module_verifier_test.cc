@@ -93,9 +93,9 @@ ModuleBuilder EveryOpcode() {
       i.set_value(1e-5);
     });
   }
-  b.Op(Opcode::kScatterAdd, {x, gidx, b.Parameter(9, proto::F32, {2, 2})}, proto::F32, {2, 3},
+  b.Op(Opcode::kScatterAdd, {x, gidx, b.Parameter(14, proto::F32, {2, 2})}, proto::F32, {2, 3},
        [](proto::Instruction& i) { i.set_site(1); });
-  b.Op(Opcode::kIndexAdd, {x, idx, b.Parameter(10, proto::F32, {2, 4})}, proto::F32, {2, 3},
+  b.Op(Opcode::kIndexAdd, {x, idx, b.Parameter(15, proto::F32, {2, 4})}, proto::F32, {2, 3},
        [](proto::Instruction& i) { i.set_axis(1); });
   for (Opcode op : {Opcode::kLayerNormGrad, Opcode::kRmsNormGrad}) {
     b.Op(op, {x, c}, proto::F32, {2, 3}, [](proto::Instruction& i) { i.set_value(1e-5); });

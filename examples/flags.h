@@ -1,5 +1,5 @@
 // The examples' command-line values: each bounded, each error naming the flag, what it takes and what it
-// got, then the usage, exit status 2.
+// got, then the usage, exit status 2; and the runtime's options with the flags that override them.
 #pragma once
 
 #include <cerrno>
@@ -12,6 +12,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "lazy/options.h"
+#include "lazy/runtime.h"
 
 namespace lazyrt::examples {
 
@@ -56,5 +58,19 @@ class FlagParser {
   const char* program_;
   const char* usage_;
 };
+
+// Configures the runtime from the environment (LAZYRT_*), with the flags --cache-dir and --report (when
+// given) over it. False after printing why the environment is refused.
+inline bool ConfigureRuntime(const char* program, const std::string& cache_dir, const std::string& report) {
+  absl::StatusOr<Options> options = Options::FromEnvironment();
+  if (!options.ok()) {
+    std::fprintf(stderr, "%s: %s\n", program, std::string(options.status().message()).c_str());
+    return false;
+  }
+  if (!cache_dir.empty()) options->cache_dir = cache_dir;
+  if (!report.empty()) options->report = report;
+  configure(*options);
+  return true;
+}
 
 }  // namespace lazyrt::examples

@@ -28,8 +28,6 @@
 #include "lazy/metrics.h"
 #include "lazy/nn.h"
 #include "lazy/optim.h"
-#include "lazy/options.h"
-#include "lazy/runtime.h"
 #include "lazy/sync.h"
 #include "lazy/tensor.h"
 #include "lazy/text_dataset.h"
@@ -220,14 +218,7 @@ int main(int argc, char** argv) {
   const Clock::time_point process_start = Clock::now();
   Flags flags = ParseFlags(argc, argv);
   try {
-    absl::StatusOr<lazyrt::Options> options = lazyrt::Options::FromEnvironment();
-    if (!options.ok()) {
-      std::fprintf(stderr, "train_gpt: %s\n", std::string(options.status().message()).c_str());
-      return 2;
-    }
-    if (!flags.cache_dir.empty()) options->cache_dir = flags.cache_dir;
-    if (!flags.report.empty()) options->report = flags.report;
-    lazyrt::configure(*options);
+    if (!lazyrt::examples::ConfigureRuntime("train_gpt", flags.cache_dir, flags.report)) return 2;
 
     absl::StatusOr<lazyrt::data::TextCorpus> corpus = lazyrt::data::LoadCorpus(flags.data, flags.model.context + 1);
     if (!corpus.ok()) {

@@ -23,8 +23,6 @@
 #include "lazy/metrics.h"
 #include "lazy/nn.h"
 #include "lazy/optim.h"
-#include "lazy/options.h"
-#include "lazy/runtime.h"
 #include "lazy/sync.h"
 #include "lazy/tensor.h"
 
@@ -136,14 +134,7 @@ double Evaluate(const lazyrt::nn::MLP& model, const lazyrt::data::Dataset& test)
 int main(int argc, char** argv) {
   const Flags flags = ParseFlags(argc, argv);
   try {
-    absl::StatusOr<lazyrt::Options> options = lazyrt::Options::FromEnvironment();
-    if (!options.ok()) {
-      std::fprintf(stderr, "train_mlp: %s\n", std::string(options.status().message()).c_str());
-      return 2;
-    }
-    if (!flags.cache_dir.empty()) options->cache_dir = flags.cache_dir;
-    if (!flags.report.empty()) options->report = flags.report;
-    lazyrt::configure(*options);
+    if (!lazyrt::examples::ConfigureRuntime("train_mlp", flags.cache_dir, flags.report)) return 2;
 
     absl::StatusOr<lazyrt::data::Dataset> train = lazyrt::data::LoadFashionMnist(flags.data, "train");
     absl::StatusOr<lazyrt::data::Dataset> test = lazyrt::data::LoadFashionMnist(flags.data, "t10k");

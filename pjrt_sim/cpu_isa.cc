@@ -41,8 +41,10 @@ std::string Detect() { return "unknown-architecture"; }
 }  // namespace
 
 const std::string& HostIsa() {
-  static const std::string isa = Detect();
-  return isa;
+  // Never destroyed: the sync of work pending at exit compiles on its own thread, which can run after
+  // this thread has destroyed the statics (AddressSanitizer saw that use after free).
+  static const std::string* const isa = new std::string(Detect());
+  return *isa;
 }
 
 bool HostHas(std::string_view feature) {

@@ -74,6 +74,11 @@ bool HoldsOnlyCacheFiles(const std::string& dir) {
     if (name == "." || name == "..") continue;
     const bool temp_file = IsTempFileName(name);
     if (name == kEventLogFileName || name == kRotatedEventLogFileName) continue;
+    // Another process opening the same new directory may have marked it since this one looked.
+    if (name == kCacheDirTagFileName) {
+      if (IsMarkedCacheDir(dir)) continue;
+      return false;
+    }
     if (!temp_file && !KeyFromEntryFileName(name)) return false;
     const std::string path = PathInDir(dir, name);
     UniqueFd fd;

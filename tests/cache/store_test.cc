@@ -498,6 +498,24 @@ TEST_F(StoreTest, ConcurrentProcessesSeeWholeEntriesOrNone) {
   }
 }
 
+// Processes that open one new directory at the same moment race to mark it: whichever mark lands
+// first, every one of them must take the directory for the cache's and write.
+TEST_F(StoreTest, ProcessesOpeningOneNewDirectoryAtOnceAllWrite) {
+  for (int round = 0; round < 50; ++round) {
+    ScratchDir fresh;
+    RunInChildProcesses(8, [&](int writer) {
+      absl::StatusOr<std::unique_ptr<Store>> store =
+          Store::Open({.dir = fresh.path(), .producer_version = std::string(kProducer)});
+      if (!store.ok()) return 10;
+      const std::string key = absl::StrCat("key", writer);
+      absl::StatusOr<PutOutcome> outcome = (*store)->Put(key, MakePayload(key, writer, 0), 5, "");
+      if (!outcome.ok()) return 11;
+      return *outcome == PutOutcome::kWritten ? 0 : 20 + static_cast<int>(*outcome);
+    });
+    if (HasFailure()) FAIL() << "in round " << round;
+  }
+}
+
 TEST_F(StoreTest, ConcurrentThreadsShareOneStore) {
   std::unique_ptr<Store> store = OpenStore();
   std::atomic<int> failures{0};

@@ -1,7 +1,6 @@
 #include "examples/gpt.h"
 
 #include <cmath>
-#include <limits>
 
 #include "absl/strings/str_cat.h"
 #include "lazy/error.h"

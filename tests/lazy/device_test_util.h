@@ -6,6 +6,7 @@
 
 #include <gtest/gtest.h>
 
+#include "lazy/devices.h"
 #include "lazy/options.h"
 #include "lazy/runtime.h"
 #include "lazy/sync.h"
@@ -13,8 +14,8 @@
 
 namespace lazyrt::testing {
 
-#define LAZYRT_NEEDS_DEVICES(n)          \
-  if (::lazyrt::options().devices < (n)) \
+#define LAZYRT_NEEDS_DEVICES(n)       \
+  if (::lazyrt::device_count() < (n)) \
   GTEST_SKIP() << "needs " << (n) << " devices (LAZYRT_DEVICES=3 runs it: ctest -R lazy_devices)"
 
 // Holds a device's stream busy until opened (or destroyed): work queued behind it has not run, so a
@@ -43,7 +44,7 @@ class StreamGate {
 
 // Waits for every device's work and for graphs being released: memory counts are then settled.
 inline void SettleAllDevices() {
-  for (int d = 0; d < options().devices; ++d) wait_device(Device{d});
+  for (int d = 0; d < device_count(); ++d) wait_device(Device{d});
 }
 
 }  // namespace lazyrt::testing

@@ -8,7 +8,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
-#include "lazy/memory.h"
+#include "lazy/devices.h"
 #include "lazy/metrics.h"
 #include "tests/lazy/device_test_util.h"
 
@@ -43,7 +43,7 @@ TEST(DeviceTransfer, SameDeviceIsTheTensorItself) {
 
 TEST(DeviceTransfer, UnknownDeviceNamesTheValidRange) {
   Tensor x = Tensor::FromData({1, 2, 3}, {3});
-  const int n = options().devices;
+  const int n = device_count();
   const std::string past_end = ErrorOf([&] { x.to(Device{n}); });
   EXPECT_THAT(past_end, AllOf(HasSubstr(Device{n}.ToString()), HasSubstr("does not exist"),
                               HasSubstr(absl::StrCat("lazy:0 to lazy:", n - 1)), HasSubstr("LAZYRT_DEVICES"),

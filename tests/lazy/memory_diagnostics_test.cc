@@ -11,8 +11,8 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include "lazy/devices.h"
 #include "lazy/diagnostics.h"
-#include "lazy/memory.h"
 #include "tests/lazy/device_test_util.h"
 
 namespace lazyrt {
@@ -34,7 +34,7 @@ std::string TempPath(const std::string& name) {
 
 TEST(MemoryDiagnostics, ReportHasEveryDevicesMemory) {
   const std::vector<float> values(1000, 1.0F);
-  Tensor kept = Tensor::FromData(std::span<const float>(values), {1000}, Device{options().devices - 1});
+  Tensor kept = Tensor::FromData(std::span<const float>(values), {1000}, Device{device_count() - 1});
   Tensor result = sum(kept * 2.0);
   EXPECT_EQ(result.item(), 2000.0);
   SettleAllDevices();
@@ -44,8 +44,8 @@ TEST(MemoryDiagnostics, ReportHasEveryDevicesMemory) {
   ASSERT_TRUE(report.is_object());
   ASSERT_TRUE(report.contains("devices"));
   const json& devices = report["devices"];
-  ASSERT_EQ(devices.size(), static_cast<size_t>(options().devices));
-  for (int d = 0; d < options().devices; ++d) {
+  ASSERT_EQ(devices.size(), static_cast<size_t>(device_count()));
+  for (int d = 0; d < device_count(); ++d) {
     const json& entry = devices[static_cast<size_t>(d)];
     const MemoryInfo now = memory_info(Device{d});  // nothing runs meanwhile: the same numbers
     EXPECT_EQ(entry["device"], Device{d}.ToString());
@@ -59,7 +59,7 @@ TEST(MemoryDiagnostics, ReportHasEveryDevicesMemory) {
   // The last sync is the item() above: on the last device, with the input and result in its peak.
   const json& event = report["sync_events"].back();
   EXPECT_EQ(event["cause"], "item");
-  EXPECT_EQ(event["device"].get<int>(), options().devices - 1);
+  EXPECT_EQ(event["device"].get<int>(), device_count() - 1);
   EXPECT_GE(event["arena_bytes"].get<int64_t>(), 0);
   EXPECT_GE(event["peak_bytes"].get<int64_t>(), event["arena_bytes"].get<int64_t>() + 1000 * 4 + 4);
 }

@@ -5,7 +5,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
-#include "lazy/memory.h"
+#include "lazy/devices.h"
 #include "tests/lazy/device_test_util.h"
 
 namespace lazyrt {
@@ -19,15 +19,15 @@ using testing::SettleAllDevices;
 TEST(MemoryInfo, CountsEachDeviceOnItsOwn) {
   constexpr int64_t kElements = 3000;
   const std::vector<double> values(kElements, 2.0);
-  for (int d = 0; d < options().devices; ++d) {
+  for (int d = 0; d < device_count(); ++d) {
     SettleAllDevices();
     std::vector<MemoryInfo> before;
-    for (int e = 0; e < options().devices; ++e) before.push_back(memory_info(Device{e}));
+    for (int e = 0; e < device_count(); ++e) before.push_back(memory_info(Device{e}));
     EXPECT_EQ(before[static_cast<size_t>(d)].limit_bytes, options().device_memory_bytes);
     EXPECT_GE(before[static_cast<size_t>(d)].peak_bytes, before[static_cast<size_t>(d)].bytes_in_use);
     {
       Tensor t = Tensor::FromData(std::span<const double>(values), {kElements}, Device{d});
-      for (int e = 0; e < options().devices; ++e) {
+      for (int e = 0; e < device_count(); ++e) {
         const MemoryInfo now = memory_info(Device{e});
         const int64_t added = e == d ? kElements * 8 : 0;
         EXPECT_EQ(now.bytes_in_use, before[static_cast<size_t>(e)].bytes_in_use + added) << "lazy:" << e;
@@ -60,8 +60,13 @@ TEST(MemoryInfo, PeakRemembersAGraphsMemoryAndResets) {
   EXPECT_EQ(memory_info().peak_bytes, after.bytes_in_use);
 }
 
+TEST(MemoryInfo, DeviceCountIsTheConfiguredOne) {
+  EXPECT_EQ(device_count(), options().devices);
+  EXPECT_GE(device_count(), 1);
+}
+
 TEST(MemoryInfo, UnknownDeviceNamesTheValidRange) {
-  const int n = options().devices;
+  const int n = device_count();
   try {
     memory_info(Device{n});
     FAIL() << "memory_info accepted lazy:" << n;

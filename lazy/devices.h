@@ -1,5 +1,5 @@
-// How much memory one device holds, at any time in a running program (PyTorch's
-// torch.cuda.memory_stats, torch_xla's xm.get_memory_info): the numbers behind "will this fit?".
+// The runtime's devices: how many there are, and how much memory each holds at any time in a running
+// program (PyTorch's torch.cuda.device_count and memory_stats, torch_xla's xm.get_memory_info).
 #pragma once
 
 #include <cstdint>
@@ -7,6 +7,9 @@
 #include "lazy/tensor.h"
 
 namespace lazyrt {
+
+// The devices lazy:0 to lazy:device_count() - 1 (LAZYRT_DEVICES or Options::devices).
+int device_count();
 
 // The memory of one physical device. Buffers count from when they are allocated (a graph's results
 // and its arena at launch, a transfer's destination at to()) until the last tensor, graph or work in

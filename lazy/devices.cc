@@ -1,8 +1,10 @@
-#include "lazy/memory.h"
+#include "lazy/devices.h"
 
 #include "lazy/runtime.h"
 
 namespace lazyrt {
+
+int device_count() { return detail::Runtime::Get().num_devices(); }
 
 MemoryInfo memory_info(Device device, SourceLocation loc) {
   const pjrt::MemoryStats stats = detail::Runtime::Get().device_state(device, loc).device->memory_stats();

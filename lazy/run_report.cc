@@ -71,7 +71,7 @@ json EventJson(const SyncEvent& e) {
 // Every device's memory now (memory_info()).
 json DevicesJson() {
   json devices = json::array();
-  for (int d = 0; d < detail::Runtime::Get().num_devices(); ++d) {
+  for (int d = 0; d < device_count(); ++d) {
     const MemoryInfo m = memory_info(Device{d});
     devices.push_back(json{{"device", Device{d}.ToString()},
                            {"bytes_in_use", m.bytes_in_use},
@@ -125,11 +125,11 @@ void WriteDiagnosticsAtExit() {
   if (o.debug >= 1) DebugLine(absl::StrCat("analysis at exit: ", diagnostics_summary()));
   if (o.debug >= 3) {
     DebugLine(KernelProfileText());
-    for (const json& d : DevicesJson()) {
-      DebugLine(absl::StrCat("memory on ", d["device"].get<std::string>(),
-                             " at exit: ", pjrt::HumanBytes(d["bytes_in_use"].get<int64_t>()), " in use, peak ",
-                             pjrt::HumanBytes(d["peak_bytes"].get<int64_t>()), " of a ",
-                             pjrt::HumanBytes(d["limit_bytes"].get<int64_t>()), " limit"));
+    for (int d = 0; d < device_count(); ++d) {
+      const MemoryInfo m = memory_info(Device{d});
+      DebugLine(absl::StrCat("memory on ", Device{d}.ToString(), " at exit: ", pjrt::HumanBytes(m.bytes_in_use),
+                             " in use, peak ", pjrt::HumanBytes(m.peak_bytes), " of a ",
+                             pjrt::HumanBytes(m.limit_bytes), " limit"));
     }
   }
   if (!o.report.empty()) write_report(o.report);

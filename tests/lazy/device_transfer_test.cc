@@ -176,6 +176,18 @@ TEST(DeviceTransfer, BytesCountOnBothDevices) {
   EXPECT_EQ(memory_info(Device{0}).bytes_in_use, src_before.bytes_in_use);
 }
 
+// The source's graph fails on the device (an index only the device knows is out of range): the copy
+// carries that error, and reading the moved tensor reports it with the op and its line.
+TEST(DeviceTransfer, CarriesTheSourcesDeviceError) {
+  LAZYRT_NEEDS_DEVICES(2);
+  Tensor table = Tensor::FromData({1, 2, 3, 4}, {4}, Device{0});
+  Tensor index = Tensor::FromData(std::span<const int64_t>(std::vector<int64_t>{1, 2}), {2}, Device{0}) * 3;
+  Tensor picked = index_select(table, 0, index);  // index 6 is out of range for 4 elements
+  Tensor moved = picked.to(Device{1});
+  EXPECT_THAT(ErrorOf([&] { moved.to_vector<float>(); }),
+              AllOf(HasSubstr("index_select"), HasSubstr("out of range"), HasSubstr("device_transfer_test.cc")));
+}
+
 TEST(DeviceTransfer, GradientGoesBackToTheSourceDevice) {
   LAZYRT_NEEDS_DEVICES(2);
   Tensor w = Tensor::FromData({0.5F, -1.0F, 2.0F}, {3}, Device{0});

@@ -210,6 +210,17 @@ TEST(DeviceTransfer, GradientGoesBackToTheSourceDevice) {
   sum(v.to(Device{0}).to(Device{1}).to(Device{2}) * weights).backward();
   EXPECT_EQ(v.grad().device(), Device{2});
   EXPECT_EQ(v.grad().to_vector<float>(), (std::vector<float>{7, -3}));
+
+  // Used on its own device and, moved, on another: the two gradients add up on the source device.
+  Tensor u = Tensor::FromData({1.0F, -2.0F}, {2}, Device{0});
+  u.requires_grad_();
+  Tensor on_one = Tensor::FromData({5.0F, 6.0F}, {2}, Device{1});
+  Tensor on_zero = Tensor::FromData({0.5F, 0.25F}, {2}, Device{0});
+  Tensor total = sum(u.to(Device{1}) * on_one).to(Device{0}) + sum(u * on_zero);
+  EXPECT_FLOAT_EQ(static_cast<float>(total.item()), 5.0F - 12.0F + 0.5F - 0.5F);
+  total.backward();
+  EXPECT_EQ(u.grad().device(), Device{0});
+  EXPECT_EQ(u.grad().to_vector<float>(), (std::vector<float>{5.5F, 6.25F}));
 }
 
 }  // namespace

@@ -376,6 +376,11 @@ void RecordSync(SyncEvent e, const ir::PostOrder* order) {
         e.index, e.step, e.position, SyncCauseName(e.cause), e.location, e.nodes, e.inputs, e.outputs,
         SyncOutcomeName(e.outcome), e.key_ms, e.compile_ms, e.load_ms));
   }
+  if (Opts().debug >= 3) {
+    DebugLine(absl::StrFormat("sync #%d memory on %s: peak %s (arena %s plus live buffers and results)", e.index,
+                              Device{e.device}.ToString(), pjrt::HumanBytes(e.peak_bytes),
+                              pjrt::HumanBytes(e.arena_bytes)));
+  }
   if (e.cause == SyncCause::kMarkStep) {
     EndStepLocked(s);
   } else {
@@ -418,6 +423,8 @@ std::string ExtraSyncAdvice(SyncCause cause) {
              "logged, read it after mark_step().";
     case SyncCause::kToHost:
       return "Read values for logging after mark_step(), and every N steps rather than every step.";
+    case SyncCause::kToDevice:
+      return "Move tensors to another device after mark_step(), or create them on the device that uses them.";
     case SyncCause::kBarrier: return "Intended when a whole step is too big to compile at once; otherwise remove it.";
     case SyncCause::kGraphLimit:
       return "Raise LAZYRT_GRAPH_LIMIT, or end steps with mark_step() before the graph grows this large.";
@@ -431,6 +438,7 @@ std::string SyncWhat(SyncCause cause) {
   switch (cause) {
     case SyncCause::kItem: return "item()";
     case SyncCause::kToHost: return "reading tensor values (to_vector(), printing)";
+    case SyncCause::kToDevice: return "moving a pending tensor to another device (to(device))";
     case SyncCause::kBarrier: return "barrier()";
     case SyncCause::kGraphLimit: return "the graph-size limit";
     case SyncCause::kMarkStep: return "mark_step()";

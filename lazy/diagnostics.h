@@ -31,6 +31,11 @@ struct SyncEvent {
   double launch_ms = 0;    // enqueueing the execution
   double execute_ms = -1;  // on the device stream; -1 unless timing is on (LAZYRT_DEBUG, _REPORT, _TRACE)
   double execute_start_ms = 0;
+  int device = 0;           // the lazy:N the graph ran on
+  int64_t arena_bytes = 0;  // the executable's scratch memory
+  // The graph's peak on its device: the bytes in use there when it launched (the tensors alive, work
+  // still in flight) plus its arena and its results.
+  int64_t peak_bytes = 0;
 };
 
 // What a finding is about.

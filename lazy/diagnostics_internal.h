@@ -1,8 +1,12 @@
 // The GraphExecutor's side of diagnostics. Internal to lazy/.
 #pragma once
 
+#include <cstdint>
+#include <vector>
+
 #include "ir/post_order.h"
 #include "lazy/diagnostics.h"
+#include "pjrt_sim/device.h"
 
 namespace lazyrt::detail {
 
@@ -22,6 +26,18 @@ int64_t PeekNextSyncIndex();
 void EndStep();
 // Device-side timing of event `index`, from stream markers.
 void RecordExecution(int64_t index, double start_ms, double end_ms);
+// Memory in use on one device at one time: the Chrome trace's per-device counter (diagnostics_memory.cc).
+struct MemorySample {
+  double ms = 0;  // since the runtime started
+  int device = 0;
+  int64_t bytes_in_use = 0;
+};
+// Records `bytes_in_use` on `device` now (always, as every SyncEvent is: a lock and a push).
+void RecordMemorySample(const pjrt::Device& device, int64_t bytes_in_use);
+// The same with the device's own count of bytes in use.
+void RecordMemorySample(const pjrt::Device& device);
+// The samples recorded (the most recent ones, if there were very many), oldest first.
+std::vector<MemorySample> MemorySamples();
 // The directory of the persistent cache in use ("" when off), for the run manifest.
 std::string PersistentCacheDir();
 // The device time of the loaded executables' kernels, most expensive first (LAZYRT_DEBUG >= 3).

@@ -50,6 +50,10 @@ std::atomic<int64_t>& SyncCounter(SyncCause cause) {
       static std::atomic<int64_t>& c = Counter(counters::kSyncToHost);
       return c;
     }
+    case SyncCause::kToDevice: {
+      static std::atomic<int64_t>& c = Counter(counters::kSyncToDevice);
+      return c;
+    }
     case SyncCause::kBarrier: {
       static std::atomic<int64_t>& c = Counter(counters::kSyncBarrier);
       return c;
@@ -141,11 +145,14 @@ pjrt::Executable::SiteNamer SiteNamerOf(const ir::PostOrder& order) {
 std::vector<std::shared_ptr<pjrt::Buffer>> Launch(pjrt::Executable& exe,
                                                   const std::vector<std::shared_ptr<pjrt::Buffer>>& args,
                                                   DeviceState& state, size_t expected_results,
-                                                  pjrt::Executable::SiteNamer name_site, const SourceLocation& loc) {
+                                                  pjrt::Executable::SiteNamer name_site, SyncEvent& event,
+                                                  const SourceLocation& loc) {
   while (state.in_flight.size() >= kMaxInFlight) {
     state.in_flight.front()->Wait().IgnoreError();  // an error is reported by the buffers that have it
     state.in_flight.pop_front();
   }
+  // Counted before the launch: a small graph may run (and free its arena) before Execute returns.
+  const int64_t live_bytes = state.device->memory_stats().bytes_in_use;
   // With timing on, markers on the (in-order) stream bracket the execution.
   const bool timing = TimingEnabled();
   auto exec_start = std::make_shared<double>(0);
@@ -158,9 +165,16 @@ std::vector<std::shared_ptr<pjrt::Buffer>> Launch(pjrt::Executable& exe,
                                                   expected_results, " pending tensors")),
                  "sync: launching the graph", loc);
   }
+  event.device = state.device->id();
+  event.arena_bytes = exe.proto().arena_bytes();
+  event.peak_bytes = live_bytes + event.arena_bytes;
+  for (const auto& r : *results) event.peak_bytes += r->shape().byte_size();
+  RecordMemorySample(*state.device, event.peak_bytes);
   if (timing) {
-    state.device->stream().Enqueue(
-        [exec_start, index = PeekNextSyncIndex()] { RecordExecution(index, *exec_start, NowMs()); });
+    state.device->stream().Enqueue([exec_start, index = PeekNextSyncIndex(), device = state.device] {
+      RecordExecution(index, *exec_start, NowMs());
+      RecordMemorySample(*device);  // the arena is back
+    });
   }
   if (!results->empty()) state.in_flight.push_back(results->back()->ready());
   return *std::move(results);
@@ -250,7 +264,7 @@ void Sync(Device device, SyncCause cause, const SourceLocation& loc) {
 
   const Clock::time_point launch_start = Clock::now();
   std::vector<std::shared_ptr<pjrt::Buffer>> results =
-      Launch(*found.executable, args, state, pending.tensors.size(), SiteNamerOf(order), loc);
+      Launch(*found.executable, args, state, pending.tensors.size(), SiteNamerOf(order), event, loc);
   Commit(pending, results, state);
   event.launch_ms = MsSince(launch_start);
   RecordTime("launch", event.launch_ms);
@@ -269,6 +283,7 @@ absl::string_view SyncCauseName(SyncCause cause) {
     case SyncCause::kMarkStep: return "mark_step";
     case SyncCause::kItem: return "item";
     case SyncCause::kToHost: return "to_host";
+    case SyncCause::kToDevice: return "to_device";
     case SyncCause::kBarrier: return "barrier";
     case SyncCause::kGraphLimit: return "graph_limit";
     case SyncCause::kExit: return "exit";

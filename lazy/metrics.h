@@ -23,9 +23,11 @@ namespace lazyrt {
   X(kPersistentCacheWriteFailure, "persistent_cache_write_failure") \
   X(kTransfersToDevice, "transfers_to_device")                      \
   X(kTransfersToHost, "transfers_to_host")                          \
+  X(kTransfersBetweenDevices, "transfers_between_devices")          \
   X(kSyncMarkStep, "sync_mark_step")                                \
   X(kSyncItem, "sync_item")                                         \
   X(kSyncToHost, "sync_to_host")                                    \
+  X(kSyncToDevice, "sync_to_device")                                \
   X(kSyncBarrier, "sync_barrier")                                   \
   X(kSyncGraphLimit, "sync_graph_limit")                            \
   X(kSyncExit, "sync_exit")

@@ -11,6 +11,7 @@
 #include "cache/entry_format.h"
 #include "cache/file_io.h"
 #include "ir/hash.h"
+#include "lazy/devices.h"
 #include "lazy/diagnostics.h"
 #include "lazy/diagnostics_internal.h"
 #include "lazy/metrics.h"
@@ -62,7 +63,23 @@ json EventJson(const SyncEvent& e) {
               {"start_ms", e.start_ms},     {"trace_ms", e.trace_ms},
               {"key_ms", e.key_ms},         {"lower_ms", e.lower_ms},
               {"compile_ms", e.compile_ms}, {"load_ms", e.load_ms},
-              {"launch_ms", e.launch_ms},   {"execute_ms", e.execute_ms}};
+              {"launch_ms", e.launch_ms},   {"execute_ms", e.execute_ms},
+              {"device", e.device},         {"arena_bytes", e.arena_bytes},
+              {"peak_bytes", e.peak_bytes}};
+}
+
+// Every device's memory now (memory_info()).
+json DevicesJson() {
+  json devices = json::array();
+  for (int d = 0; d < device_count(); ++d) {
+    const MemoryInfo m = memory_info(Device{d});
+    devices.push_back(json{{"device", Device{d}.ToString()},
+                           {"bytes_in_use", m.bytes_in_use},
+                           {"peak_bytes", m.peak_bytes},
+                           {"limit_bytes", m.limit_bytes},
+                           {"live_allocations", m.live_allocations}});
+  }
+  return devices;
 }
 
 // A finding as the report holds it (tools/cli/diag_command.cc reads these fields).
@@ -106,7 +123,15 @@ namespace detail {
 void WriteDiagnosticsAtExit() {
   const Options& o = lazyrt::options();
   if (o.debug >= 1) DebugLine(absl::StrCat("analysis at exit: ", diagnostics_summary()));
-  if (o.debug >= 3) DebugLine(KernelProfileText());
+  if (o.debug >= 3) {
+    DebugLine(KernelProfileText());
+    for (int d = 0; d < device_count(); ++d) {
+      const MemoryInfo m = memory_info(Device{d});
+      DebugLine(absl::StrCat("memory on ", Device{d}.ToString(), " at exit: ", pjrt::HumanBytes(m.bytes_in_use),
+                             " in use, peak ", pjrt::HumanBytes(m.peak_bytes), " of a ",
+                             pjrt::HumanBytes(m.limit_bytes), " limit"));
+    }
+  }
   if (!o.report.empty()) write_report(o.report);
   if (!o.trace.empty()) write_trace(o.trace);
 }
@@ -153,6 +178,7 @@ void write_report(const std::string& path) {
   json found = json::array();
   for (const Finding& f : findings()) found.push_back(FindingJson(f));
   report["findings"] = found;
+  report["devices"] = DevicesJson();
   WriteFile(path, report.dump(2) + "\n", "run report");
 }
 
@@ -188,6 +214,14 @@ void write_trace(const std::string& path) {
       t += ms;
     }
     span(absl::StrCat("execute ", ir::HashToHex(e.graph_key)), e.execute_start_ms, e.execute_ms, 2, args);
+  }
+  // Counter events ("C"): one track per device, sampled at each launch, execution end and transfer.
+  for (const detail::MemorySample& m : detail::MemorySamples()) {
+    trace.push_back(json{{"name", absl::StrCat("memory ", Device{m.device}.ToString())},
+                         {"ph", "C"},
+                         {"pid", 1},
+                         {"ts", m.ms * 1000},
+                         {"args", {{"bytes_in_use", m.bytes_in_use}}}});
   }
   WriteFile(path, json{{"traceEvents", trace}, {"displayTimeUnit", "ms"}}.dump() + "\n", "trace");
 }

@@ -9,8 +9,8 @@
 namespace lazyrt {
 
 // Why a sync happened (shared/DESIGN.md "Sync causes").
-enum class SyncCause : uint8_t { kMarkStep, kItem, kToHost, kBarrier, kGraphLimit, kExit };
-absl::string_view SyncCauseName(SyncCause cause);  // "mark_step", "item", ...
+enum class SyncCause : uint8_t { kMarkStep, kItem, kToHost, kToDevice, kBarrier, kGraphLimit, kExit };
+absl::string_view SyncCauseName(SyncCause cause);  // "mark_step", "item", "to_device", ...
 
 // Ends the step on `device`: every live tensor with pending IR is computed by one graph. Returns once
 // the work is enqueued; reading a result waits for it.

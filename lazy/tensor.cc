@@ -42,7 +42,8 @@ int CommonDevice(std::initializer_list<const Tensor*> tensors, absl::string_view
     const int d = ImplOf(*t, op, loc).device;
     if (device >= 0 && d != device) {
       throw Error(absl::StrCat(op, ": tensors are on different devices, ", Device{device}.ToString(), " and ",
-                               Device{d}.ToString(), "; move one of them first"),
+                               Device{d}.ToString(), "; move one of them first with .to(Device{", device,
+                               "}) or .to(Device{", d, "})"),
                   loc);
     }
     device = d;

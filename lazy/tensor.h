@@ -144,6 +144,14 @@ class Tensor {
   Tensor sum(std::vector<int64_t> dims, bool keepdim = false, LAZYRT_HERE) const;
   Tensor mean(std::vector<int64_t> dims, bool keepdim = false, LAZYRT_HERE) const;
   Tensor to(DType dtype, LAZYRT_HERE) const;
+  // The same values on `device` (PyTorch's tensor.to(device)); this tensor itself when already there.
+  // The copy is asynchronous: it is queued on this tensor's device after the work that computes it,
+  // ops on the result wait for it on `device`, and the host goes on at once. A pending tensor is
+  // computed first by a sync of its device (cause `to_device`, which returns without waiting): a graph
+  // runs on one device, and what moves between devices is data. The result's bytes count on `device`
+  // from the call on; this tensor's stay on its own device until it is dropped. Differentiable: the
+  // gradient goes back to this tensor's device. An unknown device is an error naming the valid ones.
+  Tensor to(Device device, LAZYRT_HERE) const;
 
   const std::shared_ptr<detail::TensorImpl>& impl() const { return impl_; }
   explicit Tensor(std::shared_ptr<detail::TensorImpl> impl) : impl_(std::move(impl)) {}

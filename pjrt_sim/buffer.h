@@ -25,6 +25,14 @@ class Buffer {
 
   // Waits until ready, then copies the contents (exactly shape().byte_size() bytes) to `dst`.
   absl::Status ToHost(void* dst, size_t dst_bytes) const;
+  // A copy of this buffer on `dst` (PJRT's CopyToDevice), returned at once: its memory is allocated
+  // (and counted on `dst`) now, and its ready event fires once the copy has run on this buffer's
+  // device stream, after the work already queued there (the producer), with the producer's error if it
+  // failed. (A copy of at most 64 KiB of a ready buffer runs on the calling thread when the stream is
+  // idle: cheaper than waking the stream.) This buffer's memory stays alive until the copy has read it,
+  // even if deleted meanwhile.
+  // RESOURCE_EXHAUSTED when `dst` cannot hold it; FAILED_PRECONDITION when this buffer is deleted.
+  absl::StatusOr<std::shared_ptr<Buffer>> CopyToDevice(Device* dst) const;
   // Gives the memory back (once work using it has finished). Later use of the buffer is an error.
   void Delete();
   bool IsDeleted() const;

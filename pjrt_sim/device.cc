@@ -107,6 +107,11 @@ MemoryStats Device::memory_stats() const {
   return stats_;
 }
 
+void Device::ResetPeakMemory() {
+  std::lock_guard<std::mutex> lock(mu_);
+  stats_.peak_bytes_in_use = stats_.bytes_in_use;
+}
+
 std::string HumanBytes(int64_t bytes) {
   const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
   double v = static_cast<double>(bytes);

@@ -65,6 +65,8 @@ class Device {
   // request, the bytes in use and the limit; the device stays usable.
   absl::StatusOr<DeviceMemory> Allocate(int64_t bytes);
   MemoryStats memory_stats() const;
+  // Starts a new peak: peak_bytes_in_use becomes bytes_in_use (to measure one phase of a program).
+  void ResetPeakMemory();
   // Work on this device runs in order on this stream.
   Stream& stream() { return stream_; }
   // When on, executions time every kernel (Executable::kernel_times); two clock reads per kernel.

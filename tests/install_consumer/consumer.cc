@@ -3,6 +3,7 @@
 #include <cstdio>
 
 // Every public header, as installed: each must compile from the install tree alone.
+#include "lazy/devices.h"
 #include "lazy/diagnostics.h"
 #include "lazy/error.h"
 #include "lazy/metrics.h"
@@ -20,6 +21,10 @@ int main() {
   const double total = lazyrt::sum(y).item();  // relu(-1, 1, 3, 5) sums to 9
   if (total != 9) {
     std::printf("consumer computed %g, not 9\n", total);
+    return 1;
+  }
+  if (lazyrt::device_count() < 1 || lazyrt::memory_info().bytes_in_use <= 0) {
+    std::printf("consumer sees no device memory in use\n");
     return 1;
   }
   std::printf("consumer ok %016llx sum %g\n", hash, total);

@@ -1,0 +1,21 @@
+#include "lazy/devices.h"
+
+#include "lazy/runtime.h"
+
+namespace lazyrt {
+
+int device_count() { return detail::Runtime::Get().num_devices(); }
+
+MemoryInfo memory_info(Device device, SourceLocation loc) {
+  const pjrt::MemoryStats stats = detail::Runtime::Get().device_state(device, loc).device->memory_stats();
+  return MemoryInfo{.bytes_in_use = stats.bytes_in_use,
+                    .peak_bytes = stats.peak_bytes_in_use,
+                    .limit_bytes = stats.bytes_limit,
+                    .live_allocations = stats.live_allocations};
+}
+
+void reset_peak_memory(Device device, SourceLocation loc) {
+  detail::Runtime::Get().device_state(device, loc).device->ResetPeakMemory();
+}
+
+}  // namespace lazyrt

@@ -1,0 +1,30 @@
+// The runtime's devices: how many there are, and how much memory each holds at any time in a running
+// program (PyTorch's torch.cuda.device_count and memory_stats, torch_xla's xm.get_memory_info).
+#pragma once
+
+#include <cstdint>
+
+#include "lazy/tensor.h"
+
+namespace lazyrt {
+
+// The devices lazy:0 to lazy:device_count() - 1 (LAZYRT_DEVICES or Options::devices).
+int device_count();
+
+// The memory of one physical device. Buffers count from when they are allocated (a graph's results
+// and its arena at launch, a transfer's destination at to()) until the last tensor, graph or work in
+// flight holding them lets go (wait_device() waits for the device and for graphs being released).
+struct MemoryInfo {
+  int64_t bytes_in_use = 0;
+  int64_t peak_bytes = 0;   // the most bytes in use at once since the device was created or the last reset
+  int64_t limit_bytes = 0;  // the capacity (LAZYRT_DEVICE_MEMORY or Options::device_memory_bytes)
+  int64_t live_allocations = 0;
+};
+
+// The memory of `device`; an unknown device is an error naming the valid ones. (Per mesh, later: an
+// overload taking the Mesh, one MemoryInfo per device.)
+MemoryInfo memory_info(Device device = {}, LAZYRT_HERE);
+// Starts a new peak on `device`: peak_bytes becomes bytes_in_use, to measure one phase of a program.
+void reset_peak_memory(Device device = {}, LAZYRT_HERE);
+
+}  // namespace lazyrt

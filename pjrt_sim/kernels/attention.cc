@@ -190,12 +190,11 @@ class AttentionKernel final : public AttentionBase {
             std::fill_n(p, cols, T{0});
             continue;
           }
-          const T rescale = std::exp(row_max[r] - new_max);  // 0 while the row had no key yet
+          const T rescale = Exp(row_max[r] - new_max);  // 0 while the row had no key yet
+          // Two loops: the exponentials vectorize, the sum keeps its order.
+          for (int64_t c = 0; c < cols; ++c) p[c] = Exp(p[c] - new_max);
           T sum = 0;
-          for (int64_t c = 0; c < cols; ++c) {
-            p[c] = std::exp(p[c] - new_max);
-            sum += p[c];
-          }
+          for (int64_t c = 0; c < cols; ++c) sum += p[c];
           row_sum[r] = row_sum[r] * rescale + sum;
           row_max[r] = new_max;
           T* a = acc + r * ev;
@@ -282,7 +281,8 @@ class AttentionGradKernel final : public AttentionBase {
           Scores<T>(q, k, mask, mask_offset, i0, rows, j0, cols, p);
           for (int64_t r = 0; r < rows; ++r) {
             T* pr = p + r * kBlock;
-            for (int64_t c = 0; c < cols; ++c) pr[c] = std::exp(pr[c] - lse[i0 + r]);
+            const T lse_r = lse[i0 + r];
+            for (int64_t c = 0; c < cols; ++c) pr[c] = Exp(pr[c] - lse_r);
           }
           // With dropout Z (0 or 1 / (1 - dropout)): O = (P Z) V, so dV = (P Z)^T dO, dP = (dO V^T) Z, and
           // D = rowsum(dO * O) is still rowsum(P * dP).

@@ -296,23 +296,29 @@ class ReduceKernel final : public Kernel {
 
 // Batched GEMM through the kernel's GEMM library. Variant 0 runs each product on the calling thread; variant 1 splits
 // its columns (kDotColumnPanels), variant 2 its rows (kDotRowPanels), into one panel per pool thread.
+// 16-bit floats (bf16, f16) are widened to f32, multiplied by the f32 GEMM and rounded to their type once:
+// a product of two 16-bit values is exact in f32 and the sums accumulate in f32, as PyTorch's CPU
+// matmul of bf16 does.
 class DotKernel final : public Kernel {
  public:
-  DotKernel(const proto::Kernel& k, PrimitiveType type, GemmLibrary library) : k_(k), type_(type), library_(library) {}
+  DotKernel(const proto::Kernel& k, PrimitiveType type, GemmLibrary library, int64_t lhs_numel, int64_t rhs_numel)
+      : k_(k), type_(type), library_(library), lhs_numel_(lhs_numel), rhs_numel_(rhs_numel) {}
 
   absl::Status Run(std::span<const void* const> inputs, std::span<void* const> outputs) const override {
     void* output = outputs[0];
     if (type_ == PrimitiveType::kF32) {
-      RunTyped<float>(inputs, output);
+      RunTyped<float>(inputs[0], inputs[1], output);
+    } else if (type_ == PrimitiveType::kF64) {
+      RunTyped<double>(inputs[0], inputs[1], output);
     } else {
-      RunTyped<double>(inputs, output);
+      RunWidened(inputs[0], inputs[1], output);
     }
     return absl::OkStatus();
   }
 
  private:
   template <typename T>
-  void RunTyped(std::span<const void* const> inputs, void* output) const {
+  void RunTyped(const void* lhs, const void* rhs, void* output) const {
     const int64_t m = k_.m(), n = k_.n(), kk = k_.k();
     if (m == 0 || n == 0) return;
     // Row-major operands, transposed in memory or not: only the strides differ.
@@ -322,8 +328,8 @@ class DotKernel final : public Kernel {
     const int64_t split = k_.variant() == kDotRowPanels ? m : n;
     const int64_t panel = (split + panels - 1) / panels;
     for (int64_t b = 0; b < k_.batch(); ++b) {
-      const T* a = static_cast<const T*>(inputs[0]) + b * k_.lhs_batch_stride();
-      const T* bb = static_cast<const T*>(inputs[1]) + b * k_.rhs_batch_stride();
+      const T* a = static_cast<const T*>(lhs) + b * k_.lhs_batch_stride();
+      const T* bb = static_cast<const T*>(rhs) + b * k_.rhs_batch_stride();
       T* c = static_cast<T*>(output) + b * m * n;
       ThreadPool::Get().ParallelFor(panels, [&](int64_t p) {
         const int64_t lo = p * panel, hi = std::min(split, lo + panel);
@@ -339,43 +345,31 @@ class DotKernel final : public Kernel {
     }
   }
 
+  // The operands widened to f32 and the f32 product in the calling thread's scratch.
+  void RunWidened(const void* lhs, const void* rhs, void* output) const {
+    const int64_t products = k_.batch() * k_.m() * k_.n();
+    float* a = static_cast<float*>(Scratch(static_cast<size_t>(lhs_numel_ + rhs_numel_ + products) * sizeof(float)));
+    float* b = a + lhs_numel_;
+    float* c = b + rhs_numel_;
+    Widen(lhs, lhs_numel_, a);
+    Widen(rhs, rhs_numel_, b);
+    RunTyped<float>(a, b, c);
+    StoreBlock(c, ComputeType::kF32, type_, output, products);
+  }
+
+  void Widen(const void* src, int64_t n, float* dst) const {
+    const uint16_t* h = static_cast<const uint16_t*>(src);
+    if (type_ == PrimitiveType::kBF16) {
+      for (int64_t i = 0; i < n; ++i) dst[i] = Bf16ToFloat(h[i]);
+    } else {
+      for (int64_t i = 0; i < n; ++i) dst[i] = HalfToFloat(h[i]);
+    }
+  }
+
   proto::Kernel k_;
   PrimitiveType type_;
   GemmLibrary library_;
-};
-
-// GEMM for 16-bit floats: converts to f32, multiplies in f32 (k in order), rounds the result.
-class HalfDotKernel final : public Kernel {
- public:
-  explicit HalfDotKernel(const proto::Kernel& k, PrimitiveType type) : k_(k), type_(type) {}
-
-  absl::Status Run(std::span<const void* const> inputs, std::span<void* const> outputs) const override {
-    void* output = outputs[0];
-    const int64_t m = k_.m(), n = k_.n(), kk = k_.k();
-    auto load = [this](const void* p, int64_t i) {
-      const uint16_t h = static_cast<const uint16_t*>(p)[i];
-      return type_ == PrimitiveType::kBF16 ? Bf16ToFloat(h) : HalfToFloat(h);
-    };
-    for (int64_t b = 0; b < k_.batch(); ++b) {
-      for (int64_t i = 0; i < m; ++i) {
-        for (int64_t j = 0; j < n; ++j) {
-          float acc = 0;
-          for (int64_t p = 0; p < kk; ++p) {
-            const int64_t ai = b * k_.lhs_batch_stride() + (k_.transpose_lhs() ? p * m + i : i * kk + p);
-            const int64_t bi = b * k_.rhs_batch_stride() + (k_.transpose_rhs() ? j * kk + p : p * n + j);
-            acc += load(inputs[0], ai) * load(inputs[1], bi);
-          }
-          uint16_t* c = static_cast<uint16_t*>(output) + b * m * n + i * n + j;
-          *c = type_ == PrimitiveType::kBF16 ? FloatToBf16(acc) : FloatToHalf(acc);
-        }
-      }
-    }
-    return absl::OkStatus();
-  }
-
- private:
-  proto::Kernel k_;
-  PrimitiveType type_;
+  int64_t lhs_numel_, rhs_numel_;
 };
 
 int64_t IndexAt(const void* base, PrimitiveType type, int64_t i) {
@@ -798,13 +792,8 @@ absl::StatusOr<std::unique_ptr<Kernel>> BuildKernel(const proto::Kernel& k, std:
       RETURN_IF_ERROR(Expect(shapes_ok, k, "operands do not fit the product"));
       const std::optional<GemmLibrary> library = GemmLibraryFromNumber(k.gemm_library());
       RETURN_IF_ERROR(Expect(library.has_value(), k, absl::StrCat("unknown GEMM library ", k.gemm_library())));
-      if (output.type == PrimitiveType::kF32 || output.type == PrimitiveType::kF64) {
-        return std::make_unique<DotKernel>(k, output.type, *library);
-      }
-      if (output.type == PrimitiveType::kBF16 || output.type == PrimitiveType::kF16) {
-        return std::make_unique<HalfDotKernel>(k, output.type);
-      }
-      return Expect(false, k, "needs a floating type");
+      RETURN_IF_ERROR(Expect(Accepts(TypeClass::kFloat, output.type), k, "needs a floating type"));
+      return std::make_unique<DotKernel>(k, output.type, *library, inputs[0].numel(), inputs[1].numel());
     }
     case proto::Kernel::ARGMAX: {
       const int64_t axis = k.axis();

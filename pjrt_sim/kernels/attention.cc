@@ -41,7 +41,6 @@ void Product(int64_t m, int64_t n, int64_t k, MatrixView<const T> a, MatrixView<
   Gemm(PreferredGemmLibrary(), m, n, k, a, b, c);  // the CPU's library: the same bits in every process here
 }
 
-// Per-thread scratch of `n` elements, reused by every block the thread computes.
 // x[c] = exp(x[c] - shift) for c < n; in f32, by vector_math's loop for the CPU's widest vectors.
 template <typename T>
 void ExpShifted(T* x, int64_t n, T shift) {
@@ -53,6 +52,7 @@ void ExpShifted(T* x, int64_t n, T shift) {
   }
 }
 
+// Per-thread scratch of `n` elements, reused by every block the thread computes.
 template <typename T>
 T* Scratch(size_t n) {
   thread_local std::vector<T> scratch;

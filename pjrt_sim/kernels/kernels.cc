@@ -660,36 +660,67 @@ class ScatterAddKernel final : public Kernel {
 };
 
 // INDEX_ADD: out = x, then out[.., index[j], ..] += src[.., j, ..] along axis, j in order (the same
-// order every run).
+// order every run). The indices are read once; the outer rows (disjoint parts of the output, each
+// accumulating in j order) are split over the pool, so the bits do not depend on the split.
 class IndexAddKernel final : public Kernel {
  public:
   IndexAddKernel(ArrayShape input, ArrayShape index, int64_t axis)
       : input_(std::move(input)), index_(std::move(index)), split_(input_.dims, axis) {}
   absl::Status Run(std::span<const void* const> inputs, std::span<void* const> outputs) const override {
     const int64_t count = index_.numel();
+    std::vector<int64_t> positions(static_cast<size_t>(count));
     for (int64_t j = 0; j < count; ++j) {
       const int64_t a = IndexAt(inputs[1], index_.type, j);
       if (a < 0 || a >= split_.size) return IndexError(a, j, split_.size);
+      positions[static_cast<size_t>(j)] = a;
     }
     if (input_.byte_size() == 0) return absl::OkStatus();  // zero-size arrays may have no memory at all
-    if (outputs[0] != inputs[0]) std::memcpy(outputs[0], inputs[0], static_cast<size_t>(input_.byte_size()));
-    for (int64_t o = 0; o < split_.outer; ++o) {
-      for (int64_t j = 0; j < count; ++j) {
-        const int64_t dst = (o * split_.size + IndexAt(inputs[1], index_.type, j)) * split_.inner;
-        const int64_t src = (o * count + j) * split_.inner;
-        if (input_.type == PrimitiveType::kF32) {  // the common case, as a loop that vectorizes
-          float* out = static_cast<float*>(outputs[0]) + dst;
-          const float* in = static_cast<const float*>(inputs[2]) + src;
-          for (int64_t i = 0; i < split_.inner; ++i) out[i] += in[i];
-          continue;
-        }
-        for (int64_t i = 0; i < split_.inner; ++i) AddElement(input_.type, outputs[0], dst + i, inputs[2], src + i);
+    // Tasks of whole outer rows (at least kMinTaskElements of x and src each), each copying its rows of x
+    // and adding to them.
+    constexpr int64_t kMinTaskElements = int64_t{1} << 15;
+    const int64_t row_elements = std::max<int64_t>(1, (split_.size + count) * split_.inner);
+    const int64_t tasks = std::clamp<int64_t>(split_.outer * row_elements / kMinTaskElements, 1,
+                                              std::min<int64_t>(split_.outer, ThreadPool::Get().size()));
+    const int64_t rows_per_task = (split_.outer + tasks - 1) / tasks;
+    const int64_t row_bytes = split_.size * split_.inner * ByteWidth(input_.type);
+    ThreadPool::Get().ParallelFor(tasks, [&](int64_t t) {
+      const int64_t begin = std::min(split_.outer, t * rows_per_task);
+      const int64_t end = std::min(split_.outer, (t + 1) * rows_per_task);
+      if (outputs[0] != inputs[0] && end > begin) {
+        std::memcpy(static_cast<char*>(outputs[0]) + begin * row_bytes,
+                    static_cast<const char*>(inputs[0]) + begin * row_bytes,
+                    static_cast<size_t>((end - begin) * row_bytes));
       }
-    }
+      for (int64_t o = begin; o < end; ++o) AddRow(o, positions, inputs[2], outputs[0]);
+    });
     return absl::OkStatus();
   }
 
  private:
+  // Outer row o: out[o, positions[j], :] += src[o, j, :] for j in order.
+  void AddRow(int64_t o, const std::vector<int64_t>& positions, const void* src, void* out) const {
+    const int64_t count = static_cast<int64_t>(positions.size()), inner = split_.inner;
+    const int64_t dst_row = o * split_.size * inner, src_row = o * count * inner;
+    if (input_.type == PrimitiveType::kF32) {  // the common case, as loops that vectorize
+      float* dst = static_cast<float*>(out) + dst_row;
+      const float* from = static_cast<const float*>(src) + src_row;
+      if (inner == 1) {
+        for (int64_t j = 0; j < count; ++j) dst[positions[static_cast<size_t>(j)]] += from[j];
+        return;
+      }
+      for (int64_t j = 0; j < count; ++j) {
+        float* d = dst + positions[static_cast<size_t>(j)] * inner;
+        const float* f = from + j * inner;
+        for (int64_t i = 0; i < inner; ++i) d[i] += f[i];
+      }
+      return;
+    }
+    for (int64_t j = 0; j < count; ++j) {
+      const int64_t d = dst_row + positions[static_cast<size_t>(j)] * inner, f = src_row + j * inner;
+      for (int64_t i = 0; i < inner; ++i) AddElement(input_.type, out, d + i, src, f + i);
+    }
+  }
+
   ArrayShape input_, index_;
   AxisSplit split_;
 };

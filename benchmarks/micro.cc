@@ -193,6 +193,8 @@ BENCHMARK(BM_Gemm)
     ->Args({128, 784, 256})
     ->Args({128, 256, 128})
     ->Args({1024, 1024, 1024})
+    ->Args({4096, 128, 512})  // the GPT's linear layers (batch x context tokens, width 128)
+    ->Args({4096, 512, 128})
     ->UseRealTime()
     ->Unit(benchmark::kMicrosecond);
 
@@ -215,6 +217,27 @@ void BM_FusedElementwise(benchmark::State& state) {
       static_cast<double>(2 * n * 4) * static_cast<double>(state.iterations()) / 1e9, benchmark::Counter::kIsRate);
 }
 BENCHMARK(BM_FusedElementwise)->Arg(1 << 16)->Arg(1 << 22)->UseRealTime()->Unit(benchmark::kMicrosecond);
+
+// GELU (exact, erf) over N floats, fused into one pass: elements per ns, the speed of the transcendental
+// element functions (vector_math.h) in a kernel, as the GPT's MLP runs them.
+void BM_Gelu(benchmark::State& state) {
+  const int64_t n = state.range(0);
+  Tensor x = lazyrt::arange(0, n, 1, lazyrt::DType::kF32) * (4.0 / static_cast<double>(n)) - 2.0;  // [-2, 2)
+  lazyrt::sync();
+  {
+    Tensor warm = lazyrt::gelu(x);
+    lazyrt::sync();
+    lazyrt::wait_device();
+  }  // compile outside the timed loop
+  for (auto _ : state) {
+    Tensor y = lazyrt::gelu(x);
+    lazyrt::sync();
+    lazyrt::wait_device();
+  }
+  state.counters["Gelem/s"] = benchmark::Counter(static_cast<double>(n) * static_cast<double>(state.iterations()) / 1e9,
+                                                 benchmark::Counter::kIsRate);
+}
+BENCHMARK(BM_Gelu)->Arg(1 << 21)->UseRealTime()->Unit(benchmark::kMicrosecond);
 
 enum class ReduceOp { kSum, kMax };
 

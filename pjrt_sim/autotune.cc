@@ -76,9 +76,7 @@ absl::Status Autotune(proto::Executable& exe, Device* device) {
       proto::Kernel kernel;
     };
     std::vector<Candidate> candidates;
-    if (kernel.kind() == proto::Kernel::DOT && kernel.m() * kernel.n() * kernel.k() >= (1 << 15) &&
-        (exe.slots(static_cast<int>(kernel.output())).shape().type() == proto::F32 ||
-         exe.slots(static_cast<int>(kernel.output())).shape().type() == proto::F64)) {
+    if (kernel.kind() == proto::Kernel::DOT && kernel.m() * kernel.n() * kernel.k() >= (1 << 15)) {
       // The kernel's GEMM library (fixed by the CPU's features, see PreferredGemmLibrary: libraries
       // round differently, and tuning must never change a result), whole and split into panels.
       const std::string name(

@@ -12,6 +12,7 @@
 
 #include "pjrt_sim/opcode.h"
 #include "pjrt_sim/types.h"
+#include "pjrt_sim/vector_math.h"
 
 namespace lazyrt::pjrt {
 
@@ -203,6 +204,48 @@ T Power(T a, T b) {
       base *= base;
     }
     return Wrap<T>(result);
+  }
+}
+// The transcendental functions: f32 (and bf16/f16, computed in f32) by the vectorizable ones of
+// vector_math.h, f64 by the C library's.
+template <typename T>
+T Exp(T x) {
+  if constexpr (std::is_same_v<T, float>) {
+    return VectorExp(x);
+  } else {
+    return std::exp(x);
+  }
+}
+template <typename T>
+T Log(T x) {
+  if constexpr (std::is_same_v<T, float>) {
+    return VectorLog(x);
+  } else {
+    return std::log(x);
+  }
+}
+template <typename T>
+T Tanh(T x) {
+  if constexpr (std::is_same_v<T, float>) {
+    return VectorTanh(x);
+  } else {
+    return std::tanh(x);
+  }
+}
+template <typename T>
+T Logistic(T x) {
+  if constexpr (std::is_same_v<T, float>) {
+    return VectorLogistic(x);
+  } else {
+    return T{1} / (T{1} + std::exp(-x));
+  }
+}
+template <typename T>
+T Erf(T x) {
+  if constexpr (std::is_same_v<T, float>) {
+    return VectorErf(x);
+  } else {
+    return std::erf(x);
   }
 }
 // NaN-propagating, as XLA's max/min. `|`, not `||`: no branch, so loops of it vectorize (a != a is the

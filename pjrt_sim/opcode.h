@@ -24,19 +24,19 @@ enum class TypeClass : uint8_t {
 };
 
 // Elementwise, one operand: X(Name, number, type class, element function of `x`, computed in T).
-#define LAZYRT_UNARY_OPCODES(X)                         \
-  X(Negate, 10, kNumeric, Negate(x))                    \
-  X(Abs, 11, kNumeric, Abs(x))                          \
-  X(Exp, 12, kFloat, std::exp(x))                       \
-  X(Log, 13, kFloat, std::log(x))                       \
-  X(Sqrt, 14, kFloat, std::sqrt(x))                     \
-  X(Rsqrt, 15, kFloat, T{1} / std::sqrt(x))             \
-  X(Tanh, 16, kFloat, std::tanh(x))                     \
-  X(Logistic, 17, kFloat, T{1} / (T{1} + std::exp(-x))) \
-  X(Sign, 18, kNumeric, Sign(x))                        \
-  X(Not, 19, kPred, static_cast<T>(!x))                 \
-  X(Erf, 21, kFloat, std::erf(x))                       \
-  X(Sin, 22, kFloat, std::sin(x))                       \
+#define LAZYRT_UNARY_OPCODES(X)             \
+  X(Negate, 10, kNumeric, Negate(x))        \
+  X(Abs, 11, kNumeric, Abs(x))              \
+  X(Exp, 12, kFloat, Exp(x))                \
+  X(Log, 13, kFloat, Log(x))                \
+  X(Sqrt, 14, kFloat, std::sqrt(x))         \
+  X(Rsqrt, 15, kFloat, T{1} / std::sqrt(x)) \
+  X(Tanh, 16, kFloat, Tanh(x))              \
+  X(Logistic, 17, kFloat, Logistic(x))      \
+  X(Sign, 18, kNumeric, Sign(x))            \
+  X(Not, 19, kPred, static_cast<T>(!x))     \
+  X(Erf, 21, kFloat, Erf(x))                \
+  X(Sin, 22, kFloat, std::sin(x))           \
   X(Cos, 23, kFloat, std::cos(x))
 
 // Elementwise, two operands of one type: X(Name, number, type class, element function of `a`, `b`).

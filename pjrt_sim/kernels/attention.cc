@@ -4,12 +4,14 @@
 #include <cmath>
 #include <limits>
 #include <string>
+#include <type_traits>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "pjrt_sim/element_ops.h"
 #include "pjrt_sim/kernels/gemm.h"
 #include "pjrt_sim/thread_pool.h"
+#include "pjrt_sim/vector_math.h"
 
 namespace lazyrt::pjrt {
 namespace {
@@ -37,6 +39,17 @@ void Product(int64_t m, int64_t n, int64_t k, MatrixView<const T> a, MatrixView<
     return;
   }
   Gemm(PreferredGemmLibrary(), m, n, k, a, b, c);  // the CPU's library: the same bits in every process here
+}
+
+// x[c] = exp(x[c] - shift) for c < n; in f32, by vector_math's loop for the CPU's widest vectors.
+template <typename T>
+void ExpShifted(T* x, int64_t n, T shift) {
+  for (int64_t c = 0; c < n; ++c) x[c] -= shift;
+  if constexpr (std::is_same_v<T, float>) {
+    VectorExp(x, n, x);
+  } else {
+    for (int64_t c = 0; c < n; ++c) x[c] = Exp(x[c]);
+  }
 }
 
 // Per-thread scratch of `n` elements, reused by every block the thread computes.
@@ -190,12 +203,11 @@ class AttentionKernel final : public AttentionBase {
             std::fill_n(p, cols, T{0});
             continue;
           }
-          const T rescale = std::exp(row_max[r] - new_max);  // 0 while the row had no key yet
+          const T rescale = Exp(row_max[r] - new_max);  // 0 while the row had no key yet
+          // Two loops: the exponentials vectorize, the sum keeps its order.
+          ExpShifted(p, cols, new_max);
           T sum = 0;
-          for (int64_t c = 0; c < cols; ++c) {
-            p[c] = std::exp(p[c] - new_max);
-            sum += p[c];
-          }
+          for (int64_t c = 0; c < cols; ++c) sum += p[c];
           row_sum[r] = row_sum[r] * rescale + sum;
           row_max[r] = new_max;
           T* a = acc + r * ev;
@@ -282,7 +294,7 @@ class AttentionGradKernel final : public AttentionBase {
           Scores<T>(q, k, mask, mask_offset, i0, rows, j0, cols, p);
           for (int64_t r = 0; r < rows; ++r) {
             T* pr = p + r * kBlock;
-            for (int64_t c = 0; c < cols; ++c) pr[c] = std::exp(pr[c] - lse[i0 + r]);
+            ExpShifted(pr, cols, lse[i0 + r]);
           }
           // With dropout Z (0 or 1 / (1 - dropout)): O = (P Z) V, so dV = (P Z)^T dO, dP = (dO V^T) Z, and
           // D = rowsum(dO * O) is still rowsum(P * dP).

@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "pjrt_sim/element_ops.h"
 #include "pjrt_sim/hlo.h"
+#include "pjrt_sim/vector_math.h"
 
 namespace lazyrt::pjrt {
 
@@ -187,12 +188,28 @@ const void* NormalStep(const Step& s, const void* const* values, const Context& 
 // The opcode is a template argument: each loop is specialized and vectorized on its own. Loops count to
 // a local `n`, not to c.n: a pred store (uint8_t) may alias anything, so c.n would be reloaded every
 // iteration and the loop could not be vectorized.
+// The f32 transcendental functions over a block, in vector_math's loops compiled for the CPU's widest
+// vectors (nullptr: the opcode has none).
+using VectorLoop = void (*)(const float*, int64_t, float*);
+constexpr VectorLoop VectorLoopOf(Opcode op) {
+  if (op == Opcode::kExp) return &VectorExp;
+  if (op == Opcode::kLog) return &VectorLog;
+  if (op == Opcode::kTanh) return &VectorTanh;
+  if (op == Opcode::kLogistic) return &VectorLogistic;
+  if (op == Opcode::kErf) return &VectorErf;
+  return nullptr;
+}
+
 template <typename T, Opcode kOp>
 const void* UnaryStep(const Step& s, const void* const* values, const Context& c, void* out) {
   const int64_t n = c.n;
   const T* x = Arg<T>(s, values, 0);
   T* o = static_cast<T*>(out);
-  for (int64_t i = 0; i < n; ++i) o[i] = ApplyUnary<T>(kOp, x[i]);
+  if constexpr (std::is_same_v<T, float> && VectorLoopOf(kOp) != nullptr) {
+    VectorLoopOf(kOp)(x, n, o);
+  } else {
+    for (int64_t i = 0; i < n; ++i) o[i] = ApplyUnary<T>(kOp, x[i]);
+  }
   return out;
 }
 

@@ -296,23 +296,29 @@ class ReduceKernel final : public Kernel {
 
 // Batched GEMM through the kernel's GEMM library. Variant 0 runs each product on the calling thread; variant 1 splits
 // its columns (kDotColumnPanels), variant 2 its rows (kDotRowPanels), into one panel per pool thread.
+// 16-bit floats (bf16, f16) are widened to f32, multiplied by the f32 GEMM and rounded to their type once:
+// a product of two 16-bit values is exact in f32 and the sums accumulate in f32, as PyTorch's CPU
+// matmul of bf16 does.
 class DotKernel final : public Kernel {
  public:
-  DotKernel(const proto::Kernel& k, PrimitiveType type, GemmLibrary library) : k_(k), type_(type), library_(library) {}
+  DotKernel(const proto::Kernel& k, PrimitiveType type, GemmLibrary library, int64_t lhs_numel, int64_t rhs_numel)
+      : k_(k), type_(type), library_(library), lhs_numel_(lhs_numel), rhs_numel_(rhs_numel) {}
 
   absl::Status Run(std::span<const void* const> inputs, std::span<void* const> outputs) const override {
     void* output = outputs[0];
     if (type_ == PrimitiveType::kF32) {
-      RunTyped<float>(inputs, output);
+      RunTyped<float>(inputs[0], inputs[1], output);
+    } else if (type_ == PrimitiveType::kF64) {
+      RunTyped<double>(inputs[0], inputs[1], output);
     } else {
-      RunTyped<double>(inputs, output);
+      RunWidened(inputs[0], inputs[1], output);
     }
     return absl::OkStatus();
   }
 
  private:
   template <typename T>
-  void RunTyped(std::span<const void* const> inputs, void* output) const {
+  void RunTyped(const void* lhs, const void* rhs, void* output) const {
     const int64_t m = k_.m(), n = k_.n(), kk = k_.k();
     if (m == 0 || n == 0) return;
     // Row-major operands, transposed in memory or not: only the strides differ.
@@ -322,8 +328,8 @@ class DotKernel final : public Kernel {
     const int64_t split = k_.variant() == kDotRowPanels ? m : n;
     const int64_t panel = (split + panels - 1) / panels;
     for (int64_t b = 0; b < k_.batch(); ++b) {
-      const T* a = static_cast<const T*>(inputs[0]) + b * k_.lhs_batch_stride();
-      const T* bb = static_cast<const T*>(inputs[1]) + b * k_.rhs_batch_stride();
+      const T* a = static_cast<const T*>(lhs) + b * k_.lhs_batch_stride();
+      const T* bb = static_cast<const T*>(rhs) + b * k_.rhs_batch_stride();
       T* c = static_cast<T*>(output) + b * m * n;
       ThreadPool::Get().ParallelFor(panels, [&](int64_t p) {
         const int64_t lo = p * panel, hi = std::min(split, lo + panel);
@@ -339,43 +345,31 @@ class DotKernel final : public Kernel {
     }
   }
 
+  // The operands widened to f32 and the f32 product in the calling thread's scratch.
+  void RunWidened(const void* lhs, const void* rhs, void* output) const {
+    const int64_t products = k_.batch() * k_.m() * k_.n();
+    float* a = static_cast<float*>(Scratch(static_cast<size_t>(lhs_numel_ + rhs_numel_ + products) * sizeof(float)));
+    float* b = a + lhs_numel_;
+    float* c = b + rhs_numel_;
+    Widen(lhs, lhs_numel_, a);
+    Widen(rhs, rhs_numel_, b);
+    RunTyped<float>(a, b, c);
+    StoreBlock(c, ComputeType::kF32, type_, output, products);
+  }
+
+  void Widen(const void* src, int64_t n, float* dst) const {
+    const uint16_t* h = static_cast<const uint16_t*>(src);
+    if (type_ == PrimitiveType::kBF16) {
+      for (int64_t i = 0; i < n; ++i) dst[i] = Bf16ToFloat(h[i]);
+    } else {
+      for (int64_t i = 0; i < n; ++i) dst[i] = HalfToFloat(h[i]);
+    }
+  }
+
   proto::Kernel k_;
   PrimitiveType type_;
   GemmLibrary library_;
-};
-
-// GEMM for 16-bit floats: converts to f32, multiplies in f32 (k in order), rounds the result.
-class HalfDotKernel final : public Kernel {
- public:
-  explicit HalfDotKernel(const proto::Kernel& k, PrimitiveType type) : k_(k), type_(type) {}
-
-  absl::Status Run(std::span<const void* const> inputs, std::span<void* const> outputs) const override {
-    void* output = outputs[0];
-    const int64_t m = k_.m(), n = k_.n(), kk = k_.k();
-    auto load = [this](const void* p, int64_t i) {
-      const uint16_t h = static_cast<const uint16_t*>(p)[i];
-      return type_ == PrimitiveType::kBF16 ? Bf16ToFloat(h) : HalfToFloat(h);
-    };
-    for (int64_t b = 0; b < k_.batch(); ++b) {
-      for (int64_t i = 0; i < m; ++i) {
-        for (int64_t j = 0; j < n; ++j) {
-          float acc = 0;
-          for (int64_t p = 0; p < kk; ++p) {
-            const int64_t ai = b * k_.lhs_batch_stride() + (k_.transpose_lhs() ? p * m + i : i * kk + p);
-            const int64_t bi = b * k_.rhs_batch_stride() + (k_.transpose_rhs() ? j * kk + p : p * n + j);
-            acc += load(inputs[0], ai) * load(inputs[1], bi);
-          }
-          uint16_t* c = static_cast<uint16_t*>(output) + b * m * n + i * n + j;
-          *c = type_ == PrimitiveType::kBF16 ? FloatToBf16(acc) : FloatToHalf(acc);
-        }
-      }
-    }
-    return absl::OkStatus();
-  }
-
- private:
-  proto::Kernel k_;
-  PrimitiveType type_;
+  int64_t lhs_numel_, rhs_numel_;
 };
 
 int64_t IndexAt(const void* base, PrimitiveType type, int64_t i) {
@@ -666,36 +660,67 @@ class ScatterAddKernel final : public Kernel {
 };
 
 // INDEX_ADD: out = x, then out[.., index[j], ..] += src[.., j, ..] along axis, j in order (the same
-// order every run).
+// order every run). The indices are read once; the outer rows (disjoint parts of the output, each
+// accumulating in j order) are split over the pool, so the bits do not depend on the split.
 class IndexAddKernel final : public Kernel {
  public:
   IndexAddKernel(ArrayShape input, ArrayShape index, int64_t axis)
       : input_(std::move(input)), index_(std::move(index)), split_(input_.dims, axis) {}
   absl::Status Run(std::span<const void* const> inputs, std::span<void* const> outputs) const override {
     const int64_t count = index_.numel();
+    std::vector<int64_t> positions(static_cast<size_t>(count));
     for (int64_t j = 0; j < count; ++j) {
       const int64_t a = IndexAt(inputs[1], index_.type, j);
       if (a < 0 || a >= split_.size) return IndexError(a, j, split_.size);
+      positions[static_cast<size_t>(j)] = a;
     }
     if (input_.byte_size() == 0) return absl::OkStatus();  // zero-size arrays may have no memory at all
-    if (outputs[0] != inputs[0]) std::memcpy(outputs[0], inputs[0], static_cast<size_t>(input_.byte_size()));
-    for (int64_t o = 0; o < split_.outer; ++o) {
-      for (int64_t j = 0; j < count; ++j) {
-        const int64_t dst = (o * split_.size + IndexAt(inputs[1], index_.type, j)) * split_.inner;
-        const int64_t src = (o * count + j) * split_.inner;
-        if (input_.type == PrimitiveType::kF32) {  // the common case, as a loop that vectorizes
-          float* out = static_cast<float*>(outputs[0]) + dst;
-          const float* in = static_cast<const float*>(inputs[2]) + src;
-          for (int64_t i = 0; i < split_.inner; ++i) out[i] += in[i];
-          continue;
-        }
-        for (int64_t i = 0; i < split_.inner; ++i) AddElement(input_.type, outputs[0], dst + i, inputs[2], src + i);
+    // Tasks of whole outer rows (at least kMinTaskElements of x and src each), each copying its rows of x
+    // and adding to them.
+    constexpr int64_t kMinTaskElements = int64_t{1} << 15;
+    const int64_t row_elements = std::max<int64_t>(1, (split_.size + count) * split_.inner);
+    const int64_t tasks = std::clamp<int64_t>(split_.outer * row_elements / kMinTaskElements, 1,
+                                              std::min<int64_t>(split_.outer, ThreadPool::Get().size()));
+    const int64_t rows_per_task = (split_.outer + tasks - 1) / tasks;
+    const int64_t row_bytes = split_.size * split_.inner * ByteWidth(input_.type);
+    ThreadPool::Get().ParallelFor(tasks, [&](int64_t t) {
+      const int64_t begin = std::min(split_.outer, t * rows_per_task);
+      const int64_t end = std::min(split_.outer, (t + 1) * rows_per_task);
+      if (outputs[0] != inputs[0] && end > begin) {
+        std::memcpy(static_cast<char*>(outputs[0]) + begin * row_bytes,
+                    static_cast<const char*>(inputs[0]) + begin * row_bytes,
+                    static_cast<size_t>((end - begin) * row_bytes));
       }
-    }
+      for (int64_t o = begin; o < end; ++o) AddRow(o, positions, inputs[2], outputs[0]);
+    });
     return absl::OkStatus();
   }
 
  private:
+  // Outer row o: out[o, positions[j], :] += src[o, j, :] for j in order.
+  void AddRow(int64_t o, const std::vector<int64_t>& positions, const void* src, void* out) const {
+    const int64_t count = static_cast<int64_t>(positions.size()), inner = split_.inner;
+    const int64_t dst_row = o * split_.size * inner, src_row = o * count * inner;
+    if (input_.type == PrimitiveType::kF32) {  // the common case, as loops that vectorize
+      float* dst = static_cast<float*>(out) + dst_row;
+      const float* from = static_cast<const float*>(src) + src_row;
+      if (inner == 1) {
+        for (int64_t j = 0; j < count; ++j) dst[positions[static_cast<size_t>(j)]] += from[j];
+        return;
+      }
+      for (int64_t j = 0; j < count; ++j) {
+        float* d = dst + positions[static_cast<size_t>(j)] * inner;
+        const float* f = from + j * inner;
+        for (int64_t i = 0; i < inner; ++i) d[i] += f[i];
+      }
+      return;
+    }
+    for (int64_t j = 0; j < count; ++j) {
+      const int64_t d = dst_row + positions[static_cast<size_t>(j)] * inner, f = src_row + j * inner;
+      for (int64_t i = 0; i < inner; ++i) AddElement(input_.type, out, d + i, src, f + i);
+    }
+  }
+
   ArrayShape input_, index_;
   AxisSplit split_;
 };
@@ -798,13 +823,8 @@ absl::StatusOr<std::unique_ptr<Kernel>> BuildKernel(const proto::Kernel& k, std:
       RETURN_IF_ERROR(Expect(shapes_ok, k, "operands do not fit the product"));
       const std::optional<GemmLibrary> library = GemmLibraryFromNumber(k.gemm_library());
       RETURN_IF_ERROR(Expect(library.has_value(), k, absl::StrCat("unknown GEMM library ", k.gemm_library())));
-      if (output.type == PrimitiveType::kF32 || output.type == PrimitiveType::kF64) {
-        return std::make_unique<DotKernel>(k, output.type, *library);
-      }
-      if (output.type == PrimitiveType::kBF16 || output.type == PrimitiveType::kF16) {
-        return std::make_unique<HalfDotKernel>(k, output.type);
-      }
-      return Expect(false, k, "needs a floating type");
+      RETURN_IF_ERROR(Expect(Accepts(TypeClass::kFloat, output.type), k, "needs a floating type"));
+      return std::make_unique<DotKernel>(k, output.type, *library, inputs[0].numel(), inputs[1].numel());
     }
     case proto::Kernel::ARGMAX: {
       const int64_t axis = k.axis();

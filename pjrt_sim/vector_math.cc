@@ -1,0 +1,29 @@
+#include "pjrt_sim/vector_math.h"
+
+namespace lazyrt::pjrt {
+
+// Function multiversioning where the compiler and the platform have it (GCC and clang on x86-64 ELF);
+// elsewhere the baseline's loops only.
+#if defined(__x86_64__) && defined(__ELF__) && !defined(__SANITIZE_THREAD__)
+#define LAZYRT_VECTOR_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
+#else
+#define LAZYRT_VECTOR_CLONES
+#endif
+
+LAZYRT_VECTOR_CLONES void VectorExp(const float* x, int64_t n, float* out) {
+  for (int64_t i = 0; i < n; ++i) out[i] = VectorExp(x[i]);
+}
+LAZYRT_VECTOR_CLONES void VectorLog(const float* x, int64_t n, float* out) {
+  for (int64_t i = 0; i < n; ++i) out[i] = VectorLog(x[i]);
+}
+LAZYRT_VECTOR_CLONES void VectorTanh(const float* x, int64_t n, float* out) {
+  for (int64_t i = 0; i < n; ++i) out[i] = VectorTanh(x[i]);
+}
+LAZYRT_VECTOR_CLONES void VectorLogistic(const float* x, int64_t n, float* out) {
+  for (int64_t i = 0; i < n; ++i) out[i] = VectorLogistic(x[i]);
+}
+LAZYRT_VECTOR_CLONES void VectorErf(const float* x, int64_t n, float* out) {
+  for (int64_t i = 0; i < n; ++i) out[i] = VectorErf(x[i]);
+}
+
+}  // namespace lazyrt::pjrt

@@ -47,10 +47,10 @@ void Receive(const CollectiveCall& call, void* dst, const void* src, int64_t byt
   OwnDevice(call)->RecordReceived(bytes);
 }
 
-// recv = the members' pieces (each `count` elements at `offset` bytes into their send) combined in
-// member order, peers' pieces received into a buffer on this member's device first.
+// dst (count elements) = the members' pieces (each `count` elements at `offset` bytes into their send)
+// combined in member order, peers' pieces received into a buffer on this member's device first.
 absl::Status CombinePieces(const CollectiveCall& call, PrimitiveType type, Combiner combiner, int64_t count,
-                           int64_t offset, std::span<const void* const> sends, void* recv) {
+                           int64_t offset, std::span<const void* const> sends, void* dst) {
   const int64_t bytes = count * ByteWidth(type);
   ASSIGN_OR_RETURN(DeviceMemory received, OwnDevice(call)->Allocate(bytes));
   for (size_t r = 0; r < sends.size(); ++r) {
@@ -60,21 +60,30 @@ absl::Status CombinePieces(const CollectiveCall& call, PrimitiveType type, Combi
       piece = received.data();
     }
     if (r == 0) {
-      if (bytes > 0) std::memcpy(recv, piece, static_cast<size_t>(bytes));
+      if (bytes > 0) std::memcpy(dst, piece, static_cast<size_t>(bytes));
     } else {
-      CombineInto(type, combiner, recv, piece, count);
+      CombineInto(type, combiner, dst, piece, count);
     }
   }
   return absl::OkStatus();
 }
 
+// The first element of member r's share when `count` elements are split over `members`.
+int64_t ShareStart(int64_t count, int64_t members, int64_t r) {
+  return count / members * r + std::min(r, count % members);
+}
+
 }  // namespace
 
 struct InProcessCommunicator::Rendezvous {
-  explicit Rendezvous(size_t members) : sends(members, nullptr), arrived(members, false), done(members, false) {}
-  std::vector<const void*> sends;
-  std::vector<bool> arrived, done;
-  int64_t num_arrived = 0, num_done = 0, num_left = 0;
+  explicit Rendezvous(size_t members) : arrived(members, false), phases_done(members, 0) {
+    buffers.sends.resize(members, nullptr);
+    buffers.recvs.resize(members, nullptr);
+  }
+  Buffers buffers;
+  std::vector<bool> arrived;
+  std::vector<int64_t> phases_done;  // by rank
+  int64_t num_arrived = 0, num_left = 0;
 };
 
 InProcessCommunicator& InProcessCommunicator::Default() {
@@ -105,7 +114,8 @@ void InProcessCommunicator::AbortExecution(uint64_t run_id, const absl::Status& 
   changed_.notify_all();
 }
 
-absl::Status InProcessCommunicator::Meet(const CollectiveCall& call, const void* send, const Exchange& exchange) {
+absl::Status InProcessCommunicator::Meet(const CollectiveCall& call, const void* send, void* recv,
+                                         std::span<const Phase> phases) {
   const size_t members = call.group.size();
   if (members == 0 || call.rank < 0 || call.rank >= static_cast<int64_t>(members)) {
     return absl::InvalidArgumentError(absl::StrCat(call.what, ": rank ", call.rank, " of a group of ", members));
@@ -113,6 +123,7 @@ absl::Status InProcessCommunicator::Meet(const CollectiveCall& call, const void*
   const auto key = std::make_tuple(call.run_id, call.kernel, call.group[0]);
   const size_t me = static_cast<size_t>(call.rank);
   std::unique_lock<std::mutex> lock(mu_);
+  if (auto it = aborted_.find(call.run_id); it != aborted_.end()) return it->second;
   const auto deadline = std::chrono::steady_clock::now() + timeout_;
   const double timeout_s = std::chrono::duration<double>(timeout_).count();
   std::shared_ptr<Rendezvous>& slot = rendezvous_[key];
@@ -123,22 +134,22 @@ absl::Status InProcessCommunicator::Meet(const CollectiveCall& call, const void*
         absl::StrCat(call.what, ": partition ", call.group[me], " arrived twice in execution ", call.run_id));
   }
   rv->arrived[me] = true;
-  rv->sends[me] = send;
+  rv->buffers.sends[me] = send;
+  rv->buffers.recvs[me] = recv;
   ++rv->num_arrived;
   changed_.notify_all();
 
-  // Leaves the rendezvous; the last member to leave removes it.
-  auto leave = [&] {
-    if (++rv->num_left == rv->num_arrived &&
-        (rv->num_arrived == static_cast<int64_t>(members) || aborted_.contains(call.run_id))) {
-      rendezvous_.erase(key);
-    }
-  };
-  // Waits until `ready`, the deadline or an abort of this execution. On expiry it aborts the execution
-  // (its other partitions cannot complete it either) with an error naming who is missing.
-  auto wait = [&](const std::vector<bool>& flags, int64_t& count, const char* missing_what) -> absl::Status {
-    const bool ready = changed_.wait_until(
-        lock, deadline, [&] { return count == static_cast<int64_t>(members) || aborted_.contains(call.run_id); });
+  // Waits until every member is `there`, the deadline passes or the execution is aborted. On expiry it
+  // aborts the execution (its other partitions cannot complete it either) naming who is missing.
+  auto wait = [&](const std::function<bool(size_t rank)>& there, const std::string& missing_what) -> absl::Status {
+    auto all_there = [&] {
+      for (size_t r = 0; r < members; ++r) {
+        if (!there(r)) return false;
+      }
+      return true;
+    };
+    const bool ready =
+        changed_.wait_until(lock, deadline, [&] { return all_there() || aborted_.contains(call.run_id); });
     if (auto it = aborted_.find(call.run_id); it != aborted_.end()) return it->second;
     if (ready) return absl::OkStatus();
     std::vector<std::string> missing, present;
@@ -146,7 +157,7 @@ absl::Status InProcessCommunicator::Meet(const CollectiveCall& call, const void*
       const int64_t p = call.group[r];
       const Device* d =
           p >= 0 && p < static_cast<int64_t>(call.devices.size()) ? call.devices[static_cast<size_t>(p)] : nullptr;
-      (flags[r] ? present : missing)
+      (there(r) ? present : missing)
           .push_back(absl::StrCat(p, d != nullptr ? absl::StrCat(" (", d->DebugString(), ")") : ""));
     }
     absl::Status status = absl::DeadlineExceededError(absl::StrFormat(
@@ -159,59 +170,92 @@ absl::Status InProcessCommunicator::Meet(const CollectiveCall& call, const void*
     return status;
   };
 
-  absl::Status status = wait(rv->arrived, rv->num_arrived, "did not arrive");
-  if (status.ok()) {
-    const std::vector<const void*> sends = rv->sends;
+  absl::Status status = wait([&](size_t r) { return rv->arrived[r]; }, "did not arrive");
+  for (size_t k = 0; status.ok() && k < phases.size(); ++k) {
+    const Buffers buffers = rv->buffers;
     lock.unlock();
-    status = exchange(sends);
+    status = phases[k](buffers);
     lock.lock();
-    // Even after a failed exchange, peers may still be reading this member's send: wait for them.
-    rv->done[me] = true;
-    ++rv->num_done;
+    // Peers may read this member's buffers until they finish the phase too: wait for them even after
+    // a failure, which aborts the execution first so that no peer goes on to a phase reading results
+    // this member did not compute.
+    if (!status.ok()) aborted_.emplace(call.run_id, status);
+    rv->phases_done[me] = static_cast<int64_t>(k + 1);
     changed_.notify_all();
-    if (absl::Status done = wait(rv->done, rv->num_done, "did not finish reading"); status.ok()) status = done;
+    const absl::Status finished =
+        wait([&](size_t r) { return rv->phases_done[r] > static_cast<int64_t>(k); },
+             phases.size() == 1 ? "did not finish" : absl::StrCat("did not finish phase ", k + 1));
+    if (status.ok()) status = finished;
   }
-  leave();
+  // The last member to leave removes the rendezvous.
+  if (++rv->num_left == rv->num_arrived &&
+      (rv->num_arrived == static_cast<int64_t>(members) || aborted_.contains(call.run_id))) {
+    rendezvous_.erase(key);
+  }
   return status;
 }
 
+// ALL_REDUCE as a reduce-scatter then an all-gather, as ring and tree all-reduces do: member r combines
+// share r of everyone's sends (in member order) into its own recv, then copies the other shares from
+// their owners' recvs. Each member receives 2 (G-1)/G of the array, not G-1 arrays, and every member
+// holds the same bits.
 absl::Status InProcessCommunicator::AllReduce(const CollectiveCall& call, PrimitiveType type, Combiner combiner,
                                               int64_t count, const void* send, void* recv) {
-  return Meet(call, send, [&](std::span<const void* const> sends) {
-    return CombinePieces(call, type, combiner, count, 0, sends, recv);
-  });
+  const int64_t members = static_cast<int64_t>(call.group.size());
+  const int64_t width = ByteWidth(type);
+  auto share = [&](int64_t r) {
+    return std::make_pair(ShareStart(count, members, r), ShareStart(count, members, r + 1));
+  };
+  const Phase phases[] = {[&](const Buffers& all) {
+                            const auto [begin, end] = share(call.rank);
+                            return CombinePieces(call, type, combiner, end - begin, begin * width, all.sends,
+                                                 static_cast<char*>(recv) + begin * width);
+                          },
+                          [&](const Buffers& all) {
+                            for (int64_t r = 0; r < members; ++r) {
+                              if (r == call.rank) continue;
+                              const auto [begin, end] = share(r);
+                              Receive(call, static_cast<char*>(recv) + begin * width,
+                                      static_cast<const char*>(all.recvs[static_cast<size_t>(r)]) + begin * width,
+                                      (end - begin) * width);
+                            }
+                            return absl::OkStatus();
+                          }};
+  return Meet(call, send, recv, phases);
 }
 
 absl::Status InProcessCommunicator::ReduceScatter(const CollectiveCall& call, PrimitiveType type, Combiner combiner,
                                                   int64_t count, const void* send, void* recv) {
-  return Meet(call, send, [&](std::span<const void* const> sends) {
-    return CombinePieces(call, type, combiner, count, call.rank * count * ByteWidth(type), sends, recv);
-  });
+  const Phase phases[] = {[&](const Buffers& all) {
+    return CombinePieces(call, type, combiner, count, call.rank * count * ByteWidth(type), all.sends, recv);
+  }};
+  return Meet(call, send, recv, phases);
 }
 
 absl::Status InProcessCommunicator::AllGather(const CollectiveCall& call, PrimitiveType type, int64_t count,
                                               const void* send, void* recv) {
-  return Meet(call, send, [&](std::span<const void* const> sends) {
+  const Phase phases[] = {[&](const Buffers& all) {
     const int64_t bytes = count * ByteWidth(type);
-    for (size_t r = 0; r < sends.size(); ++r) {
+    for (size_t r = 0; r < all.sends.size(); ++r) {
       void* dst = static_cast<char*>(recv) + static_cast<int64_t>(r) * bytes;
       if (static_cast<int64_t>(r) == call.rank) {
-        if (bytes > 0) std::memcpy(dst, sends[r], static_cast<size_t>(bytes));
+        if (bytes > 0) std::memcpy(dst, all.sends[r], static_cast<size_t>(bytes));
       } else {
-        Receive(call, dst, sends[r], bytes);
+        Receive(call, dst, all.sends[r], bytes);
       }
     }
     return absl::OkStatus();
-  });
+  }};
+  return Meet(call, send, recv, phases);
 }
 
 absl::Status InProcessCommunicator::AllToAll(const CollectiveCall& call, PrimitiveType type, int64_t count,
                                              const void* send, void* recv) {
-  return Meet(call, send, [&](std::span<const void* const> sends) {
+  const Phase phases[] = {[&](const Buffers& all) {
     const int64_t bytes = count * ByteWidth(type);
-    for (size_t j = 0; j < sends.size(); ++j) {
+    for (size_t j = 0; j < all.sends.size(); ++j) {
       void* dst = static_cast<char*>(recv) + static_cast<int64_t>(j) * bytes;
-      const void* src = static_cast<const char*>(sends[j]) + call.rank * bytes;
+      const void* src = static_cast<const char*>(all.sends[j]) + call.rank * bytes;
       if (static_cast<int64_t>(j) == call.rank) {
         if (bytes > 0) std::memcpy(dst, src, static_cast<size_t>(bytes));
       } else {
@@ -219,7 +263,8 @@ absl::Status InProcessCommunicator::AllToAll(const CollectiveCall& call, Primiti
       }
     }
     return absl::OkStatus();
-  });
+  }};
+  return Meet(call, send, recv, phases);
 }
 
 }  // namespace lazyrt::pjrt

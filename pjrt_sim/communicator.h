@@ -15,6 +15,7 @@
 #include <span>
 #include <string>
 #include <tuple>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "pjrt_sim/device.h"
@@ -94,9 +95,16 @@ class InProcessCommunicator final : public Communicator {
 
  private:
   struct Rendezvous;
-  // `exchange(sends)` runs on each member once all have arrived: sends[r] is member r's send buffer.
-  using Exchange = std::function<absl::Status(std::span<const void* const> sends)>;
-  absl::Status Meet(const CollectiveCall& call, const void* send, const Exchange& exchange);
+  // Every member's buffers, by rank.
+  struct Buffers {
+    std::vector<const void*> sends;
+    std::vector<void*> recvs;
+  };
+  // Once all members have arrived, each runs the phases in order, and no member starts phase k + 1 (or
+  // returns) before every member has finished phase k: a phase may read any member's buffers as the
+  // previous phases left them.
+  using Phase = std::function<absl::Status(const Buffers& all)>;
+  absl::Status Meet(const CollectiveCall& call, const void* send, void* recv, std::span<const Phase> phases);
 
   mutable std::mutex mu_;
   std::condition_variable changed_;  // a member arrived or finished, or an execution was aborted

@@ -228,6 +228,7 @@ INSTANTIATE_TEST_SUITE_P(
         Case{"all_reduce_1", Opcode::kAllReduce, 0, {}, kF32, {3, 5}},
         Case{"all_reduce_2", Opcode::kAllReduce, 2, {}, kF32, {7}},
         Case{"all_reduce_4_f64", Opcode::kAllReduce, 4, {}, kF64, {3, 5}},
+        Case{"all_reduce_8_fewer_elements_than_members", Opcode::kAllReduce, 8, {}, kF32, {3}},
         Case{"all_reduce_8_bf16", Opcode::kAllReduce, 8, {}, kBF16, {2, 3, 5}},
         Case{"all_reduce_max_s32", Opcode::kAllReduce, 4, {}, kS32, {9}, 0, 0, Combiner::kMax},
         Case{"all_reduce_min_2x2", Opcode::kAllReduce, 4, {{0, 1}, {2, 3}}, kF32, {4, 3}, 0, 0, Combiner::kMin},

@@ -120,6 +120,12 @@ absl::Status InProcessCommunicator::Meet(const CollectiveCall& call, const void*
   if (members == 0 || call.rank < 0 || call.rank >= static_cast<int64_t>(members)) {
     return absl::InvalidArgumentError(absl::StrCat(call.what, ": rank ", call.rank, " of a group of ", members));
   }
+  for (int64_t p : call.group) {
+    if (p < 0 || p >= static_cast<int64_t>(call.devices.size())) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(call.what, ": partition ", p, " has no device (", call.devices.size(), " given)"));
+    }
+  }
   const auto key = std::make_tuple(call.run_id, call.kernel, call.group[0]);
   const size_t me = static_cast<size_t>(call.rank);
   std::unique_lock<std::mutex> lock(mu_);
@@ -155,10 +161,8 @@ absl::Status InProcessCommunicator::Meet(const CollectiveCall& call, const void*
     std::vector<std::string> missing, present;
     for (size_t r = 0; r < members; ++r) {
       const int64_t p = call.group[r];
-      const Device* d =
-          p >= 0 && p < static_cast<int64_t>(call.devices.size()) ? call.devices[static_cast<size_t>(p)] : nullptr;
       (there(r) ? present : missing)
-          .push_back(absl::StrCat(p, d != nullptr ? absl::StrCat(" (", d->DebugString(), ")") : ""));
+          .push_back(absl::StrCat(p, " (", call.devices[static_cast<size_t>(p)]->DebugString(), ")"));
     }
     absl::Status status = absl::DeadlineExceededError(absl::StrFormat(
         "%s of execution %d: partition(s) %s of replica group {%s} %s within %.3g s; partition %d on %s waited "

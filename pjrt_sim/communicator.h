@@ -37,6 +37,8 @@ struct CollectiveCall {
   std::string what;  // the collective, for errors and the trace: "all_reduce 'all_reduce(dot)' (kernel 3)"
 };
 
+// Buffers are device memory of the calling member's device; a call's send and recv never overlap,
+// and both stay valid until the call returns (peers read them meanwhile).
 class Communicator {
  public:
   virtual ~Communicator() = default;
@@ -69,7 +71,8 @@ class Communicator {
 // device: MemoryStats::collective_bytes_received), computes its result, and waits until every member
 // has finished reading before returning, so that no send buffer is overwritten while a peer reads it.
 // Waits are bounded by the timeout; when it expires the error names the partitions (and devices) that
-// did not arrive and the collective the caller was at.
+// did not arrive and the collective the caller was at. (A member that gives up returns while a peer
+// may, in principle, still be copying from its buffers; no copy takes anywhere near a timeout.)
 class InProcessCommunicator final : public Communicator {
  public:
   static constexpr std::chrono::milliseconds kDefaultTimeout{60'000};

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstring>
+#include <mutex>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -392,6 +393,10 @@ absl::StatusOr<std::vector<std::shared_ptr<Buffer>>> Executable::Execute(std::sp
 namespace {
 // A unique id per partitioned execution in this process: the key under which its partitions meet.
 std::atomic<uint64_t> g_next_run_id{1};
+// Held while one partitioned execution enqueues its partitions. Streams run in order, so executions
+// enqueued whole, one after another, are in the same order on every device; two enqueued at once on
+// shared devices could each be first on a different device and wait for each other there.
+std::mutex g_partitioned_submit_mu;
 }  // namespace
 
 absl::StatusOr<std::vector<std::vector<std::shared_ptr<Buffer>>>> Executable::ExecutePartitioned(
@@ -462,6 +467,8 @@ absl::StatusOr<std::vector<std::vector<std::shared_ptr<Buffer>>>> Executable::Ex
   if (partitions > 1 && communicator == nullptr) communicator = &InProcessCommunicator::Default();
   const uint64_t run_id = g_next_run_id.fetch_add(1, std::memory_order_relaxed);
   auto shared_devices = std::make_shared<const std::vector<Device*>>(devices.begin(), devices.end());
+  std::unique_lock<std::mutex> submitting(g_partitioned_submit_mu, std::defer_lock);
+  if (partitions > 1) submitting.lock();
   for (size_t p = 0; p < partitions; ++p) {
     Partition& run = runs[p];
     // A small executable whose arguments are ready runs on the calling thread when the stream is idle:

@@ -235,6 +235,37 @@ TEST(PartitionedExecutionTest, AFailedPartitionAbortsTheOthers) {
   EXPECT_THAT(std::string(s0.message()), HasSubstr("partition 1 on SIM:1 failed: index_select"));
 }
 
+// Two threads run partitioned executions on the same two devices in opposite partition orders: each
+// execution's partitions are enqueued together, so the devices' streams agree on the order and
+// neither execution waits for the other's partition behind its own.
+TEST(PartitionedExecutionTest, ConcurrentExecutionsOnSharedDevicesDoNotDeadlock) {
+  std::unique_ptr<Client> client = MakeClient(2);
+  absl::StatusOr<std::shared_ptr<Executable>> exe = client->Compile(AllReduceModule(2, {16}), {});
+  ASSERT_TRUE(exe.ok()) << exe.status();
+  InProcessCommunicator comm(std::chrono::milliseconds(2000));
+  const std::vector<float> data(16, 0.0f);
+  auto run = [&](std::vector<Device*> devices) -> absl::Status {
+    std::vector<std::vector<std::shared_ptr<Buffer>>> args(2);
+    for (size_t p = 0; p < 2; ++p) {
+      ASSIGN_OR_RETURN(std::shared_ptr<Buffer> b,
+                       client->BufferFromHost(data.data(), {PrimitiveType::kF32, {16}}, devices[p]));
+      args[p] = {b};
+    }
+    for (int i = 0; i < 100; ++i) {
+      ASSIGN_OR_RETURN(auto results, (*exe)->ExecutePartitioned(args, devices, &comm));
+      for (const auto& r : results) RETURN_IF_ERROR(r[0]->AwaitReady());
+    }
+    return absl::OkStatus();
+  };
+  absl::Status forward, backward;
+  std::thread a([&] { forward = run({client->device(0), client->device(1)}); });
+  std::thread b([&] { backward = run({client->device(1), client->device(0)}); });
+  a.join();
+  b.join();
+  EXPECT_TRUE(forward.ok()) << forward;
+  EXPECT_TRUE(backward.ok()) << backward;
+}
+
 // Each partition's collective is a span on its device's track of the trace.
 TEST(PartitionedExecutionTest, CollectivesAreSpansOnEveryDevice) {
   std::unique_ptr<Client> client = MakeClient(2);

@@ -139,6 +139,8 @@ absl::Status InProcessCommunicator::Meet(const CollectiveCall& call, const void*
     return absl::InternalError(
         absl::StrCat(call.what, ": partition ", call.group[me], " arrived twice in execution ", call.run_id));
   }
+  last_seen_[call.run_id][call.group[me]] = call.what;
+  if (last_seen_.size() > kRunsRemembered) last_seen_.erase(last_seen_.begin());
   rv->arrived[me] = true;
   rv->buffers.sends[me] = send;
   rv->buffers.recvs[me] = recv;
@@ -161,8 +163,14 @@ absl::Status InProcessCommunicator::Meet(const CollectiveCall& call, const void*
     std::vector<std::string> missing, present;
     for (size_t r = 0; r < members; ++r) {
       const int64_t p = call.group[r];
-      (there(r) ? present : missing)
-          .push_back(absl::StrCat(p, " (", call.devices[static_cast<size_t>(p)]->DebugString(), ")"));
+      std::string who = absl::StrCat(p, " (", call.devices[static_cast<size_t>(p)]->DebugString());
+      if (!there(r)) {
+        const std::map<int64_t, std::string>& seen = last_seen_[call.run_id];
+        const auto at = seen.find(p);
+        absl::StrAppend(&who, at == seen.end() ? ", at no collective of this execution yet"
+                                               : absl::StrCat(", last at ", at->second));
+      }
+      (there(r) ? present : missing).push_back(absl::StrCat(who, ")"));
     }
     absl::Status status = absl::DeadlineExceededError(absl::StrFormat(
         "%s of execution %d: partition(s) %s of replica group {%s} %s within %.3g s; partition %d on %s waited "

@@ -115,6 +115,10 @@ class InProcessCommunicator final : public Communicator {
   // By (run, kernel, first partition of the group).
   std::map<std::tuple<uint64_t, int64_t, int64_t>, std::shared_ptr<Rendezvous>> rendezvous_;
   std::map<uint64_t, absl::Status> aborted_;  // by run
+  // Where each partition of the newest executions last was: the collective it last arrived at, by run
+  // and partition (a timeout names where the missing ones are).
+  static constexpr size_t kRunsRemembered = 256;
+  std::map<uint64_t, std::map<int64_t, std::string>> last_seen_;
 };
 
 }  // namespace lazyrt::pjrt

@@ -146,7 +146,8 @@ TEST_F(InProcessCommunicatorTest, AMemberThatNeverArrivesIsNamedWithinTheTimeout
     EXPECT_TRUE(absl::IsDeadlineExceeded(s)) << s;
     EXPECT_THAT(std::string(s.message()), HasSubstr("all_reduce 'test' (kernel 0)"));
     EXPECT_THAT(std::string(s.message()),
-                HasSubstr("partition(s) 3 (SIM:3) of replica group {0,1,2,3} did not arrive"));
+                HasSubstr("partition(s) 3 (SIM:3, at no collective of this execution yet) of replica group "
+                          "{0,1,2,3} did not arrive"));
   }
   EXPECT_EQ(comm.pending_rendezvous(), 0);
   // The late member finds the execution given up instead of waiting again.
@@ -154,6 +155,24 @@ TEST_F(InProcessCommunicatorTest, AMemberThatNeverArrivesIsNamedWithinTheTimeout
   const Clock::time_point late = Clock::now();
   EXPECT_TRUE(absl::IsDeadlineExceeded(comm.AllReduce(Call(3), PrimitiveType::kF32, Combiner::kSum, 1, &send, &recv)));
   EXPECT_LT(Clock::now() - late, std::chrono::milliseconds(150));
+}
+
+// The error says where a missing member last was: here partition 3 went on to another collective.
+TEST_F(InProcessCommunicatorTest, ATimeoutSaysWhereTheMissingMemberLastWas) {
+  InProcessCommunicator comm(std::chrono::milliseconds(100));
+  float send = 1, recv = 0;
+  const std::vector<int64_t> alone = {3};
+  ASSERT_TRUE(comm.AllGather(CollectiveCall{7, 0, alone, 0, client_->devices(), "all_gather 'elsewhere' (kernel 0)"},
+                             PrimitiveType::kF32, 1, &send, &recv)
+                  .ok());
+  const std::vector<absl::Status> status = OnThreads(kMembers - 1, [&](int r) {
+    float s = 1, out = 0;
+    return comm.AllReduce(Call(r, 7, 1), PrimitiveType::kF32, Combiner::kSum, 1, &s, &out);
+  });
+  for (const absl::Status& s : status) {
+    EXPECT_THAT(std::string(s.message()),
+                HasSubstr("partition(s) 3 (SIM:3, last at all_gather 'elsewhere' (kernel 0)) of replica group"));
+  }
 }
 
 proto::Module AllReduceModule(int partitions, const testing::Dims& dims) {
@@ -195,7 +214,7 @@ TEST(PartitionedExecutionTest, APartitionThatNeverArrivesGivesABoundedError) {
   for (int p = 0; p < 3; ++p) {
     const absl::Status s = (*results)[static_cast<size_t>(p)][0]->AwaitReady();
     EXPECT_TRUE(absl::IsDeadlineExceeded(s)) << s;
-    EXPECT_THAT(std::string(s.message()), HasSubstr("partition(s) 3 (SIM:3)"));
+    EXPECT_THAT(std::string(s.message()), HasSubstr("partition(s) 3 (SIM:3, at no collective of this execution yet)"));
     EXPECT_THAT(std::string(s.message()), HasSubstr("all_reduce 'all_reduce(exp)'"));
   }
   EXPECT_LT(Clock::now() - start, std::chrono::seconds(10));

@@ -96,6 +96,8 @@ const std::vector<Setting>& Settings() {
               [](absl::string_view t) { return ParseInt<uint64_t>(t, 0); }),
       Declare("LAZYRT_GRAPH_LIMIT", "sync after this many traced ops without a sync (0: never)", &Options::graph_limit,
               [](absl::string_view t) { return ParseInt<int64_t>(t, 0); }),
+      Declare("LAZYRT_COLLECTIVE_TIMEOUT_MS", "how long a partition waits at a collective for the others",
+              &Options::collective_timeout_ms, ParseMs),
       Declare("LAZYRT_PERSISTENT_CACHE", "use the persistent executable cache (0/1)", &Options::persistent_cache,
               ParseBool),
       Declare("LAZYRT_CACHE_DIR", "directory of the persistent cache", &Options::cache_dir, ParsePath),

@@ -26,6 +26,9 @@ struct Options {
   // Sync (cause graph_limit) when this many ops have been traced on a device since its
   // last sync: a bound on graph size for programs that never call sync(). 0: no bound.
   int64_t graph_limit = 0;
+  // How long a partition waits at a collective for the others before the execution fails naming
+  // those that did not arrive.
+  double collective_timeout_ms = 60'000;
 
   // The persistent cache of compiled executables. Off: every process compiles its graphs itself.
   bool persistent_cache = true;

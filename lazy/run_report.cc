@@ -2,7 +2,9 @@
 #include <sys/utsname.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <fstream>
+#include <set>
 #include <thread>
 
 #include <nlohmann/json.hpp>
@@ -17,6 +19,7 @@
 #include "lazy/metrics.h"
 #include "lazy/runtime.h"
 #include "lowering/lower.h"
+#include "pjrt_sim/collective_trace.h"
 #include "pjrt_sim/executable.h"
 #include "pjrt_sim/status_macros.h"
 #include "pjrt_sim/version.h"
@@ -222,6 +225,24 @@ void write_trace(const std::string& path) {
                          {"pid", 1},
                          {"ts", m.ms * 1000},
                          {"args", {{"bytes_in_use", m.bytes_in_use}}}});
+  }
+  // Collectives on a track per device: each partition's time at each one, waiting for the others
+  // included (pjrt_sim's clock is the same steady clock; only the origin differs).
+  const auto now = std::chrono::steady_clock::now();
+  const double now_ms = detail::NowMs();
+  std::set<int> collective_devices;
+  for (const pjrt::CollectiveSpanRecord& c : pjrt::CollectiveSpans()) {
+    const double start_ms = now_ms - std::chrono::duration<double, std::milli>(now - c.start).count();
+    span(c.what, start_ms, std::chrono::duration<double, std::milli>(c.end - c.start).count(), 100 + c.device,
+         json{{"device", c.device}});
+    collective_devices.insert(c.device);
+  }
+  for (int d : collective_devices) {
+    trace.push_back(json{{"name", "thread_name"},
+                         {"ph", "M"},
+                         {"pid", 1},
+                         {"tid", 100 + d},
+                         {"args", {{"name", absl::StrCat("device ", d, " collectives")}}}});
   }
   WriteFile(path, json{{"traceEvents", trace}, {"displayTimeUnit", "ms"}}.dump() + "\n", "trace");
 }

@@ -2,7 +2,9 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
@@ -11,6 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "lazy/diagnostics_internal.h"
 #include "lazy/diagnostics_stacks.h"
+#include "pjrt_sim/communicator.h"
 
 namespace lazyrt {
 namespace detail {
@@ -125,6 +128,8 @@ Runtime::Runtime(Options options) : options_(std::move(options)) {
       pjrt::Client::Create({.num_devices = options_.devices, .device_memory_bytes = options_.device_memory_bytes});
   if (!client.ok()) throw Error(absl::StrCat("cannot create the device client: ", client.status().message()));
   client_ = *std::move(client);
+  pjrt::InProcessCommunicator::Default().set_timeout(
+      std::chrono::milliseconds(static_cast<int64_t>(std::min(options_.collective_timeout_ms, 1e15))));
   std::atexit(&AtExit);
   // Call stacks cost a few microseconds per op: only when someone will read the diagnostics.
   if (options_.debug > 0 || !options_.report.empty() || !options_.trace.empty()) EnableCallStacks();

@@ -18,7 +18,8 @@ bool IsFusable(Opcode op) { return IsElementwise(op) || IsView(op) || op == Opco
 bool ReadsMaterializedOperands(Opcode op) {
   return op == Opcode::kDot || op == Opcode::kArgmax || op == Opcode::kCumsum || op == Opcode::kArgsort ||
          op == Opcode::kIndexSelect || op == Opcode::kGather || op == Opcode::kConcatenate || op == Opcode::kReshape ||
-         ClassOf(op) == OpClass::kAttention || ClassOf(op) == OpClass::kNormalize || ClassOf(op) == OpClass::kScatter;
+         ClassOf(op) == OpClass::kAttention || ClassOf(op) == OpClass::kNormalize || ClassOf(op) == OpClass::kScatter ||
+         ClassOf(op) == OpClass::kCollective;
 }
 
 // How a coordinate of some instruction is computed from the kernel's iteration coordinates:
@@ -308,6 +309,7 @@ class Emitter {
         case Opcode::kRmsNormGrad:
         case Opcode::kScatterAdd:
         case Opcode::kIndexAdd:
+          LAZYRT_COLLECTIVE_OPCODES(LAZYRT_CASE_OF_OPCODE)
           // Never fused (IsFusable): always materialized, so read by the load above.
           OpcodeUnreachable("fusion: a program step", static_cast<int32_t>(inst.opcode));
       }
@@ -422,6 +424,16 @@ class Emitter {
         k->set_opcode(static_cast<int32_t>(inst.opcode));
         k->set_axis(inst.axis);
         k->set_epsilon(inst.value);
+        break;
+        LAZYRT_COLLECTIVE_OPCODES(LAZYRT_CASE_OF_OPCODE)
+        k->set_kind(proto::Kernel::COLLECTIVE);
+        k->set_opcode(static_cast<int32_t>(inst.opcode));
+        k->set_combiner(static_cast<int32_t>(inst.combiner));
+        k->set_axis(inst.opcode == Opcode::kAllToAll ? inst.dims[0] : inst.axis);
+        if (inst.opcode == Opcode::kAllToAll) k->set_concat_axis(inst.dims[1]);
+        for (const std::vector<int64_t>& group : inst.replica_groups) {
+          k->add_replica_groups()->mutable_partitions()->Assign(group.begin(), group.end());
+        }
         break;
       LAZYRT_ELEMENTWISE_OPCODE_CASES:
       case Opcode::kConstant:

@@ -8,6 +8,7 @@
 #include <deque>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <vector>
 
 #include "ir/node.h"
@@ -54,6 +55,9 @@ struct TensorImpl : std::enable_shared_from_this<TensorImpl> {
   // use within one graph refers to the same parameter.
   ir::Value ir;
   std::shared_ptr<pjrt::Buffer> buffer;
+  // mark_sharding's layout over a mesh (the attributes of the Shard nodes that annotate every use of the
+  // tensor's value), or nullopt.
+  std::optional<ir::Attributes> sharding;
 
   // Autograd: a leaf that accumulates gradients, or the function that produced this tensor.
   bool requires_grad = false;

@@ -33,7 +33,16 @@ ir::Value ValueOf(const Tensor& t) {
     impl.ir = ir::Value{ir::MakeNode(ir::OpKind::kDeviceData, ir::OperandList{}, ir::ShapeList{impl.shape},
                                      ir::Attributes{}, std::make_shared<BufferLeaf>(impl.buffer), impl.created_at)};
   }
+  // The leaf stays the tensor's own (it is not pending); each use of a sharded one is annotated.
+  if (impl.sharding && impl.ir.node->op() == ir::OpKind::kDeviceData) return Sharded(impl.ir, impl);
   return impl.ir;
+}
+
+ir::Value Sharded(const ir::Value& v, const TensorImpl& impl) {
+  if (!impl.sharding) return v;
+  const ir::Value& unannotated = v.node->op() == ir::OpKind::kShard ? v.node->operand(0) : v;
+  return ir::Value{ir::MakeNode(ir::OpKind::kShard, ir::OperandList{unannotated}, ir::ShapeList{impl.shape},
+                                *impl.sharding, nullptr, impl.created_at)};
 }
 
 int CommonDevice(std::initializer_list<const Tensor*> tensors, absl::string_view op, const SourceLocation& loc) {
@@ -159,8 +168,9 @@ void Tensor::assign(const Tensor& other, SourceLocation loc) {
                 loc);
   }
   detail::CommonDevice({this, &other}, "assign", loc);
-  dst.ir = src.ir;
   dst.buffer = src.buffer;
+  // An assigned tensor keeps its layout: an optimizer's update of a sharded parameter stays sharded.
+  dst.ir = src.ir && src.ir.node->op() != ir::OpKind::kDeviceData ? detail::Sharded(src.ir, dst) : src.ir;
   if (dst.ir && dst.ir.node->op() != ir::OpKind::kDeviceData) {
     detail::Runtime::Get().device_state({dst.device}, loc).Register(&dst);
   }

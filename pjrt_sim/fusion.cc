@@ -18,7 +18,8 @@ bool IsFusable(Opcode op) { return IsElementwise(op) || IsView(op) || op == Opco
 bool ReadsMaterializedOperands(Opcode op) {
   return op == Opcode::kDot || op == Opcode::kArgmax || op == Opcode::kCumsum || op == Opcode::kArgsort ||
          op == Opcode::kIndexSelect || op == Opcode::kGather || op == Opcode::kConcatenate || op == Opcode::kReshape ||
-         ClassOf(op) == OpClass::kAttention || ClassOf(op) == OpClass::kNormalize || ClassOf(op) == OpClass::kScatter;
+         ClassOf(op) == OpClass::kAttention || ClassOf(op) == OpClass::kNormalize || ClassOf(op) == OpClass::kScatter ||
+         ClassOf(op) == OpClass::kCollective;
 }
 
 // How a coordinate of some instruction is computed from the kernel's iteration coordinates:
@@ -308,6 +309,7 @@ class Emitter {
         case Opcode::kRmsNormGrad:
         case Opcode::kScatterAdd:
         case Opcode::kIndexAdd:
+          LAZYRT_COLLECTIVE_OPCODES(LAZYRT_CASE_OF_OPCODE)
           // Never fused (IsFusable): always materialized, so read by the load above.
           OpcodeUnreachable("fusion: a program step", static_cast<int32_t>(inst.opcode));
       }
@@ -402,6 +404,9 @@ class Emitter {
         k->set_axis(inst.axis);
         k->set_site(inst.site);
         break;
+        LAZYRT_COLLECTIVE_OPCODES(LAZYRT_CASE_OF_OPCODE)
+        // Placeholder until the multi-partition runtime (issue19-coll) merges: the verifier refuses them.
+        OpcodeUnreachable("fusion: a collective kernel", static_cast<int32_t>(inst.opcode));
       case Opcode::kConcatenate:
         k->set_kind(proto::Kernel::CONCATENATE);
         k->set_axis(inst.axis);

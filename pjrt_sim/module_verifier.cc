@@ -352,6 +352,9 @@ class Verifier {
         }
         return absl::OkStatus();
       }
+        LAZYRT_COLLECTIVE_OPCODES(LAZYRT_CASE_OF_OPCODE)
+        // Placeholder until the multi-partition runtime (issue19-coll) merges with their rules.
+        return Fail(id, "collectives need the multi-partition runtime");
       case Opcode::kScatterAdd:
       case Opcode::kIndexAdd: {
         RETURN_IF_ERROR(want_operands(3));

@@ -115,7 +115,8 @@ bool IsElementwise(Opcode op) {
     case OpClass::kAttention:
     case OpClass::kNormalize:
     case OpClass::kAlongAxis:
-    case OpClass::kScatter: return false;
+    case OpClass::kScatter:
+    case OpClass::kCollective: return false;
   }
   return false;  // unreachable: the switch covers every class
 }

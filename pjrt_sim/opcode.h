@@ -80,7 +80,17 @@ enum class TypeClass : uint8_t {
   X(Cumsum, 80, kAlongAxis)         \
   X(Argsort, 81, kAlongAxis)        \
   X(ScatterAdd, 74, kScatter)       \
-  X(IndexAdd, 75, kScatter)
+  X(IndexAdd, 75, kScatter)         \
+  LAZYRT_COLLECTIVE_OPCODES(X)
+
+// The collectives, part of LAZYRT_OTHER_OPCODES (their own table so that a switch can list them at
+// once: `LAZYRT_COLLECTIVE_OPCODES(LAZYRT_CASE_OF_OPCODE)`).
+#define LAZYRT_COLLECTIVE_OPCODES(X) \
+  X(AllReduce, 100, kCollective)     \
+  X(AllGather, 101, kCollective)     \
+  X(ReduceScatter, 102, kCollective) \
+  X(AllToAll, 103, kCollective)      \
+  X(PartitionSlice, 104, kCollective)
 
 // The case labels of every elementwise opcode (unary, binary, convert, compare, select), for a switch that
 // treats them alike: `LAZYRT_ELEMENTWISE_OPCODE_CASES: ...`.
@@ -130,6 +140,15 @@ enum class OpClass : uint8_t {
   // SCATTER_ADD as torch.scatter_add (index and src of one shape, of x's rank), INDEX_ADD as
   // torch.index_add (a 1-D index picks src's slices along axis).
   kScatter,
+  // One operand, over the partitions of each of the instruction's replica groups (a module of N > 1
+  // partitions runs one copy of its program per partition, each on its own device):
+  // ALL_REDUCE combines the group's operands element by element with `combiner`; ALL_GATHER concatenates
+  // them along `axis` in group order; REDUCE_SCATTER combines them and keeps piece number (position in
+  // the group) of the result along `axis`; ALL_TO_ALL (`dims` = [split, concat]) sends piece j of the
+  // operand along the split dim to member j and concatenates what it receives along the concat dim in
+  // member order; PARTITION_SLICE keeps piece number (position in the group) along `axis` of its own
+  // operand, moving nothing (how a partitioner takes a shard of a replicated value).
+  kCollective,
 };
 
 OpClass ClassOf(Opcode op);

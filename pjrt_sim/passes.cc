@@ -276,7 +276,11 @@ int64_t SimplifyAlgebra(HloModule& module) {
       case Opcode::kCumsum:
       case Opcode::kArgsort:
       case Opcode::kScatterAdd:
-      case Opcode::kIndexAdd: break;
+      case Opcode::kIndexAdd:
+        break;
+        // Collectives: each partition's value depends on the others', which no local rule can see.
+        LAZYRT_COLLECTIVE_OPCODES(LAZYRT_CASE_OF_OPCODE)
+        break;
     }
   }
   for (int64_t& out : module.outputs) out = forward[static_cast<size_t>(out)];

@@ -324,7 +324,7 @@ StepFn ChooseStepFn(const Step& s, int scalar) {
     case Opcode::kCumsum:
     case Opcode::kArgsort:
     case Opcode::kScatterAdd:
-    case Opcode::kIndexAdd: break;  // not steps: Build refuses them
+    case Opcode::kIndexAdd: LAZYRT_COLLECTIVE_OPCODES(LAZYRT_CASE_OF_OPCODE) break;  // not steps: Build refuses them
   }
   return nullptr;
 }
@@ -418,7 +418,8 @@ absl::StatusOr<FusedProgram> FusedProgram::Build(const google::protobuf::Repeate
       case OpClass::kAttention:
       case OpClass::kNormalize:
       case OpClass::kAlongAxis:
-      case OpClass::kScatter: return fail(absl::StrCat("opcode ", OpcodeName(s.opcode), " cannot be fused"));
+      case OpClass::kScatter:
+      case OpClass::kCollective: return fail(absl::StrCat("opcode ", OpcodeName(s.opcode), " cannot be fused"));
     }
     if (p.args_size() != arity) return fail("wrong number of arguments");
     for (int a = 0; a < arity; ++a) {

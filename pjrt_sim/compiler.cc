@@ -1,5 +1,6 @@
 #include "pjrt_sim/compiler.h"
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <functional>
@@ -65,6 +66,7 @@ absl::StatusOr<std::shared_ptr<Executable>> Compile(const proto::Module& module,
   exe.set_cpu_isa(HostIsa());
   exe.set_module_name(module.name());
   exe.set_module_instructions(module.instructions_size());
+  exe.set_num_partitions(std::max<int64_t>(module.num_partitions(), 1));
 
   absl::Status verified;
   RunPass(exe, "verify", [&] {

@@ -102,6 +102,11 @@ void Device::Free(void* data, int64_t size) {
   std::free(data);
 }
 
+void Device::RecordReceived(int64_t bytes) {
+  std::lock_guard<std::mutex> lock(mu_);
+  stats_.collective_bytes_received += bytes;
+}
+
 MemoryStats Device::memory_stats() const {
   std::lock_guard<std::mutex> lock(mu_);
   return stats_;

@@ -22,7 +22,8 @@ struct MemoryStats {
   int64_t live_allocations = 0;  // allocations not yet freed
   int64_t largest_alloc_size = 0;
   int64_t bytes_limit = 0;
-  int64_t bytes_cached = 0;  // freed blocks kept for reuse (not in use, not counted against the limit)
+  int64_t bytes_cached = 0;               // freed blocks kept for reuse (not in use, not counted against the limit)
+  int64_t collective_bytes_received = 0;  // copied in from other devices' memory by collectives
 };
 
 class Device;
@@ -65,6 +66,8 @@ class Device {
   // request, the bytes in use and the limit; the device stays usable.
   absl::StatusOr<DeviceMemory> Allocate(int64_t bytes);
   MemoryStats memory_stats() const;
+  // Counts `bytes` a collective copied into this device's memory from another device's.
+  void RecordReceived(int64_t bytes);
   // Work on this device runs in order on this stream.
   Stream& stream() { return stream_; }
   // When on, executions time every kernel (Executable::kernel_times); two clock reads per kernel.

@@ -14,9 +14,12 @@
 #include "google/protobuf/io/zero_copy_stream_impl_lite.h"
 #include "google/protobuf/message.h"
 #include "google/protobuf/wire_format_lite.h"
+#include "pjrt_sim/communicator.h"
 #include "pjrt_sim/cpu_isa.h"
 #include "pjrt_sim/device.h"
 #include "pjrt_sim/hlo.h"
+#include "pjrt_sim/kernels/collectives.h"
+#include "pjrt_sim/replica_groups.h"
 #include "pjrt_sim/status_macros.h"
 #include "pjrt_sim/version.h"
 
@@ -195,6 +198,9 @@ absl::StatusOr<std::shared_ptr<Executable>> Executable::Load(proto::Executable p
                                                       "', this CPU has '", HostIsa(), "'"));
   }
   if (p.arena_bytes() < 0 || p.arena_bytes() > kMaxBytes) return Invalid("arena size out of range");
+  if (p.num_partitions() < 0 || p.num_partitions() > kMaxPartitions) {
+    return Invalid(absl::StrCat("num_partitions ", p.num_partitions(), " is outside [0, ", kMaxPartitions, "]"));
+  }
   std::shared_ptr<Executable> exe(new Executable(std::move(p)));
   const proto::Executable& e = exe->proto_;
   for (int i = 0; i < e.parameters_size(); ++i) {
@@ -269,7 +275,9 @@ absl::StatusOr<std::shared_ptr<Executable>> Executable::Load(proto::Executable p
       extra_outputs.push_back(slot_shapes[static_cast<size_t>(extra)]);
     }
     absl::StatusOr<std::unique_ptr<Kernel>> built =
-        BuildKernel(kernel, inputs, slot_shapes[static_cast<size_t>(out)], extra_outputs);
+        kernel.kind() == proto::Kernel::COLLECTIVE
+            ? BuildCollectiveKernel(kernel, inputs, slot_shapes[static_cast<size_t>(out)], e.num_partitions())
+            : BuildKernel(kernel, inputs, slot_shapes[static_cast<size_t>(out)], extra_outputs);
     if (!built.ok()) return Invalid(std::string(built.status().message()));
     const int64_t elements = kernel.has_iteration_shape() ? FromProto(kernel.iteration_shape()).numel()
                                                           : slot_shapes[static_cast<size_t>(out)].numel();
@@ -325,8 +333,10 @@ absl::Status NameIndexError(absl::Status status, const proto::Kernel& kernel, co
 }
 }  // namespace
 
-absl::Status Executable::RunKernels(std::span<void* const> slot_ptrs, bool profile, const SiteNamer& name_site) const {
+absl::Status Executable::RunKernels(std::span<void* const> slot_ptrs, bool profile, const SiteNamer& name_site,
+                                    const PartitionContext* where) const {
   using Clock = std::chrono::steady_clock;
+  PartitionContext at = where != nullptr ? *where : PartitionContext{};
   std::vector<const void*> inputs;
   std::vector<void*> outputs;
   for (size_t k = 0; k < kernels_.size(); ++k) {
@@ -336,7 +346,8 @@ absl::Status Executable::RunKernels(std::span<void* const> slot_ptrs, bool profi
     outputs.assign(1, slot_ptrs[static_cast<size_t>(kernel.output())]);
     for (int64_t extra : kernel.extra_outputs()) outputs.push_back(slot_ptrs[static_cast<size_t>(extra)]);
     const Clock::time_point start = profile ? Clock::now() : Clock::time_point{};
-    if (absl::Status s = kernels_[k]->Run(inputs, outputs); !s.ok())
+    at.kernel = static_cast<int64_t>(k);
+    if (absl::Status s = kernels_[k]->RunOn(at, inputs, outputs); !s.ok())
       return NameIndexError(std::move(s), kernel, name_site);
     if (profile) {
       kernel_times_[k].runs.fetch_add(1, std::memory_order_relaxed);
@@ -367,72 +378,136 @@ std::string KernelIterationText(const proto::Kernel& kernel) {
 
 absl::StatusOr<std::vector<std::shared_ptr<Buffer>>> Executable::Execute(std::span<const std::shared_ptr<Buffer>> args,
                                                                          Device* device, SiteNamer name_site) const {
-  if (args.size() != parameter_shapes_.size()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("executable takes ", parameter_shapes_.size(), " arguments, got ", args.size()));
+  if (num_partitions() != 1) {
+    return absl::FailedPreconditionError(absl::StrCat("executable '", proto_.module_name(), "' runs as ",
+                                                      num_partitions(), " partitions: use ExecutePartitioned"));
   }
-  std::vector<std::shared_ptr<DeviceMemory>> arg_memory;
-  std::vector<std::shared_ptr<Event>> arg_ready;
-  for (size_t i = 0; i < args.size(); ++i) {
-    if (!(args[i]->shape() == parameter_shapes_[i])) {
-      return absl::InvalidArgumentError(absl::StrCat("argument ", i, " is ", args[i]->shape().ToString(),
-                                                     ", the executable expects ", parameter_shapes_[i].ToString()));
-    }
-    if (args[i]->device() != device) {
-      return absl::InvalidArgumentError(absl::StrCat("argument ", i, " lives on ", args[i]->device()->DebugString(),
-                                                     ", not ", device->DebugString()));
-    }
-    absl::StatusOr<std::shared_ptr<DeviceMemory>> mem = args[i]->memory();
-    if (!mem.ok()) return absl::FailedPreconditionError(absl::StrCat("argument ", i, ": ", mem.status().message()));
-    arg_memory.push_back(*std::move(mem));
-    arg_ready.push_back(args[i]->ready());
+  const std::vector<std::shared_ptr<Buffer>> partition_args(args.begin(), args.end());
+  ASSIGN_OR_RETURN(
+      std::vector<std::vector<std::shared_ptr<Buffer>>> results,
+      ExecutePartitioned(std::span(&partition_args, 1), std::span(&device, 1), nullptr, std::move(name_site)));
+  return std::move(results[0]);
+}
+
+namespace {
+// A unique id per partitioned execution in this process: the key under which its partitions meet.
+std::atomic<uint64_t> g_next_run_id{1};
+}  // namespace
+
+absl::StatusOr<std::vector<std::vector<std::shared_ptr<Buffer>>>> Executable::ExecutePartitioned(
+    std::span<const std::vector<std::shared_ptr<Buffer>>> args, std::span<Device* const> devices,
+    Communicator* communicator, SiteNamer name_site) const {
+  const size_t partitions = static_cast<size_t>(num_partitions());
+  if (devices.size() != partitions || args.size() != partitions) {
+    return absl::InvalidArgumentError(absl::StrCat("executable '", proto_.module_name(), "' runs as ", partitions,
+                                                   " partition(s): got ", devices.size(), " device(s) and ",
+                                                   args.size(), " argument list(s)"));
   }
-  ASSIGN_OR_RETURN(DeviceMemory arena, device->Allocate(proto_.arena_bytes()));
-  std::vector<std::shared_ptr<DeviceMemory>> out_memory;
-  std::vector<std::shared_ptr<Buffer>> results;
-  for (const ArrayShape& shape : output_shapes_) {
-    ASSIGN_OR_RETURN(DeviceMemory mem,
-                     device->Allocate(shape.byte_size()));  // everything allocated so far is released on return
-    out_memory.push_back(std::make_shared<DeviceMemory>(std::move(mem)));
-    results.push_back(std::make_shared<Buffer>(device, shape, out_memory.back(), std::make_shared<Event>()));
-  }
-  auto arena_memory = std::make_shared<DeviceMemory>(std::move(arena));
-  std::vector<std::shared_ptr<Event>> done;
-  for (const auto& r : results) done.push_back(r->ready());
-  // A small executable whose arguments are ready runs on the calling thread when the stream is idle:
-  // waking the stream thread would cost more than the work (as PJRT's CPU client does for cheap
-  // computations). Anything else runs on the stream, in order.
-  const bool profile = device->kernel_profiling();
-  bool inline_ok = runs_inline_;
-  for (const auto& ready : arg_ready) inline_ok = inline_ok && ready->IsReady();
-  device->stream().Submit(inline_ok, [self = shared_from_this(), arg_memory = std::move(arg_memory),
-                                      arg_ready = std::move(arg_ready), arena_memory, out_memory,
-                                      done = std::move(done), profile, name_site = std::move(name_site)]() mutable {
-    absl::Status status;
-    for (const auto& ready : arg_ready) {
-      if (status = ready->Wait(); !status.ok()) break;
-    }
-    if (status.ok()) {
-      std::vector<void*> params, outs;
-      for (const auto& m : arg_memory) params.push_back(m->data());
-      for (const auto& m : out_memory) outs.push_back(m->data());
-      const std::vector<void*> slots = self->SlotPointers(params, arena_memory->data(), outs);
-      status = self->RunKernels(slots, profile, name_site);
-      // Results not written in place (a parameter, an alias, a repeated value) are copied.
-      for (size_t j = 0; status.ok() && j < outs.size(); ++j) {
-        void* src = slots[static_cast<size_t>(self->proto_.outputs(static_cast<int>(j)))];
-        if (src != outs[j] && out_memory[j]->size() > 0) {
-          std::memcpy(outs[j], src, static_cast<size_t>(out_memory[j]->size()));
-        }
+  for (size_t p = 0; p < partitions; ++p) {
+    if (devices[p] == nullptr) return absl::InvalidArgumentError(absl::StrCat("partition ", p, ": no device"));
+    for (size_t q = 0; q < p; ++q) {
+      if (devices[q] == devices[p]) {
+        return absl::InvalidArgumentError(absl::StrCat("partitions ", q, " and ", p, " both on ",
+                                                       devices[p]->DebugString(),
+                                                       ": each partition needs a device of its own"));
       }
     }
-    // Memory goes back to the device before anyone waiting learns the execution ended, so that once
-    // the results are read and dropped, bytes in use is back where it was.
-    arena_memory.reset();
-    arg_memory.clear();
-    out_memory.clear();
-    for (const auto& event : done) event->Set(status);
-  });
+  }
+  // Everything is checked and allocated for every partition before any starts, so that a failure
+  // leaves no partition waiting at a collective for the others.
+  struct Partition {
+    std::vector<std::shared_ptr<DeviceMemory>> arg_memory;
+    std::vector<std::shared_ptr<Event>> arg_ready;
+    std::shared_ptr<DeviceMemory> arena;
+    std::vector<std::shared_ptr<DeviceMemory>> out_memory;
+    std::vector<std::shared_ptr<Event>> done;
+  };
+  std::vector<Partition> runs(partitions);
+  std::vector<std::vector<std::shared_ptr<Buffer>>> results(partitions);
+  for (size_t p = 0; p < partitions; ++p) {
+    const std::string where = partitions > 1 ? absl::StrCat("partition ", p, ": ") : "";
+    Device* device = devices[p];
+    if (args[p].size() != parameter_shapes_.size()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(where, "executable takes ", parameter_shapes_.size(), " arguments, got ", args[p].size()));
+    }
+    for (size_t i = 0; i < args[p].size(); ++i) {
+      const std::shared_ptr<Buffer>& arg = args[p][i];
+      if (!(arg->shape() == parameter_shapes_[i])) {
+        return absl::InvalidArgumentError(absl::StrCat(where, "argument ", i, " is ", arg->shape().ToString(),
+                                                       ", the executable expects ", parameter_shapes_[i].ToString()));
+      }
+      if (arg->device() != device) {
+        return absl::InvalidArgumentError(absl::StrCat(where, "argument ", i, " lives on ",
+                                                       arg->device()->DebugString(), ", not ", device->DebugString()));
+      }
+      absl::StatusOr<std::shared_ptr<DeviceMemory>> mem = arg->memory();
+      if (!mem.ok()) {
+        return absl::FailedPreconditionError(absl::StrCat(where, "argument ", i, ": ", mem.status().message()));
+      }
+      runs[p].arg_memory.push_back(*std::move(mem));
+      runs[p].arg_ready.push_back(arg->ready());
+    }
+    ASSIGN_OR_RETURN(DeviceMemory arena, device->Allocate(proto_.arena_bytes()));
+    runs[p].arena = std::make_shared<DeviceMemory>(std::move(arena));
+    for (const ArrayShape& shape : output_shapes_) {
+      ASSIGN_OR_RETURN(DeviceMemory mem,
+                       device->Allocate(shape.byte_size()));  // everything allocated so far is released on return
+      runs[p].out_memory.push_back(std::make_shared<DeviceMemory>(std::move(mem)));
+      results[p].push_back(
+          std::make_shared<Buffer>(device, shape, runs[p].out_memory.back(), std::make_shared<Event>()));
+      runs[p].done.push_back(results[p].back()->ready());
+    }
+  }
+  if (partitions > 1 && communicator == nullptr) communicator = &InProcessCommunicator::Default();
+  const uint64_t run_id = g_next_run_id.fetch_add(1, std::memory_order_relaxed);
+  auto shared_devices = std::make_shared<const std::vector<Device*>>(devices.begin(), devices.end());
+  for (size_t p = 0; p < partitions; ++p) {
+    Partition& run = runs[p];
+    // A small executable whose arguments are ready runs on the calling thread when the stream is idle:
+    // waking the stream thread would cost more than the work (as PJRT's CPU client does for cheap
+    // computations). Anything else runs on the stream, in order. A partition never runs inline: it
+    // would wait at its first collective for partitions not yet submitted.
+    const bool profile = devices[p]->kernel_profiling();
+    bool inline_ok = runs_inline_ && partitions == 1;
+    for (const auto& ready : run.arg_ready) inline_ok = inline_ok && ready->IsReady();
+    devices[p]->stream().Submit(inline_ok, [self = shared_from_this(), run = std::move(run), profile, name_site,
+                                            communicator, run_id, shared_devices,
+                                            partition = static_cast<int64_t>(p)]() mutable {
+      absl::Status status;
+      for (const auto& ready : run.arg_ready) {
+        if (status = ready->Wait(); !status.ok()) break;
+      }
+      if (status.ok()) {
+        std::vector<void*> params, outs;
+        for (const auto& m : run.arg_memory) params.push_back(m->data());
+        for (const auto& m : run.out_memory) outs.push_back(m->data());
+        const std::vector<void*> slots = self->SlotPointers(params, run.arena->data(), outs);
+        const PartitionContext where{partition, *shared_devices, communicator, run_id, 0};
+        status = self->RunKernels(slots, profile, name_site, &where);
+        // Results not written in place (a parameter, an alias, a repeated value) are copied.
+        for (size_t j = 0; status.ok() && j < outs.size(); ++j) {
+          void* src = slots[static_cast<size_t>(self->proto_.outputs(static_cast<int>(j)))];
+          if (src != outs[j] && run.out_memory[j]->size() > 0) {
+            std::memcpy(outs[j], src, static_cast<size_t>(run.out_memory[j]->size()));
+          }
+        }
+      }
+      if (!status.ok() && communicator != nullptr) {
+        communicator->AbortExecution(
+            run_id,
+            absl::Status(status.code(), absl::StrCat("partition ", partition, " on ",
+                                                     (*shared_devices)[static_cast<size_t>(partition)]->DebugString(),
+                                                     " failed: ", status.message())));
+      }
+      // Memory goes back to the device before anyone waiting learns the execution ended, so that
+      // once the results are read and dropped, bytes in use is back where it was.
+      run.arena.reset();
+      run.arg_memory.clear();
+      run.out_memory.clear();
+      for (const auto& event : run.done) event->Set(status);
+    });
+  }
   return results;
 }
 

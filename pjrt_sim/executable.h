@@ -3,6 +3,7 @@
 // never runs a compiler pass.
 #pragma once
 
+#include <algorithm>
 #include <atomic>
 #include <functional>
 #include <memory>
@@ -36,15 +37,36 @@ class Executable : public std::enable_shared_from_this<Executable> {
   // executable (runs_inline()) on an idle stream runs on the calling thread before this returns.
   // An index out of range is reported as "<op>: index ..." where <op> is name_site(the instruction's
   // site) (the caller's op and line), or the opcode's name without a namer or for site 0.
+  // An executable of several partitions runs with ExecutePartitioned only.
   using SiteNamer = std::function<std::string(int64_t site)>;
   absl::StatusOr<std::vector<std::shared_ptr<Buffer>>> Execute(std::span<const std::shared_ptr<Buffer>> args,
                                                                Device* device, SiteNamer name_site = nullptr) const;
 
+  // Runs the program once per partition, partition p on devices[p] with args[p] (buffers on that
+  // device) as its parameters, all partitions at once, meeting at the collectives through
+  // `communicator` (InProcessCommunicator::Default() if null). Returns each partition's results at
+  // once, as Execute does; a partition that fails aborts the execution on the communicator, so the
+  // others fail at their next collective instead of waiting out its timeout. Needs num_partitions()
+  // distinct devices: a device's stream runs one partition at a time, and two partitions on one
+  // stream would wait for each other.
+  //
+  // How devices share the host's cores: each partition runs on its own device's stream thread, and
+  // every kernel's intra-op parallelism goes through the one process-wide ThreadPool (a worker per
+  // core, one ParallelFor at a time), so N devices add N mostly-sleeping stream threads, not N pools.
+  // A partition waiting at a collective sleeps on a condition variable (no core used), and a rendezvous
+  // never waits inside a ParallelFor, so partitions sharing the pool cannot deadlock it: the pool's
+  // tasks never wait on another partition.
+  absl::StatusOr<std::vector<std::vector<std::shared_ptr<Buffer>>>> ExecutePartitioned(
+      std::span<const std::vector<std::shared_ptr<Buffer>>> args, std::span<Device* const> devices,
+      Communicator* communicator = nullptr, SiteNamer name_site = nullptr) const;
+  int64_t num_partitions() const { return std::max<int64_t>(proto_.num_partitions(), 1); }
+
   // Runs the kernels in order on memory the caller provides: one pointer per slot (aliases and arena
   // slots resolved by the caller through SlotPointers). Used by Execute and by autotuning. With
-  // `profile`, each kernel's time is added to kernel_times().
-  absl::Status RunKernels(std::span<void* const> slot_ptrs, bool profile = false,
-                          const SiteNamer& name_site = nullptr) const;
+  // `profile`, each kernel's time is added to kernel_times(). `where`: the partition of an execution
+  // it runs as (none: partition 0 without a communicator, where collectives of groups of one work).
+  absl::Status RunKernels(std::span<void* const> slot_ptrs, bool profile = false, const SiteNamer& name_site = nullptr,
+                          const PartitionContext* where = nullptr) const;
 
   // How often each kernel (in schedule order) ran and for how long, over the executions on devices
   // with kernel profiling on: where an executable's device time goes.

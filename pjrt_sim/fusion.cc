@@ -404,9 +404,6 @@ class Emitter {
         k->set_axis(inst.axis);
         k->set_site(inst.site);
         break;
-        LAZYRT_COLLECTIVE_OPCODES(LAZYRT_CASE_OF_OPCODE)
-        // Placeholder until the multi-partition runtime (issue19-coll) merges: the verifier refuses them.
-        OpcodeUnreachable("fusion: a collective kernel", static_cast<int32_t>(inst.opcode));
       case Opcode::kConcatenate:
         k->set_kind(proto::Kernel::CONCATENATE);
         k->set_axis(inst.axis);
@@ -427,6 +424,16 @@ class Emitter {
         k->set_opcode(static_cast<int32_t>(inst.opcode));
         k->set_axis(inst.axis);
         k->set_epsilon(inst.value);
+        break;
+        LAZYRT_COLLECTIVE_OPCODES(LAZYRT_CASE_OF_OPCODE)
+        k->set_kind(proto::Kernel::COLLECTIVE);
+        k->set_opcode(static_cast<int32_t>(inst.opcode));
+        k->set_combiner(static_cast<int32_t>(inst.combiner));
+        k->set_axis(inst.opcode == Opcode::kAllToAll ? inst.dims[0] : inst.axis);
+        if (inst.opcode == Opcode::kAllToAll) k->set_concat_axis(inst.dims[1]);
+        for (const std::vector<int64_t>& group : inst.replica_groups) {
+          k->add_replica_groups()->mutable_partitions()->Assign(group.begin(), group.end());
+        }
         break;
       LAZYRT_ELEMENTWISE_OPCODE_CASES:
       case Opcode::kConstant:

@@ -1,5 +1,9 @@
 #include "pjrt_sim/hlo.h"
 
+#include <algorithm>
+
+#include "pjrt_sim/replica_groups.h"
+
 namespace lazyrt::pjrt {
 
 PrimitiveType FromProto(proto::ElementType type) {
@@ -44,6 +48,7 @@ proto::Shape ToProto(const ArrayShape& shape) {
 HloModule FromVerifiedProto(const proto::Module& module) {
   HloModule out;
   out.name = module.name();
+  out.num_partitions = std::max<int64_t>(module.num_partitions(), 1);
   out.insts.reserve(static_cast<size_t>(module.instructions_size()));
   for (const proto::Instruction& p : module.instructions()) {
     HloInst& h = out.insts.emplace_back();
@@ -65,6 +70,10 @@ HloModule FromVerifiedProto(const proto::Module& module) {
     h.transpose_rhs = p.transpose_rhs();
     h.causal = p.causal();
     h.dropout = p.dropout();
+    if (ClassOf(h.opcode) == OpClass::kCollective) {
+      // The verifier accepted the groups: this cannot fail.
+      h.replica_groups = CheckReplicaGroups(p.replica_groups(), module.num_partitions()).value_or(ReplicaGroups{});
+    }
     if (h.opcode == Opcode::kParameter) out.num_parameters = std::max(out.num_parameters, h.parameter_number + 1);
   }
   out.outputs.assign(module.outputs().begin(), module.outputs().end());

@@ -29,6 +29,8 @@ struct HloInst {
   bool causal = false;
   double dropout = 0;
   int64_t site = 0;
+  // Collectives: every group written out (an instruction without groups gets the group of all).
+  std::vector<std::vector<int64_t>> replica_groups;
 };
 
 struct HloModule {
@@ -36,6 +38,7 @@ struct HloModule {
   std::vector<HloInst> insts;
   std::vector<int64_t> outputs;
   int64_t num_parameters = 0;
+  int64_t num_partitions = 1;  // >= 1
 };
 
 PrimitiveType FromProto(proto::ElementType type);

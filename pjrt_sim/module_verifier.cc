@@ -9,6 +9,7 @@
 #include "absl/strings/str_join.h"
 #include "pjrt_sim/hlo.h"
 #include "pjrt_sim/kernels/attention.h"
+#include "pjrt_sim/replica_groups.h"
 #include "pjrt_sim/status_macros.h"
 
 namespace lazyrt::pjrt {
@@ -16,7 +17,6 @@ namespace {
 
 constexpr int kMaxRank = 16;
 constexpr int64_t kMaxElements = int64_t{1} << 40;
-constexpr int64_t kMaxPartitions = 1 << 16;
 
 std::string ShapeText(const proto::Shape& s) {
   return absl::StrCat(absl::AsciiStrToLower(proto::ElementType_Name(s.type())), "[", absl::StrJoin(s.dims(), ","), "]");
@@ -44,6 +44,10 @@ class Verifier {
   explicit Verifier(const proto::Module& m) : m_(m) {}
 
   absl::Status Run() {
+    if (m_.num_partitions() < 0 || m_.num_partitions() > kMaxPartitions) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("num_partitions ", m_.num_partitions(), " is outside [0, ", kMaxPartitions, "]"));
+    }
     RETURN_IF_ERROR(CheckMesh());
     std::vector<bool> seen_param;
     for (int64_t id = 0; id < m_.instructions_size(); ++id) {
@@ -352,9 +356,6 @@ class Verifier {
         }
         return absl::OkStatus();
       }
-        LAZYRT_COLLECTIVE_OPCODES(LAZYRT_CASE_OF_OPCODE)
-        // Placeholder until the multi-partition runtime (issue19-coll) merges with their rules.
-        return Fail(id, "collectives need the multi-partition runtime");
       case Opcode::kScatterAdd:
       case Opcode::kIndexAdd: {
         RETURN_IF_ERROR(want_operands(3));
@@ -455,8 +456,44 @@ class Verifier {
         if (!layout.ok()) return Fail(id, std::string(layout.status().message()));
         return absl::OkStatus();
       }
+        LAZYRT_COLLECTIVE_OPCODES(LAZYRT_CASE_OF_OPCODE) return CheckCollective(id, op, inst);
     }
     return Fail(id, "unsupported opcode");  // unreachable: the switch covers every opcode
+  }
+
+  // Shapes are per partition: a group of G members gathers G operands, scatters G pieces.
+  absl::Status CheckCollective(int64_t id, Opcode op, const proto::Instruction& inst) const {
+    if (inst.operands_size() != 1) return Fail(id, absl::StrCat("expects 1 operand, has ", inst.operands_size()));
+    absl::StatusOr<ReplicaGroups> groups = CheckReplicaGroups(inst.replica_groups(), m_.num_partitions());
+    if (!groups.ok()) return Fail(id, std::string(groups.status().message()));
+    const int64_t size = static_cast<int64_t>((*groups)[0].size());
+    const proto::Shape& in = ShapeOf(inst.operands(0));
+    const proto::Shape& out = inst.shape();
+    const int rank = in.dims_size();
+    if (in.type() != out.type() || out.dims_size() != rank) {
+      return Fail(
+          id, absl::StrCat("operand ", ShapeText(in), " and result ", ShapeText(out), " must have one type and rank"));
+    }
+    if (op == Opcode::kAllReduce || op == Opcode::kReduceScatter) {
+      const std::optional<Combiner> combiner = CombinerFromNumber(inst.combiner());
+      if (!combiner.has_value()) return Fail(id, absl::StrCat("invalid combiner ", inst.combiner()));
+      RETURN_IF_ERROR(CheckTypeClass(id, TypeClassOf(*combiner), in.type()));
+    }
+    if (op == Opcode::kAllToAll && inst.dims_size() != 2)
+      return Fail(id, "dims must be [split dimension, concat dimension]");
+    const bool all_to_all = op == Opcode::kAllToAll;
+    absl::StatusOr<std::vector<int64_t>> dims =
+        CollectiveResultDims(op, std::span<const int64_t>(in.dims().data(), static_cast<size_t>(rank)),
+                             all_to_all ? inst.dims(0) : inst.axis(), all_to_all ? inst.dims(1) : 0, size);
+    if (!dims.ok()) return Fail(id, absl::StrCat(dims.status().message(), " (operand ", ShapeText(in), ")"));
+    const std::vector<int64_t>& want = *dims;
+    if (!std::equal(want.begin(), want.end(), out.dims().begin(), out.dims().end())) {
+      proto::Shape expected = out;
+      expected.mutable_dims()->Assign(want.begin(), want.end());
+      return Fail(id, absl::StrCat("result ", ShapeText(out), " should be ", ShapeText(expected), " for ",
+                                   ShapeText(in), " over groups of ", size));
+    }
+    return absl::OkStatus();
   }
 
   // An index-checking op's site: 0 (none) or a number no larger than the module.

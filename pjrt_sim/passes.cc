@@ -10,6 +10,7 @@
 #include "absl/strings/str_join.h"
 #include "pjrt_sim/compute_type.h"
 #include "pjrt_sim/element_ops.h"
+#include "pjrt_sim/replica_groups.h"
 
 namespace lazyrt::pjrt {
 namespace {
@@ -124,7 +125,8 @@ int64_t EliminateCommonSubexpressions(HloModule& module) {
         std::bit_cast<uint64_t>(inst.value), "|", absl::StrJoin(inst.dims, ","), "|", absl::StrJoin(inst.start, ","),
         "|", absl::StrJoin(inst.limit, ","), "|", absl::StrJoin(inst.stride, ","), "|", inst.axis, "|",
         static_cast<int32_t>(inst.direction), "|", static_cast<int32_t>(inst.combiner), "|", inst.stream, "|",
-        inst.transpose_lhs, inst.transpose_rhs, inst.causal, "|", std::bit_cast<uint64_t>(inst.dropout));
+        inst.transpose_lhs, inst.transpose_rhs, inst.causal, "|", std::bit_cast<uint64_t>(inst.dropout), "|",
+        ReplicaGroupsText(inst.replica_groups));
     auto [it, inserted] = seen.emplace(key, static_cast<int64_t>(i));
     if (!inserted) {
       forward[i] = it->second;

@@ -383,15 +383,6 @@ int64_t IndexAt(const void* base, PrimitiveType type, int64_t i) {
 }
 
 // Outer x axis x inner decomposition of a shape around `axis`.
-struct AxisSplit {
-  int64_t outer = 1, size = 1, inner = 1;
-  AxisSplit(const std::vector<int64_t>& dims, int64_t axis) {
-    for (int64_t d = 0; d < static_cast<int64_t>(dims.size()); ++d) {
-      (d < axis ? outer : d == axis ? size : inner) *= dims[static_cast<size_t>(d)];
-    }
-  }
-};
-
 class ArgmaxKernel final : public Kernel {
  public:
   ArgmaxKernel(ArrayShape input, int64_t axis) : input_(std::move(input)), split_(input_.dims, axis) {}
@@ -903,6 +894,7 @@ absl::StatusOr<std::unique_ptr<Kernel>> BuildKernel(const proto::Kernel& k, std:
       if (*op == Opcode::kScatterAdd) return std::make_unique<ScatterAddKernel>(inputs[0], inputs[1], axis);
       return std::make_unique<IndexAddKernel>(inputs[0], inputs[1], axis);
     }
+    case proto::Kernel::COLLECTIVE: return Expect(false, k, "needs the partition count: BuildCollectiveKernel");
     case proto::Kernel_Kind_Kernel_Kind_INT_MIN_SENTINEL_DO_NOT_USE_:
     case proto::Kernel_Kind_Kernel_Kind_INT_MAX_SENTINEL_DO_NOT_USE_: break;
   }

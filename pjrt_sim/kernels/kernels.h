@@ -7,6 +7,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "pjrt_sim/executable.pb.h"
@@ -19,16 +20,47 @@ inline constexpr int64_t kDotSerial = 0;        // each product on one thread
 inline constexpr int64_t kDotColumnPanels = 1;  // columns of the product split over the device's pool
 inline constexpr int64_t kDotRowPanels = 2;     // rows split over the pool
 
+// An array's dims seen around one axis: [outer, size, inner] elements.
+struct AxisSplit {
+  int64_t outer = 1, size = 1, inner = 1;
+  AxisSplit(const std::vector<int64_t>& dims, int64_t axis) {
+    for (int64_t d = 0; d < static_cast<int64_t>(dims.size()); ++d) {
+      (d < axis ? outer : d == axis ? size : inner) *= dims[static_cast<size_t>(d)];
+    }
+  }
+};
+
+class Communicator;
+class Device;
+
+// Where an execution runs: which partition, on which device, meeting the others through which
+// communicator. Only collectives read it; a run without one is partition 0 of 1, on no device.
+struct PartitionContext {
+  int64_t partition = 0;
+  std::span<Device* const> devices;  // every partition's device, by partition
+  Communicator* communicator = nullptr;
+  uint64_t run_id = 0;  // the execution, the same on every partition
+  int64_t kernel = 0;   // the kernel running (set by the executable for each)
+};
+
 class Kernel {
  public:
   virtual ~Kernel() = default;
   // Computes the outputs from the inputs (device memory of the shapes given at build time): the
   // kernel's output, then its extra outputs in order.
   virtual absl::Status Run(std::span<const void* const> inputs, std::span<void* const> outputs) const = 0;
+  // The same as run by partition `where` of an execution: kernels whose result depends on the
+  // partition (collectives) override it.
+  virtual absl::Status RunOn(const PartitionContext& where, std::span<const void* const> inputs,
+                             std::span<void* const> outputs) const {
+    (void)where;
+    return Run(inputs, outputs);
+  }
 };
 
 // Validates `kernel` against the shapes of its input and output slots (`extra_outputs`: those of
-// kernel.extra_outputs()) and builds it.
+// kernel.extra_outputs()) and builds it. A COLLECTIVE kernel is built by BuildCollectiveKernel
+// (kernels/collectives.h), which needs the executable's partition count.
 absl::StatusOr<std::unique_ptr<Kernel>> BuildKernel(const proto::Kernel& kernel, std::span<const ArrayShape> inputs,
                                                     const ArrayShape& output,
                                                     std::span<const ArrayShape> extra_outputs = {});

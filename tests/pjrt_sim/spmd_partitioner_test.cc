@@ -43,7 +43,9 @@ SpmdPartitioned Partitioned(const proto::Module& module) {
   EXPECT_TRUE(VerifyModule(module).ok()) << VerifyModule(module);
   absl::StatusOr<SpmdPartitioned> r = PartitionSpmd(module);
   EXPECT_TRUE(r.ok()) << r.status();
-  return r.ok() ? *std::move(r) : SpmdPartitioned{};
+  if (!r.ok()) return SpmdPartitioned{};
+  EXPECT_TRUE(VerifyModule(r->module).ok()) << VerifyModule(r->module);
+  return *std::move(r);
 }
 
 std::map<Opcode, int> Opcodes(const proto::Module& m) {
@@ -141,11 +143,10 @@ class SpmdRunner {
     return r.ok() ? *r : std::vector<HostArray>{};
   }
 
-  // The partitioned program on the shards of the global arguments; each output assembled from its shards
-  // (and every partition's shard checked against the assembled value: replicas agree).
-  std::vector<HostArray> RunPartitioned(const SpmdPartitioned& spmd, const std::vector<HostArray>& args) {
+  // Instruction by instruction: each partition's local instructions on the real kernels, the collectives
+  // by the reference loops above. The outputs of each partition.
+  std::vector<std::vector<HostArray>> Interpret(const SpmdPartitioned& spmd, const std::vector<HostArray>& args) {
     const proto::Module& m = spmd.module;
-    const Dims mesh(m.mesh().shape().begin(), m.mesh().shape().end());
     const int64_t n = m.num_partitions();
     std::vector<std::vector<HostArray>> values(static_cast<size_t>(n),
                                                std::vector<HostArray>(static_cast<size_t>(m.instructions_size())));
@@ -155,8 +156,7 @@ class SpmdRunner {
       for (int64_t p = 0; p < n; ++p) {
         HostArray& v = values[static_cast<size_t>(p)][static_cast<size_t>(id)];
         if (op == Opcode::kParameter) {
-          const size_t number = static_cast<size_t>(inst.parameter_number());
-          v = Shard(args[number], AxesOf(spmd.parameter_shardings[number], args[number].shape.dims.size()), mesh, p);
+          v = ShardOfArgument(spmd, args, inst.parameter_number(), p);
         } else if (ClassOf(op) == OpClass::kCollective) {
           v = RunCollective(inst, values, p);
         } else {
@@ -167,13 +167,67 @@ class SpmdRunner {
         EXPECT_EQ(v.shape.dims, DimsOf(inst)) << "%" << id << " " << OpcodeName(op);
       }
     }
+    std::vector<std::vector<HostArray>> outputs(static_cast<size_t>(n));
+    for (int64_t p = 0; p < n; ++p) {
+      for (int64_t o : m.outputs())
+        outputs[static_cast<size_t>(p)].push_back(values[static_cast<size_t>(p)][static_cast<size_t>(o)]);
+    }
+    return outputs;
+  }
+
+  // The whole partitioned module compiled (fused) and run as one executable on N devices, meeting at the
+  // collectives through the Communicator. The outputs of each partition.
+  std::vector<std::vector<HostArray>> RunOnDevices(const SpmdPartitioned& spmd, const std::vector<HostArray>& args) {
+    const int64_t n = spmd.module.num_partitions();
+    absl::StatusOr<std::unique_ptr<Client>> client =
+        Client::Create({.num_devices = static_cast<int>(n), .device_memory_bytes = int64_t{1} << 28});
+    EXPECT_TRUE(client.ok()) << client.status();
+    if (!client.ok()) return {};
+    absl::StatusOr<std::shared_ptr<Executable>> exe = (*client)->Compile(spmd.module, kFused);
+    EXPECT_TRUE(exe.ok()) << exe.status();
+    if (!exe.ok()) return {};
+    std::vector<std::vector<std::shared_ptr<Buffer>>> buffers(static_cast<size_t>(n));
+    std::vector<Device*> devices;
+    for (int64_t p = 0; p < n; ++p) {
+      devices.push_back((*client)->device(static_cast<int>(p)));
+      for (size_t i = 0; i < args.size(); ++i) {
+        const HostArray shard = ShardOfArgument(spmd, args, static_cast<int64_t>(i), p);
+        absl::StatusOr<std::shared_ptr<Buffer>> b =
+            (*client)->BufferFromHost(shard.bytes.data(), shard.shape, devices.back());
+        EXPECT_TRUE(b.ok()) << b.status();
+        if (!b.ok()) return {};
+        buffers[static_cast<size_t>(p)].push_back(*b);
+      }
+    }
+    absl::StatusOr<std::vector<std::vector<std::shared_ptr<Buffer>>>> results =
+        (*exe)->ExecutePartitioned(buffers, devices);
+    EXPECT_TRUE(results.ok()) << results.status();
+    if (!results.ok()) return {};
+    std::vector<std::vector<HostArray>> outputs(static_cast<size_t>(n));
+    for (int64_t p = 0; p < n; ++p) {
+      for (const std::shared_ptr<Buffer>& r : (*results)[static_cast<size_t>(p)]) {
+        HostArray h(r->shape());
+        EXPECT_TRUE(r->ToHost(h.bytes.data(), h.bytes.size()).ok());
+        outputs[static_cast<size_t>(p)].push_back(std::move(h));
+      }
+    }
+    return outputs;
+  }
+
+  // Each output assembled from the partitions' shards as its sharding says, every partition's shard checked
+  // against the assembled value (replicas agree).
+  static std::vector<HostArray> Assembled(const SpmdPartitioned& spmd,
+                                          const std::vector<std::vector<HostArray>>& per_partition) {
+    const Dims mesh(spmd.module.mesh().shape().begin(), spmd.module.mesh().shape().end());
     std::vector<HostArray> outputs;
-    for (int j = 0; j < m.outputs_size(); ++j) {
-      const size_t id = static_cast<size_t>(m.outputs(j));
-      const Axes axes = AxesOf(spmd.output_shardings[static_cast<size_t>(j)], values[0][id].shape.dims.size());
-      outputs.push_back(Assemble(values, id, axes, mesh));
-      for (int64_t p = 0; p < n; ++p) {
-        EXPECT_EQ(Shard(outputs.back(), axes, mesh, p).bytes, values[static_cast<size_t>(p)][id].bytes)
+    if (per_partition.empty()) return outputs;
+    for (size_t j = 0; j < per_partition[0].size(); ++j) {
+      std::vector<HostArray> shards;
+      for (const std::vector<HostArray>& partition : per_partition) shards.push_back(partition[j]);
+      const Axes axes = AxesOf(spmd.output_shardings[j], shards[0].shape.dims.size());
+      outputs.push_back(Assemble(shards, axes, mesh));
+      for (size_t p = 0; p < shards.size(); ++p) {
+        EXPECT_EQ(Shard(outputs.back(), axes, mesh, static_cast<int64_t>(p)).bytes, shards[p].bytes)
             << "output " << j << " on partition " << p << " disagrees with the other partitions";
       }
     }
@@ -233,9 +287,15 @@ class SpmdRunner {
     return r.ok() ? (*r)[0] : HostArray{};
   }
 
-  static HostArray Assemble(const std::vector<std::vector<HostArray>>& values, size_t id, const Axes& axes,
-                            const Dims& mesh) {
-    const HostArray& first = values[0][id];
+  static HostArray ShardOfArgument(const SpmdPartitioned& spmd, const std::vector<HostArray>& args, int64_t number,
+                                   int64_t p) {
+    const Dims mesh(spmd.module.mesh().shape().begin(), spmd.module.mesh().shape().end());
+    const HostArray& arg = args[static_cast<size_t>(number)];
+    return Shard(arg, AxesOf(spmd.parameter_shardings[static_cast<size_t>(number)], arg.shape.dims.size()), mesh, p);
+  }
+
+  static HostArray Assemble(const std::vector<HostArray>& shards, const Axes& axes, const Dims& mesh) {
+    const HostArray& first = shards[0];
     Dims global = first.shape.dims;
     for (size_t d = 0; d < axes.size(); ++d) {
       if (axes[d] != kWhole) global[d] *= mesh[static_cast<size_t>(axes[d])];
@@ -250,7 +310,7 @@ class SpmdRunner {
         coords[static_cast<size_t>(axes[d])] = c[d] / first.shape.dims[d];
         c[d] %= first.shape.dims[d];
       }
-      const HostArray& local = values[static_cast<size_t>(Ravel(coords, mesh))][id];
+      const HostArray& local = shards[static_cast<size_t>(Ravel(coords, mesh))];
       std::memcpy(out.bytes.data() + static_cast<size_t>(i) * width,
                   local.bytes.data() + static_cast<size_t>(Ravel(c, local.shape.dims)) * width, width);
     }
@@ -266,16 +326,21 @@ HostArray Random(const Dims& dims, uint64_t seed) {
   return F32(dims, testing::RandomFloats(rng, testing::NumElements(dims)));
 }
 
-// The partitioned program computes what the global one does (to float reassociation).
+// The partitioned program computes what the global one does (to float reassociation), both interpreted and
+// run as one executable on the mesh's devices.
 void ExpectSameNumbers(const proto::Module& module, const std::vector<HostArray>& args) {
   SpmdRunner runner;
   const std::vector<HostArray> expected = runner.RunGlobal(module, args);
-  const std::vector<HostArray> got = runner.RunPartitioned(Partitioned(module), args);
-  ASSERT_EQ(got.size(), expected.size());
-  for (size_t j = 0; j < got.size(); ++j) {
-    ASSERT_EQ(got[j].shape, expected[j].shape) << "output " << j;
-    EXPECT_THAT(got[j].values<float>(), Pointwise(::testing::FloatNear(1e-4f), expected[j].values<float>()))
-        << "output " << j;
+  const SpmdPartitioned spmd = Partitioned(module);
+  for (const bool on_devices : {false, true}) {
+    const std::vector<HostArray> got =
+        SpmdRunner::Assembled(spmd, on_devices ? runner.RunOnDevices(spmd, args) : runner.Interpret(spmd, args));
+    ASSERT_EQ(got.size(), expected.size()) << (on_devices ? "on devices" : "interpreted");
+    for (size_t j = 0; j < got.size(); ++j) {
+      ASSERT_EQ(got[j].shape, expected[j].shape) << "output " << j;
+      EXPECT_THAT(got[j].values<float>(), Pointwise(::testing::FloatNear(1e-4f), expected[j].values<float>()))
+          << "output " << j << (on_devices ? " on devices" : " interpreted");
+    }
   }
 }
 

@@ -67,6 +67,7 @@ Tensor Tensor::detach() const {
   impl->ir = src.ir;
   impl->buffer = src.buffer;
   impl->sharding = src.sharding;
+  impl->sharded = src.sharded;
   if (is_pending()) detail::Runtime::Get().device_state({src.device}, SourceLocation::current()).Register(impl.get());
   return Tensor(std::move(impl));
 }

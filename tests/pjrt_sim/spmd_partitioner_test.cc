@@ -138,7 +138,10 @@ class SpmdRunner {
  public:
   // The global program on the global arguments.
   std::vector<HostArray> RunGlobal(const proto::Module& module, const std::vector<HostArray>& args) {
-    absl::StatusOr<std::vector<HostArray>> r = testing::CompileAndRun(*client_, module, kUnfused, args);
+    proto::Module global = module;  // without mesh and shardings: the compiler would partition it
+    global.clear_mesh();
+    for (proto::Instruction& inst : *global.mutable_instructions()) inst.clear_sharding();
+    absl::StatusOr<std::vector<HostArray>> r = testing::CompileAndRun(*client_, global, kUnfused, args);
     EXPECT_TRUE(r.ok()) << r.status();
     return r.ok() ? *r : std::vector<HostArray>{};
   }
@@ -519,6 +522,33 @@ TEST(SpmdPartitioner, BackwardPropagationShardsABroadcastBias) {
   EXPECT_THAT(DimsOf(Only(r.module, Opcode::kBroadcast)), ElementsAre(2, 3));  // broadcast straight to the shard
   EXPECT_EQ(Count(r.module, Opcode::kPartitionSlice), 0);
   ExpectSameNumbers(b.module(), {Random({8, 3}, 18), Random({3}, 19)});
+}
+
+TEST(SpmdPartitioner, TheCompilerPartitionsAModuleWithAMeshAndRecordsTheLayouts) {
+  ModuleBuilder b;
+  SetMesh(b, {2, 2});
+  const int64_t x = ShardedParameter(b, 0, {4, 6}, {0, kWhole});
+  const int64_t w = ShardedParameter(b, 1, {6, 8}, {kWhole, 1});
+  b.Output(b.Dot(b.Concatenate({x, x}, 1), b.Concatenate({w, w}, 0)));  // concatenate: no rule
+  b.Output(b.Dot(x, w));
+  std::unique_ptr<Client> client = testing::MakeClient();
+  absl::StatusOr<std::shared_ptr<Executable>> exe = client->Compile(b.module(), kFused);
+  ASSERT_TRUE(exe.ok()) << exe.status();
+  const proto::Executable& p = (*exe)->proto();
+  EXPECT_EQ(p.num_partitions(), 4);
+  EXPECT_THAT(p.mesh().device_ids(), ElementsAre(0, 1, 2, 3));
+  ASSERT_EQ(p.parameter_shardings_size(), 2);
+  EXPECT_THAT(p.parameter_shardings(1).dim_axes(), ElementsAre(kWhole, 1));
+  EXPECT_THAT(p.output_shardings(1).dim_axes(), ElementsAre(0, 1));
+  EXPECT_EQ(p.replicated_fallbacks(), 2);
+  EXPECT_THAT((*exe)->parameter_shapes()[1].dims, ElementsAre(6, 4));  // per partition
+  // Serialized and loaded like any executable, the layouts with it.
+  absl::StatusOr<std::shared_ptr<Executable>> loaded = client->LoadSerializedExecutable((*exe)->Serialize());
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  EXPECT_THAT((*loaded)->proto().output_shardings(0).dim_axes(), ::testing::IsEmpty());
+  proto::Executable bad = p;
+  bad.mutable_parameter_shardings(0)->set_dim_axes(0, 2);
+  EXPECT_THAT(Executable::Load(std::move(bad)).status().message(), HasSubstr("parameter 0's sharding is invalid"));
 }
 
 // ---- The module format ------------------------------------------------------------------------------------

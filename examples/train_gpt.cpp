@@ -343,6 +343,7 @@ int main(int argc, char** argv) {
     out["persistent_cache_hits"] = lazyrt::CounterValue(lazyrt::counters::kPersistentCacheHit);
     out["persistent_cache_misses"] = lazyrt::CounterValue(lazyrt::counters::kPersistentCacheMiss);
     out["devices"] = mesh ? mesh->size() : 1;
+    out["spmd_replicated_fallbacks"] = lazyrt::CounterValue(lazyrt::counters::kSpmdReplicatedFallbacks);
     out["mode"] = flags.mode;
     out["accum"] = flags.accum;
     out["dtype"] = flags.model.matmul_dtype == lazyrt::DType::kF32 ? "f32" : "bf16";

@@ -142,6 +142,9 @@ FoundExecutable ExecutableCache::FindOrCompile(ir::HashValue key, const ir::Post
     Counter(counters::kGraphsCompiled).fetch_add(1);
     StoreOnDisk(*found.executable, std::move(graph), found.compile_ms);
   }
+  // Ops of an SPMD graph computed replicated for want of a partitioning rule: correct, but each gathers its
+  // operands whole on every device.
+  Counter(counters::kSpmdReplicatedFallbacks).fetch_add(found.executable->proto().replicated_fallbacks());
   std::lock_guard<std::mutex> lock(mu_);
   executables_.Put(key, found.executable);
   return found;

@@ -61,7 +61,9 @@ class FlagParser {
 
 // Configures the runtime from the environment (LAZYRT_*), with the flags --cache-dir and --report (when
 // given) over it. False after printing why the environment is refused.
-inline bool ConfigureRuntime(const char* program, const std::string& cache_dir, const std::string& report) {
+// `devices` > 0: that many simulated devices (a mesh's), whatever LAZYRT_DEVICES says.
+inline bool ConfigureRuntime(const char* program, const std::string& cache_dir, const std::string& report,
+                             int devices = 0) {
   absl::StatusOr<Options> options = Options::FromEnvironment();
   if (!options.ok()) {
     std::fprintf(stderr, "%s: %s\n", program, std::string(options.status().message()).c_str());
@@ -69,6 +71,7 @@ inline bool ConfigureRuntime(const char* program, const std::string& cache_dir, 
   }
   if (!cache_dir.empty()) options->cache_dir = cache_dir;
   if (!report.empty()) options->report = report;
+  if (devices > 0) options->devices = devices;
   configure(*options);
   return true;
 }

@@ -28,6 +28,7 @@
 #include "lazy/metrics.h"
 #include "lazy/nn.h"
 #include "lazy/optim.h"
+#include "lazy/sharding.h"
 #include "lazy/sync.h"
 #include "lazy/tensor.h"
 #include "lazy/text_dataset.h"
@@ -59,8 +60,9 @@ struct Flags {
   int64_t eval_batches = 4;
   int64_t sample_tokens = 200;
   std::string prompt = "The ";
-  std::string cache_dir;  // empty: the runtime's default (LAZYRT_CACHE_DIR, ~/.cache/lazyrt)
-  std::string report;     // empty: LAZYRT_REPORT, if set
+  std::string cache_dir;      // empty: the runtime's default (LAZYRT_CACHE_DIR, ~/.cache/lazyrt)
+  std::string report;         // empty: LAZYRT_REPORT, if set
+  int64_t data_parallel = 0;  // --mesh data=N: the batch split over N devices (0: one device)
 };
 
 constexpr char kUsage[] =
@@ -68,7 +70,7 @@ constexpr char kUsage[] =
     "                 [--weight-decay X] [--clip X] [--seed N] [--data FILE|DIR] [--accum N]\n"
     "                 [--accum-sync step|micro] [--mode whole|split] [--barrier-every N] [--dtype f32|bf16]\n"
     "                 [--eval-every N] [--eval-batches N] [--sample-tokens N] [--prompt TEXT]\n"
-    "                 [--cache-dir DIR] [--report FILE]\n";
+    "                 [--cache-dir DIR] [--report FILE] [--mesh data=N]\n";
 
 const lazyrt::examples::FlagParser kFlags("train_gpt", kUsage);
 [[noreturn]] void Usage(const std::string& error) { kFlags.Fail(error); }
@@ -136,6 +138,10 @@ Flags ParseFlags(int argc, char** argv) {
       f.prompt = value;
     } else if (flag == "--cache-dir") {
       f.cache_dir = value;
+    } else if (flag == "--mesh") {
+      // Data parallel: the batch split over a mesh of N devices, the parameters replicated (SPMD).
+      if (value.rfind("data=", 0) != 0) Usage("--mesh: expected data=N (data parallel), got '" + value + "'");
+      f.data_parallel = kFlags.Integer(flag, value.substr(5), 1, 64);
     } else if (flag == "--report") {
       f.report = value;
     } else {
@@ -145,6 +151,10 @@ Flags ParseFlags(int argc, char** argv) {
   if (f.model.width % f.model.heads != 0) {
     Usage("--heads (" + std::to_string(f.model.heads) + ") must divide --width (" + std::to_string(f.model.width) +
           ")");
+  }
+  if (f.data_parallel > 0 && f.batch % f.data_parallel != 0) {
+    Usage("--batch (" + std::to_string(f.batch) + ") must be divisible by the mesh's data axis (" +
+          std::to_string(f.data_parallel) + ")");
   }
   if (static_cast<int64_t>(f.prompt.size()) > f.model.context) {
     Usage("--prompt has " + std::to_string(f.prompt.size()) + " characters, more than --context (" +
@@ -218,7 +228,10 @@ int main(int argc, char** argv) {
   const Clock::time_point process_start = Clock::now();
   Flags flags = ParseFlags(argc, argv);
   try {
-    if (!lazyrt::examples::ConfigureRuntime("train_gpt", flags.cache_dir, flags.report)) return 2;
+    if (!lazyrt::examples::ConfigureRuntime("train_gpt", flags.cache_dir, flags.report,
+                                            static_cast<int>(flags.data_parallel))) {
+      return 2;
+    }
 
     absl::StatusOr<lazyrt::data::TextCorpus> corpus = lazyrt::data::LoadCorpus(flags.data, flags.model.context + 1);
     if (!corpus.ok()) {
@@ -233,6 +246,17 @@ int main(int argc, char** argv) {
     const std::vector<Tensor> params = model.parameters();
     int64_t param_count = 0;
     for (const Tensor& p : params) param_count += p.numel();
+    // Data parallel: every device holds the parameters, each a slice of the batch (the gradients are
+    // all-reduced by the SPMD partitioner).
+    std::optional<lazyrt::Mesh> mesh;
+    if (flags.data_parallel > 0) {
+      mesh.emplace(std::vector<int64_t>{flags.data_parallel}, std::vector<std::string>{"data"});
+      for (const Tensor& p : params) lazyrt::mark_sharding(p, *mesh, {});
+    }
+    auto batch_of = [&](const std::vector<int64_t>& tokens) {
+      Tensor t = Upload(tokens, {flags.batch, flags.model.context});
+      return mesh ? lazyrt::mark_sharding(t, *mesh, {"data", {}}) : t;
+    };
     lazyrt::AdamW optimizer(params, flags.lr, 0.9, 0.95, 1e-8, flags.weight_decay);
     const int64_t context = flags.model.context;
     const bool live = isatty(STDOUT_FILENO);
@@ -258,8 +282,7 @@ int main(int argc, char** argv) {
         auto barrier = [&](int layer) {
           if (flags.barrier_every > 0 && layer % flags.barrier_every == 0) lazyrt::barrier();
         };
-        loss = LanguageModelLoss(model(Upload(inputs, {flags.batch, context}), barrier),
-                                 Upload(targets, {flags.batch, context}));
+        loss = LanguageModelLoss(model(batch_of(inputs), barrier), batch_of(targets));
         if (flags.accum > 1) loss = loss * lazyrt::static_scalar(1.0 / static_cast<double>(flags.accum));
         loss.backward();
         // Syncing each micro-batch, as torch_xla users often do, makes the field report's graph variants:
@@ -319,6 +342,8 @@ int main(int argc, char** argv) {
     out["graphs_compiled"] = lazyrt::CounterValue(lazyrt::counters::kGraphsCompiled);
     out["persistent_cache_hits"] = lazyrt::CounterValue(lazyrt::counters::kPersistentCacheHit);
     out["persistent_cache_misses"] = lazyrt::CounterValue(lazyrt::counters::kPersistentCacheMiss);
+    out["devices"] = mesh ? mesh->size() : 1;
+    out["spmd_replicated_fallbacks"] = lazyrt::CounterValue(lazyrt::counters::kSpmdReplicatedFallbacks);
     out["mode"] = flags.mode;
     out["accum"] = flags.accum;
     out["dtype"] = flags.model.matmul_dtype == lazyrt::DType::kF32 ? "f32" : "bf16";

@@ -27,6 +27,9 @@ absl::string_view AttrKeyName(AttrKey key) {
     case AttrKey::kEpsilon: return "epsilon";
     case AttrKey::kDescending: return "descending";
     case AttrKey::kDropout: return "dropout";
+    case AttrKey::kMeshShape: return "mesh_shape";
+    case AttrKey::kMeshDevices: return "mesh_devices";
+    case AttrKey::kShardAxes: return "shard_axes";
   }
   return "?";
 }

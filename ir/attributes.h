@@ -32,6 +32,12 @@ enum class AttrKey : uint8_t {
   kEpsilon,      // double: LayerNorm, RmsNorm (and their gradients) add it to the variance
   kDescending,   // bool: Argsort orders from the largest
   kDropout,      // double: Attention's dropout probability (its seed the last operand, its stream kStream)
+  // Shard (mark_sharding): the operand's value laid out over a device mesh. The mesh's axis sizes and its
+  // devices (row-major over the mesh), and for each dim of the value the mesh axis it is split over (-1:
+  // not split).
+  kMeshShape,
+  kMeshDevices,
+  kShardAxes,
 };
 
 absl::string_view AttrKeyName(AttrKey key);

@@ -62,7 +62,8 @@ namespace lazyrt::ir {
   X(Cumsum, kOther)        \
   X(Argsort, kOther)       \
   X(ScatterAdd, kOther)    \
-  X(IndexAdd, kOther)
+  X(IndexAdd, kOther)      \
+  X(Shard, kOther)
 
 // Elementwise math on floating values (integer inputs are computed in f32), category kUnary: X(Name,
 // public function lazyrt::fn(x), device opcode). Its gradient is FloatUnaryGrad<OpKind::kName> in

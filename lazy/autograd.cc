@@ -66,6 +66,8 @@ Tensor Tensor::detach() const {
   auto impl = std::make_shared<detail::TensorImpl>(src.shape, src.device, src.created_at);
   impl->ir = src.ir;
   impl->buffer = src.buffer;
+  impl->sharding = src.sharding;
+  impl->sharded = src.sharded;
   if (is_pending()) detail::Runtime::Get().device_state({src.device}, SourceLocation::current()).Register(impl.get());
   return Tensor(std::move(impl));
 }

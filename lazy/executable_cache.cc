@@ -24,6 +24,21 @@ std::string DiskKey(ir::HashValue key) { return absl::StrCat("g", ir::HashToHex(
 
 // A graph signature is in the device's terms, so that `lazyrt cache verify` can check an executable
 // without the IR.
+// The global shapes of an executable's parameters or results: an SPMD executable's are its per-partition
+// shapes times the mesh axes their dims are split over (the loader checked the shardings against the mesh).
+std::vector<pjrt::ArrayShape> GlobalShapes(std::vector<pjrt::ArrayShape> shapes,
+                                           const google::protobuf::RepeatedPtrField<pjrt::proto::Sharding>& shardings,
+                                           const pjrt::proto::Mesh& mesh) {
+  for (size_t i = 0; i < shapes.size() && i < static_cast<size_t>(shardings.size()); ++i) {
+    const auto& axes = shardings[static_cast<int>(i)].dim_axes();
+    for (size_t d = 0; d < shapes[i].dims.size() && d < static_cast<size_t>(axes.size()); ++d) {
+      const int64_t axis = axes[static_cast<int>(d)];
+      if (axis >= 0 && axis < mesh.shape_size()) shapes[i].dims[d] *= mesh.shape(static_cast<int>(axis));
+    }
+  }
+  return shapes;
+}
+
 cache::TensorSignature SignatureOf(const Shape& shape) {
   return {std::string(pjrt::PrimitiveTypeName(lowering::DeviceType(shape.dtype()))),
           std::vector<int64_t>(shape.dims().begin(), shape.dims().end())};
@@ -127,6 +142,9 @@ FoundExecutable ExecutableCache::FindOrCompile(ir::HashValue key, const ir::Post
     Counter(counters::kGraphsCompiled).fetch_add(1);
     StoreOnDisk(*found.executable, std::move(graph), found.compile_ms);
   }
+  // Ops of an SPMD graph computed replicated for want of a partitioning rule: correct, but each gathers its
+  // operands whole on every device.
+  Counter(counters::kSpmdReplicatedFallbacks).fetch_add(found.executable->proto().replicated_fallbacks());
   std::lock_guard<std::mutex> lock(mu_);
   executables_.Put(key, found.executable);
   return found;
@@ -173,8 +191,10 @@ std::shared_ptr<pjrt::Executable> ExecutableCache::LoadFromDisk(pjrt::Client& cl
   }
   cache::EntryMetadata actual;
   actual.key = disk_key;
-  actual.parameters = SignatureOf((*loaded)->parameter_shapes());
-  actual.results = SignatureOf((*loaded)->output_shapes());
+  const pjrt::proto::Executable& proto = (*loaded)->proto();
+  actual.parameters =
+      SignatureOf(GlobalShapes((*loaded)->parameter_shapes(), proto.parameter_shardings(), proto.mesh()));
+  actual.results = SignatureOf(GlobalShapes((*loaded)->output_shapes(), proto.output_shardings(), proto.mesh()));
   if (std::optional<std::string> mismatch = cache::SignatureMismatch(actual, graph)) {
     const std::string detail = absl::StrCat("the entry's executable does not fit the graph: ", *mismatch);
     store_->ReportUnusable(disk_key, cache::Miss{cache::MissReason::kGraphMismatch, detail});

@@ -96,6 +96,79 @@ std::shared_ptr<pjrt::Buffer> UploadScalar(double value, const Shape& shape, pjr
   return *std::move(buffer);
 }
 
+// A leaf's global value on the host: a host scalar, a buffer read back, or pieces on a mesh assembled.
+std::vector<unsigned char> HostValue(const ir::Node& leaf, const SourceLocation& loc) {
+  const Shape& shape = leaf.shape();
+  std::vector<unsigned char> bytes(static_cast<size_t>(shape.byte_size()));
+  absl::Status status = absl::OkStatus();
+  if (const auto* b = dynamic_cast<const BufferLeaf*>(leaf.leaf_data().get())) {
+    if (b->buffer) {
+      status = b->buffer->ToHost(bytes.data(), bytes.size());
+    } else {
+      absl::StatusOr<std::vector<unsigned char>> assembled = AssembleOnHost(*b->sharded, shape);
+      status = assembled.status();
+      if (assembled.ok()) bytes = *std::move(assembled);
+    }
+  } else {
+    pjrt::StoreElement(static_cast<const ScalarLeaf&>(*leaf.leaf_data()).value, lowering::DeviceType(shape.dtype()),
+                       bytes.data());
+  }
+  ThrowIfError(status, "sync: reading an input of the graph", loc);
+  return bytes;
+}
+
+std::shared_ptr<pjrt::Buffer> Upload(const std::vector<unsigned char>& bytes, const Shape& shape, pjrt::Client& client,
+                                     pjrt::Device* device, const SourceLocation& loc) {
+  absl::StatusOr<std::shared_ptr<pjrt::Buffer>> buffer = client.BufferFromHost(
+      bytes.data(), {lowering::DeviceType(shape.dtype()), {shape.dims().begin(), shape.dims().end()}}, device);
+  ThrowIfError(buffer.status(), "sync: uploading an input of the graph", loc);
+  return *std::move(buffer);
+}
+
+// The layout an SPMD executable records for a value of `rank` dims: one mesh axis or -1 per dim.
+std::vector<int64_t> DimAxes(const pjrt::proto::Sharding& sharding, size_t rank) {
+  if (sharding.dim_axes().empty()) return std::vector<int64_t>(rank, -1);
+  return {sharding.dim_axes().begin(), sharding.dim_axes().end()};
+}
+
+// Step 2 of an SPMD graph: each partition's parameters on its device. Pieces already laid out as the
+// executable wants are passed on; any other value is sliced on the host and uploaded piece by piece.
+std::vector<std::vector<std::shared_ptr<pjrt::Buffer>>> BuildPartitionArguments(const ir::PostOrder& order,
+                                                                                const pjrt::Executable& exe,
+                                                                                Runtime& rt,
+                                                                                const SourceLocation& loc) {
+  static std::atomic<int64_t>& transfers = Counter(counters::kTransfersToDevice);
+  const pjrt::proto::Executable& p = exe.proto();
+  const std::vector<int64_t> mesh(p.mesh().shape().begin(), p.mesh().shape().end());
+  const std::vector<int64_t> devices(p.mesh().device_ids().begin(), p.mesh().device_ids().end());
+  std::vector<std::vector<std::shared_ptr<pjrt::Buffer>>> args(devices.size());
+  for (size_t i = 0; i < order.parameter_positions().size(); ++i) {
+    const ir::Node& leaf = *order.nodes()[order.parameter_positions()[i]];
+    const Shape& shape = leaf.shape();
+    const std::vector<int64_t> axes =
+        DimAxes(p.parameter_shardings(static_cast<int>(i)), static_cast<size_t>(shape.rank()));
+    const auto* b = dynamic_cast<const BufferLeaf*>(leaf.leaf_data().get());
+    if (b != nullptr && b->sharded != nullptr && b->sharded->SameLayout(mesh, devices, axes)) {
+      for (size_t q = 0; q < devices.size(); ++q) args[q].push_back(b->sharded->shards[q]);
+      continue;
+    }
+    const std::vector<unsigned char> global = HostValue(leaf, loc);
+    const std::vector<int64_t> dims(shape.dims().begin(), shape.dims().end());
+    const int64_t width = pjrt::ByteWidth(lowering::DeviceType(shape.dtype()));
+    for (size_t q = 0; q < devices.size(); ++q) {
+      std::vector<int64_t> local = dims;
+      for (size_t d = 0; d < axes.size(); ++d) {
+        if (axes[d] >= 0) local[d] /= mesh[static_cast<size_t>(axes[d])];
+      }
+      args[q].push_back(Upload(ShardBytes(global, dims, width, axes, mesh, static_cast<int64_t>(q)),
+                               Shape(shape.dtype(), local), rt.client(),
+                               rt.client().device(static_cast<int>(devices[q])), loc));
+      transfers.fetch_add(1);
+    }
+  }
+  return args;
+}
+
 // Step 2: the graph's parameters in post-order: the leaves' buffers, host scalars uploaded.
 std::vector<std::shared_ptr<pjrt::Buffer>> BuildArguments(const ir::PostOrder& order, Runtime& rt, DeviceState& state,
                                                           const SourceLocation& loc) {
@@ -104,8 +177,11 @@ std::vector<std::shared_ptr<pjrt::Buffer>> BuildArguments(const ir::PostOrder& o
   args.reserve(order.parameter_positions().size());
   for (uint32_t pos : order.parameter_positions()) {
     const ir::Node* leaf = order.nodes()[pos];
-    if (const auto* b = dynamic_cast<const BufferLeaf*>(leaf->leaf_data().get())) {
+    if (const auto* b = dynamic_cast<const BufferLeaf*>(leaf->leaf_data().get()); b && b->buffer) {
       args.push_back(b->buffer);
+    } else if (b) {  // pieces on a mesh, used by a graph on one device: the whole value goes there
+      args.push_back(Upload(HostValue(*leaf, loc), leaf->shape(), rt.client(), state.device, loc));
+      transfers.fetch_add(1);
     } else {
       const auto& s = static_cast<const ScalarLeaf&>(*leaf->leaf_data());
       args.push_back(UploadScalar(s.value, leaf->shape(), rt.client(), state.device, loc));
@@ -180,10 +256,40 @@ std::vector<std::shared_ptr<pjrt::Buffer>> Launch(pjrt::Executable& exe,
   return *std::move(results);
 }
 
+// Launches an SPMD executable on its mesh's devices; each pending tensor gets its pieces, laid out as the
+// executable says.
+void LaunchPartitioned(const pjrt::Executable& exe, const std::vector<std::vector<std::shared_ptr<pjrt::Buffer>>>& args,
+                       PendingGraph& pending, Runtime& rt, DeviceState& state, pjrt::Executable::SiteNamer name_site,
+                       const SourceLocation& loc) {
+  const pjrt::proto::Executable& p = exe.proto();
+  std::vector<pjrt::Device*> devices;
+  for (int64_t d : p.mesh().device_ids()) devices.push_back(rt.client().device(static_cast<int>(d)));
+  absl::StatusOr<std::vector<std::vector<std::shared_ptr<pjrt::Buffer>>>> results =
+      exe.ExecutePartitioned(args, devices, nullptr, std::move(name_site));
+  ThrowIfError(results.status(), "sync: launching the graph on its mesh", loc);
+  for (size_t i = 0; i < pending.tensors.size(); ++i) {
+    auto data = std::make_shared<ShardedData>();
+    data->mesh_shape.assign(p.mesh().shape().begin(), p.mesh().shape().end());
+    data->mesh_devices.assign(p.mesh().device_ids().begin(), p.mesh().device_ids().end());
+    data->dim_axes =
+        DimAxes(p.output_shardings(static_cast<int>(i)), static_cast<size_t>(pending.tensors[i]->shape.rank()));
+    for (std::vector<std::shared_ptr<pjrt::Buffer>>& partition : *results) data->shards.push_back(partition[i]);
+    pending.tensors[i]->sharded = std::move(data);
+    pending.tensors[i]->buffer = nullptr;
+    pending.tensors[i]->ir = {};
+  }
+  for (const std::vector<std::shared_ptr<pjrt::Buffer>>& partition : *results) {
+    if (!partition.empty()) state.in_flight.push_back(partition.back()->ready());
+  }
+  state.UnregisterSynced(pending.tensors);
+  state.AdvanceRng();
+}
+
 // Step 7: the synced tensors hold device buffers and drop their IR.
 void Commit(PendingGraph& pending, std::vector<std::shared_ptr<pjrt::Buffer>>& results, DeviceState& state) {
   for (size_t i = 0; i < pending.tensors.size(); ++i) {
     pending.tensors[i]->buffer = std::move(results[i]);
+    pending.tensors[i]->sharded = nullptr;
     pending.tensors[i]->ir = {};
   }
   state.UnregisterSynced(pending.tensors);
@@ -246,12 +352,11 @@ void Sync(Device device, SyncCause cause, const SourceLocation& loc) {
   // Post-order (DeviceData leaves become parameters), arguments, graph key.
   ir::PostOrder order(pending.roots);
   const ir::HashValue key = executables.GraphKey(order);
-  std::vector<std::shared_ptr<pjrt::Buffer>> args = BuildArguments(order, rt, state, loc);
   int64_t arg_bytes = 0;
-  for (const auto& a : args) arg_bytes += a->shape().byte_size();
+  for (uint32_t pos : order.parameter_positions()) arg_bytes += order.nodes()[pos]->shape().byte_size();
   event.graph_key = key;
   event.nodes = static_cast<int64_t>(order.size());
-  event.inputs = static_cast<int64_t>(args.size());
+  event.inputs = static_cast<int64_t>(order.parameter_positions().size());
   event.outputs = static_cast<int64_t>(pending.roots.size());
   event.key_ms = MsSince(start);
   RecordTime("trace_to_key", event.key_ms);
@@ -263,9 +368,15 @@ void Sync(Device device, SyncCause cause, const SourceLocation& loc) {
   event.compile_ms = found.compile_ms;
 
   const Clock::time_point launch_start = Clock::now();
-  std::vector<std::shared_ptr<pjrt::Buffer>> results =
-      Launch(*found.executable, args, state, pending.tensors.size(), SiteNamerOf(order), event, loc);
-  Commit(pending, results, state);
+  if (found.executable->num_partitions() > 1) {
+    LaunchPartitioned(*found.executable, BuildPartitionArguments(order, *found.executable, rt, loc), pending, rt, state,
+                      SiteNamerOf(order), loc);
+  } else {
+    std::vector<std::shared_ptr<pjrt::Buffer>> results =
+        Launch(*found.executable, BuildArguments(order, rt, state, loc), state, pending.tensors.size(),
+               SiteNamerOf(order), event, loc);
+    Commit(pending, results, state);
+  }
   event.launch_ms = MsSince(launch_start);
   RecordTime("launch", event.launch_ms);
   RecordTime("sync", MsSince(start));

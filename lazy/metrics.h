@@ -30,7 +30,8 @@ namespace lazyrt {
   X(kSyncToDevice, "sync_to_device")                                \
   X(kSyncBarrier, "sync_barrier")                                   \
   X(kSyncGraphLimit, "sync_graph_limit")                            \
-  X(kSyncExit, "sync_exit")
+  X(kSyncExit, "sync_exit")                                         \
+  X(kSpmdReplicatedFallbacks, "spmd_replicated_fallbacks")
 
 namespace counters {
 #define LAZYRT_X(constant, name) inline constexpr absl::string_view constant = name;

@@ -8,10 +8,12 @@
 #include <deque>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <vector>
 
 #include "ir/node.h"
 #include "lazy/options.h"
+#include "lazy/sharded_data.h"
 #include "lazy/tensor.h"
 #include "pjrt_sim/buffer.h"
 #include "pjrt_sim/client.h"
@@ -28,8 +30,10 @@ namespace detail {
 
 // A materialized device array behind a DeviceData leaf.
 struct BufferLeaf final : ir::LeafData {
-  explicit BufferLeaf(std::shared_ptr<pjrt::Buffer> b) : buffer(std::move(b)) {}
+  explicit BufferLeaf(std::shared_ptr<pjrt::Buffer> b, std::shared_ptr<const ShardedData> s = nullptr)
+      : buffer(std::move(b)), sharded(std::move(s)) {}
   std::shared_ptr<pjrt::Buffer> buffer;
+  std::shared_ptr<const ShardedData> sharded;  // instead of `buffer`: the array's pieces over a mesh
 };
 
 // A host scalar waiting to be uploaded as a graph parameter at the next sync.
@@ -54,6 +58,11 @@ struct TensorImpl : std::enable_shared_from_this<TensorImpl> {
   // use within one graph refers to the same parameter.
   ir::Value ir;
   std::shared_ptr<pjrt::Buffer> buffer;
+  // Instead of `buffer`, after an SPMD step: the value's pieces on the mesh's devices.
+  std::shared_ptr<const ShardedData> sharded;
+  // mark_sharding's layout over a mesh (the attributes of the Shard nodes that annotate every use of the
+  // tensor's value), or nullopt.
+  std::optional<ir::Attributes> sharding;
 
   // Autograd: a leaf that accumulates gradients, or the function that produced this tensor.
   bool requires_grad = false;

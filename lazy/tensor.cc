@@ -30,10 +30,20 @@ TensorImpl& ImplOf(const Tensor& t, absl::string_view op, const SourceLocation& 
 ir::Value ValueOf(const Tensor& t) {
   TensorImpl& impl = *t.impl();
   if (!impl.ir) {
-    impl.ir = ir::Value{ir::MakeNode(ir::OpKind::kDeviceData, ir::OperandList{}, ir::ShapeList{impl.shape},
-                                     ir::Attributes{}, std::make_shared<BufferLeaf>(impl.buffer), impl.created_at)};
+    impl.ir =
+        ir::Value{ir::MakeNode(ir::OpKind::kDeviceData, ir::OperandList{}, ir::ShapeList{impl.shape}, ir::Attributes{},
+                               std::make_shared<BufferLeaf>(impl.buffer, impl.sharded), impl.created_at)};
   }
+  // The leaf stays the tensor's own (it is not pending); each use of a sharded one is annotated.
+  if (impl.sharding && impl.ir.node->op() == ir::OpKind::kDeviceData) return Sharded(impl.ir, impl);
   return impl.ir;
+}
+
+ir::Value Sharded(const ir::Value& v, const TensorImpl& impl) {
+  if (!impl.sharding) return v;
+  const ir::Value& unannotated = v.node->op() == ir::OpKind::kShard ? v.node->operand(0) : v;
+  return ir::Value{ir::MakeNode(ir::OpKind::kShard, ir::OperandList{unannotated}, ir::ShapeList{impl.shape},
+                                *impl.sharding, nullptr, impl.created_at)};
 }
 
 int CommonDevice(std::initializer_list<const Tensor*> tensors, absl::string_view op, const SourceLocation& loc) {
@@ -160,8 +170,10 @@ void Tensor::assign(const Tensor& other, SourceLocation loc) {
                 loc);
   }
   detail::CommonDevice({this, &other}, "assign", loc);
-  dst.ir = src.ir;
   dst.buffer = src.buffer;
+  dst.sharded = src.sharded;
+  // An assigned tensor keeps its layout: an optimizer's update of a sharded parameter stays sharded.
+  dst.ir = src.ir && src.ir.node->op() != ir::OpKind::kDeviceData ? detail::Sharded(src.ir, dst) : src.ir;
   if (dst.ir && dst.ir.node->op() != ir::OpKind::kDeviceData) {
     detail::Runtime::Get().device_state({dst.device}, loc).Register(&dst);
   }
@@ -175,10 +187,19 @@ std::vector<T> ReadBack(const Tensor& t, SyncCause cause, const SourceLocation& 
   const absl::string_view op = SyncCauseName(cause);
   TensorImpl& impl = ImplOf(t, op, loc);
   if (t.is_pending()) detail::Sync({impl.device}, cause, loc);
-  if (impl.buffer == nullptr) throw Error(absl::StrCat(op, ": the tensor holds no data"), loc);
+  if (impl.buffer == nullptr && impl.sharded == nullptr) {
+    throw Error(absl::StrCat(op, ": the tensor holds no data"), loc);
+  }
   const Shape& shape = impl.shape;
   std::vector<unsigned char> raw(static_cast<size_t>(shape.byte_size()));
-  absl::Status status = impl.buffer->ToHost(raw.data(), raw.size());
+  absl::Status status = absl::OkStatus();
+  if (impl.buffer != nullptr) {
+    status = impl.buffer->ToHost(raw.data(), raw.size());
+  } else {  // the global value assembled from the pieces on the mesh's devices
+    absl::StatusOr<std::vector<unsigned char>> assembled = detail::AssembleOnHost(*impl.sharded, shape);
+    status = assembled.status();
+    if (assembled.ok()) raw = *std::move(assembled);
+  }
   if (!status.ok()) {
     throw Error(absl::StrCat(op, ": computing ", shape.ToString(), " failed: ", status.message()), loc);
   }

@@ -18,6 +18,9 @@ namespace lazyrt::detail {
 TensorImpl& ImplOf(const Tensor& t, absl::string_view op, const SourceLocation& loc);
 // The IR value computing `t` (creating its DeviceData leaf on first use after a sync).
 ir::Value ValueOf(const Tensor& t);
+// `v` annotated with `impl`'s sharding (a Shard node; `v` itself when the tensor is not sharded). A Shard
+// node `v` is re-annotated, not wrapped.
+ir::Value Sharded(const ir::Value& v, const TensorImpl& impl);
 // The device shared by `tensors`; throws naming both devices otherwise.
 int CommonDevice(std::initializer_list<const Tensor*> tensors, absl::string_view op, const SourceLocation& loc);
 

@@ -4,8 +4,10 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "lowering/dtype.h"
 #include "pjrt_sim/hlo.h"
+#include "pjrt_sim/status_macros.h"
 
 namespace lazyrt::lowering {
 namespace {
@@ -100,6 +102,24 @@ class ModuleBuilder {
 };
 
 std::vector<int64_t> DimsOf(const ir::Shape& s) { return {s.dims().begin(), s.dims().end()}; }
+
+// Gives `module` the mesh of a sharding annotation; every annotation of one graph must name the same mesh.
+absl::Status SetMesh(const std::vector<int64_t>& shape, const std::vector<int64_t>& devices, proto::Module& module) {
+  proto::Mesh* mesh = module.mutable_mesh();
+  if (mesh->shape().empty()) {
+    for (int64_t size : shape) mesh->add_shape(size);
+    for (int64_t device : devices) mesh->add_device_ids(device);
+    return absl::OkStatus();
+  }
+  if (!std::equal(shape.begin(), shape.end(), mesh->shape().begin(), mesh->shape().end()) ||
+      !std::equal(devices.begin(), devices.end(), mesh->device_ids().begin(), mesh->device_ids().end())) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("one graph shards values over two meshes: shape [", absl::StrJoin(mesh->shape(), ","),
+                     "] on devices [", absl::StrJoin(mesh->device_ids(), ","), "] and shape [",
+                     absl::StrJoin(shape, ","), "] on devices [", absl::StrJoin(devices, ","), "]"));
+  }
+  return absl::OkStatus();
+}
 
 }  // namespace
 
@@ -345,6 +365,16 @@ absl::StatusOr<proto::Module> LowerGraph(const ir::PostOrder& order, std::string
         for (size_t i = 0; i < node.operands().size(); ++i) inst->add_operands(in(i));
         inst->set_axis(attrs.Get<int64_t>(AttrKey::kAxis));
         inst->set_value(attrs.Get<double>(AttrKey::kEpsilon));
+        break;
+      }
+      case OpKind::kShard: {
+        // No computation: the sharding annotates the operand's instruction, and the module gets the mesh.
+        id = in(0);
+        RETURN_IF_ERROR(SetMesh(attrs.Get<std::vector<int64_t>>(AttrKey::kMeshShape),
+                                attrs.Get<std::vector<int64_t>>(AttrKey::kMeshDevices), module));
+        proto::Sharding* sharding = module.mutable_instructions(static_cast<int>(id))->mutable_sharding();
+        sharding->clear_dim_axes();
+        for (int64_t axis : attrs.Get<std::vector<int64_t>>(AttrKey::kShardAxes)) sharding->add_dim_axes(axis);
         break;
       }
     }

@@ -15,6 +15,7 @@
 #include "pjrt_sim/kernels/gemm.h"
 #include "pjrt_sim/module_verifier.h"
 #include "pjrt_sim/passes.h"
+#include "pjrt_sim/spmd_partitioner.h"
 #include "pjrt_sim/status_macros.h"
 #include "pjrt_sim/version.h"
 
@@ -57,9 +58,16 @@ std::string CompileOptions::Fingerprint() const {
 
 int64_t CompilerPassesRun() { return g_passes_run.load(std::memory_order_relaxed); }
 
-absl::StatusOr<std::shared_ptr<Executable>> Compile(const proto::Module& module, const CompileOptions& options,
+absl::StatusOr<std::shared_ptr<Executable>> Compile(const proto::Module& global, const CompileOptions& options,
                                                     Device* device) {
   const Clock::time_point start = Clock::now();
+  // A module over a mesh is first split into its partitions' program; the rest compiles that.
+  std::optional<SpmdPartitioned> spmd;
+  if (!global.mesh().shape().empty() && global.num_partitions() <= 1) {
+    RETURN_IF_ERROR(VerifyModule(global));
+    ASSIGN_OR_RETURN(spmd, PartitionSpmd(global));
+  }
+  const proto::Module& module = spmd ? spmd->module : global;
   proto::Executable exe;
   exe.set_compiler_version(std::string(kCompilerVersion));
   exe.set_device_kind(std::string(Device::kKind));
@@ -67,6 +75,12 @@ absl::StatusOr<std::shared_ptr<Executable>> Compile(const proto::Module& module,
   exe.set_module_name(module.name());
   exe.set_module_instructions(module.instructions_size());
   exe.set_num_partitions(std::max<int64_t>(module.num_partitions(), 1));
+  if (spmd) {
+    *exe.mutable_mesh() = module.mesh();
+    for (const proto::Sharding& s : spmd->parameter_shardings) *exe.add_parameter_shardings() = s;
+    for (const proto::Sharding& s : spmd->output_shardings) *exe.add_output_shardings() = s;
+    exe.set_replicated_fallbacks(spmd->replicated_fallbacks);
+  }
 
   absl::Status verified;
   RunPass(exe, "verify", [&] {

@@ -182,6 +182,46 @@ std::string Executable::Serialize() const {
   return out + body;
 }
 
+namespace {
+
+// An SPMD executable's mesh has its partitions, and each parameter and result sharding one mesh axis (or
+// none) per dim of that value, each axis at most once.
+absl::Status CheckShardings(const proto::Executable& p) {
+  const bool spmd = !p.mesh().shape().empty();
+  if (!spmd && p.parameter_shardings().empty() && p.output_shardings().empty()) return absl::OkStatus();
+  int64_t partitions = 1;
+  for (int64_t size : p.mesh().shape()) {
+    if (size < 1 || size > kMaxPartitions) return absl::InvalidArgumentError("mesh axis size out of range");
+    partitions *= size;
+    if (partitions > kMaxPartitions) return absl::InvalidArgumentError("mesh too large");
+  }
+  if (!spmd || partitions != std::max<int64_t>(p.num_partitions(), 1) || p.mesh().device_ids_size() != partitions ||
+      p.parameter_shardings_size() != p.parameters_size() || p.output_shardings_size() != p.outputs_size()) {
+    return absl::InvalidArgumentError("mesh and shardings do not match the partitions, parameters and results");
+  }
+  auto check = [&](const proto::Sharding& s) {
+    std::vector<bool> used(static_cast<size_t>(p.mesh().shape_size()), false);
+    for (int64_t axis : s.dim_axes()) {
+      if (axis == -1) continue;
+      if (axis < -1 || axis >= p.mesh().shape_size() || used[static_cast<size_t>(axis)]) return false;
+      used[static_cast<size_t>(axis)] = true;
+    }
+    return true;
+  };
+  for (int i = 0; i < p.parameters_size(); ++i) {
+    const proto::Sharding& s = p.parameter_shardings(i);
+    if (!check(s) || (!s.dim_axes().empty() && s.dim_axes_size() != p.parameters(i).dims_size())) {
+      return absl::InvalidArgumentError(absl::StrCat("parameter ", i, "'s sharding is invalid"));
+    }
+  }
+  for (const proto::Sharding& s : p.output_shardings()) {
+    if (!check(s) || s.dim_axes_size() > 64) return absl::InvalidArgumentError("a result's sharding is invalid");
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
 absl::StatusOr<std::shared_ptr<Executable>> Executable::Load(proto::Executable p) {
   if (p.compiler_version() != kCompilerVersion) {
     return absl::FailedPreconditionError(
@@ -202,6 +242,7 @@ absl::StatusOr<std::shared_ptr<Executable>> Executable::Load(proto::Executable p
   if (p.num_partitions() < 0 || p.num_partitions() > kMaxPartitions) {
     return Invalid(absl::StrCat("num_partitions ", p.num_partitions(), " is outside [0, ", kMaxPartitions, "]"));
   }
+  RETURN_IF_ERROR(CheckShardings(p));
   std::shared_ptr<Executable> exe(new Executable(std::move(p)));
   const proto::Executable& e = exe->proto_;
   for (int i = 0; i < e.parameters_size(); ++i) {

@@ -48,9 +48,11 @@ class Verifier {
       return absl::InvalidArgumentError(
           absl::StrCat("num_partitions ", m_.num_partitions(), " is outside [0, ", kMaxPartitions, "]"));
     }
+    RETURN_IF_ERROR(CheckMesh());
     std::vector<bool> seen_param;
     for (int64_t id = 0; id < m_.instructions_size(); ++id) {
       RETURN_IF_ERROR(CheckInstruction(id, seen_param));
+      RETURN_IF_ERROR(CheckSharding(id));
     }
     for (size_t i = 0; i < seen_param.size(); ++i) {
       if (!seen_param[i]) return absl::InvalidArgumentError(absl::StrCat("parameter ", i, " is missing"));
@@ -76,6 +78,59 @@ class Verifier {
     if (Accepts(types, FromProto(type))) return absl::OkStatus();
     return Fail(id, absl::StrCat("takes ", TypeClassText(types), ", not ",
                                  absl::AsciiStrToLower(proto::ElementType_Name(type))));
+  }
+
+  // A mesh's axes are positive and its devices as many as their product, each once.
+  absl::Status CheckMesh() const {
+    const proto::Mesh& mesh = m_.mesh();
+    if (mesh.shape().empty() && mesh.device_ids().empty()) return absl::OkStatus();
+    int64_t partitions = 1;
+    for (int64_t size : mesh.shape()) {
+      if (size < 1 || size > kMaxPartitions / partitions) {
+        return absl::InvalidArgumentError(absl::StrCat("mesh [", absl::StrJoin(mesh.shape(), ","),
+                                                       "]: axis sizes must be at least 1, their product at most ",
+                                                       kMaxPartitions));
+      }
+      partitions *= size;
+    }
+    if (partitions != mesh.device_ids_size()) {
+      return absl::InvalidArgumentError(absl::StrCat("mesh [", absl::StrJoin(mesh.shape(), ","), "] has ", partitions,
+                                                     " partitions but ", mesh.device_ids_size(), " devices"));
+    }
+    std::vector<int64_t> devices(mesh.device_ids().begin(), mesh.device_ids().end());
+    std::sort(devices.begin(), devices.end());
+    if (std::adjacent_find(devices.begin(), devices.end()) != devices.end() || devices.front() < 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("mesh devices [", absl::StrJoin(mesh.device_ids(), ","), "] must be distinct and non-negative"));
+    }
+    return absl::OkStatus();
+  }
+
+  // A sharding splits each dim over at most one axis of the module's mesh, each axis once, into equal pieces.
+  absl::Status CheckSharding(int64_t id) const {
+    const proto::Instruction& inst = m_.instructions(static_cast<int>(id));
+    if (!inst.has_sharding() || inst.sharding().dim_axes().empty()) return absl::OkStatus();
+    const proto::Mesh& mesh = m_.mesh();
+    const std::string text = absl::StrCat("sharding {", absl::StrJoin(inst.sharding().dim_axes(), ","), "}");
+    if (mesh.shape().empty()) return Fail(id, absl::StrCat(text, " in a module without a mesh"));
+    if (inst.sharding().dim_axes_size() != inst.shape().dims_size()) {
+      return Fail(id, absl::StrCat(text, " does not have one entry per dim of ", ShapeText(inst.shape())));
+    }
+    std::vector<bool> used(static_cast<size_t>(mesh.shape_size()), false);
+    for (int d = 0; d < inst.shape().dims_size(); ++d) {
+      const int64_t axis = inst.sharding().dim_axes(d);
+      if (axis == -1) continue;
+      if (axis < -1 || axis >= mesh.shape_size()) {
+        return Fail(id, absl::StrCat(text, ": axis ", axis, " of dim ", d, " is not in [-1, ", mesh.shape_size(), ")"));
+      }
+      if (used[static_cast<size_t>(axis)]) return Fail(id, absl::StrCat(text, " uses axis ", axis, " twice"));
+      used[static_cast<size_t>(axis)] = true;
+      if (inst.shape().dims(d) % mesh.shape(static_cast<int>(axis)) != 0) {
+        return Fail(id, absl::StrCat(text, ": dim ", d, " of ", ShapeText(inst.shape()), " does not split into ",
+                                     mesh.shape(static_cast<int>(axis)), " equal pieces"));
+      }
+    }
+    return absl::OkStatus();
   }
 
   absl::Status CheckShape(int64_t id, const proto::Shape& s) const {

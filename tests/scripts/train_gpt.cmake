@@ -1,6 +1,6 @@
 cmake_minimum_required(VERSION 3.25)
 # Runs examples/train_gpt as a process at test size and checks the JSON on its last line.
-#   -DTRAIN=path -DCHECK=graphs|cold_warm|convergence|bad_input -DWORK=dir
+#   -DTRAIN=path -DCHECK=graphs|cold_warm|convergence|bad_input|mesh -DWORK=dir
 include(${CMAKE_CURRENT_LIST_DIR}/run_example.cmake)
 # Two layers of width 32, context 16: every op of the default model, in seconds.
 set(small --layers 2 --heads 2 --width 32 --context 16 --batch 4 --sample-tokens 8)
@@ -80,6 +80,21 @@ elseif(CHECK STREQUAL "convergence")
   if(NOT below EQUAL 0)
     message(FATAL_ERROR "val_loss ${val} is not below 0.6 ln(${vocab})")
   endif()
+elseif(CHECK STREQUAL "mesh")
+  # Data parallel over a mesh of 4 devices (SPMD: the batch split, the gradients all-reduced) trains as
+  # one device does: the same losses to 1e-4 relative after 30 steps, still three graphs.
+  run_train(one ${small} --steps 30 --eval-every 0)
+  run_train(four ${small} --steps 30 --eval-every 0 --mesh data=4)
+  expect_field("${four}" devices EQUAL 4)
+  expect_field("${four}" graphs_compiled EQUAL 3)
+  string(JSON a GET "${one}" final_loss)
+  string(JSON b GET "${four}" final_loss)
+  execute_process(COMMAND awk "BEGIN { d = ${a} - ${b}; exit !(d * d <= (1e-4 * ${a}) ^ 2) }" RESULT_VARIABLE near)
+  if(NOT near EQUAL 0)
+    message(FATAL_ERROR "final_loss on a data=4 mesh ${b} is not within 1e-4 relative of one device's ${a}")
+  endif()
+  expect_failure("--batch \\(6\\) must be divisible by the mesh's data axis \\(4\\)" ${small} --batch 6 --mesh data=4)
+  expect_failure("--mesh: expected data=N" ${small} --mesh model=2)
 elseif(CHECK STREQUAL "bad_input")
   file(WRITE ${WORK}/empty.txt "")
   expect_failure("empty.txt: the text is empty" ${small} --data ${WORK}/empty.txt)

@@ -25,6 +25,7 @@
 #include "examples/flags.h"
 #include "examples/gpt.h"
 #include "examples/lr_schedule.h"
+#include "lazy/devices.h"
 #include "lazy/metrics.h"
 #include "lazy/nn.h"
 #include "lazy/optim.h"
@@ -343,6 +344,13 @@ int main(int argc, char** argv) {
     out["persistent_cache_hits"] = lazyrt::CounterValue(lazyrt::counters::kPersistentCacheHit);
     out["persistent_cache_misses"] = lazyrt::CounterValue(lazyrt::counters::kPersistentCacheMiss);
     out["devices"] = mesh ? mesh->size() : 1;
+    // Each device's peak over the run: parameters and optimizer state on every device of a data-parallel
+    // mesh (replicated), the activations of its batch shard.
+    std::vector<int64_t> peaks;
+    for (const lazyrt::MemoryInfo& m : mesh ? lazyrt::memory_info(*mesh) : std::vector{lazyrt::memory_info()}) {
+      peaks.push_back(m.peak_bytes);
+    }
+    out["peak_device_bytes"] = peaks;
     out["spmd_replicated_fallbacks"] = lazyrt::CounterValue(lazyrt::counters::kSpmdReplicatedFallbacks);
     out["mode"] = flags.mode;
     out["accum"] = flags.accum;

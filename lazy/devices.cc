@@ -14,6 +14,13 @@ MemoryInfo memory_info(Device device, SourceLocation loc) {
                     .live_allocations = stats.live_allocations};
 }
 
+std::vector<MemoryInfo> memory_info(const Mesh& mesh, SourceLocation loc) {
+  std::vector<MemoryInfo> infos;
+  infos.reserve(mesh.device_ids().size());
+  for (int64_t id : mesh.device_ids()) infos.push_back(memory_info(Device{static_cast<int>(id)}, loc));
+  return infos;
+}
+
 void reset_peak_memory(Device device, SourceLocation loc) {
   detail::Runtime::Get().device_state(device, loc).device->ResetPeakMemory();
 }

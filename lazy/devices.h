@@ -3,7 +3,9 @@
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
+#include "lazy/sharding.h"
 #include "lazy/tensor.h"
 
 namespace lazyrt {
@@ -21,9 +23,11 @@ struct MemoryInfo {
   int64_t live_allocations = 0;
 };
 
-// The memory of `device`; an unknown device is an error naming the valid ones. (Per mesh, later: an
-// overload taking the Mesh, one MemoryInfo per device.)
+// The memory of `device`; an unknown device is an error naming the valid ones.
 MemoryInfo memory_info(Device device = {}, LAZYRT_HERE);
+// The memory of each physical device of `mesh`, in the mesh's device order: under SPMD every device
+// holds its own shards and arenas, so a job sees each chip's limit, not one virtual device's.
+std::vector<MemoryInfo> memory_info(const Mesh& mesh, LAZYRT_HERE);
 // Starts a new peak on `device`: peak_bytes becomes bytes_in_use, to measure one phase of a program.
 void reset_peak_memory(Device device = {}, LAZYRT_HERE);
 

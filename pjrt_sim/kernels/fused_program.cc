@@ -4,6 +4,7 @@
 #include <bit>
 #include <cmath>
 #include <cstring>
+#include <iterator>
 #include <optional>
 #include <type_traits>
 
@@ -189,15 +190,17 @@ const void* NormalStep(const Step& s, const void* const* values, const Context& 
 // a local `n`, not to c.n: a pred store (uint8_t) may alias anything, so c.n would be reloaded every
 // iteration and the loop could not be vectorized.
 // The f32 transcendental functions over a block, in vector_math's loops compiled for the CPU's widest
-// vectors (nullptr: the opcode has none).
+// vectors. Looked up by index: a function's address is no constant expression under the sanitizers.
 using VectorLoop = void (*)(const float*, int64_t, float*);
-constexpr VectorLoop VectorLoopOf(Opcode op) {
-  if (op == Opcode::kExp) return &VectorExp;
-  if (op == Opcode::kLog) return &VectorLog;
-  if (op == Opcode::kTanh) return &VectorTanh;
-  if (op == Opcode::kLogistic) return &VectorLogistic;
-  if (op == Opcode::kErf) return &VectorErf;
-  return nullptr;
+constexpr Opcode kVectorLoopOpcodes[] = {Opcode::kExp, Opcode::kLog, Opcode::kTanh, Opcode::kLogistic, Opcode::kErf};
+constexpr VectorLoop kVectorLoops[] = {&VectorExp, &VectorLog, &VectorTanh, &VectorLogistic, &VectorErf};
+static_assert(std::size(kVectorLoopOpcodes) == std::size(kVectorLoops));
+// The index of `op`'s loop in kVectorLoops, -1 when it has none.
+constexpr int VectorLoopIndex(Opcode op) {
+  for (size_t i = 0; i < std::size(kVectorLoopOpcodes); ++i) {
+    if (kVectorLoopOpcodes[i] == op) return static_cast<int>(i);
+  }
+  return -1;
 }
 
 template <typename T, Opcode kOp>
@@ -205,8 +208,8 @@ const void* UnaryStep(const Step& s, const void* const* values, const Context& c
   const int64_t n = c.n;
   const T* x = Arg<T>(s, values, 0);
   T* o = static_cast<T*>(out);
-  if constexpr (std::is_same_v<T, float> && VectorLoopOf(kOp) != nullptr) {
-    VectorLoopOf(kOp)(x, n, o);
+  if constexpr (std::is_same_v<T, float> && VectorLoopIndex(kOp) >= 0) {
+    kVectorLoops[VectorLoopIndex(kOp)](x, n, o);
   } else {
     for (int64_t i = 0; i < n; ++i) o[i] = ApplyUnary<T>(kOp, x[i]);
   }

@@ -8,6 +8,7 @@
 #include <utility>
 #include <vector>
 
+#include "pjrt_sim/element_ops.h"
 #include "pjrt_sim/executable.h"
 #include "pjrt_sim/hlo.h"
 #include "pjrt_sim/kernels/fused_program.h"
@@ -36,8 +37,10 @@ void FillProbeData(const ArrayShape& shape, void* data, std::mt19937_64& rng) {
       case PrimitiveType::kS32: static_cast<int32_t*>(data)[i] = 0; break;
       case PrimitiveType::kS64: static_cast<int64_t*>(data)[i] = 0; break;
       case PrimitiveType::kPred: static_cast<uint8_t*>(data)[i] = static_cast<uint8_t>(rng() & 1); break;
-      case PrimitiveType::kBF16:
-      case PrimitiveType::kF16: static_cast<uint16_t*>(data)[i] = 0x3c00; break;  // 1.0 in f16; ~1.0 in bf16
+      // Varied values, as for f32: with all-equal ones every candidate's sums agree, and the check that
+      // a candidate gives the reference's bits would pass candidates that round differently.
+      case PrimitiveType::kBF16: static_cast<uint16_t*>(data)[i] = FloatToBf16(f(rng)); break;
+      case PrimitiveType::kF16: static_cast<uint16_t*>(data)[i] = FloatToHalf(f(rng)); break;
     }
   }
 }

@@ -149,6 +149,34 @@ Axes WithRowDimsWhole(const proto::Instruction& inst, Axes axes) {
   return axes;
 }
 
+// ---- Rules for slicing, concatenation, indexing and attention ---------------------------------------------
+// Each op's result dims that must be whole for a partition to compute its piece from its operands' pieces,
+// and the layout each operand then needs. Attention runs per batch element (per head, in a GPT), so its batch
+// dims split freely; an indexing op splits every dim but the one it indexes along.
+
+// Whether SLICE keeps dim d whole (a piece of a split dim is then the operand's own piece).
+bool SlicesWholeDim(const proto::Instruction& inst, const proto::Shape& in, size_t d) {
+  const int i = static_cast<int>(d);
+  return inst.start(i) == 0 && inst.limit(i) == in.dims(i) && inst.stride(i) == 1;
+}
+
+// The leading dims of an ATTENTION or ATTENTION_GRAD result that are batch dims: the rest are per element.
+size_t AttentionBatchDims(const proto::Instruction& inst) {
+  const size_t rank = static_cast<size_t>(inst.shape().dims_size());
+  return static_cast<Opcode>(inst.opcode()) == Opcode::kAttentionGrad ? rank - 1 : rank - 2;
+}
+
+// Its operands before the optional mask: q, k, v (and for the gradient, the forward result and d(output)).
+int AttentionTensorOperands(const proto::Instruction& inst) {
+  return static_cast<Opcode>(inst.opcode()) == Opcode::kAttentionGrad ? 5 : 3;
+}
+
+bool HasPiecewiseRule(Opcode op) {
+  return op == Opcode::kSlice || op == Opcode::kConcatenate || op == Opcode::kIndexSelect || op == Opcode::kGather ||
+         op == Opcode::kIndexAdd || op == Opcode::kScatterAdd || op == Opcode::kAttention ||
+         op == Opcode::kAttentionGrad;
+}
+
 class Partitioner {
  public:
   explicit Partitioner(const proto::Module& m) : in_(m), mesh_(m.mesh()) {}
@@ -231,6 +259,7 @@ class Partitioner {
     if (ShardingOf(id)) return std::nullopt;
     const Opcode op = static_cast<Opcode>(inst.opcode());
     auto operand = [&](int i) -> const std::optional<Axes>& { return ShardingOf(inst.operands(i)); };
+    if (HasPiecewiseRule(op)) return ForwardPiecewise(id);
     if (IsElementwise(op) || IsRowWise(op)) {
       std::optional<Axes> best;  // the operand split the most ways
       for (int i = 0; i < inst.operands_size(); ++i) {
@@ -304,7 +333,7 @@ class Partitioner {
     const proto::Instruction& inst = Inst(user);
     int i = 0;
     while (inst.operands(i) != operand_id) ++i;
-    std::optional<Axes> want = OperandAxes(user, i, *ShardingOf(user));
+    std::optional<Axes> want = OperandAxes(user, i, LocalAxes(user, *ShardingOf(user)));
     if (!want) return std::nullopt;
     const Opcode op = static_cast<Opcode>(Inst(operand_id).opcode());
     if (op == Opcode::kIota) (*want)[static_cast<size_t>(Inst(operand_id).axis())] = kWhole;  // values by index
@@ -317,6 +346,7 @@ class Partitioner {
     const proto::Instruction& inst = Inst(id);
     const Opcode op = static_cast<Opcode>(inst.opcode());
     const size_t operand_rank = RankOf(inst.operands(i));
+    if (HasPiecewiseRule(op)) return PiecewiseOperandAxes(id, i, result);
     if (IsElementwise(op) || IsRowWise(op)) return result;
     switch (op) {
       case Opcode::kBroadcast: {
@@ -361,6 +391,108 @@ class Partitioner {
     }
   }
 
+  // ---- Rules for slicing, concatenation, indexing and attention -------------------------------------------
+
+  // `target` with the dims made whole that instruction `id` cannot compute piece by piece: a row-wise op's
+  // rows, the dims a slice cuts, the dim a concatenation joins or a scatter adds along, a gather's dims its
+  // operand has more of than its index, attention's per-element dims.
+  Axes LocalAxes(int64_t id, Axes target) const {
+    const proto::Instruction& inst = Inst(id);
+    const Opcode op = static_cast<Opcode>(inst.opcode());
+    if (IsRowWise(op)) return WithRowDimsWhole(inst, std::move(target));
+    const size_t axis = static_cast<size_t>(inst.axis());
+    for (size_t d = 0; d < target.size(); ++d) {
+      const int i = static_cast<int>(d);
+      bool whole = false;
+      switch (op) {
+        case Opcode::kSlice: whole = !SlicesWholeDim(inst, Inst(inst.operands(0)).shape(), d); break;
+        case Opcode::kConcatenate:
+        case Opcode::kIndexAdd: whole = d == axis; break;
+        case Opcode::kGather:
+          whole = d != axis && Inst(inst.operands(0)).shape().dims(i) != inst.shape().dims(i);
+          break;
+        case Opcode::kScatterAdd:
+          whole = d == axis || Inst(inst.operands(1)).shape().dims(i) != inst.shape().dims(i);
+          break;
+        case Opcode::kAttention:
+        case Opcode::kAttentionGrad: whole = d >= AttentionBatchDims(inst); break;
+        default: break;
+      }
+      if (whole) target[d] = kWhole;
+    }
+    return target;
+  }
+
+  // The sharding of a slice, concatenation, indexing or attention from its operands': the most split any
+  // operand implies, with the dims it cannot split whole (nullopt: nothing known).
+  std::optional<Axes> ForwardPiecewise(int64_t id) const {
+    const proto::Instruction& inst = Inst(id);
+    const Opcode op = static_cast<Opcode>(inst.opcode());
+    const size_t rank = RankOf(id);
+    std::optional<Axes> best;
+    for (int i = 0; i < inst.operands_size(); ++i) {
+      const std::optional<Axes>& known = ShardingOf(inst.operands(i));
+      if (!known) continue;
+      Axes implied(rank, kWhole);
+      if (op == Opcode::kAttention || op == Opcode::kAttentionGrad) {
+        if (i >= AttentionTensorOperands(inst)) continue;  // the mask (or seed) may be broadcast
+        std::copy_n(known->begin(), AttentionBatchDims(inst), implied.begin());
+      } else if (op == Opcode::kIndexSelect) {
+        if (i == 1) implied[static_cast<size_t>(inst.axis())] = (*known)[0];
+        if (i == 0) implied = *known;
+      } else if (known->size() == rank) {
+        implied = *known;
+      }
+      implied = Deduplicated(LocalAxes(id, std::move(implied)));
+      if (!best || SplitCount(implied) > SplitCount(*best)) best = std::move(implied);
+    }
+    // A split dim must come in equal pieces (an index_select of one row keeps that dim whole).
+    for (size_t d = 0; best && d < rank; ++d) {
+      if ((*best)[d] != kWhole && inst.shape().dims(static_cast<int>(d)) % mesh_.axis_size((*best)[d]) != 0) {
+        (*best)[d] = kWhole;
+      }
+    }
+    return best;
+  }
+
+  // The layout operand i of a slice, concatenation, indexing or attention needs for the op to compute
+  // `result` (as LocalAxes left it) from its pieces. Attention with dropout has no rule: its random numbers
+  // are drawn per element of the whole batch.
+  std::optional<Axes> PiecewiseOperandAxes(int64_t id, int i, const Axes& result) const {
+    const proto::Instruction& inst = Inst(id);
+    const Opcode op = static_cast<Opcode>(inst.opcode());
+    const size_t operand_rank = RankOf(inst.operands(i));
+    const size_t axis = static_cast<size_t>(inst.axis());
+    switch (op) {
+      case Opcode::kIndexSelect:
+        if (i == 1) return Axes{result[axis]};
+        [[fallthrough]];
+      case Opcode::kGather: {
+        if (i == 1) return result;
+        Axes want = result;  // the operand is read whole along the indexed dim
+        want[axis] = kWhole;
+        return want;
+      }
+      case Opcode::kIndexAdd:
+        if (i == 1) return Axes{kWhole};
+        return result;
+      case Opcode::kAttention:
+      case Opcode::kAttentionGrad: {
+        if (inst.dropout() > 0) return std::nullopt;
+        const size_t batch = AttentionBatchDims(inst);
+        const proto::Shape& operand = Inst(inst.operands(i)).shape();
+        const proto::Shape& q = Inst(inst.operands(0)).shape();
+        Axes want(operand_rank, kWhole);
+        for (size_t b = 0; b < batch; ++b) {
+          // A mask's broadcast batch dim (size 1 against the queries' batch) is read whole.
+          if (operand.dims(static_cast<int>(b)) == q.dims(static_cast<int>(b))) want[b] = result[b];
+        }
+        return want;
+      }
+      default: return result;  // SLICE, CONCATENATE, SCATTER_ADD: the result's own layout
+    }
+  }
+
   // ---- Partitioning ---------------------------------------------------------------------------------------
 
   proto::Instruction* Emit(const proto::Instruction& like, const Dims& dims, std::vector<int64_t> operands,
@@ -390,6 +522,24 @@ class Partitioner {
     return inst;
   }
 
+  // A mesh axis that splits one dim of `value` (laid out as `axes`) where `want` splits another, whole, dim
+  // moves there by one ALL_TO_ALL (each partition sends every other the piece it needs), not by gathering
+  // the whole value and slicing it again.
+  void MoveSplitsBetweenDims(const Dims& global, const Axes& want, Axes& axes, int64_t& value) {
+    for (size_t from = 0; from < axes.size(); ++from) {
+      if (axes[from] == kWhole || axes[from] == want[from]) continue;
+      const auto to = std::find(want.begin(), want.end(), axes[from]);
+      const size_t d = static_cast<size_t>(to - want.begin());
+      if (to == want.end() || axes[d] != kWhole) continue;
+      axes[d] = axes[from];
+      axes[from] = kWhole;
+      proto::Instruction* inst =
+          EmitCollective(Opcode::kAllToAll, value, mesh_.LocalDims(global, axes), {axes[d]}, &value);
+      inst->add_dims(static_cast<int64_t>(d));     // split
+      inst->add_dims(static_cast<int64_t>(from));  // concatenated
+    }
+  }
+
   // The partitioned value of instruction `id` laid out as `want`: gathered where it is split and should not
   // be, then sliced where it is whole and should be split.
   int64_t Operand(int64_t id, const Axes& want) {
@@ -398,6 +548,7 @@ class Partitioner {
     Axes axes = have_[static_cast<size_t>(id)];
     int64_t v = value_[static_cast<size_t>(id)];
     const Dims global = DimsOf(Inst(id).shape());
+    MoveSplitsBetweenDims(global, want, axes, v);
     for (size_t d = 0; d < axes.size(); ++d) {
       if (axes[d] == kWhole || axes[d] == want[d]) continue;
       const int64_t from = axes[d];
@@ -443,9 +594,9 @@ class Partitioner {
     }
     if (op == Opcode::kDot) return PartitionDot(id, target);
     if (op == Opcode::kReduce) return PartitionReduce(id, target);
-    // Every other rule computes `target` locally from its operands when OperandAxes has one for it (a
-    // row-wise op: with its row dims whole), else the op is computed replicated.
-    Axes computed = IsRowWise(op) ? WithRowDimsWhole(inst, target) : target;
+    // Every other rule computes `target` locally from its operands when OperandAxes has one for it (with the
+    // dims LocalAxes wants whole), else the op is computed replicated.
+    Axes computed = LocalAxes(id, target);
     std::vector<std::optional<Axes>> wants;
     bool has_rule = !IsGenerator(op) && op != Opcode::kParameter;
     for (int i = 0; has_rule && i < inst.operands_size(); ++i) {
@@ -461,7 +612,11 @@ class Partitioner {
     std::vector<int64_t> operands;
     for (int i = 0; i < inst.operands_size(); ++i)
       operands.push_back(Operand(inst.operands(i), *wants[static_cast<size_t>(i)]));
-    Emit(inst, mesh_.LocalDims(global, computed), operands, &v);
+    proto::Instruction* local = Emit(inst, mesh_.LocalDims(global, computed), operands, &v);
+    // A slice takes the whole of each split dim: of the local piece, up to its local size.
+    for (size_t d = 0; op == Opcode::kSlice && d < computed.size(); ++d) {
+      if (computed[d] != kWhole) local->set_limit(static_cast<int>(d), local->shape().dims(static_cast<int>(d)));
+    }
     Define(id, v, computed);
   }
 

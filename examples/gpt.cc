@@ -1,6 +1,9 @@
 #include "examples/gpt.h"
 
+#include <algorithm>
 #include <cmath>
+#include <optional>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "lazy/error.h"
@@ -10,6 +13,20 @@ namespace lazyrt::examples {
 
 namespace {
 constexpr int64_t kMaxDim = int64_t{1} << 16;
+
+// Rows of a fused qkv projection ([3 width] rows of `row` values each) in Megatron's order for `groups` model
+// partitions: [partition][q, k, v][its width / groups rows], from the usual [q, k, v][width].
+std::vector<float> GroupQkvRows(const std::vector<float>& values, int64_t width, int64_t row, int64_t groups) {
+  std::vector<float> out(values.size());
+  const int64_t per_group = width / groups;
+  for (int64_t r = 0; r < 3 * width; ++r) {
+    const int64_t part = r / width, group = (r % width) / per_group, within = r % per_group;
+    const int64_t to = (group * 3 + part) * per_group + within;
+    std::copy_n(values.begin() + r * row, row, out.begin() + to * row);
+  }
+  return out;
+}
+
 }  // namespace
 
 std::string CheckConfig(const GptConfig& c) {
@@ -26,18 +43,24 @@ std::string CheckConfig(const GptConfig& c) {
     return absl::StrCat("heads (", c.heads, ") must divide width (", c.width, "); e.g. heads ",
                         c.heads > 1 && c.width % 2 == 0 ? 2 : 1, " or width ", (c.width / c.heads + 1) * c.heads);
   }
+  if (c.model_parallel < 1 || c.model_parallel > c.heads || c.heads % c.model_parallel != 0) {
+    return absl::StrCat("model parallelism (", c.model_parallel, ") must divide heads (", c.heads,
+                        "): each partition computes whole heads; from 1 to ", c.heads);
+  }
   if (c.matmul_dtype != DType::kF32 && c.matmul_dtype != DType::kBF16) {
     return absl::StrCat("matmul dtype must be f32 or bf16, got ", ir::DTypeName(c.matmul_dtype));
   }
   return "";
 }
 
-Tensor Gpt::Add(const std::string& name, std::vector<int64_t> dims, double stddev, float constant) {
+Tensor Gpt::Add(const std::string& name, std::vector<int64_t> dims, double stddev, float constant,
+                const std::function<std::vector<float>(std::vector<float>)>& arrange) {
   int64_t n = 1;
   for (int64_t d : dims) n *= d;
   // A uniform distribution in +-a has the deviation a / sqrt(3).
   std::vector<float> values = stddev > 0 ? splitmix::Uniform(n, stddev * std::sqrt(3.0), seed_ * 1000 + params_.size())
                                          : std::vector<float>(static_cast<size_t>(n), constant);
+  if (arrange) values = arrange(std::move(values));
   Tensor t = Tensor::FromData(values, dims);
   t.requires_grad_();
   params_.push_back({name, t});
@@ -55,7 +78,9 @@ Gpt::Gpt(const GptConfig& config, uint64_t seed) : config_(config), seed_(seed) 
     Block b;
     b.ln1_w = Add(p + "ln1.weight", {c}, 0, 1);
     b.ln1_b = Add(p + "ln1.bias", {c}, 0, 0);
-    b.qkv_w = Add(p + "attn.qkv.weight", {3 * c, c}, stddev);
+    const int64_t groups = config.model_parallel;
+    b.qkv_w = Add(p + "attn.qkv.weight", {3 * c, c}, stddev, 0,
+                  [&](std::vector<float> v) { return GroupQkvRows(v, c, c, groups); });
     b.qkv_b = Add(p + "attn.qkv.bias", {3 * c}, 0, 0);
     b.proj_w = Add(p + "attn.proj.weight", {c, c}, residual);
     b.proj_b = Add(p + "attn.proj.bias", {c}, 0, 0);
@@ -92,9 +117,12 @@ Tensor Gpt::Linear(const Tensor& x, const Tensor& w, const Tensor& b) const {
 
 Tensor Gpt::Attention(const Tensor& x, const Block& block) const {
   const int64_t batch = x.dim(0), time = x.dim(1), c = config_.width, heads = config_.heads, d = c / heads;
-  Tensor qkv = Linear(x, block.qkv_w, block.qkv_b);  // [batch, time, 3 width]
+  const int64_t groups = config_.model_parallel;
+  // [batch, time, 3 width] as [batch, time, partition, q/k/v, heads of the partition, head dim]: with the
+  // features split over "model", each partition slices q, k and v of its own heads from its own piece.
+  Tensor qkv = reshape(Linear(x, block.qkv_w, block.qkv_b), {batch, time, groups, 3, heads / groups, d});
   auto head_major = [&](int64_t part) {
-    return permute(reshape(slice(qkv, 2, part * c, (part + 1) * c), {batch, time, heads, d}), {0, 2, 1, 3});
+    return permute(reshape(slice(qkv, 3, part, part + 1), {batch, time, heads, d}), {0, 2, 1, 3});
   };
   Tensor y = scaled_dot_product_attention(head_major(0), head_major(1), head_major(2), Tensor(), 0.0,
                                           /*is_causal=*/true);
@@ -116,6 +144,30 @@ Tensor Gpt::operator()(const Tensor& tokens, const std::function<void(int)>& aft
     if (after_block) after_block(static_cast<int>(l + 1));
   }
   return Linear(layer_norm(x, {config_.width}, lnf_w_, lnf_b_), head_w_, Tensor());
+}
+
+// The embeddings and the output head stay replicated: with a character vocabulary (about a hundred symbols)
+// they are a few percent of the parameters, and splitting the vocabulary would cost the cross-entropy an
+// all-reduce of its max and its sum per row (and the lookup a masked all-reduce) to save little memory.
+void Gpt::shard(const Mesh& mesh) const {
+  const std::optional<int64_t> model = mesh.axis_index("model");
+  const int64_t model_size = model ? mesh.shape()[static_cast<size_t>(*model)] : 1;
+  if (model_size != config_.model_parallel) {
+    throw Error(absl::StrCat("GPT: the mesh ", mesh.ToString(), " splits \"model\" ", model_size,
+                             " ways but the model was built for ", config_.model_parallel,
+                             " (GptConfig::model_parallel)"));
+  }
+  for (const GptParameter& p : params_) lazyrt::mark_sharding(p.value, mesh, {});
+  if (!model) return;
+  const PartitionSpec columns = {"model", std::nullopt}, rows = {std::nullopt, "model"}, vector = {"model"};
+  for (const Block& b : blocks_) {
+    lazyrt::mark_sharding(b.qkv_w, mesh, columns);
+    lazyrt::mark_sharding(b.qkv_b, mesh, vector);
+    lazyrt::mark_sharding(b.proj_w, mesh, rows);
+    lazyrt::mark_sharding(b.fc_w, mesh, columns);
+    lazyrt::mark_sharding(b.fc_b, mesh, vector);
+    lazyrt::mark_sharding(b.fc_proj_w, mesh, rows);
+  }
 }
 
 }  // namespace lazyrt::examples

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "lazy/sharding.h"
 #include "lazy/tensor.h"
 
 namespace lazyrt::examples {
@@ -20,6 +21,11 @@ struct GptConfig {
   int64_t width = 128;
   int64_t context = 128;             // rows of the position table: the longest sequence the model reads
   DType matmul_dtype = DType::kF32;  // kBF16: bf16 matmul inputs, f32 accumulation and f32 weights
+  // Megatron tensor parallelism over this many partitions of a mesh's "model" axis (1: none). The fused
+  // qkv projection's rows are then grouped by partition, [partition][q, k, v][its heads][head dim], so that
+  // an even split of them gives each partition the q, k and v of its own heads. The weights are the same
+  // numbers as with 1, rows reordered: the same model.
+  int64_t model_parallel = 1;
 };
 
 // Empty when `config` is valid, else what is wrong with it and the valid range.
@@ -46,11 +52,21 @@ class Gpt {
   std::vector<Tensor> parameters() const;
   const GptConfig& config() const { return config_; }
 
+  // Lays the parameters out over `mesh` (lazyrt::mark_sharding), Megatron-style when it has a "model" axis
+  // (whose size must be config().model_parallel): the qkv and MLP input projections split on their output
+  // features (column-parallel), the attention and MLP output projections on their input features
+  // (row-parallel: the partitioner all-reduces their partial sums), so attention runs on each partition's
+  // own heads without communication. Everything else is replicated, the embeddings and the output head
+  // included (see gpt.cc). Throws lazyrt::Error if the model axis does not match.
+  void shard(const Mesh& mesh) const;
+
  private:
   struct Block {
     Tensor ln1_w, ln1_b, qkv_w, qkv_b, proj_w, proj_b, ln2_w, ln2_b, fc_w, fc_b, fc_proj_w, fc_proj_b;
   };
-  Tensor Add(const std::string& name, std::vector<int64_t> dims, double stddev, float constant = 0);
+  // A parameter of `dims` initialised as the constructor says; `arrange` (if set) reorders its values first.
+  Tensor Add(const std::string& name, std::vector<int64_t> dims, double stddev, float constant = 0,
+             const std::function<std::vector<float>(std::vector<float>)>& arrange = nullptr);
   Tensor Linear(const Tensor& x, const Tensor& w, const Tensor& b) const;
   Tensor Attention(const Tensor& x, const Block& block) const;
 

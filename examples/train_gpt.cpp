@@ -61,9 +61,22 @@ struct Flags {
   int64_t eval_batches = 4;
   int64_t sample_tokens = 200;
   std::string prompt = "The ";
-  std::string cache_dir;      // empty: the runtime's default (LAZYRT_CACHE_DIR, ~/.cache/lazyrt)
-  std::string report;         // empty: LAZYRT_REPORT, if set
-  int64_t data_parallel = 0;  // --mesh data=N: the batch split over N devices (0: one device)
+  std::string cache_dir;  // empty: the runtime's default (LAZYRT_CACHE_DIR, ~/.cache/lazyrt)
+  std::string report;     // empty: LAZYRT_REPORT, if set
+  // --mesh data=D[,model=M]: the axes of a device mesh in order, by name (empty: one device). The batch is
+  // split over "data", the blocks' projections over "model" (Megatron tensor parallelism).
+  std::vector<std::pair<std::string, int64_t>> mesh;
+  int64_t MeshSize() const {
+    int64_t n = 1;
+    for (const auto& [axis, size] : mesh) n *= size;
+    return n;
+  }
+  int64_t AxisSize(const std::string& name) const {
+    for (const auto& [axis, size] : mesh) {
+      if (axis == name) return size;
+    }
+    return 1;
+  }
 };
 
 constexpr char kUsage[] =
@@ -71,10 +84,42 @@ constexpr char kUsage[] =
     "                 [--weight-decay X] [--clip X] [--seed N] [--data FILE|DIR] [--accum N]\n"
     "                 [--accum-sync step|micro] [--mode whole|split] [--barrier-every N] [--dtype f32|bf16]\n"
     "                 [--eval-every N] [--eval-batches N] [--sample-tokens N] [--prompt TEXT]\n"
-    "                 [--cache-dir DIR] [--report FILE] [--mesh data=N]\n";
+    "                 [--cache-dir DIR] [--report FILE] [--mesh data=D[,model=M]]\n";
 
 const lazyrt::examples::FlagParser kFlags("train_gpt", kUsage);
 [[noreturn]] void Usage(const std::string& error) { kFlags.Fail(error); }
+
+// --mesh data=D[,model=M]: "data" (the batch split D ways) and "model" (Megatron tensor parallelism over M
+// devices), each at most once and in that order, at most 64 devices in all.
+std::vector<std::pair<std::string, int64_t>> ParseMesh(const std::string& value) {
+  constexpr int64_t kMaxDevices = 64;
+  const std::vector<std::string> known = {"data", "model"};
+  std::vector<std::pair<std::string, int64_t>> mesh;
+  int64_t devices = 1;
+  size_t next_known = 0;  // the axes come in known's order
+  for (size_t start = 0; start <= value.size();) {
+    const size_t comma = std::min(value.find(',', start), value.size());
+    const std::string item = value.substr(start, comma - start);
+    const size_t equals = item.find('=');
+    if (equals == std::string::npos) Usage("--mesh: expected data=D or data=D,model=M, got '" + value + "'");
+    const std::string axis = item.substr(0, equals);
+    const auto at = std::find(known.begin() + static_cast<ptrdiff_t>(next_known), known.end(), axis);
+    if (at == known.end()) {
+      Usage("--mesh: unknown or misplaced axis '" + axis + "' in '" + value +
+            "' (the axes are data, then model, each at most once)");
+    }
+    next_known = static_cast<size_t>(at - known.begin()) + 1;
+    const int64_t size = kFlags.Integer("--mesh " + axis, item.substr(equals + 1), 1, kMaxDevices);
+    devices *= size;
+    if (devices > kMaxDevices) {
+      Usage("--mesh " + value + " needs more than " + std::to_string(kMaxDevices) + " devices (at most " +
+            std::to_string(kMaxDevices) + ")");
+    }
+    mesh.emplace_back(axis, size);
+    start = comma + 1;
+  }
+  return mesh;
+}
 
 Flags ParseFlags(int argc, char** argv) {
   Flags f;
@@ -140,9 +185,7 @@ Flags ParseFlags(int argc, char** argv) {
     } else if (flag == "--cache-dir") {
       f.cache_dir = value;
     } else if (flag == "--mesh") {
-      // Data parallel: the batch split over a mesh of N devices, the parameters replicated (SPMD).
-      if (value.rfind("data=", 0) != 0) Usage("--mesh: expected data=N (data parallel), got '" + value + "'");
-      f.data_parallel = kFlags.Integer(flag, value.substr(5), 1, 64);
+      f.mesh = ParseMesh(value);
     } else if (flag == "--report") {
       f.report = value;
     } else {
@@ -153,9 +196,22 @@ Flags ParseFlags(int argc, char** argv) {
     Usage("--heads (" + std::to_string(f.model.heads) + ") must divide --width (" + std::to_string(f.model.width) +
           ")");
   }
-  if (f.data_parallel > 0 && f.batch % f.data_parallel != 0) {
+  if (f.batch % f.AxisSize("data") != 0) {
     Usage("--batch (" + std::to_string(f.batch) + ") must be divisible by the mesh's data axis (" +
-          std::to_string(f.data_parallel) + ")");
+          std::to_string(f.AxisSize("data")) + ")");
+  }
+  f.model.model_parallel = f.AxisSize("model");
+  if (f.model.heads % f.model.model_parallel != 0) {
+    Usage("--heads (" + std::to_string(f.model.heads) + ") must be divisible by the mesh's model axis (" +
+          std::to_string(f.model.model_parallel) + "): each device computes whole heads");
+  }
+  if (const char* devices = std::getenv("LAZYRT_DEVICES"); devices != nullptr && *devices != '\0' && !f.mesh.empty()) {
+    // The mesh sets the device count; an environment that asks for fewer devices is a mistake to report.
+    const long long available = std::strtoll(devices, nullptr, 10);
+    if (available > 0 && available < f.MeshSize()) {
+      Usage("--mesh needs " + std::to_string(f.MeshSize()) + " devices but LAZYRT_DEVICES is " + devices +
+            " (set it to at least " + std::to_string(f.MeshSize()) + ", or unset it)");
+    }
   }
   if (static_cast<int64_t>(f.prompt.size()) > f.model.context) {
     Usage("--prompt has " + std::to_string(f.prompt.size()) + " characters, more than --context (" +
@@ -230,7 +286,7 @@ int main(int argc, char** argv) {
   Flags flags = ParseFlags(argc, argv);
   try {
     if (!lazyrt::examples::ConfigureRuntime("train_gpt", flags.cache_dir, flags.report,
-                                            static_cast<int>(flags.data_parallel))) {
+                                            flags.mesh.empty() ? 0 : static_cast<int>(flags.MeshSize()))) {
       return 2;
     }
 
@@ -247,16 +303,24 @@ int main(int argc, char** argv) {
     const std::vector<Tensor> params = model.parameters();
     int64_t param_count = 0;
     for (const Tensor& p : params) param_count += p.numel();
-    // Data parallel: every device holds the parameters, each a slice of the batch (the gradients are
-    // all-reduced by the SPMD partitioner).
+    // On a mesh: each device a slice of the batch over "data" (the SPMD partitioner all-reduces the
+    // gradients), the blocks' projections split over "model" (Gpt::shard), the optimizer's moments laid out
+    // as their parameters.
     std::optional<lazyrt::Mesh> mesh;
-    if (flags.data_parallel > 0) {
-      mesh.emplace(std::vector<int64_t>{flags.data_parallel}, std::vector<std::string>{"data"});
-      for (const Tensor& p : params) lazyrt::mark_sharding(p, *mesh, {});
+    if (!flags.mesh.empty()) {
+      std::vector<int64_t> shape;
+      std::vector<std::string> names;
+      for (const auto& [axis, size] : flags.mesh) {
+        names.push_back(axis);
+        shape.push_back(size);
+      }
+      mesh.emplace(shape, names);
+      model.shard(*mesh);
     }
+    const bool split_batch = mesh && mesh->axis_index("data").has_value();
     auto batch_of = [&](const std::vector<int64_t>& tokens) {
       Tensor t = Upload(tokens, {flags.batch, flags.model.context});
-      return mesh ? lazyrt::mark_sharding(t, *mesh, {"data", {}}) : t;
+      return split_batch ? lazyrt::mark_sharding(t, *mesh, {"data", {}}) : t;
     };
     lazyrt::AdamW optimizer(params, flags.lr, 0.9, 0.95, 1e-8, flags.weight_decay);
     const int64_t context = flags.model.context;
@@ -344,8 +408,8 @@ int main(int argc, char** argv) {
     out["persistent_cache_hits"] = lazyrt::CounterValue(lazyrt::counters::kPersistentCacheHit);
     out["persistent_cache_misses"] = lazyrt::CounterValue(lazyrt::counters::kPersistentCacheMiss);
     out["devices"] = mesh ? mesh->size() : 1;
-    // Each device's peak over the run: parameters and optimizer state on every device of a data-parallel
-    // mesh (replicated), the activations of its batch shard.
+    // Each device's peak over the run: its parameters and optimizer state (replicated, or its piece of the
+    // weights split over "model"), the activations of its batch shard.
     std::vector<int64_t> peaks;
     for (const lazyrt::MemoryInfo& m : mesh ? lazyrt::memory_info(*mesh) : std::vector{lazyrt::memory_info()}) {
       peaks.push_back(m.peak_bytes);

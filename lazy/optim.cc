@@ -2,19 +2,29 @@
 
 #include <cmath>
 
+#include "lazy/runtime.h"
+
 namespace lazyrt {
 namespace {
 std::vector<int64_t> DimsOf(const Tensor& t) { return {t.dims().begin(), t.dims().end()}; }
 
 // Optimizer state starts as device data uploaded from the host, not as a traced zeros(): the first
 // step then traces the very graph every later step does.
-Tensor StateLike(const Tensor& p, const SourceLocation& loc) {
+Tensor ZerosLike(const Tensor& p, const SourceLocation& loc) {
   const std::vector<int64_t> dims = DimsOf(p);
   if (p.dtype() == DType::kF64)
     return Tensor::FromData(std::vector<double>(static_cast<size_t>(p.numel())), dims, p.device(), loc);
   if (p.dtype() == DType::kF32)
     return Tensor::FromData(std::vector<float>(static_cast<size_t>(p.numel())), dims, p.device(), loc);
   return zeros(dims, p.dtype(), p.device(), loc);
+}
+
+// ... laid out over a mesh as its parameter is (mark_sharding's layout): a moment of a weight split over
+// "model" is split the same way on every step, never gathered and replicated.
+Tensor StateLike(const Tensor& p, const SourceLocation& loc) {
+  Tensor state = ZerosLike(p, loc);
+  state.impl()->sharding = p.impl()->sharding;
+  return state;
 }
 }  // namespace
 

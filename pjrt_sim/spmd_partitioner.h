@@ -3,15 +3,17 @@
 //
 // 1. Propagation: the annotated values (and the parameters, which arrive as annotated, replicated when not)
 //    give their neighbours a sharding through the op between them, forward and backward, through
-//    elementwise ops, broadcast, transpose, reshape (where a split dim survives), dot, reduce and the row-wise
-//    ops (normalization, cumsum, argsort, argmax). Random numbers stay replicated (every partition draws the
+//    elementwise ops, broadcast, transpose, reshape (where a split dim survives), dot, reduce, the row-wise
+//    ops (normalization, cumsum, argsort, argmax), slice and concatenate (along whole dims), the indexing ops
+//    and their gradients (split everywhere but along the indexed dim) and attention (split over its batch
+//    dims: a GPT's batch and heads). Random numbers stay replicated (every partition draws the
 //    global stream, so sharded or not they are the same numbers). What is left unsharded is replicated.
 // 2. Partitioning: each instruction is rewritten to its per-partition shape, its operands resharded to what
 //    its rule needs: a split dim a consumer needs whole is ALL_GATHERed, a whole dim it needs split is taken
-//    by PARTITION_SLICE (no communication); a dot contracting a dim split on both sides leaves partial sums,
-//    ALL_REDUCEd (or REDUCE_SCATTERed when the result is wanted split); a reduction over a split dim is
-//    ALL_REDUCEd. An op without a rule is computed replicated from gathered operands: correct, never wrong,
-//    and counted.
+//    by PARTITION_SLICE (no communication), a split that moves to another dim goes by one ALL_TO_ALL; a dot contracting
+//    a dim split on both sides leaves partial sums, ALL_REDUCEd (or REDUCE_SCATTERed when the result is wanted split);
+//    a reduction over a split dim is ALL_REDUCEd. An op without a rule is computed replicated from gathered operands:
+//    correct, never wrong, and counted.
 //
 // Partition p is the row-major position of its coordinates in the mesh; a collective over a set of mesh
 // axes runs in groups of the partitions that differ only in those axes' coordinates, ordered by them.

@@ -90,7 +90,8 @@ TEST(SpmdRules, IndexAddAndScatterAddAlongAWholeDimKeepTheOtherDimsSplit) {
   const int64_t y = ShardedParameter(b, 3, {4, 5}, {0, kWhole});
   const int64_t at = ShardedIndex(b, 4, {4, 2}, {0, kWhole});
   const int64_t values = ShardedParameter(b, 5, {4, 2}, {0, kWhole});
-  b.Output(b.Op(Opcode::kScatterAdd, {y, at, values}, proto::F32, {4, 5}, [](proto::Instruction& i) { i.set_axis(1); }));
+  b.Output(
+      b.Op(Opcode::kScatterAdd, {y, at, values}, proto::F32, {4, 5}, [](proto::Instruction& i) { i.set_axis(1); }));
   const SpmdPartitioned r = Partitioned(b.module());
   EXPECT_EQ(r.replicated_fallbacks, 0);
   EXPECT_EQ(r.collectives, 0);

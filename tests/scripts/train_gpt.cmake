@@ -82,7 +82,8 @@ elseif(CHECK STREQUAL "convergence")
   endif()
 elseif(CHECK STREQUAL "mesh")
   # Data parallel over a mesh of 4 devices (SPMD: the batch split, the gradients all-reduced) trains as
-  # one device does: the same losses to 1e-4 relative after 30 steps, still three graphs.
+  # one device does: the same losses to 1e-4 relative after 30 steps (f32 sums in another order), still three
+  # graphs, and no op computed replicated for want of a partitioning rule.
   run_train(one ${small} --steps 30 --eval-every 0)
   run_train(four ${small} --steps 30 --eval-every 0 --mesh data=4)
   expect_field("${four}" devices EQUAL 4)
@@ -107,8 +108,65 @@ elseif(CHECK STREQUAL "mesh")
   if(NOT near EQUAL 0)
     message(FATAL_ERROR "final_loss on a data=4 mesh ${b} is not within 1e-4 relative of one device's ${a}")
   endif()
+  expect_field("${four}" spmd_replicated_fallbacks EQUAL 0)
+
+  # Megatron tensor parallel over data=2,model=2: the same losses again, every op partitioned by a rule.
+  run_train(tp ${small} --steps 30 --eval-every 0 --mesh data=2,model=2 --cache-dir ${WORK}/tp-cache)
+  expect_field("${tp}" devices EQUAL 4)
+  expect_field("${tp}" graphs_compiled EQUAL 3)
+  expect_field("${tp}" spmd_replicated_fallbacks EQUAL 0)
+  string(JSON c GET "${tp}" final_loss)
+  execute_process(COMMAND awk "BEGIN { d = ${a} - ${c}; exit !(d * d <= (1e-4 * ${a}) ^ 2) }" RESULT_VARIABLE near)
+  if(NOT near EQUAL 0)
+    message(FATAL_ERROR "final_loss on a data=2,model=2 mesh ${c} is not within 1e-4 relative of one device's ${a}")
+  endif()
+  # The split weights' arithmetic, at a width where the weights dominate a device's memory (at width 32 its
+  # peak is mostly activations and the executables' arenas). Each block (width C = 128) splits over "model" its
+  # qkv weight 3C x C and bias 3C, its MLP input weight 4C x C and bias 4C (column-parallel), its attention
+  # and MLP output weights C x C and C x 4C (row-parallel): S = 2 layers x (12 C^2 + 7 C) = 395008 of the P
+  # parameters. A device holds each parameter and its two AdamW moments (f32: 12 bytes a parameter), whole or
+  # its half of the split ones:
+  #   data=2,model=2:  12 (P - S) + 12 S / 2 bytes at least, and
+  #   12 S / 2 = 2370048 bytes fewer than a device of data=4, which holds all of them (as do its gradients and
+  #   the updated parameters: the real difference is a few times larger, the bound is conservative).
+  set(wide --layers 2 --heads 4 --width 128 --context 8 --batch 4 --sample-tokens 8 --steps 4 --eval-every 0)
+  run_train(wide_dp ${wide} --mesh data=4)
+  run_train(wide_tp ${wide} --mesh data=2,model=2)
+  string(JSON wide_parameters GET "${wide_tp}" parameters)
+  set(split 395008)
+  math(EXPR held "(${wide_parameters} - ${split}) * 12 + ${split} * 12 / 2")
+  math(EXPR saved "${split} * 12 / 2")
+  foreach(d RANGE 3)
+    string(JSON peak GET "${wide_tp}" peak_device_bytes ${d})
+    string(JSON replicated_peak GET "${wide_dp}" peak_device_bytes ${d})
+    math(EXPR bound "${replicated_peak} - ${saved}")
+    if(peak LESS held OR peak GREATER bound)
+      message(FATAL_ERROR "device ${d}'s peak ${peak} bytes on data=2,model=2 is not from its parameters and "
+                          "moments (${held}) to the data=4 peak less the split half (${bound})")
+    endif()
+  endforeach()
+  # A second process compiles nothing: the SPMD executables come from the disk cache.
+  run_train(tp_warm ${small} --steps 30 --eval-every 0 --mesh data=2,model=2 --cache-dir ${WORK}/tp-cache)
+  expect_field("${tp_warm}" graphs_compiled EQUAL 0)
+  expect_field("${tp_warm}" persistent_cache_misses EQUAL 0)
+  expect_field("${tp_warm}" persistent_cache_hits GREATER_EQUAL 3)
+  string(JSON w GET "${tp_warm}" final_loss)
+  if(NOT w STREQUAL c)
+    message(FATAL_ERROR "the warm data=2,model=2 run's final_loss ${w} differs from the cold run's ${c}")
+  endif()
+
   expect_failure("--batch \\(6\\) must be divisible by the mesh's data axis \\(4\\)" ${small} --batch 6 --mesh data=4)
-  expect_failure("--mesh: expected data=N" ${small} --mesh model=2)
+  expect_failure("--mesh: unknown or misplaced axis 'expert'" ${small} --mesh data=2,expert=2)
+  expect_failure("--mesh: unknown or misplaced axis 'data'" ${small} --mesh model=2,data=2)
+  expect_failure("--mesh: expected data=D or data=D,model=M, got 'data'" ${small} --mesh data)
+  expect_failure("--mesh model needs an integer from 1 to 64, got '0'" ${small} --mesh data=2,model=0)
+  expect_failure("--mesh data=16,model=8 needs more than 64 devices" ${small} --mesh data=16,model=8)
+  expect_failure("--heads \\(2\\) must be divisible by the mesh's model axis \\(4\\)" ${small} --mesh model=4)
+  execute_process(COMMAND ${CMAKE_COMMAND} -E env LAZYRT_DEVICES=2 ${TRAIN} ${small} --mesh data=2,model=2
+                  --cache-dir ${WORK}/cache-failures ERROR_VARIABLE err RESULT_VARIABLE rc OUTPUT_QUIET)
+  if(rc EQUAL 0 OR NOT err MATCHES "--mesh needs 4 devices but LAZYRT_DEVICES is 2")
+    message(FATAL_ERROR "a mesh larger than LAZYRT_DEVICES must be refused; got ${rc}: ${err}")
+  endif()
 elseif(CHECK STREQUAL "bad_input")
   file(WRITE ${WORK}/empty.txt "")
   expect_failure("empty.txt: the text is empty" ${small} --data ${WORK}/empty.txt)

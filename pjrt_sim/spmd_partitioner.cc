@@ -594,6 +594,7 @@ class Partitioner {
     }
     if (op == Opcode::kDot) return PartitionDot(id, target);
     if (op == Opcode::kReduce) return PartitionReduce(id, target);
+    if (op == Opcode::kIndexAdd && PartitionIndexAddOfSplitRows(id, target)) return;
     // Every other rule computes `target` locally from its operands when OperandAxes has one for it (with the
     // dims LocalAxes wants whole), else the op is computed replicated.
     Axes computed = LocalAxes(id, target);
@@ -679,6 +680,34 @@ class Partitioner {
           ->set_combiner(inst.combiner());
     }
     Define(id, v, target);
+  }
+
+  // INDEX_ADD of source rows split over a mesh axis the result does not use (an embedding's gradient, its
+  // tokens split over the batch): each partition adds its own rows into zeros, the partial sums are
+  // ALL_REDUCEd and added to x. The table's bytes move once, not every row of the batch. False when the
+  // rows are not split so (the generic rule then applies).
+  bool PartitionIndexAddOfSplitRows(int64_t id, const Axes& target) {
+    const proto::Instruction& inst = Inst(id);
+    const size_t axis = static_cast<size_t>(inst.axis());
+    const int64_t rows_axis = (*ShardingOf(inst.operands(2)))[axis];
+    const Axes computed = LocalAxes(id, target);
+    if (rows_axis == kWhole || Uses(computed, rows_axis)) return false;
+    Axes want_src = computed;
+    want_src[axis] = rows_axis;
+    const Dims local = mesh_.LocalDims(DimsOf(inst.shape()), computed);
+    proto::Instruction zeros_like;
+    zeros_like.set_opcode(static_cast<int32_t>(Opcode::kConstant));
+    zeros_like.mutable_shape()->set_type(inst.shape().type());
+    int64_t zeros, v;
+    Emit(zeros_like, local, {}, &zeros);
+    Emit(inst, local, {zeros, Operand(inst.operands(1), {rows_axis}), Operand(inst.operands(2), want_src)}, &v);
+    EmitCollective(Opcode::kAllReduce, v, local, {rows_axis}, &v)->set_combiner(static_cast<int32_t>(Combiner::kSum));
+    proto::Instruction add_like;
+    add_like.set_opcode(static_cast<int32_t>(Opcode::kAdd));
+    add_like.mutable_shape()->set_type(inst.shape().type());
+    Emit(add_like, local, {Operand(inst.operands(0), computed), v}, &v);
+    Define(id, v, computed);
+    return true;
   }
 
   const proto::Module& in_;

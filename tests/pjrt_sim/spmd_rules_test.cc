@@ -101,6 +101,25 @@ TEST(SpmdRules, IndexAddAndScatterAddAlongAWholeDimKeepTheOtherDimsSplit) {
                                  RandomIndex({4, 2}, 5, 12), Random({4, 2}, 13)});
 }
 
+TEST(SpmdRules, AnEmbeddingGradientAddsEachPartitionsRowsAndAllReducesTheTable) {
+  // The tokens (and the rows of the gradient) split over the batch: partial tables, summed once.
+  ModuleBuilder b;
+  SetMesh(b, {4});
+  const int64_t table = b.Parameter(0, proto::F32, {10, 3});
+  const int64_t tokens = ShardedIndex(b, 1, {8}, {0});
+  const int64_t rows = ShardedParameter(b, 2, {8, 3}, {0, kWhole});
+  b.Output(b.Op(Opcode::kIndexAdd, {table, tokens, rows}, proto::F32, {10, 3},
+                [](proto::Instruction& i) { i.set_axis(0); }));
+  const SpmdPartitioned r = Partitioned(b.module());
+  EXPECT_EQ(r.replicated_fallbacks, 0);
+  EXPECT_EQ(Count(r.module, Opcode::kAllGather), 0);
+  EXPECT_THAT(DimsOf(Only(r.module, Opcode::kIndexAdd)), ElementsAre(10, 3));
+  const proto::Instruction& all_reduce = Only(r.module, Opcode::kAllReduce);
+  EXPECT_THAT(DimsOf(all_reduce), ElementsAre(10, 3));
+  EXPECT_THAT(Groups(all_reduce), ElementsAre(ElementsAre(0, 1, 2, 3)));
+  ExpectSameNumbers(b.module(), {Random({10, 3}, 20), RandomIndex({8}, 10, 21), Random({8, 3}, 22)});
+}
+
 TEST(SpmdRules, AttentionAndItsGradientSplitOverBatchAndHeadsWithoutCommunication) {
   ModuleBuilder b;
   SetMesh(b, {2, 2});  // data, model: q, k, v [batch, heads, time, head dim]

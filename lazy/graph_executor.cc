@@ -264,6 +264,13 @@ void LaunchPartitioned(const pjrt::Executable& exe, const std::vector<std::vecto
   const pjrt::proto::Executable& p = exe.proto();
   std::vector<pjrt::Device*> devices;
   for (int64_t d : p.mesh().device_ids()) devices.push_back(rt.client().device(static_cast<int>(d)));
+  // As Launch does: at most kMaxInFlight executions ahead of the devices (one event per partition each).
+  // Without the bound a host that traces faster than the mesh computes queues every step, and each queued
+  // step holds its results: a 30-step run's peak grew to 30 steps' parameters and moments on each device.
+  while (state.in_flight.size() >= kMaxInFlight * devices.size()) {
+    state.in_flight.front()->Wait().IgnoreError();  // an error is reported by the buffers that have it
+    state.in_flight.pop_front();
+  }
   absl::StatusOr<std::vector<std::vector<std::shared_ptr<pjrt::Buffer>>>> results =
       exe.ExecutePartitioned(args, devices, nullptr, std::move(name_site));
   ThrowIfError(results.status(), "sync: launching the graph on its mesh", loc);

@@ -192,8 +192,10 @@ TEST(ShardedExecution, ABatchShardedMatmulMatchesAReferenceLoop) {
   ExpectNear(y.to_vector<float>(), want);
   EXPECT_EQ(found(), before + 1);
   const int64_t fallbacks = CounterValue(counters::kSpmdReplicatedFallbacks);
-  // Concatenate has no partitioning rule: computed replicated, and counted.
-  EXPECT_EQ(cat({x, x}, 1).to_vector<float>().size(), 80u);
+  // Attention with dropout has no partitioning rule (its random numbers are drawn over the whole batch):
+  // computed replicated, and counted.
+  const Tensor rows = reshape(x, {8, 1, 5});
+  EXPECT_EQ(scaled_dot_product_attention(rows, rows, rows, Tensor(), 0.5).to_vector<float>().size(), 40u);
   EXPECT_EQ(CounterValue(counters::kSpmdReplicatedFallbacks), fallbacks + 1);
   // Computed as 4 partitions: the result is 4 pieces of [2, 3], split along dim 0.
   const std::shared_ptr<const detail::ShardedData>& pieces = y.impl()->sharded;

@@ -71,7 +71,7 @@ std::vector<int64_t> AxesOf(const pjrt::proto::Sharding& s, size_t rank) {
 
 std::string AxisName(const std::vector<std::string>& names, int64_t axis) {
   return axis >= 0 && axis < static_cast<int64_t>(names.size()) ? names[static_cast<size_t>(axis)]
-                                                                 : absl::StrCat("axis", axis);
+                                                                : absl::StrCat("axis", axis);
 }
 
 // The PartitionSpec a mark_sharding() call would take: {"data", {}}; {} when replicated.
@@ -91,8 +91,9 @@ int64_t PieceBytes(const pjrt::proto::Shape& shape, const std::vector<int64_t>& 
   int64_t elements = 1;
   for (int d = 0; d < shape.dims_size(); ++d) {
     const int64_t a = axes[static_cast<size_t>(d)];
-    elements *= a >= 0 && a < static_cast<int64_t>(mesh_shape.size()) ? shape.dims(d) / mesh_shape[static_cast<size_t>(a)]
-                                                                        : shape.dims(d);
+    elements *= a >= 0 && a < static_cast<int64_t>(mesh_shape.size())
+                    ? shape.dims(d) / mesh_shape[static_cast<size_t>(a)]
+                    : shape.dims(d);
   }
   return elements * pjrt::ByteWidth(pjrt::FromProto(shape.type()));
 }
@@ -123,8 +124,8 @@ Advice AdviceFor(const Named& n, const Executable& exe) {
     a.text = absl::StrCat(
         "the tensor ", value, " enters each step split as ", a.had, " but the ", consumer, " needs it as ", a.needed,
         ": it is all-gathered every step, ", gathered, " received by each device. Lay it out as its consumer needs, ",
-        a.suggestion, " (", pjrt::HumanBytes(PieceBytes(r.shape(), needed, exe.mesh_shape)), " held per device instead of ",
-        pjrt::HumanBytes(PieceBytes(r.shape(), had, exe.mesh_shape)),
+        a.suggestion, " (", pjrt::HumanBytes(PieceBytes(r.shape(), needed, exe.mesh_shape)),
+        " held per device instead of ", pjrt::HumanBytes(PieceBytes(r.shape(), had, exe.mesh_shape)),
         ", nothing gathered), unless it is split to save memory (FSDP-style), which costs this gather.");
   } else if (r.consumer() == "sharding annotation") {
     a.suggestion = absl::StrCat("mark_sharding(tensor, mesh, ", a.had, ")");

@@ -50,7 +50,8 @@ std::vector<float> MatmulReference(const std::vector<float>& a, const std::vecto
   for (int64_t i = 0; i < m; ++i) {
     for (int64_t j = 0; j < n; ++j) {
       double acc = 0;
-      for (int64_t p = 0; p < k; ++p) acc += double{a[static_cast<size_t>(i * k + p)]} * b[static_cast<size_t>(p * n + j)];
+      for (int64_t p = 0; p < k; ++p)
+        acc += double{a[static_cast<size_t>(i * k + p)]} * b[static_cast<size_t>(p * n + j)];
       c[static_cast<size_t>(i * n + j)] = static_cast<float>(acc);
     }
   }

@@ -2,12 +2,17 @@
 // gathered is a finding with the line that created it and the sharding that avoids it; the collectives a
 // data-parallel step needs (its gradients' all-reduce) are not. Runs with LAZYRT_DEVICES=4 (ctest -R
 // lazy_resharding) and skips with fewer devices.
-#include <gmock/gmock.h>
-#include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <cmath>
+#include <cstdio>
+#include <fstream>
 #include <string>
 #include <vector>
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
 
 #include "absl/strings/str_cat.h"
 #include "lazy/devices.h"
@@ -90,8 +95,23 @@ TEST(ReshardingDiagnostic, AWeightShardedOnTheWrongDimIsAFindingAtItsLine) {
   EXPECT_THAT(f->message, HasSubstr("all-gathered every step"));
   EXPECT_THAT(f->message, HasSubstr("f32[6,4]"));
   EXPECT_THAT(f->message, HasSubstr("dot created at"));
-  // The run report and the debug summary carry it too.
+  // The debug summary and the run report carry it too, the report with each device's collective time.
   EXPECT_THAT(diagnostics_summary(), HasSubstr("[resharding warning"));
+  const std::string path = absl::StrCat(::testing::TempDir(), "/resharding_report_", getpid(), ".json");
+  write_report(path);
+  std::ifstream in(path);
+  const nlohmann::json report = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
+  std::remove(path.c_str());
+  ASSERT_TRUE(report.is_object());
+  bool reported = false;
+  for (const nlohmann::json& finding : report["findings"]) {
+    reported |= finding["kind"] == "resharding" && finding["suggestion"] == "mark_sharding(tensor, mesh, {})" &&
+                finding["bytes_per_step"] == 48 && finding["needed"] == "{}";
+  }
+  EXPECT_TRUE(reported) << report["findings"].dump();
+  EXPECT_GT(report["devices"][0]["collective_calls"].get<int64_t>(), 0);
+  EXPECT_GT(report["devices"][1]["collective_ms"].get<double>(), 0);
+  EXPECT_GT(report["collective_ms_per_step"].get<double>(), 0);
 }
 
 TEST(ReshardingDiagnostic, AnActivationSplitOnAnotherDimThanItsConsumerIsGatheredAndSlicedAgain) {

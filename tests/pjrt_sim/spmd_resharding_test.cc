@@ -57,7 +57,7 @@ TEST(SpmdResharding, AWeightSplitOnTheContractedDimOfABatchSplitDotIsRecorded) {
   EXPECT_EQ(found.consumer_origin(), 3);
   EXPECT_THAT(found.shape().dims(), ElementsAre(8, 4));
   EXPECT_THAT(Axes(found.had()), ElementsAre(0, kWhole));
-  EXPECT_THAT(Axes(found.needed()), ElementsAre());  // replicated
+  EXPECT_THAT(Axes(found.needed()), ElementsAre());         // replicated
   EXPECT_EQ(found.bytes_per_partition(), 3 * (2 * 4 * 4));  // the 3 other partitions' [2, 4] f32 pieces
 }
 
@@ -67,9 +67,9 @@ TEST(SpmdResharding, DataParallelCollectivesAreNotRecorded) {
   const int64_t x = Parameter(b, 0, {8, 5}, {0, kWhole}, 1);
   const int64_t w = Parameter(b, 1, {5, 3}, {}, 2);
   const int64_t dy = Parameter(b, 2, {8, 3}, {0, kWhole}, 3);
-  b.Output(b.Unary(Opcode::kTanh, b.Dot(x, w)));          // forward: no collective
-  b.Output(b.Dot(b.Transpose(x, {1, 0}), dy));            // the weight's gradient: all-reduced, as it must be
-  b.Output(b.Reduce(Combiner::kSum, dy, {0, 1}));         // a loss's sum over the split batch: all-reduced
+  b.Output(b.Unary(Opcode::kTanh, b.Dot(x, w)));   // forward: no collective
+  b.Output(b.Dot(b.Transpose(x, {1, 0}), dy));     // the weight's gradient: all-reduced, as it must be
+  b.Output(b.Reduce(Combiner::kSum, dy, {0, 1}));  // a loss's sum over the split batch: all-reduced
   const SpmdPartitioned r = Partitioned(b.module());
   EXPECT_EQ(r.collectives, 2);
   EXPECT_TRUE(r.reshardings.empty());

@@ -107,6 +107,17 @@ elseif(CHECK STREQUAL "mesh")
   if(NOT near EQUAL 0)
     message(FATAL_ERROR "final_loss on a data=4 mesh ${b} is not within 1e-4 relative of one device's ${a}")
   endif()
+  # The collective share of the step: the gradients' all-reduces take some of it, never all of it (one
+  # device has none).
+  string(JSON share GET "${four}" collective_share)
+  string(JSON collective_ms GET "${four}" collective_ms_per_step)
+  string(JSON one_share GET "${one}" collective_share)
+  execute_process(COMMAND awk "BEGIN { exit !(${share} > 0 && ${share} < 1 && ${collective_ms} > 0 && ${one_share} == 0) }"
+                  RESULT_VARIABLE ok)
+  if(NOT ok EQUAL 0)
+    message(FATAL_ERROR "collective_share ${share} (${collective_ms} ms per step) on a data=4 mesh is not in (0, 1), "
+                        "or one device's (${one_share}) is not 0")
+  endif()
   expect_failure("--batch \\(6\\) must be divisible by the mesh's data axis \\(4\\)" ${small} --batch 6 --mesh data=4)
   expect_failure("--mesh: expected data=N" ${small} --mesh model=2)
 elseif(CHECK STREQUAL "bad_input")

@@ -21,6 +21,11 @@ std::vector<MemoryInfo> memory_info(const Mesh& mesh, SourceLocation loc) {
   return infos;
 }
 
+CollectiveInfo collective_info(Device device, SourceLocation loc) {
+  const pjrt::CollectiveStats stats = detail::Runtime::Get().device_state(device, loc).device->collective_stats();
+  return CollectiveInfo{.calls = stats.calls, .ms = static_cast<double>(stats.nanoseconds) / 1e6};
+}
+
 void reset_peak_memory(Device device, SourceLocation loc) {
   detail::Runtime::Get().device_state(device, loc).device->ResetPeakMemory();
 }

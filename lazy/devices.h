@@ -28,6 +28,16 @@ MemoryInfo memory_info(Device device = {}, LAZYRT_HERE);
 // The memory of each physical device of `mesh`, in the mesh's device order: under SPMD every device
 // holds its own shards and arenas, so a job sees each chip's limit, not one virtual device's.
 std::vector<MemoryInfo> memory_info(const Mesh& mesh, LAZYRT_HERE);
+// The time one physical device spent inside collectives (all-reduce, all-gather, ...) since it was created:
+// each call from its start to its return, moving and combining bytes and waiting at the rendezvous for
+// the mesh's other devices (a partition that arrives first sleeps there, leaving its core to the others).
+// Sampled before and after some steps, the difference per step is the collective share of a step.
+struct CollectiveInfo {
+  int64_t calls = 0;
+  double ms = 0;
+};
+CollectiveInfo collective_info(Device device = {}, LAZYRT_HERE);
+
 // Starts a new peak on `device`: peak_bytes becomes bytes_in_use, to measure one phase of a program.
 void reset_peak_memory(Device device = {}, LAZYRT_HERE);
 

@@ -126,14 +126,6 @@ State& Get() {
 
 const Options& Opts() { return Runtime::Get().options(); }
 
-// A place in lazyrt's own sources (its paths are relative to its source root).
-bool InLazyrt(std::string_view location) {
-  for (std::string_view layer : {"lazy/", "ir/", "pjrt_sim/", "lowering/", "cache/"}) {
-    if (location.substr(0, layer.size()) == layer) return true;
-  }
-  return false;
-}
-
 std::string SiteText(const std::string& location, const std::vector<std::string>& stack) {
   // The innermost user frame is the location itself; the callers tell a helper's call sites apart.
   std::vector<std::string> callers;
@@ -145,6 +137,14 @@ std::string SiteText(const std::string& location, const std::vector<std::string>
 }
 
 }  // namespace
+
+// A place in lazyrt's own sources (its paths are relative to its source root).
+bool InLazyrt(std::string_view location) {
+  for (std::string_view layer : {"lazy/", "ir/", "pjrt_sim/", "lowering/", "cache/"}) {
+    if (location.substr(0, layer.size()) == layer) return true;
+  }
+  return false;
+}
 
 // Where debug lines go: LAZYRT_DEBUG_FILE, else stderr.
 // A debug file that cannot be opened as a regular file (a FIFO without a reader, a directory), or that a
@@ -688,6 +688,7 @@ absl::string_view FindingKindName(FindingKind kind) {
     case FindingKind::kExtraSync: return "extra_sync";
     case FindingKind::kHostWait: return "host_wait";
     case FindingKind::kRecompile: return "recompile";
+    case FindingKind::kResharding: return "resharding";
   }
   return "?";
 }
@@ -712,6 +713,7 @@ std::vector<Finding> findings() {
   std::vector<Finding> out;
   detail::AddExtraSyncFindings(s, out);
   detail::AddRecompileFindings(s, out);
+  detail::AddReshardingFindings(out);
   std::stable_sort(out.begin(), out.end(), [](const Finding& a, const Finding& b) {
     return a.severity != b.severity ? a.severity > b.severity : a.count > b.count;
   });

@@ -40,11 +40,13 @@ struct SyncEvent {
 
 // What a finding is about.
 enum class FindingKind : uint8_t {
-  kExtraSync,  // a host sync inside a step that cut the step's graph in two
-  kHostWait,   // a host sync that cut nothing but made the host wait for the device (logging a value)
-  kRecompile,  // one cause of the distinct graphs a sync site ran (a static scalar, a shape, ...)
+  kExtraSync,   // a host sync inside a step that cut the step's graph in two
+  kHostWait,    // a host sync that cut nothing but made the host wait for the device (logging a value)
+  kRecompile,   // one cause of the distinct graphs a sync site ran (a static scalar, a shape, ...)
+  kResharding,  // a collective an SPMD graph runs every step that another layout of a value would avoid
 };
-absl::string_view FindingKindName(FindingKind kind);  // "extra_sync", "host_wait", "recompile"
+// "extra_sync", "host_wait", "recompile", "resharding"
+absl::string_view FindingKindName(FindingKind kind);
 
 // How much a finding costs: a warning repeats (every step, or a storm of graphs); information is a
 // one-off (a single recompile, an intended barrier).
@@ -66,6 +68,11 @@ struct Finding {
   std::vector<std::string> also_at;
   std::string sync_site;
   int64_t variants = 0, site_syncs = 0;
+  // resharding (once per executable; count = the steps that ran it): the value's layout and the one its
+  // consumer needed (PartitionSpecs over the mesh's axis names), the mark_sharding() that avoids the
+  // collective, and the bytes each device received for it per step.
+  std::string sharding, needed, suggestion;
+  int64_t bytes_per_step = 0;
 };
 
 // A sync site (the file:line and call stack of a sync) and the graphs it ran.

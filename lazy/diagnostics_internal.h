@@ -2,11 +2,14 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
+#include <string_view>
 #include <vector>
 
 #include "ir/post_order.h"
 #include "lazy/diagnostics.h"
 #include "pjrt_sim/device.h"
+#include "pjrt_sim/executable.pb.h"
 
 namespace lazyrt::detail {
 
@@ -42,6 +45,16 @@ std::vector<MemorySample> MemorySamples();
 std::string PersistentCacheDir();
 // The device time of the loaded executables' kernels, most expensive first (LAZYRT_DEBUG >= 3).
 std::string KernelProfileText();
+// Whether `location` (file:line) is in lazyrt's own sources.
+bool InLazyrt(std::string_view location);
+// The avoidable reshardings of SPMD executable `exe` (diagnostics_resharding.cc): its first run with graph
+// key `graph_key` names them by the graph `order` (LAZYRT_DEBUG >= 1 prints them); later runs are counted.
+void RecordReshardings(uint64_t graph_key, const pjrt::proto::Executable& exe, const ir::PostOrder& order);
+// Their findings, one per resharding of each executable.
+void AddReshardingFindings(std::vector<Finding>& out);
+// The axis names a program gave the mesh of `shape` over `devices` (the latest mark_sharding's).
+void RememberMeshAxisNames(const std::vector<int64_t>& shape, const std::vector<int64_t>& devices,
+                           const std::vector<std::string>& names);
 // A line of debug output, to LAZYRT_DEBUG_FILE or stderr.
 void DebugLine(const std::string& line);
 // Writes what LAZYRT_DEBUG, LAZYRT_REPORT and LAZYRT_TRACE ask for (nothing if none); at exit.

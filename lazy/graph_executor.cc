@@ -376,6 +376,7 @@ void Sync(Device device, SyncCause cause, const SourceLocation& loc) {
 
   const Clock::time_point launch_start = Clock::now();
   if (found.executable->num_partitions() > 1) {
+    RecordReshardings(key, found.executable->proto(), order);
     LaunchPartitioned(*found.executable, BuildPartitionArguments(order, *found.executable, rt, loc), pending, rt, state,
                       SiteNamerOf(order), loc);
   } else {

@@ -76,13 +76,30 @@ json DevicesJson() {
   json devices = json::array();
   for (int d = 0; d < device_count(); ++d) {
     const MemoryInfo m = memory_info(Device{d});
+    const CollectiveInfo c = collective_info(Device{d});
     devices.push_back(json{{"device", Device{d}.ToString()},
                            {"bytes_in_use", m.bytes_in_use},
                            {"peak_bytes", m.peak_bytes},
                            {"limit_bytes", m.limit_bytes},
-                           {"live_allocations", m.live_allocations}});
+                           {"live_allocations", m.live_allocations},
+                           {"collective_calls", c.calls},
+                           {"collective_ms", c.ms}});
   }
   return devices;
+}
+
+// The time a device spends in collectives per step, averaged over the devices that ran any (partitions run
+// in parallel: this is the part of a step each spends there); 0 without collectives or steps.
+double CollectiveMsPerStep(size_t steps) {
+  double ms = 0;
+  int devices = 0;
+  for (int d = 0; d < device_count(); ++d) {
+    const CollectiveInfo c = collective_info(Device{d});
+    if (c.calls == 0) continue;
+    ms += c.ms;
+    ++devices;
+  }
+  return devices == 0 || steps == 0 ? 0 : ms / devices / static_cast<double>(steps);
 }
 
 // A finding as the report holds it (tools/cli/diag_command.cc reads these fields).
@@ -102,6 +119,12 @@ json FindingJson(const Finding& f) {
     j["sync_site"] = f.sync_site;
     j["variants"] = f.variants;
     j["site_syncs"] = f.site_syncs;
+  }
+  if (f.kind == FindingKind::kResharding) {
+    j["sharding"] = f.sharding;
+    j["needed"] = f.needed;
+    j["suggestion"] = f.suggestion;
+    j["bytes_per_step"] = f.bytes_per_step;
   }
   return j;
 }
@@ -182,6 +205,7 @@ void write_report(const std::string& path) {
   for (const Finding& f : findings()) found.push_back(FindingJson(f));
   report["findings"] = found;
   report["devices"] = DevicesJson();
+  report["collective_ms_per_step"] = CollectiveMsPerStep(steps.size());
   WriteFile(path, report.dump(2) + "\n", "run report");
 }
 

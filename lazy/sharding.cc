@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "lazy/diagnostics_internal.h"
 #include "lazy/runtime.h"
 #include "lazy/tracing.h"
 
@@ -143,6 +144,7 @@ Tensor mark_sharding(const Tensor& tensor, const Mesh& mesh, const PartitionSpec
     }
     dim_axes[d] = *axis;
   }
+  detail::RememberMeshAxisNames(mesh.shape(), mesh.device_ids(), mesh.axis_names());
   impl.sharding = ir::Attributes{{ir::AttrKey::kMeshShape, mesh.shape()},
                                  {ir::AttrKey::kMeshDevices, mesh.device_ids()},
                                  {ir::AttrKey::kShardAxes, std::move(dim_axes)}};

@@ -139,6 +139,7 @@ absl::StatusOr<proto::Module> LowerGraph(const ir::PostOrder& order, std::string
     const ir::Attributes& attrs = node.attrs();
     int64_t id = -1;
     const OpKind op = node.op();
+    const int first_instruction = module.instructions_size();
     switch (op) {
       case OpKind::kDeviceData: {
         b.Add(Opcode::kParameter, type, dims, {}, &id)->set_parameter_number(next_parameter++);
@@ -379,6 +380,10 @@ absl::StatusOr<proto::Module> LowerGraph(const ir::PostOrder& order, std::string
       }
     }
     id_of[pos] = id;
+    // Every instruction of the node's lowering names it, so that diagnostics can name its user's line.
+    for (int i = first_instruction; i < module.instructions_size(); ++i) {
+      module.mutable_instructions(i)->set_origin(static_cast<int64_t>(pos) + 1);
+    }
   }
   for (uint32_t root : order.root_positions()) module.add_outputs(id_of[root]);
   return module;

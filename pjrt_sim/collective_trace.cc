@@ -21,12 +21,13 @@ Log& GetLog() {
 
 }  // namespace
 
-CollectiveSpan::CollectiveSpan(const Device* device, std::string what)
+CollectiveSpan::CollectiveSpan(Device* device, std::string what)
     : device_(device), what_(std::move(what)), start_(std::chrono::steady_clock::now()) {}
 
 CollectiveSpan::~CollectiveSpan() {
   if (device_ == nullptr) return;
   CollectiveSpanRecord record{device_->id(), std::move(what_), start_, std::chrono::steady_clock::now()};
+  device_->RecordCollective(std::chrono::duration_cast<std::chrono::nanoseconds>(record.end - record.start).count());
   Log& log = GetLog();
   std::lock_guard<std::mutex> lock(log.mu);
   if (log.spans.size() == kMaxCollectiveSpans) log.spans.pop_front();

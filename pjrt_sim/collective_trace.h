@@ -15,16 +15,17 @@ struct CollectiveSpanRecord {
   std::chrono::steady_clock::time_point start, end;
 };
 
-// Records the time from its construction to its destruction as one span of `device` (none if null).
+// Records the time from its construction to its destruction as one span of `device` (none if null), and
+// counts it in the device's CollectiveStats.
 class CollectiveSpan {
  public:
-  CollectiveSpan(const Device* device, std::string what);
+  CollectiveSpan(Device* device, std::string what);
   ~CollectiveSpan();
   CollectiveSpan(const CollectiveSpan&) = delete;
   CollectiveSpan& operator=(const CollectiveSpan&) = delete;
 
  private:
-  const Device* device_;
+  Device* device_;
   std::string what_;
   std::chrono::steady_clock::time_point start_;
 };

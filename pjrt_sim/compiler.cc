@@ -80,6 +80,7 @@ absl::StatusOr<std::shared_ptr<Executable>> Compile(const proto::Module& global,
     for (const proto::Sharding& s : spmd->parameter_shardings) *exe.add_parameter_shardings() = s;
     for (const proto::Sharding& s : spmd->output_shardings) *exe.add_output_shardings() = s;
     exe.set_replicated_fallbacks(spmd->replicated_fallbacks);
+    for (proto::Resharding& r : spmd->reshardings) *exe.add_reshardings() = std::move(r);
   }
 
   absl::Status verified;

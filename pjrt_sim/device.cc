@@ -107,6 +107,16 @@ void Device::RecordReceived(int64_t bytes) {
   stats_.collective_bytes_received += bytes;
 }
 
+void Device::RecordCollective(int64_t nanoseconds) {
+  collective_calls_.fetch_add(1, std::memory_order_relaxed);
+  collective_ns_.fetch_add(nanoseconds, std::memory_order_relaxed);
+}
+
+CollectiveStats Device::collective_stats() const {
+  return {.calls = collective_calls_.load(std::memory_order_relaxed),
+          .nanoseconds = collective_ns_.load(std::memory_order_relaxed)};
+}
+
 MemoryStats Device::memory_stats() const {
   std::lock_guard<std::mutex> lock(mu_);
   return stats_;

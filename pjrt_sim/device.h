@@ -26,6 +26,14 @@ struct MemoryStats {
   int64_t collective_bytes_received = 0;  // copied in from other devices' memory by collectives
 };
 
+// The time a device's partitions spent inside collective calls, each from the call to its return: moving
+// and combining bytes, and waiting at the rendezvous for the other members (a partition that arrives
+// first sleeps there).
+struct CollectiveStats {
+  int64_t calls = 0;
+  int64_t nanoseconds = 0;
+};
+
 class Device;
 
 // Device memory owned by one holder; returns its bytes to the device when destroyed.
@@ -70,6 +78,9 @@ class Device {
   void ResetPeakMemory();
   // Counts `bytes` a collective copied into this device's memory from another device's.
   void RecordReceived(int64_t bytes);
+  // Counts one collective call of `nanoseconds` on this device (CollectiveSpan: two clock reads a call).
+  void RecordCollective(int64_t nanoseconds);
+  CollectiveStats collective_stats() const;
   // Work on this device runs in order on this stream.
   Stream& stream() { return stream_; }
   // When on, executions time every kernel (Executable::kernel_times); two clock reads per kernel.
@@ -87,6 +98,7 @@ class Device {
   // spares the host's page faults and zeroing of fresh memory (as a device's pooling allocator does).
   std::unordered_map<size_t, std::vector<void*>> free_blocks_;
   std::atomic<bool> kernel_profiling_{false};
+  std::atomic<int64_t> collective_calls_{0}, collective_ns_{0};
   Stream stream_;
 };
 

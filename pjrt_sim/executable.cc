@@ -217,6 +217,16 @@ absl::Status CheckShardings(const proto::Executable& p) {
   for (const proto::Sharding& s : p.output_shardings()) {
     if (!check(s) || s.dim_axes_size() > 64) return absl::InvalidArgumentError("a result's sharding is invalid");
   }
+  // The diagnostics' records: shardings of their value's rank, sizes that cannot be negative.
+  for (const proto::Resharding& r : p.reshardings()) {
+    auto fits = [&](const proto::Sharding& s) {
+      return check(s) && (s.dim_axes().empty() || s.dim_axes_size() == r.shape().dims_size());
+    };
+    if (!CheckShape(r.shape(), "a resharded value").ok() || !fits(r.had()) || !fits(r.needed()) || r.origin() < 0 ||
+        r.consumer_origin() < 0 || r.bytes_per_partition() < 0 || r.consumer().size() > 256) {
+      return absl::InvalidArgumentError("a resharding record is invalid");
+    }
+  }
   return absl::OkStatus();
 }
 

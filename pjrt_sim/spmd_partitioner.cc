@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "pjrt_sim/hlo.h"
 #include "pjrt_sim/opcode.h"
 
 namespace lazyrt::pjrt {
@@ -195,6 +196,7 @@ class Partitioner {
       // An annotated value is laid out as annotated even where its rule computed it otherwise.
       const Axes& target = *ShardingOf(id);
       if (fixed_[static_cast<size_t>(id)] && have_[static_cast<size_t>(id)] != target) {
+        consumer_ = {.id = id, .has_rule = true, .annotation = true};
         Define(id, Operand(id, target), target);
       }
     }
@@ -205,6 +207,7 @@ class Partitioner {
     out.set_num_partitions(mesh_.size());
     result.replicated_fallbacks = fallbacks_;
     result.collectives = collectives_;
+    result.reshardings = std::move(reshardings_);
     return result;
   }
 
@@ -549,19 +552,24 @@ class Partitioner {
     int64_t v = value_[static_cast<size_t>(id)];
     const Dims global = DimsOf(Inst(id).shape());
     MoveSplitsBetweenDims(global, want, axes, v);
+    int64_t received = 0;  // by each partition
     for (size_t d = 0; d < axes.size(); ++d) {
       if (axes[d] == kWhole || axes[d] == want[d]) continue;
       const int64_t from = axes[d];
+      received += (mesh_.axis_size(from) - 1) * LocalBytes(id, axes);
       axes[d] = kWhole;
       EmitCollective(Opcode::kAllGather, v, mesh_.LocalDims(global, axes), {from}, &v)
           ->set_axis(static_cast<int64_t>(d));
     }
+    bool sliced = false;
     for (size_t d = 0; d < axes.size(); ++d) {
       if (want[d] == kWhole || axes[d] == want[d]) continue;
       axes[d] = want[d];
+      sliced = true;
       EmitCollective(Opcode::kPartitionSlice, v, mesh_.LocalDims(global, axes), {want[d]}, &v)
           ->set_axis(static_cast<int64_t>(d));
     }
+    if (received > 0) NoteResharding(id, want, received, sliced);
     resharded_.emplace(key, v);
     return v;
   }
@@ -592,6 +600,7 @@ class Partitioner {
       Define(id, v, local);
       return;
     }
+    consumer_ = {.id = id, .has_rule = true, .annotation = false};
     if (op == Opcode::kDot) return PartitionDot(id, target);
     if (op == Opcode::kReduce) return PartitionReduce(id, target);
     if (op == Opcode::kIndexAdd && PartitionIndexAddOfSplitRows(id, target)) return;
@@ -605,6 +614,7 @@ class Partitioner {
       has_rule = wants.back().has_value();
     }
     if (!has_rule) {
+      consumer_.has_rule = false;
       computed = Axes(global.size(), kWhole);
       wants.clear();
       for (int i = 0; i < inst.operands_size(); ++i) wants.emplace_back(Axes(RankOf(inst.operands(i)), kWhole));
@@ -710,6 +720,41 @@ class Partitioner {
     return true;
   }
 
+  // ---- Avoidable reshardings (see spmd_partitioner.h) ----------------------------------------------------
+
+  // What the operands being resharded are for: the instruction being partitioned, or its own annotation.
+  struct Consumer {
+    int64_t id = -1;
+    bool has_rule = true;
+    bool annotation = false;
+  };
+
+  // The bytes of one partition's piece of instruction `id`'s value laid out as `axes`.
+  int64_t LocalBytes(int64_t id, const Axes& axes) const {
+    int64_t elements = 1;
+    for (int64_t d : mesh_.LocalDims(DimsOf(Inst(id).shape()), axes)) elements *= d;
+    return elements * ByteWidth(FromProto(Inst(id).shape().type()));
+  }
+
+  // Records the resharding of `id` (laid out as have_[id]) to `want` for consumer_, which made each partition
+  // receive `received` bytes, when it is one of the avoidable kinds.
+  void NoteResharding(int64_t id, const Axes& want, int64_t received, bool sliced) {
+    if (!consumer_.has_rule) return;
+    const bool parameter = static_cast<Opcode>(Inst(id).opcode()) == Opcode::kParameter;
+    if (!parameter && !sliced) return;
+    proto::Resharding& r = reshardings_.emplace_back();
+    r.set_kind(parameter ? proto::Resharding::PARAMETER : proto::Resharding::RESLICED);
+    r.set_origin(Inst(id).origin());
+    *r.mutable_shape() = Inst(id).shape();
+    *r.mutable_had() = ToProto(have_[static_cast<size_t>(id)]);
+    *r.mutable_needed() = ToProto(want);
+    r.set_bytes_per_partition(received);
+    const proto::Instruction& consumer = Inst(consumer_.id);
+    r.set_consumer(consumer_.annotation ? "sharding annotation"
+                                        : std::string(OpcodeName(static_cast<Opcode>(consumer.opcode()))));
+    r.set_consumer_origin(consumer.origin());
+  }
+
   const proto::Module& in_;
   MeshGrid mesh_;
   std::vector<std::optional<Axes>> sharding_;
@@ -721,6 +766,8 @@ class Partitioner {
   std::map<std::pair<int64_t, Axes>, int64_t> resharded_;
   int64_t fallbacks_ = 0;
   int64_t collectives_ = 0;
+  Consumer consumer_;
+  std::vector<proto::Resharding> reshardings_;
 };
 
 }  // namespace

@@ -15,6 +15,17 @@
 //    a reduction over a split dim is ALL_REDUCEd. An op without a rule is computed replicated from gathered operands:
 //    correct, never wrong, and counted.
 //
+// Avoidable reshardings are recorded for the runtime's diagnostics (a Resharding each): a collective that
+// another layout of the value would have avoided, with the value's origin, the layout it had, the one its
+// consumer needed and the bytes moved per run. Exactly these: (a) a PARAMETER (a value the program reads,
+// laid out by the caller) all-gathered for a consumer with a partitioning rule: laid out as the consumer
+// needs, it would arrive so every run; (b) a computed value all-gathered and then sliced along another dim
+// (RESLICED) for a consumer with a rule or for its own sharding annotation: all of it moved so that each
+// partition keeps a piece. Not recorded: partial sums combined (ALL_REDUCE, REDUCE_SCATTER: a data-parallel
+// gradient or a split contraction needs them), a computed value gathered whole because its consumer needs
+// that dim whole (the op needs it), and the operands gathered for an op without a rule (counted as
+// replicated_fallbacks: the partitioner's gap, not the layout's).
+//
 // Partition p is the row-major position of its coordinates in the mesh; a collective over a set of mesh
 // axes runs in groups of the partitions that differ only in those axes' coordinates, ordered by them.
 #pragma once
@@ -23,6 +34,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "pjrt_sim/executable.pb.h"
 #include "pjrt_sim/module.pb.h"
 
 namespace lazyrt::pjrt {
@@ -37,6 +49,8 @@ struct SpmdPartitioned {
   // Instructions computed replicated for want of a partitioning rule, and the collectives inserted.
   int64_t replicated_fallbacks = 0;
   int64_t collectives = 0;
+  // The avoidable reshardings, in the order the partitioner made them.
+  std::vector<proto::Resharding> reshardings;
 };
 
 // Partitions `module`, which VerifyModule accepted and which has a mesh.

@@ -155,6 +155,17 @@ elseif(CHECK STREQUAL "mesh")
     message(FATAL_ERROR "the warm data=2,model=2 run's final_loss ${w} differs from the cold run's ${c}")
   endif()
 
+  # The collective share of the step: the gradients' all-reduces take some of it, never all of it (one
+  # device has none).
+  string(JSON share GET "${four}" collective_share)
+  string(JSON collective_ms GET "${four}" collective_ms_per_step)
+  string(JSON one_share GET "${one}" collective_share)
+  execute_process(COMMAND awk "BEGIN { exit !(${share} > 0 && ${share} < 1 && ${collective_ms} > 0 && ${one_share} == 0) }"
+                  RESULT_VARIABLE ok)
+  if(NOT ok EQUAL 0)
+    message(FATAL_ERROR "collective_share ${share} (${collective_ms} ms per step) on a data=4 mesh is not in (0, 1), "
+                        "or one device's (${one_share}) is not 0")
+  endif()
   expect_failure("--batch \\(6\\) must be divisible by the mesh's data axis \\(4\\)" ${small} --batch 6 --mesh data=4)
   expect_failure("--mesh: unknown or misplaced axis 'expert'" ${small} --mesh data=2,expert=2)
   expect_failure("--mesh: unknown or misplaced axis 'data'" ${small} --mesh model=2,data=2)

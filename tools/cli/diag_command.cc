@@ -20,7 +20,8 @@ namespace {
 using Json = nlohmann::ordered_json;
 
 // The optional fields a finding may carry about what changed, in the order they read best.
-constexpr const char* kDetailFields[] = {"cause", "what", "before", "now", "sync_site", "stack", "also_at"};
+constexpr const char* kDetailFields[] = {"cause",    "what",   "before",     "now",   "sync_site",
+                                         "sharding", "needed", "suggestion", "stack", "also_at"};
 
 // How bad a finding is; a report written before findings had a severity says nothing, and every
 // finding of it counts as a warning.
@@ -133,21 +134,22 @@ int RunDiag(const Args& args) {
 }  // namespace
 
 Command DiagCommand() {
-  return {{.name = "diag",
-           .summary = "the findings of a run report (extra syncs, recompiles), worst first",
-           .usage = "usage: lazyrt diag REPORT.json [--json]\n"
-                    "\n"
-                    "Reads a run report and prints its findings for a human: warnings first, then information;\n"
-                    "within each, grouped by kind (extra_sync, host_wait, recompile), the kind that occurred\n"
-                    "most often first, each finding with the file:line it points at, how many times it\n"
-                    "occurred and what it means (and, when the report says, what caused it, what changed, the\n"
-                    "sync site and the call stack). Exit status 1 when there is a warning, 0 when there are\n"
-                    "only information findings or none, 2 when the report cannot be read.\n"
-                    "\n"
-                    "  --json        {\"findings\": [...]}: the report's findings as written, in the same order\n",
-           .flags = {"--json"},
-           .arguments = {"REPORT.json"}},
-          RunDiag};
+  return {
+      {.name = "diag",
+       .summary = "the findings of a run report (extra syncs, recompiles, reshardings), worst first",
+       .usage = "usage: lazyrt diag REPORT.json [--json]\n"
+                "\n"
+                "Reads a run report and prints its findings for a human: warnings first, then information;\n"
+                "within each, grouped by kind (extra_sync, host_wait, recompile, resharding), the kind that occurred\n"
+                "most often first, each finding with the file:line it points at, how many times it\n"
+                "occurred and what it means (and, when the report says, what caused it, what changed, the\n"
+                "sync site and the call stack). Exit status 1 when there is a warning, 0 when there are\n"
+                "only information findings or none, 2 when the report cannot be read.\n"
+                "\n"
+                "  --json        {\"findings\": [...]}: the report's findings as written, in the same order\n",
+       .flags = {"--json"},
+       .arguments = {"REPORT.json"}},
+      RunDiag};
 }
 
 }  // namespace lazyrt::cli

@@ -26,6 +26,7 @@
 #include "examples/gpt.h"
 #include "examples/lr_schedule.h"
 #include "lazy/devices.h"
+#include "lazy/distributed.h"
 #include "lazy/metrics.h"
 #include "lazy/nn.h"
 #include "lazy/optim.h"
@@ -64,6 +65,8 @@ struct Flags {
   std::string cache_dir;      // empty: the runtime's default (LAZYRT_CACHE_DIR, ~/.cache/lazyrt)
   std::string report;         // empty: LAZYRT_REPORT, if set
   int64_t data_parallel = 0;  // --mesh data=N: the batch split over N devices (0: one device)
+  // --diverge-rank R (for the tests of mismatched ranks): rank R traces a different step graph.
+  int64_t diverge_rank = -1;
 };
 
 constexpr char kUsage[] =
@@ -71,7 +74,9 @@ constexpr char kUsage[] =
     "                 [--weight-decay X] [--clip X] [--seed N] [--data FILE|DIR] [--accum N]\n"
     "                 [--accum-sync step|micro] [--mode whole|split] [--barrier-every N] [--dtype f32|bf16]\n"
     "                 [--eval-every N] [--eval-batches N] [--sample-tokens N] [--prompt TEXT]\n"
-    "                 [--cache-dir DIR] [--report FILE] [--mesh data=N]\n";
+    "                 [--cache-dir DIR] [--report FILE] [--mesh data=N] [--diverge-rank R]\n"
+    "Across processes (tools/run_distributed.sh N ...): --mesh data=N is the global mesh, N / processes\n"
+    "devices each (default: one each); each rank feeds its rows of the global batch.\n";
 
 const lazyrt::examples::FlagParser kFlags("train_gpt", kUsage);
 [[noreturn]] void Usage(const std::string& error) { kFlags.Fail(error); }
@@ -143,6 +148,8 @@ Flags ParseFlags(int argc, char** argv) {
       // Data parallel: the batch split over a mesh of N devices, the parameters replicated (SPMD).
       if (value.rfind("data=", 0) != 0) Usage("--mesh: expected data=N (data parallel), got '" + value + "'");
       f.data_parallel = kFlags.Integer(flag, value.substr(5), 1, 64);
+    } else if (flag == "--diverge-rank") {
+      f.diverge_rank = integer(0, 1 << 12);
     } else if (flag == "--report") {
       f.report = value;
     } else {
@@ -229,8 +236,16 @@ int main(int argc, char** argv) {
   const Clock::time_point process_start = Clock::now();
   Flags flags = ParseFlags(argc, argv);
   try {
+    // Across processes: the mesh is global, each process holds its share of its devices.
+    lazyrt::distributed::initialize();
+    const int64_t ranks = lazyrt::distributed::world_size(), rank = lazyrt::distributed::rank();
+    if (ranks > 1 && flags.data_parallel == 0) flags.data_parallel = ranks;
+    if (flags.data_parallel % ranks != 0 || flags.batch % std::max<int64_t>(flags.data_parallel, 1) != 0) {
+      Usage("--mesh data=" + std::to_string(flags.data_parallel) + " must be a multiple of the " +
+            std::to_string(ranks) + " processes and divide --batch (" + std::to_string(flags.batch) + ")");
+    }
     if (!lazyrt::examples::ConfigureRuntime("train_gpt", flags.cache_dir, flags.report,
-                                            static_cast<int>(flags.data_parallel))) {
+                                            static_cast<int>(flags.data_parallel / ranks))) {
       return 2;
     }
 
@@ -254,9 +269,16 @@ int main(int argc, char** argv) {
       mesh.emplace(std::vector<int64_t>{flags.data_parallel}, std::vector<std::string>{"data"});
       for (const Tensor& p : params) lazyrt::mark_sharding(p, *mesh, {});
     }
+    // Every rank draws the same global batch and feeds its rows of it: the same global batch as one
+    // process on the whole mesh.
     auto batch_of = [&](const std::vector<int64_t>& tokens) {
-      Tensor t = Upload(tokens, {flags.batch, flags.model.context});
-      return mesh ? lazyrt::mark_sharding(t, *mesh, {"data", {}}) : t;
+      if (ranks == 1) {
+        Tensor t = Upload(tokens, {flags.batch, flags.model.context});
+        return mesh ? lazyrt::mark_sharding(t, *mesh, {"data", {}}) : t;
+      }
+      const int64_t rows = flags.batch / ranks, row = flags.model.context;
+      const std::vector<int64_t> mine(tokens.begin() + rank * rows * row, tokens.begin() + (rank + 1) * rows * row);
+      return lazyrt::distributed::make_array_from_process_local_data(Upload(mine, {rows, row}), *mesh, {"data", {}});
     };
     lazyrt::AdamW optimizer(params, flags.lr, 0.9, 0.95, 1e-8, flags.weight_decay);
     const int64_t context = flags.model.context;
@@ -285,6 +307,7 @@ int main(int argc, char** argv) {
         };
         loss = LanguageModelLoss(model(batch_of(inputs), barrier), batch_of(targets));
         if (flags.accum > 1) loss = loss * lazyrt::static_scalar(1.0 / static_cast<double>(flags.accum));
+        if (rank == flags.diverge_rank) loss = loss * lazyrt::static_scalar(0.5);
         loss.backward();
         // Syncing each micro-batch, as torch_xla users often do, makes the field report's graph variants:
         // the first micro-batch creates the gradients, the middle ones add to them, the last also updates.
@@ -344,6 +367,10 @@ int main(int argc, char** argv) {
     out["persistent_cache_hits"] = lazyrt::CounterValue(lazyrt::counters::kPersistentCacheHit);
     out["persistent_cache_misses"] = lazyrt::CounterValue(lazyrt::counters::kPersistentCacheMiss);
     out["devices"] = mesh ? mesh->size() : 1;
+    out["ranks"] = ranks;
+    // Time in cross-process collectives (all of this process's partitions, waits included), per step.
+    out["collective_ms_per_step"] =
+        std::round(lazyrt::distributed::collective_seconds() * 1e6 / static_cast<double>(flags.steps)) / 1000;
     // Each device's peak over the run: parameters and optimizer state on every device of a data-parallel
     // mesh (replicated), the activations of its batch shard.
     std::vector<int64_t> peaks;

@@ -1,5 +1,6 @@
 #include "lazy/devices.h"
 
+#include "lazy/distributed_internal.h"
 #include "lazy/runtime.h"
 
 namespace lazyrt {
@@ -17,7 +18,12 @@ MemoryInfo memory_info(Device device, SourceLocation loc) {
 std::vector<MemoryInfo> memory_info(const Mesh& mesh, SourceLocation loc) {
   std::vector<MemoryInfo> infos;
   infos.reserve(mesh.device_ids().size());
-  for (int64_t id : mesh.device_ids()) infos.push_back(memory_info(Device{static_cast<int>(id)}, loc));
+  detail::Runtime& rt = detail::Runtime::Get();
+  for (int64_t id : mesh.device_ids()) {
+    if (const pjrt::Device* device = detail::LocalDevice(rt, id)) {
+      infos.push_back(memory_info(Device{device->id()}, loc));
+    }
+  }
   return infos;
 }
 

@@ -277,6 +277,9 @@ void initialize(SourceLocation loc) {
   }
   done = true;
   if (world == 1) return;
+  // A peer that dies closes its sockets; writing to one must fail the collective (an error naming the
+  // rank), not kill this process with SIGPIPE.
+  signal(SIGPIPE, SIG_IGN);
   if (options.coordinator.empty()) {
     throw Error(absl::StrCat("distributed::initialize: rank ", rank, " of ", world,
                              " has no coordinator: set LAZYRT_COORDINATOR=file:///dir, a directory every rank "

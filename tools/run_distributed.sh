@@ -2,7 +2,7 @@
 # Starts N processes of PROGRAM on this host as one job (lazy/distributed.h): ranks 0..N-1, a fresh
 # file coordinator. Prints rank 0's output as it comes; the other ranks' go to files, shown when a rank
 # fails. Exits with the first failing rank's status (0 when all succeed), kills the others as soon as
-# one fails, and never runs longer than LAZYRT_RUN_TIMEOUT_S seconds (default 600).
+# one fails, and never runs longer than RUN_DISTRIBUTED_TIMEOUT_S seconds (default 600).
 #   tools/run_distributed.sh N PROGRAM [ARGS...]
 set -uo pipefail
 if [ $# -lt 2 ] || ! [[ $1 =~ ^[1-9][0-9]*$ ]] || [ "$1" -gt 256 ]; then
@@ -11,8 +11,8 @@ if [ $# -lt 2 ] || ! [[ $1 =~ ^[1-9][0-9]*$ ]] || [ "$1" -gt 256 ]; then
 fi
 n=$1
 shift
-limit=${LAZYRT_RUN_TIMEOUT_S:-600}
-[[ $limit =~ ^[1-9][0-9]*$ ]] || { echo "run_distributed: LAZYRT_RUN_TIMEOUT_S=$limit is not a number of seconds" >&2; exit 2; }
+limit=${RUN_DISTRIBUTED_TIMEOUT_S:-600}
+[[ $limit =~ ^[1-9][0-9]*$ ]] || { echo "run_distributed: RUN_DISTRIBUTED_TIMEOUT_S=$limit is not a number of seconds" >&2; exit 2; }
 work=$(mktemp -d "${TMPDIR:-/tmp}/lazyrt-job.XXXXXX")
 pids=()
 cleanup() {
@@ -38,7 +38,7 @@ remaining=$n
 declare -A done_rank
 while [ "$remaining" -gt 0 ]; do
   if [ "$SECONDS" -ge "$deadline" ]; then
-    echo "run_distributed: the job did not end within ${limit} s (LAZYRT_RUN_TIMEOUT_S): killing its ranks" >&2
+    echo "run_distributed: the job did not end within ${limit} s (RUN_DISTRIBUTED_TIMEOUT_S): killing its ranks" >&2
     status=124
     break
   fi
@@ -62,7 +62,7 @@ done
 if [ "$status" -ne 0 ]; then
   # The others get a moment to report what they saw (their bounded waits), then are killed.
   # A stopped rank cannot report: it is not waited for.
-  grace=$((SECONDS + ${LAZYRT_RUN_GRACE_S:-15}))
+  grace=$((SECONDS + ${RUN_DISTRIBUTED_GRACE_S:-15}))
   for ((r = 0; r < n; ++r)); do
     [ -n "${done_rank[$r]:-}" ] && continue
     while kill -0 "${pids[$r]}" 2>/dev/null && [ "$SECONDS" -lt "$grace" ]; do

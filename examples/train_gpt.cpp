@@ -368,9 +368,13 @@ int main(int argc, char** argv) {
     out["persistent_cache_misses"] = lazyrt::CounterValue(lazyrt::counters::kPersistentCacheMiss);
     out["devices"] = mesh ? mesh->size() : 1;
     out["ranks"] = ranks;
-    // Time in cross-process collectives (all of this process's partitions, waits included), per step.
-    out["collective_ms_per_step"] =
-        std::round(lazyrt::distributed::collective_seconds() * 1e6 / static_cast<double>(flags.steps)) / 1000;
+    // Cross-process collectives per step (this process's partitions, waits included; the whole run,
+    // evaluations and the first step's connections too).
+    const lazyrt::distributed::CollectiveStats collectives = lazyrt::distributed::collective_stats();
+    const double per_step = 1.0 / static_cast<double>(flags.steps);
+    out["collective_ms_per_step"] = std::round(collectives.seconds * 1e6 * per_step) / 1000;
+    out["collectives_per_step"] = std::round(static_cast<double>(collectives.calls) * per_step * 10) / 10;
+    out["collective_bytes_per_step"] = std::round(static_cast<double>(collectives.bytes_received) * per_step);
     // Each device's peak over the run: parameters and optimizer state on every device of a data-parallel
     // mesh (replicated), the activations of its batch shard.
     std::vector<int64_t> peaks;

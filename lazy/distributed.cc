@@ -275,8 +275,10 @@ void initialize(SourceLocation loc) {
                              " processes (ranks 0 to ", world - 1, ")"),
                 loc);
   }
-  done = true;
-  if (world == 1) return;
+  if (world == 1) {
+    done = true;
+    return;
+  }
   // A peer that dies closes its sockets; writing to one must fail the collective (an error naming the
   // rank), not kill this process with SIGPIPE.
   signal(SIGPIPE, SIG_IGN);
@@ -296,6 +298,7 @@ void initialize(SourceLocation loc) {
   job->timeout =
       std::chrono::milliseconds(static_cast<int64_t>(std::min(options.collective_timeout_ms, 24.0 * 3600 * 1000)));
   detail::Join(*job, options.coordinator, loc);
+  done = true;
   detail::g_job.store(job.release());  // lives as long as the process: stream threads may use it at exit
 }
 
@@ -303,9 +306,11 @@ bool initialized() { return detail::g_job.load() != nullptr; }
 int rank() { return initialized() ? detail::g_job.load()->rank : 0; }
 int world_size() { return initialized() ? detail::g_job.load()->world : 1; }
 
-double collective_seconds() {
+CollectiveStats collective_stats() {
   const detail::Job* job = detail::g_job.load();
-  return job == nullptr ? 0.0 : std::chrono::duration<double>(job->communicator->time_in_collectives()).count();
+  if (job == nullptr) return {};
+  const pjrt::GlooCommunicator::Stats stats = job->communicator->stats();
+  return {stats.calls, stats.bytes_received, std::chrono::duration<double>(stats.time).count()};
 }
 
 Tensor make_array_from_process_local_data(const Tensor& local, const Mesh& mesh, const PartitionSpec& spec,

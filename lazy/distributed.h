@@ -41,7 +41,12 @@ int world_size();
 Tensor make_array_from_process_local_data(const Tensor& local, const Mesh& mesh, const PartitionSpec& spec,
                                           LAZYRT_HERE);
 
-// Seconds this process's partitions have spent in cross-process collectives (waiting included).
-double collective_seconds();
+// What this process's partitions did in cross-process collectives so far (zeros in one process).
+struct CollectiveStats {
+  int64_t calls = 0;
+  int64_t bytes_received = 0;  // from other partitions, over the transport
+  double seconds = 0;          // in the calls, waits for slower ranks included
+};
+CollectiveStats collective_stats();
 
 }  // namespace lazyrt::distributed

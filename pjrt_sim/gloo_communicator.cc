@@ -100,7 +100,7 @@ absl::StatusOr<std::shared_ptr<::gloo::Context>> GlooCommunicator::ContextFor(co
   return std::shared_ptr<::gloo::Context>(context);
 }
 
-absl::Status GlooCommunicator::Run(const CollectiveCall& call,
+absl::Status GlooCommunicator::Run(const CollectiveCall& call, int64_t bytes,
                                    const std::function<absl::Status(const std::shared_ptr<::gloo::Context>&)>& body) {
   const int64_t members = static_cast<int64_t>(call.group.size());
   if (members == 0 || call.rank < 0 || call.rank >= members) {
@@ -123,6 +123,9 @@ absl::Status GlooCommunicator::Run(const CollectiveCall& call,
     ASSIGN_OR_RETURN(std::shared_ptr<::gloo::Context> context, ContextFor(call));
     absl::Status status = body(context);
     collective_ns_.fetch_add(std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - start).count());
+    calls_.fetch_add(1);
+    bytes_received_.fetch_add(bytes);
+    OwnDevice(call)->RecordReceived(bytes);
     return status;
   } catch (const ::gloo::IoException& e) {
     error = absl::StrCat("connection to a peer failed or timed out: ", e.what());
@@ -149,22 +152,22 @@ absl::Status GlooCommunicator::AllReduce(const CollectiveCall& call, PrimitiveTy
     if (count > 0) std::memcpy(recv, send, static_cast<size_t>(count * width));
     return absl::OkStatus();
   }
-  return Run(call, [&](const std::shared_ptr<::gloo::Context>& context) -> absl::Status {
-    const int64_t share = (count + members - 1) / members;
-    const int64_t share_bytes = share * width;
-    Device* device = OwnDevice(call);
-    ASSIGN_OR_RETURN(DeviceMemory padded, device->Allocate(share_bytes * members));
-    ASSIGN_OR_RETURN(DeviceMemory pieces, device->Allocate(share_bytes * members));
-    std::memset(padded.data(), 0, static_cast<size_t>(padded.size()));
-    std::memcpy(padded.data(), send, static_cast<size_t>(count * width));
-    AllToAllBytes(context, padded.data(), pieces.data(), share_bytes, timeout_);
-    ASSIGN_OR_RETURN(DeviceMemory mine, device->Allocate(share_bytes));
-    CombineInOrder(type, combiner, share, members, pieces.data(), mine.data());
-    AllGatherBytes(context, mine.data(), padded.data(), share_bytes, timeout_);
-    std::memcpy(recv, padded.data(), static_cast<size_t>(count * width));
-    device->RecordReceived(2 * (members - 1) * share_bytes);
-    return absl::OkStatus();
-  });
+  const int64_t share = (count + members - 1) / members;
+  const int64_t share_bytes = share * width;
+  return Run(call, 2 * (members - 1) * share_bytes,
+             [&](const std::shared_ptr<::gloo::Context>& context) -> absl::Status {
+               Device* device = OwnDevice(call);
+               ASSIGN_OR_RETURN(DeviceMemory padded, device->Allocate(share_bytes * members));
+               ASSIGN_OR_RETURN(DeviceMemory pieces, device->Allocate(share_bytes * members));
+               std::memset(padded.data(), 0, static_cast<size_t>(padded.size()));
+               std::memcpy(padded.data(), send, static_cast<size_t>(count * width));
+               AllToAllBytes(context, padded.data(), pieces.data(), share_bytes, timeout_);
+               ASSIGN_OR_RETURN(DeviceMemory mine, device->Allocate(share_bytes));
+               CombineInOrder(type, combiner, share, members, pieces.data(), mine.data());
+               AllGatherBytes(context, mine.data(), padded.data(), share_bytes, timeout_);
+               std::memcpy(recv, padded.data(), static_cast<size_t>(count * width));
+               return absl::OkStatus();
+             });
 }
 
 absl::Status GlooCommunicator::ReduceScatter(const CollectiveCall& call, PrimitiveType type, Combiner combiner,
@@ -175,12 +178,11 @@ absl::Status GlooCommunicator::ReduceScatter(const CollectiveCall& call, Primiti
     if (bytes > 0) std::memcpy(recv, send, static_cast<size_t>(bytes));
     return absl::OkStatus();
   }
-  return Run(call, [&](const std::shared_ptr<::gloo::Context>& context) -> absl::Status {
+  return Run(call, (members - 1) * bytes, [&](const std::shared_ptr<::gloo::Context>& context) -> absl::Status {
     Device* device = OwnDevice(call);
     ASSIGN_OR_RETURN(DeviceMemory pieces, device->Allocate(bytes * members));
     AllToAllBytes(context, send, pieces.data(), bytes, timeout_);
     CombineInOrder(type, combiner, count, members, pieces.data(), recv);
-    device->RecordReceived((members - 1) * bytes);
     return absl::OkStatus();
   });
 }
@@ -193,9 +195,8 @@ absl::Status GlooCommunicator::AllGather(const CollectiveCall& call, PrimitiveTy
     if (bytes > 0) std::memcpy(recv, send, static_cast<size_t>(bytes));
     return absl::OkStatus();
   }
-  return Run(call, [&](const std::shared_ptr<::gloo::Context>& context) -> absl::Status {
+  return Run(call, (members - 1) * bytes, [&](const std::shared_ptr<::gloo::Context>& context) -> absl::Status {
     AllGatherBytes(context, send, recv, bytes, timeout_);
-    OwnDevice(call)->RecordReceived((members - 1) * bytes);
     return absl::OkStatus();
   });
 }
@@ -208,9 +209,8 @@ absl::Status GlooCommunicator::AllToAll(const CollectiveCall& call, PrimitiveTyp
     if (bytes > 0) std::memcpy(recv, send, static_cast<size_t>(bytes));
     return absl::OkStatus();
   }
-  return Run(call, [&](const std::shared_ptr<::gloo::Context>& context) -> absl::Status {
+  return Run(call, (members - 1) * bytes, [&](const std::shared_ptr<::gloo::Context>& context) -> absl::Status {
     AllToAllBytes(context, send, recv, bytes, timeout_);
-    OwnDevice(call)->RecordReceived((members - 1) * bytes);
     return absl::OkStatus();
   });
 }

@@ -58,14 +58,22 @@ class GlooCommunicator final : public Communicator {
   // Appended to every error: what the caller knows of the other ranks (which died or stopped, the
   // step), so that a failure names who is to blame and not only the connection that broke.
   void set_failure_note(std::function<std::string()> note);
-  // The time spent in collectives (all members of this process, summed), for the collective share.
-  std::chrono::nanoseconds time_in_collectives() const { return std::chrono::nanoseconds(collective_ns_.load()); }
+  // What this process's members did so far, summed: for the collective share and a cost model.
+  struct Stats {
+    int64_t calls = 0;
+    int64_t bytes_received = 0;        // from peers, over the transport
+    std::chrono::nanoseconds time{0};  // in the calls, waits for peers included
+  };
+  Stats stats() const {
+    return {calls_.load(), bytes_received_.load(), std::chrono::nanoseconds(collective_ns_.load())};
+  }
 
  private:
   // The Gloo context of `call`'s group for this member, made on first use.
   absl::StatusOr<std::shared_ptr<::gloo::Context>> ContextFor(const CollectiveCall& call);
-  // Runs `body` (Gloo calls) as `call`, turning Gloo's exceptions into a status that says where.
-  absl::Status Run(const CollectiveCall& call,
+  // Runs `body` (Gloo calls that receive `bytes` from peers) as `call`, turning Gloo's exceptions into
+  // a status that says where.
+  absl::Status Run(const CollectiveCall& call, int64_t bytes,
                    const std::function<absl::Status(const std::shared_ptr<::gloo::Context>&)>& body);
 
   std::shared_ptr<::gloo::rendezvous::Store> store_;
@@ -76,7 +84,7 @@ class GlooCommunicator final : public Communicator {
   std::map<std::pair<int64_t, std::vector<int64_t>>, std::shared_ptr<::gloo::Context>> contexts_;
   std::map<uint64_t, absl::Status> aborted_;  // by run, the newest few
   std::function<std::string()> failure_note_;
-  std::atomic<int64_t> collective_ns_{0};
+  std::atomic<int64_t> collective_ns_{0}, calls_{0}, bytes_received_{0};
 };
 
 }  // namespace lazyrt::pjrt

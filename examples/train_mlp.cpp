@@ -278,14 +278,16 @@ int main(int argc, char** argv) {
         "{\"test_accuracy\": %s, \"final_loss\": %s, \"steps\": %lld, \"startup_ms\": %.1f, "
         "\"first_step_ms\": %.2f, \"steady_step_ms\": %.3f, \"graphs_compiled\": %lld, "
         "\"persistent_cache_hits\": %lld, \"persistent_cache_misses\": %lld, \"mode\": \"%s\", \"devices\": %lld, "
-        "\"ranks\": %lld}\n",
+        "\"ranks\": %lld, \"collectives\": %lld, \"collective_bytes\": %lld}\n",
         JsonNumber("%.4f", test_accuracy).c_str(), JsonNumber("%.9g", loss.item()).c_str(),
         static_cast<long long>(step), startup_ms, first_step_ms,
         steady_steps > 0 ? steady_total_ms / static_cast<double>(steady_steps) : 0.0,
         static_cast<long long>(lazyrt::CounterValue(lazyrt::counters::kGraphsCompiled)),
         static_cast<long long>(lazyrt::CounterValue(lazyrt::counters::kPersistentCacheHit)),
         static_cast<long long>(lazyrt::CounterValue(lazyrt::counters::kPersistentCacheMiss)), flags.mode.c_str(),
-        static_cast<long long>(mesh ? mesh->size() : 1), static_cast<long long>(ranks));
+        static_cast<long long>(mesh ? mesh->size() : 1), static_cast<long long>(ranks),
+        static_cast<long long>(lazyrt::distributed::collective_stats().calls),
+        static_cast<long long>(lazyrt::distributed::collective_stats().bytes_received));
   } catch (const lazyrt::Error& e) {
     std::fprintf(stderr, "train_mlp: %s\n", e.what());
     return 1;

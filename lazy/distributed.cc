@@ -13,6 +13,7 @@
 #include <fstream>
 #include <memory>
 #include <optional>
+#include <thread>
 
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
@@ -82,23 +83,32 @@ std::string LocalProcessState(long pid) {
   }
 }
 
-// What this rank knows of the others when a collective fails: where it was, and which ranks of this
-// host have exited or stopped (ranks on other hosts cannot be looked at from here).
-std::string DescribeJob(const Job& job) {
-  std::string note = absl::StrCat("rank ", job.rank, " of ", job.world, " was at cross-process execution ",
-                                  job.executions.load(), " (graph ", ir::HashToHex(job.last_key.load()), ")");
-  bool blamed = false;
+// The ranks of this host that have exited or stopped, as "; rank 1 (pid 42 on vm) has exited", or "".
+std::string BlameLocalRanks(const Job& job) {
+  std::string blame;
   for (int r = 0; r < job.world; ++r) {
     if (r == job.rank || static_cast<size_t>(r) >= job.peers.size()) continue;
     const auto& [pid, host] = job.peers[static_cast<size_t>(r)];
     if (host != job.host) continue;
     const std::string state = LocalProcessState(pid);
-    if (state.empty()) continue;
-    absl::StrAppend(&note, "; rank ", r, " (pid ", pid, " on ", host, ") ", state);
-    blamed = true;
+    if (!state.empty()) absl::StrAppend(&blame, "; rank ", r, " (pid ", pid, " on ", host, ") ", state);
   }
-  if (!blamed) absl::StrAppend(&note, "; no rank on this host has exited or stopped (one on another host may have)");
-  return note;
+  return blame;
+}
+
+// What this rank knows of the others when a collective fails: where it was, and which ranks of this
+// host have exited or stopped (ranks on other hosts cannot be looked at from here).
+std::string DescribeJob(const Job& job) {
+  std::string note = absl::StrCat("rank ", job.rank, " of ", job.world, " was at cross-process execution ",
+                                  job.executions.load(), " (graph ", ir::HashToHex(job.last_key.load()), ")");
+  // A killed peer's sockets close before the kernel shows it exited: look again for a moment.
+  std::string blame = BlameLocalRanks(job);
+  for (int tries = 0; blame.empty() && tries < 25; ++tries) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    blame = BlameLocalRanks(job);
+  }
+  if (blame.empty()) blame = "; no rank on this host has exited or stopped (one on another host may have)";
+  return note + blame;
 }
 
 // An integer environment variable in [min, max], or nullopt when unset.

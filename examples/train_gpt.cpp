@@ -26,6 +26,7 @@
 #include "examples/gpt.h"
 #include "examples/lr_schedule.h"
 #include "lazy/devices.h"
+#include "lazy/distributed.h"
 #include "lazy/metrics.h"
 #include "lazy/nn.h"
 #include "lazy/optim.h"
@@ -77,6 +78,8 @@ struct Flags {
     }
     return 1;
   }
+  // --diverge-rank R (for the tests of mismatched ranks): rank R traces a different step graph.
+  int64_t diverge_rank = -1;
 };
 
 constexpr char kUsage[] =
@@ -84,7 +87,9 @@ constexpr char kUsage[] =
     "                 [--weight-decay X] [--clip X] [--seed N] [--data FILE|DIR] [--accum N]\n"
     "                 [--accum-sync step|micro] [--mode whole|split] [--barrier-every N] [--dtype f32|bf16]\n"
     "                 [--eval-every N] [--eval-batches N] [--sample-tokens N] [--prompt TEXT]\n"
-    "                 [--cache-dir DIR] [--report FILE] [--mesh data=D[,model=M]]\n";
+    "                 [--cache-dir DIR] [--report FILE] [--mesh data=D[,model=M]] [--diverge-rank R]\n"
+    "Across processes (tools/run_distributed.sh N ...): --mesh is the global mesh (default data=N), its devices\n"
+    "split evenly over the processes; each rank feeds its rows of the global batch.\n";
 
 const lazyrt::examples::FlagParser kFlags("train_gpt", kUsage);
 [[noreturn]] void Usage(const std::string& error) { kFlags.Fail(error); }
@@ -186,6 +191,8 @@ Flags ParseFlags(int argc, char** argv) {
       f.cache_dir = value;
     } else if (flag == "--mesh") {
       f.mesh = ParseMesh(value);
+    } else if (flag == "--diverge-rank") {
+      f.diverge_rank = integer(0, 1 << 12);
     } else if (flag == "--report") {
       f.report = value;
     } else {
@@ -205,14 +212,6 @@ Flags ParseFlags(int argc, char** argv) {
     Usage("--heads (" + std::to_string(f.model.heads) + ") must be divisible by the mesh's model axis (" +
           std::to_string(f.model.model_parallel) + "): each device computes whole heads");
   }
-  if (const char* devices = std::getenv("LAZYRT_DEVICES"); devices != nullptr && *devices != '\0' && !f.mesh.empty()) {
-    // The mesh sets the device count; an environment that asks for fewer devices is a mistake to report.
-    const long long available = std::strtoll(devices, nullptr, 10);
-    if (available > 0 && available < f.MeshSize()) {
-      Usage("--mesh needs " + std::to_string(f.MeshSize()) + " devices but LAZYRT_DEVICES is " + devices +
-            " (set it to at least " + std::to_string(f.MeshSize()) + ", or unset it)");
-    }
-  }
   if (static_cast<int64_t>(f.prompt.size()) > f.model.context) {
     Usage("--prompt has " + std::to_string(f.prompt.size()) + " characters, more than --context (" +
           std::to_string(f.model.context) + ")");
@@ -224,12 +223,14 @@ Tensor Upload(const std::vector<int64_t>& v, std::vector<int64_t> dims) {
   return Tensor::FromData(std::span<const int64_t>(v), dims);
 }
 
-// The time the mesh's devices spent in collectives so far, averaged over them (0 without a mesh).
+// The time this process's devices of the mesh spent in collectives so far, averaged over them (0 without a
+// mesh).
 double CollectiveMs(const std::optional<lazyrt::Mesh>& mesh) {
   if (!mesh) return 0;
+  const std::vector<lazyrt::CollectiveInfo> infos = lazyrt::collective_info(*mesh);
   double ms = 0;
-  for (int64_t d : mesh->device_ids()) ms += lazyrt::collective_info(lazyrt::Device{static_cast<int>(d)}).ms;
-  return ms / static_cast<double>(mesh->size());
+  for (const lazyrt::CollectiveInfo& info : infos) ms += info.ms;
+  return ms / static_cast<double>(infos.size());
 }
 
 // Mean next-token cross-entropy of logits [batch, time, vocab] against targets [batch, time].
@@ -289,12 +290,35 @@ std::string Sample(const lazyrt::examples::Gpt& model, const lazyrt::data::TextC
 
 }  // namespace
 
+// The mesh sets each process's device count (its devices split evenly over the processes); an environment
+// that asks for fewer devices is a mistake to report.
+void CheckDeviceCount(const Flags& f, int64_t ranks) {
+  const char* devices = std::getenv("LAZYRT_DEVICES");
+  if (devices == nullptr || *devices == '\0' || f.mesh.empty()) return;
+  const int64_t needed = f.MeshSize() / ranks;
+  const long long available = std::strtoll(devices, nullptr, 10);
+  if (available > 0 && available < needed) {
+    Usage("--mesh needs " + std::to_string(needed) + " devices but LAZYRT_DEVICES is " + devices +
+          " (set it to at least " + std::to_string(needed) + ", or unset it)");
+  }
+}
+
 int main(int argc, char** argv) {
   const Clock::time_point process_start = Clock::now();
   Flags flags = ParseFlags(argc, argv);
   try {
+    // Across processes: the mesh is global, each process holds its share of its devices.
+    lazyrt::distributed::initialize();
+    const int64_t ranks = lazyrt::distributed::world_size(), rank = lazyrt::distributed::rank();
+    if (ranks > 1 && flags.mesh.empty()) flags.mesh = {{"data", ranks}};
+    if (ranks > 1 && (flags.AxisSize("data") % ranks != 0 || flags.batch % flags.AxisSize("data") != 0)) {
+      // Each rank feeds whole rows of the batch: the data axis (the mesh's outermost) is split over the ranks.
+      Usage("--mesh data=" + std::to_string(flags.AxisSize("data")) + " must be a multiple of the " +
+            std::to_string(ranks) + " processes and divide --batch (" + std::to_string(flags.batch) + ")");
+    }
+    CheckDeviceCount(flags, ranks);
     if (!lazyrt::examples::ConfigureRuntime("train_gpt", flags.cache_dir, flags.report,
-                                            flags.mesh.empty() ? 0 : static_cast<int>(flags.MeshSize()))) {
+                                            flags.mesh.empty() ? 0 : static_cast<int>(flags.MeshSize() / ranks))) {
       return 2;
     }
 
@@ -326,9 +350,16 @@ int main(int argc, char** argv) {
       model.shard(*mesh);
     }
     const bool split_batch = mesh && mesh->axis_index("data").has_value();
+    // Across processes every rank draws the same global batch and feeds its rows of it: the same global
+    // batch as one process on the whole mesh.
     auto batch_of = [&](const std::vector<int64_t>& tokens) {
-      Tensor t = Upload(tokens, {flags.batch, flags.model.context});
-      return split_batch ? lazyrt::mark_sharding(t, *mesh, {"data", {}}) : t;
+      if (ranks == 1) {
+        Tensor t = Upload(tokens, {flags.batch, flags.model.context});
+        return split_batch ? lazyrt::mark_sharding(t, *mesh, {"data", {}}) : t;
+      }
+      const int64_t rows = flags.batch / ranks, row = flags.model.context;
+      const std::vector<int64_t> mine(tokens.begin() + rank * rows * row, tokens.begin() + (rank + 1) * rows * row);
+      return lazyrt::distributed::make_array_from_process_local_data(Upload(mine, {rows, row}), *mesh, {"data", {}});
     };
     lazyrt::AdamW optimizer(params, flags.lr, 0.9, 0.95, 1e-8, flags.weight_decay);
     const int64_t context = flags.model.context;
@@ -361,6 +392,7 @@ int main(int argc, char** argv) {
         };
         loss = LanguageModelLoss(model(batch_of(inputs), barrier), batch_of(targets));
         if (flags.accum > 1) loss = loss * lazyrt::static_scalar(1.0 / static_cast<double>(flags.accum));
+        if (rank == flags.diverge_rank) loss = loss * lazyrt::static_scalar(0.5);
         loss.backward();
         // Syncing each micro-batch, as torch_xla users often do, makes the field report's graph variants:
         // the first micro-batch creates the gradients, the middle ones add to them, the last also updates.
@@ -423,6 +455,12 @@ int main(int argc, char** argv) {
     out["persistent_cache_hits"] = lazyrt::CounterValue(lazyrt::counters::kPersistentCacheHit);
     out["persistent_cache_misses"] = lazyrt::CounterValue(lazyrt::counters::kPersistentCacheMiss);
     out["devices"] = mesh ? mesh->size() : 1;
+    out["ranks"] = ranks;
+    // Cross-process collectives per step (this process's partitions; the whole run, evaluations too).
+    const lazyrt::distributed::CollectiveStats collectives = lazyrt::distributed::collective_stats();
+    const double per_step = 1.0 / static_cast<double>(flags.steps);
+    out["collectives_per_step"] = std::round(static_cast<double>(collectives.calls) * per_step * 10) / 10;
+    out["collective_bytes_per_step"] = std::round(static_cast<double>(collectives.bytes_received) * per_step);
     // Each device's peak over the run: its parameters and optimizer state (replicated, or its piece of the
     // weights split over "model"), the activations of its batch shard.
     std::vector<int64_t> peaks;

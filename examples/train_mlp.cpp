@@ -2,7 +2,7 @@
 // the optimizer update are traced into one graph that compiles once and then runs from the cache.
 //
 //   train_mlp [--epochs N] [--steps N] [--batch N] [--lr X] [--seed N] [--data DIR]
-//             [--mode whole|split] [--barrier-every N] [--cache-dir DIR] [--report FILE]
+//             [--mode whole|split] [--barrier-every N] [--cache-dir DIR] [--report FILE] [--mesh data=N]
 //
 // The last line of stdout is one JSON object with the run's results and timings.
 #include <unistd.h>
@@ -14,15 +14,19 @@
 #include <cstdlib>
 #include <cstring>
 #include <limits>
+#include <optional>
 #include <random>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "examples/flags.h"
+#include "lazy/distributed.h"
 #include "lazy/idx_dataset.h"
 #include "lazy/metrics.h"
 #include "lazy/nn.h"
 #include "lazy/optim.h"
+#include "lazy/sharding.h"
 #include "lazy/sync.h"
 #include "lazy/tensor.h"
 
@@ -46,11 +50,15 @@ struct Flags {
   int64_t barrier_every = 0;
   std::string cache_dir;  // empty: the runtime's default (LAZYRT_CACHE_DIR, ~/.cache/lazyrt)
   std::string report;     // empty: LAZYRT_REPORT, if set
+  // --mesh data=N: data parallel over N devices (the global mesh across processes under
+  // tools/run_distributed.sh; 0: one device, or one per process).
+  int64_t data_parallel = 0;
 };
 
 constexpr char kUsage[] =
     "usage: train_mlp [--epochs N] [--steps N] [--batch N] [--lr X] [--seed N] [--data DIR]\n"
-    "                 [--mode whole|split] [--barrier-every N] [--cache-dir DIR] [--report FILE]\n";
+    "                 [--mode whole|split] [--barrier-every N] [--cache-dir DIR] [--report FILE]\n"
+    "                 [--mesh data=N]   (across processes: tools/run_distributed.sh N train_mlp ...)\n";
 
 const lazyrt::examples::FlagParser kFlags("train_mlp", kUsage);
 [[noreturn]] void Usage(const std::string& error) { kFlags.Fail(error); }
@@ -90,6 +98,9 @@ Flags ParseFlags(int argc, char** argv) {
       f.cache_dir = value;
     } else if (flag == "--report") {
       f.report = value;
+    } else if (flag == "--mesh") {
+      if (value.rfind("data=", 0) != 0) Usage("--mesh: expected data=N (data parallel), got '" + value + "'");
+      f.data_parallel = kFlags.Integer(flag, value.substr(5), 1, 64);
     } else {
       Usage("unknown flag " + flag);
     }
@@ -132,9 +143,20 @@ double Evaluate(const lazyrt::nn::MLP& model, const lazyrt::data::Dataset& test)
 }  // namespace
 
 int main(int argc, char** argv) {
-  const Flags flags = ParseFlags(argc, argv);
+  Flags flags = ParseFlags(argc, argv);
   try {
-    if (!lazyrt::examples::ConfigureRuntime("train_mlp", flags.cache_dir, flags.report)) return 2;
+    // Across processes (tools/run_distributed.sh): the mesh is global, each process holds its share.
+    lazyrt::distributed::initialize();
+    const int64_t ranks = lazyrt::distributed::world_size(), rank = lazyrt::distributed::rank();
+    if (ranks > 1 && flags.data_parallel == 0) flags.data_parallel = ranks;
+    if (flags.data_parallel % ranks != 0 || flags.batch % std::max<int64_t>(flags.data_parallel, 1) != 0) {
+      Usage("--mesh data=" + std::to_string(flags.data_parallel) + " must be a multiple of the " +
+            std::to_string(ranks) + " processes and divide --batch (" + std::to_string(flags.batch) + ")");
+    }
+    if (!lazyrt::examples::ConfigureRuntime("train_mlp", flags.cache_dir, flags.report,
+                                            static_cast<int>(flags.data_parallel / ranks))) {
+      return 2;
+    }
 
     absl::StatusOr<lazyrt::data::Dataset> train = lazyrt::data::LoadFashionMnist(flags.data, "train");
     absl::StatusOr<lazyrt::data::Dataset> test = lazyrt::data::LoadFashionMnist(flags.data, "t10k");
@@ -165,6 +187,25 @@ int main(int argc, char** argv) {
 
     std::mt19937_64 init_rng(flags.seed);
     lazyrt::nn::MLP model({train->features, 256, 128, 10}, init_rng);
+    // Data parallel: every device holds the parameters and a slice of the batch; the SPMD partitioner
+    // all-reduces the gradients inside the step.
+    std::optional<lazyrt::Mesh> mesh;
+    if (flags.data_parallel > 0) {
+      mesh.emplace(std::vector<int64_t>{flags.data_parallel}, std::vector<std::string>{"data"});
+      for (const lazyrt::Tensor& p : model.parameters()) lazyrt::mark_sharding(p, *mesh, {});
+    }
+    // Each rank feeds its rows of the global batch (all of them in one process).
+    auto rows_of = [&](const auto& values, std::vector<int64_t> dims) {
+      if (!mesh) return Upload(values, dims);
+      const int64_t rows = dims[0] / ranks, row = static_cast<int64_t>(values.size()) / dims[0];
+      dims[0] = rows;
+      using Values = std::remove_cvref_t<decltype(values)>;
+      lazyrt::Tensor mine =
+          Upload(Values(values.begin() + rank * rows * row, values.begin() + (rank + 1) * rows * row), dims);
+      lazyrt::PartitionSpec spec(dims.size());
+      spec[0] = "data";
+      return lazyrt::distributed::make_array_from_process_local_data(mine, *mesh, spec);
+    };
     lazyrt::AdamW optimizer(model.parameters(), flags.lr);
     absl::StatusOr<lazyrt::data::Batches> made = lazyrt::data::Batches::Create(*train, flags.batch, flags.seed + 1);
     if (!made.ok()) {
@@ -195,8 +236,8 @@ int main(int argc, char** argv) {
         if (step == 0) startup_ms = MsBetween(g_process_start, step_start);
         if (step == 1 || (b == 0 && step > 0)) steady_start = step_start;
         batches.Get(b, images, labels);
-        lazyrt::Tensor x = Upload(images, {flags.batch, train->features});
-        lazyrt::Tensor y = Upload(labels, {flags.batch});
+        lazyrt::Tensor x = rows_of(images, {flags.batch, train->features});
+        lazyrt::Tensor y = rows_of(labels, {flags.batch});
         auto barrier = [&](int layer) {
           if (flags.barrier_every > 0 && layer % flags.barrier_every == 0) lazyrt::barrier();
         };
@@ -236,13 +277,17 @@ int main(int argc, char** argv) {
     std::printf(
         "{\"test_accuracy\": %s, \"final_loss\": %s, \"steps\": %lld, \"startup_ms\": %.1f, "
         "\"first_step_ms\": %.2f, \"steady_step_ms\": %.3f, \"graphs_compiled\": %lld, "
-        "\"persistent_cache_hits\": %lld, \"persistent_cache_misses\": %lld, \"mode\": \"%s\"}\n",
+        "\"persistent_cache_hits\": %lld, \"persistent_cache_misses\": %lld, \"mode\": \"%s\", \"devices\": %lld, "
+        "\"ranks\": %lld, \"collectives\": %lld, \"collective_bytes\": %lld}\n",
         JsonNumber("%.4f", test_accuracy).c_str(), JsonNumber("%.9g", loss.item()).c_str(),
         static_cast<long long>(step), startup_ms, first_step_ms,
         steady_steps > 0 ? steady_total_ms / static_cast<double>(steady_steps) : 0.0,
         static_cast<long long>(lazyrt::CounterValue(lazyrt::counters::kGraphsCompiled)),
         static_cast<long long>(lazyrt::CounterValue(lazyrt::counters::kPersistentCacheHit)),
-        static_cast<long long>(lazyrt::CounterValue(lazyrt::counters::kPersistentCacheMiss)), flags.mode.c_str());
+        static_cast<long long>(lazyrt::CounterValue(lazyrt::counters::kPersistentCacheMiss)), flags.mode.c_str(),
+        static_cast<long long>(mesh ? mesh->size() : 1), static_cast<long long>(ranks),
+        static_cast<long long>(lazyrt::distributed::collective_stats().calls),
+        static_cast<long long>(lazyrt::distributed::collective_stats().bytes_received));
   } catch (const lazyrt::Error& e) {
     std::fprintf(stderr, "train_mlp: %s\n", e.what());
     return 1;

@@ -1,5 +1,6 @@
 #include "lazy/devices.h"
 
+#include "lazy/distributed_internal.h"
 #include "lazy/runtime.h"
 
 namespace lazyrt {
@@ -14,16 +15,33 @@ MemoryInfo memory_info(Device device, SourceLocation loc) {
                     .live_allocations = stats.live_allocations};
 }
 
-std::vector<MemoryInfo> memory_info(const Mesh& mesh, SourceLocation loc) {
-  std::vector<MemoryInfo> infos;
+namespace {
+
+// `info` of each device of `mesh` in this process, in the mesh's device order (another process's are skipped).
+template <typename Info>
+std::vector<Info> OfLocalDevices(const Mesh& mesh, Info (*info)(Device, SourceLocation), SourceLocation loc) {
+  std::vector<Info> infos;
   infos.reserve(mesh.device_ids().size());
-  for (int64_t id : mesh.device_ids()) infos.push_back(memory_info(Device{static_cast<int>(id)}, loc));
+  detail::Runtime& rt = detail::Runtime::Get();
+  for (int64_t id : mesh.device_ids()) {
+    if (const pjrt::Device* device = detail::LocalDevice(rt, id)) infos.push_back(info(Device{device->id()}, loc));
+  }
   return infos;
+}
+
+}  // namespace
+
+std::vector<MemoryInfo> memory_info(const Mesh& mesh, SourceLocation loc) {
+  return OfLocalDevices<MemoryInfo>(mesh, &memory_info, loc);
 }
 
 CollectiveInfo collective_info(Device device, SourceLocation loc) {
   const pjrt::CollectiveStats stats = detail::Runtime::Get().device_state(device, loc).device->collective_stats();
   return CollectiveInfo{.calls = stats.calls, .ms = static_cast<double>(stats.nanoseconds) / 1e6};
+}
+
+std::vector<CollectiveInfo> collective_info(const Mesh& mesh, SourceLocation loc) {
+  return OfLocalDevices<CollectiveInfo>(mesh, &collective_info, loc);
 }
 
 void reset_peak_memory(Device device, SourceLocation loc) {

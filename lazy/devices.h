@@ -25,7 +25,7 @@ struct MemoryInfo {
 
 // The memory of `device`; an unknown device is an error naming the valid ones.
 MemoryInfo memory_info(Device device = {}, LAZYRT_HERE);
-// The memory of each physical device of `mesh`, in the mesh's device order: under SPMD every device
+// The memory of each physical device of `mesh` in this process, in the mesh's device order: under SPMD every device
 // holds its own shards and arenas, so a job sees each chip's limit, not one virtual device's.
 std::vector<MemoryInfo> memory_info(const Mesh& mesh, LAZYRT_HERE);
 // The time one physical device spent inside collectives (all-reduce, all-gather, ...) since it was created:
@@ -37,6 +37,8 @@ struct CollectiveInfo {
   double ms = 0;
 };
 CollectiveInfo collective_info(Device device = {}, LAZYRT_HERE);
+// The same for each physical device of `mesh` in this process, in the mesh's device order.
+std::vector<CollectiveInfo> collective_info(const Mesh& mesh, LAZYRT_HERE);
 
 // Starts a new peak on `device`: peak_bytes becomes bytes_in_use, to measure one phase of a program.
 void reset_peak_memory(Device device = {}, LAZYRT_HERE);

@@ -11,6 +11,7 @@
 #include "ir/graph_signature.h"
 #include "ir/post_order.h"
 #include "lazy/diagnostics_internal.h"
+#include "lazy/distributed_internal.h"
 #include "lazy/executable_cache.h"
 #include "lazy/metrics.h"
 #include "lazy/runtime.h"
@@ -149,20 +150,23 @@ std::vector<std::vector<std::shared_ptr<pjrt::Buffer>>> BuildPartitionArguments(
         DimAxes(p.parameter_shardings(static_cast<int>(i)), static_cast<size_t>(shape.rank()));
     const auto* b = dynamic_cast<const BufferLeaf*>(leaf.leaf_data().get());
     if (b != nullptr && b->sharded != nullptr && b->sharded->SameLayout(mesh, devices, axes)) {
-      for (size_t q = 0; q < devices.size(); ++q) args[q].push_back(b->sharded->shards[q]);
+      for (size_t q = 0; q < devices.size(); ++q) {
+        if (b->sharded->shards[q] != nullptr) args[q].push_back(b->sharded->shards[q]);
+      }
       continue;
     }
     const std::vector<unsigned char> global = HostValue(leaf, loc);
     const std::vector<int64_t> dims(shape.dims().begin(), shape.dims().end());
     const int64_t width = pjrt::ByteWidth(lowering::DeviceType(shape.dtype()));
     for (size_t q = 0; q < devices.size(); ++q) {
+      pjrt::Device* device = LocalDevice(rt, devices[q]);
+      if (device == nullptr) continue;  // another process's partition
       std::vector<int64_t> local = dims;
       for (size_t d = 0; d < axes.size(); ++d) {
         if (axes[d] >= 0) local[d] /= mesh[static_cast<size_t>(axes[d])];
       }
       args[q].push_back(Upload(ShardBytes(global, dims, width, axes, mesh, static_cast<int64_t>(q)),
-                               Shape(shape.dtype(), local), rt.client(),
-                               rt.client().device(static_cast<int>(devices[q])), loc));
+                               Shape(shape.dtype(), local), rt.client(), device, loc));
       transfers.fetch_add(1);
     }
   }
@@ -263,16 +267,17 @@ void LaunchPartitioned(const pjrt::Executable& exe, const std::vector<std::vecto
                        const SourceLocation& loc) {
   const pjrt::proto::Executable& p = exe.proto();
   std::vector<pjrt::Device*> devices;
-  for (int64_t d : p.mesh().device_ids()) devices.push_back(rt.client().device(static_cast<int>(d)));
+  for (int64_t d : p.mesh().device_ids()) devices.push_back(LocalDevice(rt, d));  // null: another process's
   // As Launch does: at most kMaxInFlight executions ahead of the devices (one event per partition each).
   // Without the bound a host that traces faster than the mesh computes queues every step, and each queued
   // step holds its results: a 30-step run's peak grew to 30 steps' parameters and moments on each device.
-  while (state.in_flight.size() >= kMaxInFlight * devices.size()) {
+  const size_t remote = static_cast<size_t>(std::count(devices.begin(), devices.end(), nullptr));
+  while (state.in_flight.size() >= kMaxInFlight * (devices.size() - remote)) {
     state.in_flight.front()->Wait().IgnoreError();  // an error is reported by the buffers that have it
     state.in_flight.pop_front();
   }
   absl::StatusOr<std::vector<std::vector<std::shared_ptr<pjrt::Buffer>>>> results =
-      exe.ExecutePartitioned(args, devices, nullptr, std::move(name_site));
+      exe.ExecutePartitioned(args, devices, CrossProcessCommunicator(), std::move(name_site));
   ThrowIfError(results.status(), "sync: launching the graph on its mesh", loc);
   for (size_t i = 0; i < pending.tensors.size(); ++i) {
     auto data = std::make_shared<ShardedData>();
@@ -280,7 +285,9 @@ void LaunchPartitioned(const pjrt::Executable& exe, const std::vector<std::vecto
     data->mesh_devices.assign(p.mesh().device_ids().begin(), p.mesh().device_ids().end());
     data->dim_axes =
         DimAxes(p.output_shardings(static_cast<int>(i)), static_cast<size_t>(pending.tensors[i]->shape.rank()));
-    for (std::vector<std::shared_ptr<pjrt::Buffer>>& partition : *results) data->shards.push_back(partition[i]);
+    for (std::vector<std::shared_ptr<pjrt::Buffer>>& partition : *results) {
+      data->shards.push_back(partition.empty() ? nullptr : partition[i]);
+    }
     pending.tensors[i]->sharded = std::move(data);
     pending.tensors[i]->buffer = nullptr;
     pending.tensors[i]->ir = {};
@@ -376,6 +383,7 @@ void Sync(Device device, SyncCause cause, const SourceLocation& loc) {
 
   const Clock::time_point launch_start = Clock::now();
   if (found.executable->num_partitions() > 1) {
+    AgreeOnGraph(key, order, loc);  // before any collective can hang on a rank that traced otherwise
     RecordReshardings(key, found.executable->proto(), order);
     LaunchPartitioned(*found.executable, BuildPartitionArguments(order, *found.executable, rt, loc), pending, rt, state,
                       SiteNamerOf(order), loc);

@@ -35,6 +35,7 @@ absl::StatusOr<T> ParseInt(absl::string_view text, T min, T max = std::numeric_l
 
 // Every device is a stream thread and a memory pool: more than this is a typo, not a machine.
 constexpr int kMaxDevices = 1024;
+constexpr int kMaxProcesses = 4096;
 // A simulated device's memory is host memory; more than this no host has.
 constexpr int64_t kMaxDeviceMemory = int64_t{1} << 44;
 // The highest LAZYRT_DEBUG level.
@@ -98,6 +99,12 @@ const std::vector<Setting>& Settings() {
               [](absl::string_view t) { return ParseInt<int64_t>(t, 0); }),
       Declare("LAZYRT_COLLECTIVE_TIMEOUT_MS", "how long a partition waits at a collective for the others",
               &Options::collective_timeout_ms, ParseMs),
+      Declare("LAZYRT_RANK", "this process's rank in a job of LAZYRT_WORLD_SIZE processes", &Options::rank,
+              [](absl::string_view t) { return ParseInt<int>(t, 0, kMaxProcesses - 1); }),
+      Declare("LAZYRT_WORLD_SIZE", "the number of processes of the job", &Options::world_size,
+              [](absl::string_view t) { return ParseInt<int>(t, 1, kMaxProcesses); }),
+      Declare("LAZYRT_COORDINATOR", "where the processes of a job meet: file:///shared/dir", &Options::coordinator,
+              ParsePath),
       Declare("LAZYRT_PERSISTENT_CACHE", "use the persistent executable cache (0/1)", &Options::persistent_cache,
               ParseBool),
       Declare("LAZYRT_CACHE_DIR", "directory of the persistent cache", &Options::cache_dir, ParsePath),

@@ -29,6 +29,12 @@ struct Options {
   // How long a partition waits at a collective for the others before the execution fails naming
   // those that did not arrive.
   double collective_timeout_ms = 60'000;
+  // This process's place in a job of several (lazy/distributed.h): its rank (-1: unset), the number of
+  // processes (0: unset; then torchrun's or Open MPI's variables, or 1), and where ranks meet
+  // ("file:///shared/dir").
+  int rank = -1;
+  int world_size = 0;
+  std::string coordinator;
 
   // The persistent cache of compiled executables. Off: every process compiles its graphs itself.
   bool persistent_cache = true;

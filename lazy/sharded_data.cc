@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "absl/strings/str_cat.h"
 #include "lowering/dtype.h"
 
 namespace lazyrt::detail {
@@ -76,7 +77,12 @@ absl::StatusOr<std::vector<unsigned char>> AssembleOnHost(const ShardedData& dat
   const std::vector<int64_t> dims(shape.dims().begin(), shape.dims().end());
   // Each piece from the first partition that holds it (the others hold the same: replicas).
   std::vector<int64_t> seen_pieces;
+  int64_t pieces = 1;
+  for (int64_t axis : data.dim_axes) {
+    if (axis >= 0) pieces *= data.mesh_shape[static_cast<size_t>(axis)];
+  }
   for (size_t p = 0; p < data.shards.size(); ++p) {
+    if (data.shards[p] == nullptr) continue;  // a partition of another process
     const std::vector<int64_t> coords = MeshCoordinates(static_cast<int64_t>(p), data.mesh_shape);
     int64_t piece = 0;
     for (int64_t axis : data.dim_axes) {
@@ -92,6 +98,11 @@ absl::StatusOr<std::vector<unsigned char>> AssembleOnHost(const ShardedData& dat
     ForEachPieceElement(dims, data.dim_axes, data.mesh_shape, static_cast<int64_t>(p), [&](int64_t g, int64_t l) {
       std::memcpy(global.data() + static_cast<size_t>(g) * w, local.data() + static_cast<size_t>(l) * w, w);
     });
+  }
+  if (static_cast<int64_t>(seen_pieces.size()) != pieces) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("only ", seen_pieces.size(), " of the ", pieces,
+                     " pieces of the value are in this process (the others are other ranks')"));
   }
   return global;
 }

@@ -16,7 +16,7 @@ struct ShardedData {
   std::vector<int64_t> mesh_devices;
   // For each dim of the global value, the mesh axis it is split over, or -1 (none: replicated).
   std::vector<int64_t> dim_axes;
-  std::vector<std::shared_ptr<pjrt::Buffer>> shards;  // by partition
+  std::vector<std::shared_ptr<pjrt::Buffer>> shards;  // by partition; null: another process's
 
   // Whether `other` describes the same layout (then shards can be passed on as they are).
   bool SameLayout(const std::vector<int64_t>& shape, const std::vector<int64_t>& devices,

@@ -5,6 +5,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "lazy/diagnostics_internal.h"
+#include "lazy/distributed_internal.h"
 #include "lazy/runtime.h"
 #include "lazy/tracing.h"
 
@@ -43,7 +44,7 @@ void ValidateAxes(const std::vector<int64_t>& shape, const std::vector<std::stri
 std::vector<int64_t> AllDevices(const std::vector<int64_t>& shape, const std::vector<std::string>& names,
                                 const SourceLocation& loc) {
   ValidateAxes(shape, names, loc);
-  const int available = detail::Runtime::Get().num_devices();
+  const int available = detail::GlobalDeviceCount();
   const int64_t needed = DevicesNeeded(shape);
   if (needed != available) {
     throw Error(absl::StrCat("Mesh: a mesh of shape [", absl::StrJoin(shape, ","), "] needs ", needed,
@@ -66,7 +67,7 @@ void Validate(const std::vector<int64_t>& shape, const std::vector<std::string>&
                              " devices but was given ", ids.size(), " [", absl::StrJoin(ids, ","), "]"),
                 loc);
   }
-  const int available = detail::Runtime::Get().num_devices();
+  const int available = detail::GlobalDeviceCount();
   for (size_t i = 0; i < ids.size(); ++i) {
     if (ids[i] < 0 || ids[i] >= available) {
       throw Error(absl::StrCat("Mesh: device ", ids[i], " does not exist; this runtime has ", available,

@@ -12,10 +12,7 @@
 #include "pjrt_sim/status_macros.h"
 
 namespace lazyrt::pjrt {
-namespace {
 
-// acc[i] = combine(acc[i], value[i]) for i < count, in the element type's own storage (bf16 and f16
-// are combined in f32 and rounded back, as a kernel storing each partial result would).
 void CombineInto(PrimitiveType type, Combiner combiner, void* acc, const void* value, int64_t count) {
   if (type == PrimitiveType::kBF16 || type == PrimitiveType::kF16) {
     const bool bf16 = type == PrimitiveType::kBF16;
@@ -35,6 +32,8 @@ void CombineInto(PrimitiveType type, Combiner combiner, void* acc, const void* v
     for (int64_t i = 0; i < count; ++i) a[i] = Combine<T>(combiner, a[i], v[i]);
   });
 }
+
+namespace {
 
 Device* OwnDevice(const CollectiveCall& call) {
   return call.devices[static_cast<size_t>(call.group[static_cast<size_t>(call.rank)])];

@@ -37,6 +37,11 @@ struct CollectiveCall {
   std::string what;  // the collective, for errors and the trace: "all_reduce 'all_reduce(dot)' (kernel 3)"
 };
 
+// acc[i] = combine(acc[i], value[i]) for i < count, in the element type's own storage (bf16 and f16
+// are combined in f32 and rounded back, as a kernel storing each partial result would). Every
+// Communicator combines members' pieces with it, in member order, so that all compute the same bits.
+void CombineInto(PrimitiveType type, Combiner combiner, void* acc, const void* value, int64_t count);
+
 // Buffers are device memory of the calling member's device; a call's send and recv never overlap,
 // and both stay valid until the call returns (peers read them meanwhile).
 class Communicator {

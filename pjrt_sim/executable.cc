@@ -459,8 +459,16 @@ absl::StatusOr<std::vector<std::vector<std::shared_ptr<Buffer>>>> Executable::Ex
                                                    " partition(s): got ", devices.size(), " device(s) and ",
                                                    args.size(), " argument list(s)"));
   }
+  size_t elsewhere = 0;
   for (size_t p = 0; p < partitions; ++p) {
-    if (devices[p] == nullptr) return absl::InvalidArgumentError(absl::StrCat("partition ", p, ": no device"));
+    if (devices[p] == nullptr) {
+      if (communicator == nullptr) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("partition ", p, ": no device (and no communicator to reach it)"));
+      }
+      ++elsewhere;
+      continue;
+    }
     for (size_t q = 0; q < p; ++q) {
       if (devices[q] == devices[p]) {
         return absl::InvalidArgumentError(absl::StrCat("partitions ", q, " and ", p, " both on ",
@@ -469,6 +477,7 @@ absl::StatusOr<std::vector<std::vector<std::shared_ptr<Buffer>>>> Executable::Ex
       }
     }
   }
+  if (elsewhere == partitions) return absl::InvalidArgumentError("no partition runs here: every device is null");
   // Everything is checked and allocated for every partition before any starts, so that a failure
   // leaves no partition waiting at a collective for the others.
   struct Partition {
@@ -483,6 +492,7 @@ absl::StatusOr<std::vector<std::vector<std::shared_ptr<Buffer>>>> Executable::Ex
   for (size_t p = 0; p < partitions; ++p) {
     const std::string where = partitions > 1 ? absl::StrCat("partition ", p, ": ") : "";
     Device* device = devices[p];
+    if (device == nullptr) continue;
     if (args[p].size() != parameter_shapes_.size()) {
       return absl::InvalidArgumentError(
           absl::StrCat(where, "executable takes ", parameter_shapes_.size(), " arguments, got ", args[p].size()));
@@ -521,6 +531,7 @@ absl::StatusOr<std::vector<std::vector<std::shared_ptr<Buffer>>>> Executable::Ex
   std::unique_lock<std::mutex> submitting(g_partitioned_submit_mu, std::defer_lock);
   if (partitions > 1) submitting.lock();
   for (size_t p = 0; p < partitions; ++p) {
+    if (devices[p] == nullptr) continue;
     Partition& run = runs[p];
     // A small executable whose arguments are ready runs on the calling thread when the stream is idle:
     // waking the stream thread would cost more than the work (as PJRT's CPU client does for cheap

@@ -48,7 +48,8 @@ class Executable : public std::enable_shared_from_this<Executable> {
   // once, as Execute does; a partition that fails aborts the execution on the communicator, so the
   // others fail at their next collective instead of waiting out its timeout. Needs num_partitions()
   // distinct devices: a device's stream runs one partition at a time, and two partitions on one
-  // stream would wait for each other.
+  // stream would wait for each other. A null device (with a communicator reaching other processes)
+  // is a partition another process runs: it gets no arguments here and no results.
   //
   // How devices share the host's cores: each partition runs on its own device's stream thread, and
   // every kernel's intra-op parallelism goes through the one process-wide ThreadPool (a worker per

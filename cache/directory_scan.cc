@@ -25,13 +25,16 @@ absl::StatusOr<DirectoryScan> ScanDirectory(absl::string_view dir) {
     if (item == nullptr) break;
     const absl::string_view name = item->d_name;
     const std::optional<std::string> key = KeyFromEntryFileName(name);
-    if (!key && !IsTempFileName(name)) continue;
+    const bool lease_file = IsCompileLeaseFileName(name);
+    if (!key && !lease_file && !IsTempFileName(name)) continue;
     struct stat info;
     if (fstatat(dirfd(stream.get()), item->d_name, &info, AT_SYMLINK_NOFOLLOW) != 0 || !S_ISREG(info.st_mode)) {
       continue;
     }
     const absl::Time modified = absl::TimeFromTimespec(info.st_mtim);
-    if (key) {
+    if (lease_file) {
+      scan.lease_files.push_back(PathInDir(dir, name));
+    } else if (key) {
       scan.entries.push_back(EntryFile{*key, PathInDir(dir, name), static_cast<uint64_t>(info.st_size), modified});
     } else {
       scan.temp_files.push_back(TempFile{PathInDir(dir, name), modified});

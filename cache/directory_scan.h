@@ -28,9 +28,10 @@ struct TempFile {
 struct DirectoryScan {
   std::vector<EntryFile> entries;  // sorted by key
   std::vector<TempFile> temp_files;
+  std::vector<std::string> lease_files;  // paths of compile leases' lock files
 };
 
-// The regular entry files and temporary files in `dir`. Files that vanish during the scan (another
+// The regular entry files, temporary files and lock files in `dir`. Files that vanish during the scan (another
 // process evicted them) are left out, and so is every other name.
 absl::StatusOr<DirectoryScan> ScanDirectory(absl::string_view dir);
 

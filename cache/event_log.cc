@@ -23,6 +23,7 @@ namespace {
 using Json = nlohmann::json;
 
 bool HasReason(EventKind kind) { return kind == EventKind::kMiss || kind == EventKind::kCorrupt; }
+bool HasFileBytes(EventKind kind) { return kind != EventKind::kMiss && kind != EventKind::kCompileWait; }
 bool HasRawBytesAndCompileTime(EventKind kind) { return kind == EventKind::kHit || kind == EventKind::kWrite; }
 
 std::string EncodeLine(const Event& event) {
@@ -38,7 +39,11 @@ std::string EncodeLine(const Event& event) {
     line["raw_bytes"] = event.raw_bytes;
     line["compile_ms"] = event.compile_ms;
   }
-  if (event.kind != EventKind::kMiss) line["file_bytes"] = event.file_bytes;
+  if (event.kind == EventKind::kCompileWait) {
+    line["detail"] = event.detail;
+    line["wait_ms"] = event.wait_ms;
+  }
+  if (HasFileBytes(event.kind)) line["file_bytes"] = event.file_bytes;
   // Details can quote file names that are not UTF-8; replacing beats losing the line.
   return line.dump(-1, ' ', false, Json::error_handler_t::replace) + "\n";
 }
@@ -62,6 +67,9 @@ bool AddLine(absl::string_view text, EventStats& stats) {
       ++stats.evictions;
     } else if (kind == EventKindName(EventKind::kCorrupt)) {
       ++stats.corrupt;
+    } else if (kind == EventKindName(EventKind::kCompileWait)) {
+      stats.compile_wait_ms += line.value("wait_ms", 0.0);
+      ++stats.compile_waits;
     } else {
       return false;
     }
@@ -108,6 +116,7 @@ absl::string_view EventKindName(EventKind kind) {
     case EventKind::kWrite: return "write";
     case EventKind::kEvict: return "evict";
     case EventKind::kCorrupt: return "corrupt";
+    case EventKind::kCompileWait: return "compile_wait";
   }
   return "unknown";
 }

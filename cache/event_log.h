@@ -1,5 +1,6 @@
 // The cache's append-only event log, "events.jsonl" in the cache directory: one JSON object per
-// line for every hit, miss, write, eviction and removal of a damaged entry, from every process that
+// line for every hit, miss, write, eviction, removal of a damaged entry and wait for another process's
+// compile, from every process that
 // uses the directory. The CLI reads it back into totals. Bounded by rotation: past a size the file
 // becomes "events.jsonl.1", replacing the one older generation kept.
 #pragma once
@@ -26,9 +27,9 @@ inline constexpr uint64_t kDefaultEventLogMaxBytes = uint64_t{4} << 20;
 inline constexpr uint64_t kMaxEventLogBytes = uint64_t{64} << 20;
 inline constexpr uint64_t kMaxEventLogReadBytes = kMaxEventLogBytes;
 
-enum class EventKind { kHit, kMiss, kWrite, kEvict, kCorrupt };
+enum class EventKind { kHit, kMiss, kWrite, kEvict, kCorrupt, kCompileWait };
 
-// The stable name written as the line's "event" field: hit, miss, write, evict, corrupt.
+// The stable name written as the line's "event" field: hit, miss, write, evict, corrupt, compile_wait.
 absl::string_view EventKindName(EventKind kind);
 
 struct Event {
@@ -43,6 +44,8 @@ struct Event {
   uint64_t file_bytes = 0;
   // Hit: the compile time the hit saved. Write: the compile time the entry will save.
   double compile_ms = 0;
+  // Compile wait: how long this process waited for another one's compile (detail: the holder's pid).
+  double wait_ms = 0;
 };
 
 // Totals over the log's lines.
@@ -55,6 +58,9 @@ struct EventStats {
   int64_t evictions = 0;
   int64_t corrupt = 0;
   double compile_ms_saved = 0;
+  // Waits for another process's compile of the same key (compile_lease.h), and their total time.
+  int64_t compile_waits = 0;
+  double compile_wait_ms = 0;
   // Lines that are not events (e.g. cut short by a full disk); skipped.
   int64_t unreadable_lines = 0;
   // Bytes at the start of a log file larger than kMaxEventLogReadBytes, which are not read.

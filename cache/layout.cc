@@ -17,6 +17,7 @@ namespace lazyrt::cache {
 namespace {
 
 constexpr absl::string_view kTempFileSuffix = ".tmp";
+constexpr absl::string_view kLeaseFileSuffix = ".lease";
 // location.h's kCacheDirTagFileName, the other file the cache writes atomically.
 constexpr absl::string_view kCacheDirTagName = "CACHEDIR.TAG";
 
@@ -38,6 +39,13 @@ absl::Status ValidateKey(absl::string_view key) {
 std::string EntryFileName(absl::string_view key) { return absl::StrCat(key, kEntryFileSuffix); }
 
 std::string PathInDir(absl::string_view dir, absl::string_view file_name) { return absl::StrCat(dir, "/", file_name); }
+
+std::string CompileLeaseFileName(absl::string_view key) { return absl::StrCat(".", key, kLeaseFileSuffix); }
+
+bool IsCompileLeaseFileName(absl::string_view file_name) {
+  return absl::ConsumePrefix(&file_name, ".") && absl::ConsumeSuffix(&file_name, kLeaseFileSuffix) &&
+         ValidateKey(file_name).ok();
+}
 
 std::optional<std::string> KeyFromEntryFileName(absl::string_view file_name) {
   if (!absl::ConsumeSuffix(&file_name, kEntryFileSuffix) || !ValidateKey(file_name).ok()) {

@@ -1,5 +1,6 @@
 // How the cache directory is laid out: entry files "<key>.lzc", temporary files of writes in
-// progress (hidden, ".<final name>.<pid>.<tid>.<n>.tmp"), and the event log. Keys are restricted
+// progress (hidden, ".<final name>.<pid>.<tid>.<n>.tmp"), lock files of compile leases (hidden,
+// ".<key>.lease"), and the event log. Keys are restricted
 // so that a key can never name a path outside the directory or collide with the other files.
 #pragma once
 
@@ -22,6 +23,13 @@ std::string EntryFileName(absl::string_view key);
 
 // "<dir>/<file_name>".
 std::string PathInDir(absl::string_view dir, absl::string_view file_name);
+
+// ".<key>.lease": the lock file of the key's compile lease (compile_lease.h). Hidden, and never an
+// entry's or a temporary file's name.
+std::string CompileLeaseFileName(absl::string_view key);
+
+// Whether `file_name` has exactly the form CompileLeaseFileName gives.
+bool IsCompileLeaseFileName(absl::string_view file_name);
 
 // The key of an entry file name; nullopt for every other name (temporary files, the event log).
 std::optional<std::string> KeyFromEntryFileName(absl::string_view file_name);

@@ -73,13 +73,14 @@ bool HoldsOnlyCacheFiles(const std::string& dir) {
     const absl::string_view name = item->d_name;
     if (name == "." || name == "..") continue;
     const bool temp_file = IsTempFileName(name);
+    const bool lease_file = IsCompileLeaseFileName(name);
     if (name == kEventLogFileName || name == kRotatedEventLogFileName) continue;
     // Another process opening the same new directory may have marked it since this one looked.
     if (name == kCacheDirTagFileName) {
       if (IsMarkedCacheDir(dir)) continue;
       return false;
     }
-    if (!temp_file && !KeyFromEntryFileName(name)) return false;
+    if (!temp_file && !lease_file && !KeyFromEntryFileName(name)) return false;
     const std::string path = PathInDir(dir, name);
     UniqueFd fd;
     if (!OpenRegularFile(path, fd)) {
@@ -87,7 +88,7 @@ bool HoldsOnlyCacheFiles(const std::string& dir) {
       if (lstat(path.c_str(), &info) != 0 && errno == ENOENT) continue;  // renamed or removed meanwhile
       return false;
     }
-    if (!WrittenByCache(fd.get(), temp_file)) return false;
+    if (!(lease_file ? IsCompileLeaseFile(fd.get()) : WrittenByCache(fd.get(), temp_file))) return false;
   }
   return true;
 }
@@ -308,6 +309,24 @@ absl::StatusOr<PutOutcome> Store::WriteEntry(absl::string_view key, absl::string
   return PutOutcome::kWritten;
 }
 
+bool Store::Contains(absl::string_view key) const {
+  if (!ValidateKey(key).ok()) return false;
+  struct stat info;
+  return lstat(PathInDir(dir_, EntryFileName(key)).c_str(), &info) == 0 && S_ISREG(info.st_mode);
+}
+
+CompileLease Store::AcquireCompileLease(absl::string_view key, absl::Duration wait) {
+  if (!writable()) return CompileLease();
+  CompileLease lease = CompileLease::Acquire(dir_, key, wait);
+  if (lease.waited()) {
+    Log(Event{.kind = EventKind::kCompileWait,
+              .key = std::string(key),
+              .detail = absl::StrCat("holder pid ", lease.holder_pid(), lease.timed_out() ? ", timed out" : ""),
+              .wait_ms = absl::ToDoubleMilliseconds(lease.wait_time())});
+  }
+  return lease;
+}
+
 absl::StatusOr<std::vector<ListedEntry>> Store::List() const {
   absl::StatusOr<DirectoryScan> scan = ScanDirectory(dir_);
   if (!scan.ok()) return scan.status();
@@ -375,7 +394,7 @@ absl::StatusOr<int64_t> Store::Clear() {
       return status;
     }
   }
-  if (absl::Status status = RemoveStaleTempFiles(scan->temp_files); !status.ok()) return status;
+  if (absl::Status status = RemoveLeftovers(*scan); !status.ok()) return status;
   return removed;
 }
 
@@ -388,7 +407,7 @@ absl::StatusOr<std::vector<EvictedEntry>> Store::EvictLeastRecentlyUsed(uint64_t
                                                                         std::optional<absl::string_view> keep_key) {
   absl::StatusOr<DirectoryScan> scan = ScanDirectory(dir_);
   if (!scan.ok()) return scan.status();
-  if (absl::Status status = RemoveStaleTempFiles(scan->temp_files); !status.ok()) return status;
+  if (absl::Status status = RemoveLeftovers(*scan); !status.ok()) return status;
   std::vector<EntryFile>& entries = scan->entries;
   // Ties (coarse mtimes) break by key so the order does not depend on the directory's.
   std::sort(entries.begin(), entries.end(), [](const EntryFile& a, const EntryFile& b) {
@@ -415,13 +434,18 @@ absl::StatusOr<std::vector<EvictedEntry>> Store::EvictLeastRecentlyUsed(uint64_t
   return evicted;
 }
 
-absl::Status Store::RemoveStaleTempFiles(const std::vector<TempFile>& temp_files) const {
+absl::Status Store::RemoveLeftovers(const DirectoryScan& scan) const {
   const absl::Time stale_before = absl::Now() - kStaleTempFileAge;
-  for (const TempFile& file : temp_files) {
+  for (const TempFile& file : scan.temp_files) {
     if (file.modified >= stale_before) continue;
     absl::Status status = RemoveCacheFile(file.path, /*temp_file=*/true);
     if (!status.ok() && !absl::IsFailedPrecondition(status)) {
       return absl::Status(status.code(), absl::StrCat("cannot remove a stale temporary file: ", status.message()));
+    }
+  }
+  for (const std::string& path : scan.lease_files) {
+    if (absl::Status status = RemoveAbandonedCompileLease(path); !status.ok()) {
+      return absl::Status(status.code(), absl::StrCat("cannot remove an abandoned lock file: ", status.message()));
     }
   }
   return absl::OkStatus();

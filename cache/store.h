@@ -18,6 +18,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
+#include "cache/compile_lease.h"
 #include "cache/counters.h"
 #include "cache/directory_scan.h"
 #include "cache/entry_format.h"
@@ -151,6 +152,15 @@ class Store {
   absl::StatusOr<PutOutcome> Put(absl::string_view key, absl::string_view payload, double compile_ms,
                                  absl::string_view metadata);
 
+  // Whether there is an entry file under `key` (sound or not); nothing is read or counted.
+  bool Contains(absl::string_view key) const;
+
+  // The compile lease of `key` (compile_lease.h), waiting at most `wait` for another process that holds
+  // it. A wait is logged (event compile_wait, with the holder's pid and the time waited). A store that
+  // may not change the directory (read-only, distrusted, unmarked) takes no lease: the lease returned
+  // is not held and was not waited for.
+  CompileLease AcquireCompileLease(absl::string_view key, absl::Duration wait);
+
   // Every entry's header, size and last use, sorted by key; temporary files are skipped and no
   // payload is read. Damaged entries are listed with their defect. Works in every mode.
   absl::StatusOr<std::vector<ListedEntry>> List() const;
@@ -167,14 +177,14 @@ class Store {
   // read-only or distrusted (as for every method that changes the directory).
   absl::Status Remove(absl::string_view key);
 
-  // Removes every entry, and temporary files left behind by writers that died; returns how many
-  // entries. Temporary files of writes in progress are left alone, and so is every file the cache
-  // did not write (one without the entry magic, whatever its name), as in every removal.
+  // Removes every entry, and temporary files and compile leases' lock files left behind by processes
+  // that died; returns how many entries. Temporary files of writes in progress are left alone, and so is every file the
+  // cache did not write (one without the entry magic, whatever its name), as in every removal.
   absl::StatusOr<int64_t> Clear();
 
   // Evicts least-recently-used entries until the entries total at most `max_bytes`; counts and
-  // logs each eviction and returns them in eviction order. Also removes temporary files left behind
-  // by writers that died.
+  // logs each eviction and returns them in eviction order. Also removes temporary files and lock files
+  // left behind by processes that died.
   absl::StatusOr<std::vector<EvictedEntry>> EvictTo(uint64_t max_bytes);
 
   // The entries and bytes in the directory now, and the totals of the event log.
@@ -203,8 +213,9 @@ class Store {
   // Evicts as EvictTo does, but never the entry of `keep_key`.
   absl::StatusOr<std::vector<EvictedEntry>> EvictLeastRecentlyUsed(uint64_t max_bytes,
                                                                    std::optional<absl::string_view> keep_key);
-  // Removes the temporary files among `temp_files` older than any write in progress can be.
-  absl::Status RemoveStaleTempFiles(const std::vector<TempFile>& temp_files) const;
+  // Removes the temporary files of `scan` older than any write in progress can be, and its lock files
+  // that no process holds.
+  absl::Status RemoveLeftovers(const DirectoryScan& scan) const;
   // Whether this store may change the directory: trusted, marked and not read-only.
   bool writable() const { return trusted_ && marked_ && !options_.read_only; }
   // FAILED_PRECONDITION, naming `action`, unless writable().

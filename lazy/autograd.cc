@@ -12,13 +12,20 @@ thread_local bool g_grad_mode = true;
 
 bool GradModeEnabled() { return g_grad_mode; }
 
-bool NeedsGrad(std::span<const Tensor> inputs) {
+namespace {
+// Whether grad mode is on and any of `inputs` (Tensors, or references to them) requires grad.
+template <typename Inputs>
+bool AnyNeedsGrad(const Inputs& inputs) {
   if (!g_grad_mode) return false;
   for (const Tensor& t : inputs) {
     if (t.defined() && t.impl()->requires_grad) return true;
   }
   return false;
 }
+}  // namespace
+
+bool NeedsGrad(std::span<const Tensor> inputs) { return AnyNeedsGrad(inputs); }
+bool NeedsGrad(std::initializer_list<std::reference_wrapper<const Tensor>> inputs) { return AnyNeedsGrad(inputs); }
 
 Tensor Record(Tensor output, const char* name, std::vector<Tensor> inputs, BackwardFn backward,
               const SourceLocation& loc) {

@@ -24,12 +24,16 @@ struct SyncEvent {
   uint64_t graph_key = 0;
   int64_t nodes = 0, inputs = 0, outputs = 0;
   SyncOutcome outcome = SyncOutcome::kMemoryHit;
+  // Why, when it is not the usual: a disk hit on an entry another process compiled while this one
+  // waited, "compiled by another process (pid N)".
+  std::string outcome_detail;
   double start_ms = 0;  // since the runtime started
   double trace_ms = 0;  // tracing since the previous sync ended
   double key_ms = 0;    // collecting live tensors, post-order, graph key, arguments
   double lower_ms = 0, compile_ms = 0, load_ms = 0;
-  double launch_ms = 0;    // enqueueing the execution
-  double execute_ms = -1;  // on the device stream; -1 unless timing is on (LAZYRT_DEBUG, _REPORT, _TRACE)
+  double compile_wait_ms = 0;  // waiting for another process compiling the same graph
+  double launch_ms = 0;        // enqueueing the execution
+  double execute_ms = -1;      // on the device stream; -1 unless timing is on (LAZYRT_DEBUG, _REPORT, _TRACE)
   double execute_start_ms = 0;
   int device = 0;           // the lazy:N the graph ran on
   int64_t arena_bytes = 0;  // the executable's scratch memory

@@ -1,5 +1,8 @@
 #include "lazy/executable_cache.h"
 
+#include <signal.h>
+
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
 
@@ -120,9 +123,14 @@ FoundExecutable ExecutableCache::FindOrCompile(ir::HashValue key, const ir::Post
   }
   const Clock::time_point load_start = Clock::now();
   cache::EntryMetadata graph = GraphMetadata(DiskKey(key), order, roots);
-  if ((found.executable = LoadFromDisk(client, graph)) != nullptr) {
+  // Held from a miss until the entry is stored, so that other processes missing the graph meanwhile
+  // wait for this one's entry instead of compiling it too.
+  cache::CompileLease lease;
+  found.executable = LoadFromDisk(client, graph);
+  if (found.executable == nullptr) found.executable = LoadAfterCompileLease(client, graph, lease, found);
+  if (found.executable != nullptr) {
     found.source = ExecutableSource::kDisk;
-    found.load_ms = MsSince(load_start);
+    found.load_ms = MsSince(load_start) - found.compile_wait_ms;
   } else {
     found.source = ExecutableSource::kCompiled;
     const Clock::time_point lower_start = Clock::now();
@@ -141,6 +149,7 @@ FoundExecutable ExecutableCache::FindOrCompile(ir::HashValue key, const ir::Post
     found.executable = *std::move(compiled);
     Counter(counters::kGraphsCompiled).fetch_add(1);
     StoreOnDisk(*found.executable, std::move(graph), found.compile_ms);
+    lease.Release();
   }
   // Ops of an SPMD graph computed replicated for want of a partitioning rule: correct, but each gathers its
   // operands whole on every device.
@@ -206,6 +215,47 @@ std::shared_ptr<pjrt::Executable> ExecutableCache::LoadFromDisk(pjrt::Client& cl
   RecordTime("persistent_cache_load", MsSince(start));
   RecordTime("persistent_cache_compile_ms_saved", entry.header.compile_ms);
   return *std::move(loaded);
+}
+
+std::shared_ptr<pjrt::Executable> ExecutableCache::LoadAfterCompileLease(pjrt::Client& client,
+                                                                         const cache::EntryMetadata& graph,
+                                                                         cache::CompileLease& lease,
+                                                                         FoundExecutable& found) {
+  if (store_ == nullptr) return nullptr;
+  const double bound_ms = Runtime::Get().options().compile_wait_ms;
+  lease = store_->AcquireCompileLease(graph.key, absl::Milliseconds(bound_ms));
+  if (!lease.error().empty()) {
+    WarnOnce(absl::StrCat("no compile lease for graph ", graph.key, " (", lease.error(),
+                          "): other processes missing it at the same time may compile it too"));
+  }
+  const int64_t pid = lease.holder_pid();
+  const std::string holder = pid != 0 ? absl::StrCat("process ", pid) : "another process";
+  if (lease.waited()) {
+    found.compile_wait_ms = absl::ToDoubleMilliseconds(lease.wait_time());
+    Counter(counters::kCompileWaits).fetch_add(1);
+    RecordTime("compile_wait", found.compile_wait_ms);
+  }
+  // Looked for after a lease taken at once too: the entry may have been stored between the miss and
+  // the lease.
+  if (store_->Contains(graph.key)) {
+    if (std::shared_ptr<pjrt::Executable> stored = LoadFromDisk(client, graph)) {
+      lease.Release();
+      found.detail =
+          pid != 0 ? absl::StrCat("compiled by another process (pid ", pid, ")") : "compiled by another process";
+      return stored;
+    }
+  }
+  if (lease.timed_out()) {
+    WarnOnce(absl::StrCat("waited ", static_cast<int64_t>(found.compile_wait_ms), " ms for ", holder,
+                          " compiling graph ", graph.key, " (the bound, LAZYRT_COMPILE_WAIT_MS=", bound_ms,
+                          "); compiling it here too"));
+  } else if (lease.waited()) {
+    const bool died = pid != 0 && kill(static_cast<pid_t>(pid), 0) != 0 && errno == ESRCH;
+    WarnOnce(absl::StrCat(holder, died ? " died while compiling graph " : " stopped compiling graph ", graph.key,
+                          " without storing it", died ? "" : " (its compile failed, or was not worth storing)",
+                          "; compiling it here"));
+  }
+  return nullptr;
 }
 
 // Stores a freshly compiled executable for later processes, with the graph's metadata. Failing to

@@ -30,6 +30,11 @@ struct FoundExecutable {
   double load_ms = 0;     // reading and loading a persistent entry (kDisk)
   double lower_ms = 0;    // lowering the graph (kCompiled)
   double compile_ms = 0;  // compiling the module (kCompiled)
+  // Waiting for another process that was compiling the same graph (cache/compile_lease.h).
+  double compile_wait_ms = 0;
+  // "compiled by another process (pid N)" for a disk hit on what another process compiled while this
+  // one waited; empty otherwise.
+  std::string detail;
 };
 
 class ExecutableCache {
@@ -67,6 +72,11 @@ class ExecutableCache {
                                      std::span<const ir::Value> roots) const;
   std::shared_ptr<pjrt::Executable> LoadFromDisk(pjrt::Client& client, const cache::EntryMetadata& graph);
   void StoreOnDisk(const pjrt::Executable& exe, cache::EntryMetadata graph, double compile_ms);
+  // After a disk miss: takes the graph's compile lease into `lease`, waiting for another process that
+  // holds it. Returns the executable when another process stored it meanwhile (noted in `found`), else
+  // null, the lease then held by this process when it could be taken.
+  std::shared_ptr<pjrt::Executable> LoadAfterCompileLease(pjrt::Client& client, const cache::EntryMetadata& graph,
+                                                          cache::CompileLease& lease, FoundExecutable& found);
 
   // Executables kept loaded in memory; beyond this the least recently used are dropped.
   static constexpr size_t kCapacity = 1024;

@@ -380,6 +380,8 @@ void Sync(Device device, SyncCause cause, const SourceLocation& loc) {
   event.load_ms = found.load_ms;
   event.lower_ms = found.lower_ms;
   event.compile_ms = found.compile_ms;
+  event.compile_wait_ms = found.compile_wait_ms;
+  event.outcome_detail = found.detail;
 
   const Clock::time_point launch_start = Clock::now();
   if (found.executable->num_partitions() > 1) {

@@ -21,6 +21,7 @@ namespace lazyrt {
   X(kPersistentCacheMiss, "persistent_cache_miss")                  \
   X(kPersistentCacheWrite, "persistent_cache_write")                \
   X(kPersistentCacheWriteFailure, "persistent_cache_write_failure") \
+  X(kCompileWaits, "compile_waits")                                 \
   X(kTransfersToDevice, "transfers_to_device")                      \
   X(kTransfersToHost, "transfers_to_host")                          \
   X(kTransfersBetweenDevices, "transfers_between_devices")          \

@@ -139,9 +139,12 @@ Tensor BinaryScalar(OpKind op, const Tensor& a, Scalar s, bool scalar_first, con
   DType t = impl.shape.dtype();
   if (!ir::IsFloating(t) && !s.is_integral()) t = DType::kF32;
   if (op == OpKind::kDiv && !ir::IsFloating(t)) t = DType::kF32;
-  ir::Value tv = Converted(ValueOf(a), t, loc);
-  ir::Value sv = ScalarValue(s, t, loc);
-  Tensor out = Elementwise(op, scalar_first ? ir::OperandList{sv, tv} : ir::OperandList{tv, sv}, impl.device, loc);
+  // Moved into the operand list: copies would cost an atomic increment and decrement each.
+  ir::OperandList operands;
+  operands.push_back(Converted(ValueOf(a), t, loc));
+  operands.push_back(ScalarValue(s, t, loc));
+  if (scalar_first) std::swap(operands[0], operands[1]);
+  Tensor out = Elementwise(op, std::move(operands), impl.device, loc);
   if (!ir::IsFloating(t) || ir::IsComparison(op)) return out;
   return Record(
       out, "binary_scalar", {a},

@@ -86,6 +86,17 @@ absl::StatusOr<double> ParseMs(absl::string_view t) {
   return v;
 }
 
+// A bounded wait: at most a day, which no compile takes (a typo such as an extra zero is refused).
+constexpr double kMaxWaitMs = 86'400'000;
+
+absl::StatusOr<double> ParseWaitMs(absl::string_view t) {
+  absl::StatusOr<double> ms = ParseMs(t);
+  if (ms.ok() && *ms > kMaxWaitMs) {
+    return absl::InvalidArgumentError(absl::StrCat("'", t, "' is more than a day (", kMaxWaitMs, " ms)"));
+  }
+  return ms;
+}
+
 const std::vector<Setting>& Settings() {
   static const std::vector<Setting> settings = {
       Declare("LAZYRT_DEVICES", "number of simulated devices", &Options::devices,
@@ -114,6 +125,10 @@ const std::vector<Setting>& Settings() {
               &Options::cache_max_bytes, ParseByteSize),
       Declare("LAZYRT_CACHE_MIN_COMPILE_MS", "do not store results that compiled faster than this",
               &Options::cache_min_compile_ms, ParseMs),
+      Declare("LAZYRT_COMPILE_WAIT_MS",
+              "how long to wait for another process compiling the same graph before compiling it here (at most a "
+              "day)",
+              &Options::compile_wait_ms, ParseWaitMs),
       Declare("LAZYRT_DEBUG",
               "diagnostics: 0 off, 1 analysis at exit, 2 also a line per sync, 3 also device time by kernel",
               &Options::debug, [](absl::string_view t) { return ParseInt<int>(t, 0, kMaxDebugLevel); }),

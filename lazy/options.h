@@ -46,6 +46,13 @@ struct Options {
   int64_t cache_max_bytes = 0;
   // Results that compiled faster than this are not stored.
   double cache_min_compile_ms = 0;
+  // How long a process that misses a graph another process is compiling waits for that process's
+  // entry before compiling the graph itself (cache/compile_lease.h). Five minutes: a hundred times the
+  // longest compile of the examples here (the GPT's first step, 3.8 s cold) and in the range of the
+  // largest models' XLA compiles, so a live compiler is always waited for; giving up costs one compile
+  // more, never a wrong result, and a stopped or stuck compiler delays the others by no more than
+  // this. A killed compiler releases its lease at once and is not waited for. 0: never wait.
+  double compile_wait_ms = 300'000;
 
   // Diagnostics: 1 = an analysis at exit and a warning when a late step compiles a new graph;
   // 2 = also a line per sync; 3 = also the device time of every kernel, at exit. Written to debug_file,

@@ -58,17 +58,29 @@ json Manifest() {
 }
 
 json EventJson(const SyncEvent& e) {
-  return json{{"index", e.index},           {"step", e.step},
-              {"position", e.position},     {"cause", std::string(SyncCauseName(e.cause))},
-              {"location", e.location},     {"graph_key", ir::HashToHex(e.graph_key)},
-              {"nodes", e.nodes},           {"inputs", e.inputs},
-              {"outputs", e.outputs},       {"outcome", std::string(SyncOutcomeName(e.outcome))},
-              {"start_ms", e.start_ms},     {"trace_ms", e.trace_ms},
-              {"key_ms", e.key_ms},         {"lower_ms", e.lower_ms},
-              {"compile_ms", e.compile_ms}, {"load_ms", e.load_ms},
-              {"launch_ms", e.launch_ms},   {"execute_ms", e.execute_ms},
-              {"device", e.device},         {"arena_bytes", e.arena_bytes},
-              {"peak_bytes", e.peak_bytes}};
+  return json{{"index", e.index},
+              {"step", e.step},
+              {"position", e.position},
+              {"cause", std::string(SyncCauseName(e.cause))},
+              {"location", e.location},
+              {"graph_key", ir::HashToHex(e.graph_key)},
+              {"nodes", e.nodes},
+              {"inputs", e.inputs},
+              {"outputs", e.outputs},
+              {"outcome", std::string(SyncOutcomeName(e.outcome))},
+              {"start_ms", e.start_ms},
+              {"trace_ms", e.trace_ms},
+              {"key_ms", e.key_ms},
+              {"lower_ms", e.lower_ms},
+              {"compile_ms", e.compile_ms},
+              {"load_ms", e.load_ms},
+              {"launch_ms", e.launch_ms},
+              {"execute_ms", e.execute_ms},
+              {"device", e.device},
+              {"arena_bytes", e.arena_bytes},
+              {"peak_bytes", e.peak_bytes},
+              {"compile_wait_ms", e.compile_wait_ms},
+              {"outcome_detail", e.outcome_detail}};
 }
 
 // Every device's memory now (memory_info()).

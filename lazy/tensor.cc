@@ -71,8 +71,8 @@ ir::Value ScalarValue(Scalar s, DType dtype, const SourceLocation& loc) {
                                 ir::Attributes{}, std::make_shared<ScalarLeaf>(s.value()), loc)};
 }
 
-ir::Value Converted(const ir::Value& v, DType dtype, const SourceLocation& loc) {
-  if (v.shape().dtype() == dtype) return v;
+ir::Value Converted(ir::Value v, DType dtype, const SourceLocation& loc) {
+  if (v.shape().dtype() == dtype) return v;  // moved: no reference count touched
   return ir::Value{ir::MakeNode(ir::OpKind::kConvert, ir::OperandList{v}, ir::ShapeList{v.shape().WithDType(dtype)},
                                 ir::Attributes{{ir::AttrKey::kDType, dtype}}, nullptr, loc)};
 }

@@ -28,7 +28,7 @@ int CommonDevice(std::initializer_list<const Tensor*> tensors, absl::string_view
 // static (or 0/1 with special scalars on).
 ir::Value ScalarValue(Scalar s, DType dtype, const SourceLocation& loc);
 // A Convert node, or `v` itself if it already has `dtype`.
-ir::Value Converted(const ir::Value& v, DType dtype, const SourceLocation& loc);
+ir::Value Converted(ir::Value v, DType dtype, const SourceLocation& loc);
 
 // A new node with one output, wrapped in a registered pending tensor. `api_name`: the public function
 // to name in a run-time error when it is not the op's own (ir::Node::api_name).

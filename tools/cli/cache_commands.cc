@@ -153,6 +153,8 @@ int RunStats(const Args& args) {
     json["evictions"] = events.evictions;
     json["damaged_removed"] = events.corrupt;
     json["compile_ms_saved"] = events.compile_ms_saved;
+    json["compile_waits"] = events.compile_waits;
+    json["compile_wait_ms"] = events.compile_wait_ms;
     json["unreadable_event_lines"] = events.unreadable_lines;
     json["unread_event_log_bytes"] = events.unread_bytes;
     json["ignored_event_log_files"] = events.foreign_files;
@@ -179,6 +181,8 @@ int RunStats(const Args& args) {
       {"evictions", absl::StrCat(events.evictions)},
       {"damaged removed", absl::StrCat(events.corrupt)},
       {"compile time saved", FormatMs(events.compile_ms_saved)},
+      {"compile waits", absl::StrCat(events.compile_waits, " (", FormatMs(events.compile_wait_ms),
+                                     " waiting for another process's compile)")},
   };
   if (events.unreadable_lines > 0) {
     fields.emplace_back("unreadable log lines", absl::StrCat(events.unreadable_lines, " (skipped)"));

@@ -177,13 +177,16 @@ cache::EntryMetadata ExecutableCache::GraphMetadata(const std::string& disk_key,
 // parameters and results are checked against the graph's. An entry that does not load or fit is
 // reported, removed and compiled afresh.
 std::shared_ptr<pjrt::Executable> ExecutableCache::LoadFromDisk(pjrt::Client& client,
-                                                                const cache::EntryMetadata& graph) {
+                                                                const cache::EntryMetadata& graph, bool count_miss) {
   if (store_ == nullptr) return nullptr;
+  auto count = [count_miss](cache::MissReason reason) {
+    if (count_miss) CountDiskMiss(reason);
+  };
   const std::string& disk_key = graph.key;
   const Clock::time_point start = Clock::now();
   cache::LookupResult found = store_->Lookup(disk_key, &graph);
   if (const cache::Miss* miss = std::get_if<cache::Miss>(&found)) {
-    CountDiskMiss(miss->reason);
+    count(miss->reason);
     if (miss->reason == cache::MissReason::kGraphMismatch || miss->reason == cache::MissReason::kKeyChanged) {
       WarnOnce(absl::StrCat("persistent cache miss for graph ", disk_key, " (", cache::MissReasonName(miss->reason),
                             "): ", miss->detail));
@@ -194,7 +197,7 @@ std::shared_ptr<pjrt::Executable> ExecutableCache::LoadFromDisk(pjrt::Client& cl
   absl::StatusOr<std::shared_ptr<pjrt::Executable>> loaded = client.LoadSerializedExecutable(entry.payload);
   if (!loaded.ok()) {
     store_->ReportUnloadable(disk_key, loaded.status().message());
-    CountDiskMiss(cache::MissReason::kUnloadable);
+    count(cache::MissReason::kUnloadable);
     WarnOnce(absl::StrCat("cache entry ", disk_key, " did not load (", loaded.status().message(), "); compiling"));
     return nullptr;
   }
@@ -207,7 +210,7 @@ std::shared_ptr<pjrt::Executable> ExecutableCache::LoadFromDisk(pjrt::Client& cl
   if (std::optional<std::string> mismatch = cache::SignatureMismatch(actual, graph)) {
     const std::string detail = absl::StrCat("the entry's executable does not fit the graph: ", *mismatch);
     store_->ReportUnusable(disk_key, cache::Miss{cache::MissReason::kGraphMismatch, detail});
-    CountDiskMiss(cache::MissReason::kGraphMismatch);
+    count(cache::MissReason::kGraphMismatch);
     WarnOnce(absl::StrCat("cache entry ", disk_key, ": ", detail, "; compiling"));
     return nullptr;
   }
@@ -236,9 +239,9 @@ std::shared_ptr<pjrt::Executable> ExecutableCache::LoadAfterCompileLease(pjrt::C
     RecordTime("compile_wait", found.compile_wait_ms);
   }
   // Looked for after a lease taken at once too: the entry may have been stored between the miss and
-  // the lease.
+  // the lease. The miss is counted already (a damaged entry found again is the same miss).
   if (store_->Contains(graph.key)) {
-    if (std::shared_ptr<pjrt::Executable> stored = LoadFromDisk(client, graph)) {
+    if (std::shared_ptr<pjrt::Executable> stored = LoadFromDisk(client, graph, /*count_miss=*/false)) {
       lease.Release();
       found.detail =
           pid != 0 ? absl::StrCat("compiled by another process (pid ", pid, ")") : "compiled by another process";

@@ -70,7 +70,9 @@ class ExecutableCache {
   // ingredients and the graph's signature.
   cache::EntryMetadata GraphMetadata(const std::string& disk_key, const ir::PostOrder& order,
                                      std::span<const ir::Value> roots) const;
-  std::shared_ptr<pjrt::Executable> LoadFromDisk(pjrt::Client& client, const cache::EntryMetadata& graph);
+  // `count_miss` false: a second look for a graph whose miss is already counted (after the compile lease).
+  std::shared_ptr<pjrt::Executable> LoadFromDisk(pjrt::Client& client, const cache::EntryMetadata& graph,
+                                                 bool count_miss = true);
   void StoreOnDisk(const pjrt::Executable& exe, cache::EntryMetadata graph, double compile_ms);
   // After a disk miss: takes the graph's compile lease into `lease`, waiting for another process that
   // holds it. Returns the executable when another process stored it meanwhile (noted in `found`), else

@@ -3,7 +3,8 @@
 # data=1, 2, 4 (at test size and at a small size) and prints, per run, the steady step's time, the time a
 # device spends inside collectives per step (averaged over the mesh's devices; waiting at the rendezvous
 # for the other partitions included) and their ratio, from the final JSON's steady_step_ms,
-# collective_ms_per_step and collective_share.
+# collective_ms_per_step and collective_share, and of the collective time the part spent waiting at the
+# rendezvous for the other partitions (collective_wait_ms_per_step).
 #   benchmarks/collective_share.sh [BUILD_DIR]        (default: build)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -17,7 +18,7 @@ declare -A configs=(
   [test]="--layers 2 --heads 2 --width 32 --context 16 --batch 8 --steps 30"
   [small]="--layers 4 --heads 4 --width 64 --context 64 --batch 16 --steps 20"
 )
-printf '%-6s %-8s %14s %16s %8s %s\n' config mesh step_ms collective_ms share devices
+printf '%-6s %-8s %10s %14s %10s %8s %s\n' config mesh step_ms collective_ms wait_ms share devices
 for config in test small; do
   for mesh in none data=1 data=2 data=4; do
     mesh_flags=()
@@ -28,7 +29,8 @@ for config in test small; do
     tail -n 1 "$work/out.txt" | python3 -c '
 import json, sys
 r = json.loads(sys.stdin.read())
-print("%-6s %-8s %14.3f %16.3f %8.4f %d" % (sys.argv[1], sys.argv[2], r["steady_step_ms"],
-      r["collective_ms_per_step"], r["collective_share"], r["devices"]))' "$config" "$mesh"
+print("%-6s %-8s %10.3f %14.3f %10.3f %8.4f %d" % (sys.argv[1], sys.argv[2], r["steady_step_ms"],
+      r["collective_ms_per_step"], r["collective_wait_ms_per_step"], r["collective_share"], r["devices"]))' \
+      "$config" "$mesh"
   done
 done

@@ -223,14 +223,17 @@ Tensor Upload(const std::vector<int64_t>& v, std::vector<int64_t> dims) {
   return Tensor::FromData(std::span<const int64_t>(v), dims);
 }
 
-// The time this process's devices of the mesh spent in collectives so far, averaged over them (0 without a
-// mesh).
-double CollectiveMs(const std::optional<lazyrt::Mesh>& mesh) {
-  if (!mesh) return 0;
+// The time this process's devices of the mesh spent in collectives so far, and waiting in them for each
+// other, averaged over them (0 without a mesh).
+lazyrt::CollectiveInfo MeshCollectives(const std::optional<lazyrt::Mesh>& mesh) {
+  lazyrt::CollectiveInfo mean;
+  if (!mesh) return mean;
   const std::vector<lazyrt::CollectiveInfo> infos = lazyrt::collective_info(*mesh);
-  double ms = 0;
-  for (const lazyrt::CollectiveInfo& info : infos) ms += info.ms;
-  return ms / static_cast<double>(infos.size());
+  for (const lazyrt::CollectiveInfo& c : infos) {
+    mean.ms += c.ms / static_cast<double>(infos.size());
+    mean.wait_ms += c.wait_ms / static_cast<double>(infos.size());
+  }
+  return mean;
 }
 
 // Mean next-token cross-entropy of logits [batch, time, vocab] against targets [batch, time].
@@ -370,16 +373,16 @@ int main(int argc, char** argv) {
     double startup_ms = 0, first_step_ms = 0, val_loss = NAN;
     // Steps 2..N, from the start of each run of steps to its last result (the device runs behind the
     // host: sync() returns before the step's work ends), evaluations left out.
-    double steady_ms = 0, steady_collective_ms = 0;
+    double steady_ms = 0, steady_collective_ms = 0, steady_collective_wait_ms = 0;
     std::optional<Clock::time_point> steady_since;
-    double collective_ms_at_start = 0;  // of the run of steps in progress
+    lazyrt::CollectiveInfo collectives_at_start;  // of the run of steps in progress
     Tensor loss;
     for (int64_t step = 0; step < flags.steps; ++step) {
       const Clock::time_point step_start = Clock::now();
       if (step == 0) startup_ms = MsBetween(process_start, step_start);
       if (step > 0 && !steady_since) {
         steady_since = step_start;
-        collective_ms_at_start = CollectiveMs(mesh);
+        collectives_at_start = MeshCollectives(mesh);
       }
       // A device value: changing it never recompiles.
       optimizer.set_lr(lazyrt::examples::WarmupCosineLr(flags.lr, flags.steps, step));
@@ -416,7 +419,9 @@ int main(int argc, char** argv) {
         const double train_loss = step_loss.item();  // waits for the steps before it
         if (steady_since) {
           steady_ms += MsBetween(*std::exchange(steady_since, std::nullopt), Clock::now());
-          steady_collective_ms += CollectiveMs(mesh) - collective_ms_at_start;
+          const lazyrt::CollectiveInfo now = MeshCollectives(mesh);
+          steady_collective_ms += now.ms - collectives_at_start.ms;
+          steady_collective_wait_ms += now.wait_ms - collectives_at_start.wait_ms;
         }
         val_loss = ValidationLoss(model, *corpus, flags);
         std::printf("%sstep %lld/%lld  loss %.4f  val_loss %.4f\n", live ? "\r" : "", static_cast<long long>(step + 1),
@@ -474,6 +479,10 @@ int main(int argc, char** argv) {
         flags.steps > 1 ? steady_collective_ms / static_cast<double>(flags.steps - 1) : 0;
     out["collective_ms_per_step"] = std::round(collective_ms_per_step * 1000) / 1000;
     out["collective_share"] = std::round(collective_ms_per_step / steady_step_ms * 10000) / 10000;
+    // Of which waiting at the rendezvous for the other partitions (devices sharing the cores take turns).
+    out["collective_wait_ms_per_step"] =
+        std::round((flags.steps > 1 ? steady_collective_wait_ms / static_cast<double>(flags.steps - 1) : 0) * 1000) /
+        1000;
     out["spmd_replicated_fallbacks"] = lazyrt::CounterValue(lazyrt::counters::kSpmdReplicatedFallbacks);
     out["mode"] = flags.mode;
     out["accum"] = flags.accum;

@@ -37,7 +37,9 @@ std::vector<MemoryInfo> memory_info(const Mesh& mesh, SourceLocation loc) {
 
 CollectiveInfo collective_info(Device device, SourceLocation loc) {
   const pjrt::CollectiveStats stats = detail::Runtime::Get().device_state(device, loc).device->collective_stats();
-  return CollectiveInfo{.calls = stats.calls, .ms = static_cast<double>(stats.nanoseconds) / 1e6};
+  return CollectiveInfo{.calls = stats.calls,
+                        .ms = static_cast<double>(stats.nanoseconds) / 1e6,
+                        .wait_ms = static_cast<double>(stats.wait_nanoseconds) / 1e6};
 }
 
 std::vector<CollectiveInfo> collective_info(const Mesh& mesh, SourceLocation loc) {

@@ -35,6 +35,7 @@ std::vector<MemoryInfo> memory_info(const Mesh& mesh, LAZYRT_HERE);
 struct CollectiveInfo {
   int64_t calls = 0;
   double ms = 0;
+  double wait_ms = 0;  // of which waiting at the rendezvous for the other devices to arrive
 };
 CollectiveInfo collective_info(Device device = {}, LAZYRT_HERE);
 // The same for each physical device of `mesh` in this process, in the mesh's device order.

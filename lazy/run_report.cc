@@ -95,7 +95,8 @@ json DevicesJson() {
                            {"limit_bytes", m.limit_bytes},
                            {"live_allocations", m.live_allocations},
                            {"collective_calls", c.calls},
-                           {"collective_ms", c.ms}});
+                           {"collective_ms", c.ms},
+                           {"collective_wait_ms", c.wait_ms}});
   }
   return devices;
 }

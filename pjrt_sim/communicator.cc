@@ -181,7 +181,10 @@ absl::Status InProcessCommunicator::Meet(const CollectiveCall& call, const void*
     return status;
   };
 
+  const auto arrived_at = std::chrono::steady_clock::now();
   absl::Status status = wait([&](size_t r) { return rv->arrived[r]; }, "did not arrive");
+  OwnDevice(call)->RecordCollectiveWait(
+      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - arrived_at).count());
   for (size_t k = 0; status.ok() && k < phases.size(); ++k) {
     const Buffers buffers = rv->buffers;
     lock.unlock();

@@ -112,9 +112,14 @@ void Device::RecordCollective(int64_t nanoseconds) {
   collective_ns_.fetch_add(nanoseconds, std::memory_order_relaxed);
 }
 
+void Device::RecordCollectiveWait(int64_t nanoseconds) {
+  collective_wait_ns_.fetch_add(nanoseconds, std::memory_order_relaxed);
+}
+
 CollectiveStats Device::collective_stats() const {
   return {.calls = collective_calls_.load(std::memory_order_relaxed),
-          .nanoseconds = collective_ns_.load(std::memory_order_relaxed)};
+          .nanoseconds = collective_ns_.load(std::memory_order_relaxed),
+          .wait_nanoseconds = collective_wait_ns_.load(std::memory_order_relaxed)};
 }
 
 MemoryStats Device::memory_stats() const {

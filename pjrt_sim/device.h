@@ -32,6 +32,9 @@ struct MemoryStats {
 struct CollectiveStats {
   int64_t calls = 0;
   int64_t nanoseconds = 0;
+  // Of which waiting at the rendezvous for the other members to arrive (as the communicator reports it:
+  // the in-process one does; 0 from one that does not).
+  int64_t wait_nanoseconds = 0;
 };
 
 class Device;
@@ -80,6 +83,8 @@ class Device {
   void RecordReceived(int64_t bytes);
   // Counts one collective call of `nanoseconds` on this device (CollectiveSpan: two clock reads a call).
   void RecordCollective(int64_t nanoseconds);
+  // Counts `nanoseconds` a collective call of this device waited for the other members to arrive.
+  void RecordCollectiveWait(int64_t nanoseconds);
   CollectiveStats collective_stats() const;
   // Work on this device runs in order on this stream.
   Stream& stream() { return stream_; }
@@ -98,7 +103,7 @@ class Device {
   // spares the host's page faults and zeroing of fresh memory (as a device's pooling allocator does).
   std::unordered_map<size_t, std::vector<void*>> free_blocks_;
   std::atomic<bool> kernel_profiling_{false};
-  std::atomic<int64_t> collective_calls_{0}, collective_ns_{0};
+  std::atomic<int64_t> collective_calls_{0}, collective_ns_{0}, collective_wait_ns_{0};
   Stream stream_;
 };
 

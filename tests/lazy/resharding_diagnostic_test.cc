@@ -111,6 +111,8 @@ TEST(ReshardingDiagnostic, AWeightShardedOnTheWrongDimIsAFindingAtItsLine) {
   EXPECT_TRUE(reported) << report["findings"].dump();
   EXPECT_GT(report["devices"][0]["collective_calls"].get<int64_t>(), 0);
   EXPECT_GT(report["devices"][1]["collective_ms"].get<double>(), 0);
+  EXPECT_LE(report["devices"][1]["collective_wait_ms"].get<double>(),
+            report["devices"][1]["collective_ms"].get<double>());
   EXPECT_GT(report["collective_ms_per_step"].get<double>(), 0);
 }
 

@@ -135,10 +135,11 @@ Advice AdviceFor(const Named& n, const Executable& exe) {
                           ", or split its inputs so that it is computed as ", a.needed, ".");
   } else {
     a.suggestion = absl::StrCat("mark_sharding(tensor, mesh, ", a.needed, ")");
+    const bool exchanged = r.kind() == pjrt::proto::Resharding::EXCHANGED;
     a.text = absl::StrCat("the value ", value, " is computed split as ", a.had, " but the ", consumer, " needs it as ",
-                          a.needed, ": every step it is all-gathered (", gathered,
-                          " received by each device) and sliced again. Have it computed as its consumer needs: ",
-                          a.suggestion, " where it is created.");
+                          a.needed, exchanged ? ": every step its pieces are exchanged all-to-all (" : ": every step it is all-gathered (",
+                          gathered, exchanged ? " received by each device). " : " received by each device) and sliced again. ",
+                          "Have it computed as its consumer needs: ", a.suggestion, " where it is created.");
   }
   return a;
 }

@@ -528,12 +528,17 @@ class Partitioner {
   // A mesh axis that splits one dim of `value` (laid out as `axes`) where `want` splits another, whole, dim
   // moves there by one ALL_TO_ALL (each partition sends every other the piece it needs), not by gathering
   // the whole value and slicing it again.
-  void MoveSplitsBetweenDims(const Dims& global, const Axes& want, Axes& axes, int64_t& value) {
+  // Returns the bytes each partition receives.
+  int64_t MoveSplitsBetweenDims(int64_t id, const Axes& want, Axes& axes, int64_t& value) {
+    const Dims global = DimsOf(Inst(id).shape());
+    int64_t received = 0;
     for (size_t from = 0; from < axes.size(); ++from) {
       if (axes[from] == kWhole || axes[from] == want[from]) continue;
       const auto to = std::find(want.begin(), want.end(), axes[from]);
       const size_t d = static_cast<size_t>(to - want.begin());
       if (to == want.end() || axes[d] != kWhole) continue;
+      const int64_t n = mesh_.axis_size(axes[from]);
+      received += LocalBytes(id, axes) / n * (n - 1);  // all pieces but its own
       axes[d] = axes[from];
       axes[from] = kWhole;
       proto::Instruction* inst =
@@ -541,6 +546,7 @@ class Partitioner {
       inst->add_dims(static_cast<int64_t>(d));     // split
       inst->add_dims(static_cast<int64_t>(from));  // concatenated
     }
+    return received;
   }
 
   // The partitioned value of instruction `id` laid out as `want`: gathered where it is split and should not
@@ -551,7 +557,8 @@ class Partitioner {
     Axes axes = have_[static_cast<size_t>(id)];
     int64_t v = value_[static_cast<size_t>(id)];
     const Dims global = DimsOf(Inst(id).shape());
-    MoveSplitsBetweenDims(global, want, axes, v);
+    const int64_t exchanged = MoveSplitsBetweenDims(id, want, axes, v);  // by each partition
+    if (exchanged > 0) NoteResharding(id, want, exchanged, proto::Resharding::EXCHANGED);
     int64_t received = 0;  // by each partition
     for (size_t d = 0; d < axes.size(); ++d) {
       if (axes[d] == kWhole || axes[d] == want[d]) continue;
@@ -569,7 +576,10 @@ class Partitioner {
       EmitCollective(Opcode::kPartitionSlice, v, mesh_.LocalDims(global, axes), {want[d]}, &v)
           ->set_axis(static_cast<int64_t>(d));
     }
-    if (received > 0) NoteResharding(id, want, received, sliced);
+    const bool parameter = static_cast<Opcode>(Inst(id).opcode()) == Opcode::kParameter;
+    if (received > 0 && (parameter || sliced)) {
+      NoteResharding(id, want, received, parameter ? proto::Resharding::PARAMETER : proto::Resharding::RESLICED);
+    }
     resharded_.emplace(key, v);
     return v;
   }
@@ -738,12 +748,10 @@ class Partitioner {
 
   // Records the resharding of `id` (laid out as have_[id]) to `want` for consumer_, which made each partition
   // receive `received` bytes, when it is one of the avoidable kinds.
-  void NoteResharding(int64_t id, const Axes& want, int64_t received, bool sliced) {
+  void NoteResharding(int64_t id, const Axes& want, int64_t received, proto::Resharding::Kind kind) {
     if (!consumer_.has_rule) return;
-    const bool parameter = static_cast<Opcode>(Inst(id).opcode()) == Opcode::kParameter;
-    if (!parameter && !sliced) return;
     proto::Resharding& r = reshardings_.emplace_back();
-    r.set_kind(parameter ? proto::Resharding::PARAMETER : proto::Resharding::RESLICED);
+    r.set_kind(kind);
     r.set_origin(Inst(id).origin());
     *r.mutable_shape() = Inst(id).shape();
     *r.mutable_had() = ToProto(have_[static_cast<size_t>(id)]);

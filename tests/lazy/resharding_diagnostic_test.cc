@@ -132,7 +132,7 @@ TEST(ReshardingDiagnostic, AnActivationSplitOnAnotherDimThanItsConsumerIsGathere
   Tensor h = matmul(x, w);  // computed split by rows, as x is
   const int columns_line = __LINE__ + 1;
   Tensor g = matmul(a, v);  // computed split by columns, as v is
-  Tensor z = h + g;         // split by rows, as its first operand: g is gathered and sliced by rows
+  Tensor z = h + g;         // split by rows, as its first operand: g's pieces are exchanged all-to-all
   sync();
   const std::vector<float> got = z.to_vector<float>();
   std::vector<float> want = MatmulReference(xs, ws, 4, 6, 8);
@@ -147,10 +147,10 @@ TEST(ReshardingDiagnostic, AnActivationSplitOnAnotherDimThanItsConsumerIsGathere
   EXPECT_EQ(f->sharding, "{{}, \"data\"}");
   EXPECT_EQ(f->needed, "{\"data\", {}}");
   EXPECT_EQ(f->suggestion, "mark_sharding(tensor, mesh, {\"data\", {}})");
-  EXPECT_EQ(f->bytes_per_step, 4 * 4 * 4);  // the other device's [4, 4] columns
+  EXPECT_EQ(f->bytes_per_step, 2 * 4 * 4);  // from the other device, the [2, 4] rows of its columns it lacks
   EXPECT_EQ(f->count, 1);
   EXPECT_EQ(f->severity, Severity::kInfo);  // one run: not yet repeated
-  EXPECT_THAT(f->message, HasSubstr("sliced again"));
+  EXPECT_THAT(f->message, HasSubstr("exchanged all-to-all"));
   EXPECT_THAT(f->message, HasSubstr("add created at"));
 }
 

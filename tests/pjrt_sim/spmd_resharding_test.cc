@@ -3,34 +3,22 @@
 // data-parallel step needs, an op without a rule); and that the executable keeps them through serialization.
 #include "pjrt_sim/spmd_partitioner.h"
 
-#include "pjrt_sim/module_verifier.h"
-#include "tests/pjrt_sim/compiler_test_util.h"
+#include "tests/pjrt_sim/spmd_test_util.h"
 
 namespace lazyrt::pjrt {
 namespace {
 
 using ::testing::ElementsAre;
+using spmd_test::kWhole;
+using spmd_test::Partitioned;
 
-constexpr int64_t kWhole = -1;
-
-void SetMesh(ModuleBuilder& b, int64_t size) {
-  b.mutable_module().mutable_mesh()->add_shape(size);
-  for (int64_t p = 0; p < size; ++p) b.mutable_module().mutable_mesh()->add_device_ids(p);
-}
+void SetMesh(ModuleBuilder& b, int64_t size) { spmd_test::SetMesh(b, {size}); }
 // A parameter laid out as `axes` (none: replicated), from graph node `origin`.
 int64_t Parameter(ModuleBuilder& b, int64_t number, const Dims& dims, const std::vector<int64_t>& axes,
                   int64_t origin) {
-  const int64_t id = b.Parameter(number, proto::F32, dims);
-  for (int64_t a : axes) b.inst(id).mutable_sharding()->add_dim_axes(a);
+  const int64_t id = spmd_test::ShardedParameter(b, number, dims, axes);
   b.inst(id).set_origin(origin);
   return id;
-}
-
-SpmdPartitioned Partitioned(const proto::Module& module) {
-  EXPECT_TRUE(VerifyModule(module).ok()) << VerifyModule(module);
-  absl::StatusOr<SpmdPartitioned> r = PartitionSpmd(module);
-  EXPECT_TRUE(r.ok()) << r.status();
-  return r.ok() ? *std::move(r) : SpmdPartitioned{};
 }
 
 std::vector<int64_t> Axes(const proto::Sharding& s) { return {s.dim_axes().begin(), s.dim_axes().end()}; }
@@ -75,7 +63,7 @@ TEST(SpmdResharding, DataParallelCollectivesAreNotRecorded) {
   EXPECT_TRUE(r.reshardings.empty());
 }
 
-TEST(SpmdResharding, AValueComputedSplitOnAnotherDimThanItsConsumerNeedsIsRecordedAsResliced) {
+TEST(SpmdResharding, AValueComputedSplitOnAnotherDimThanItsConsumerNeedsIsRecordedAsExchanged) {
   ModuleBuilder b;
   SetMesh(b, 2);
   const int64_t x = Parameter(b, 0, {4, 6}, {0, kWhole}, 1);
@@ -91,20 +79,23 @@ TEST(SpmdResharding, AValueComputedSplitOnAnotherDimThanItsConsumerNeedsIsRecord
   const SpmdPartitioned r = Partitioned(b.module());
   ASSERT_EQ(r.reshardings.size(), 1U);
   const proto::Resharding& found = r.reshardings[0];
-  EXPECT_EQ(found.kind(), proto::Resharding::RESLICED);
+  EXPECT_EQ(found.kind(), proto::Resharding::EXCHANGED);  // an ALL_TO_ALL moves the split from columns to rows
   EXPECT_EQ(found.origin(), 6);
   EXPECT_EQ(found.consumer(), "add");
   EXPECT_EQ(found.consumer_origin(), 7);
   EXPECT_THAT(Axes(found.had()), ElementsAre(kWhole, 0));
   EXPECT_THAT(Axes(found.needed()), ElementsAre(0, kWhole));
-  EXPECT_EQ(found.bytes_per_partition(), 4 * 4 * 4);  // the other partition's [4, 4] columns
+  EXPECT_EQ(found.bytes_per_partition(), 2 * 4 * 4);  // the [2, 4] of the other partition's columns it lacks
 }
 
 TEST(SpmdResharding, TheOperandsOfAnOpWithoutARuleAreNotRecorded) {
   ModuleBuilder b;
   SetMesh(b, 2);
-  const int64_t x = Parameter(b, 0, {4, 6}, {0, kWhole}, 1);
-  b.Output(b.Concatenate({x, x}, 1));  // no rule: computed replicated from x gathered (a fallback)
+  const int64_t x = Parameter(b, 0, {4, 3, 2}, {0, kWhole, kWhole}, 1);
+  const int64_t seed = b.Parameter(1, proto::S64, {});
+  // Attention with dropout draws its random numbers over the whole batch: no rule, computed replicated from x
+  // gathered (a fallback).
+  b.Output(spmd_test::Attention(b, x, x, x, 0.25, seed));
   const SpmdPartitioned r = Partitioned(b.module());
   EXPECT_EQ(r.replicated_fallbacks, 1);
   EXPECT_TRUE(r.reshardings.empty());

@@ -136,10 +136,11 @@ Advice AdviceFor(const Named& n, const Executable& exe) {
   } else {
     a.suggestion = absl::StrCat("mark_sharding(tensor, mesh, ", a.needed, ")");
     const bool exchanged = r.kind() == pjrt::proto::Resharding::EXCHANGED;
-    a.text = absl::StrCat("the value ", value, " is computed split as ", a.had, " but the ", consumer, " needs it as ",
-                          a.needed, exchanged ? ": every step its pieces are exchanged all-to-all (" : ": every step it is all-gathered (",
-                          gathered, exchanged ? " received by each device). " : " received by each device) and sliced again. ",
-                          "Have it computed as its consumer needs: ", a.suggestion, " where it is created.");
+    a.text = absl::StrCat(
+        "the value ", value, " is computed split as ", a.had, " but the ", consumer, " needs it as ", a.needed,
+        exchanged ? ": every step its pieces are exchanged all-to-all (" : ": every step it is all-gathered (",
+        gathered, exchanged ? " received by each device). " : " received by each device) and sliced again. ",
+        "Have it computed as its consumer needs: ", a.suggestion, " where it is created.");
   }
   return a;
 }

@@ -176,8 +176,8 @@ cache::EntryMetadata ExecutableCache::GraphMetadata(const std::string& disk_key,
 // belongs here: the store checks the signature the entry records, and here the loaded executable's
 // parameters and results are checked against the graph's. An entry that does not load or fit is
 // reported, removed and compiled afresh.
-std::shared_ptr<pjrt::Executable> ExecutableCache::LoadFromDisk(pjrt::Client& client,
-                                                                const cache::EntryMetadata& graph, bool count_miss) {
+std::shared_ptr<pjrt::Executable> ExecutableCache::LoadFromDisk(pjrt::Client& client, const cache::EntryMetadata& graph,
+                                                                bool count_miss) {
   if (store_ == nullptr) return nullptr;
   auto count = [count_miss](cache::MissReason reason) {
     if (count_miss) CountDiskMiss(reason);

@@ -104,7 +104,8 @@ TEST(CompileLeaseAcrossProcesses, ProcessesSyncingOneNewGraphTogetherCompileItOn
   // find the entry already stored).
   int waited = 0;
   for (const std::string& line : lines) {
-    if (line.find(absl::StrCat("'compiled by another process (pid ", compiler_pid, ")'")) != std::string::npos) ++waited;
+    if (line.find(absl::StrCat("'compiled by another process (pid ", compiler_pid, ")'")) != std::string::npos)
+      ++waited;
   }
   EXPECT_GE(waited, 1) << all;
   std::filesystem::remove_all(dir);

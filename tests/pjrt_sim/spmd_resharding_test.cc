@@ -8,9 +8,9 @@
 namespace lazyrt::pjrt {
 namespace {
 
-using ::testing::ElementsAre;
 using spmd_test::kWhole;
 using spmd_test::Partitioned;
+using ::testing::ElementsAre;
 
 void SetMesh(ModuleBuilder& b, int64_t size) { spmd_test::SetMesh(b, {size}); }
 // A parameter laid out as `axes` (none: replicated), from graph node `origin`.

@@ -189,20 +189,16 @@ absl::Status GlooCommunicator::ReduceScatter(const CollectiveCall& call, Primiti
 
 absl::Status GlooCommunicator::AllGather(const CollectiveCall& call, PrimitiveType type, int64_t count,
                                          const void* send, void* recv) {
-  const int64_t members = static_cast<int64_t>(call.group.size());
-  const int64_t bytes = count * ByteWidth(type);
-  if (members == 1 || count == 0) {
-    if (bytes > 0) std::memcpy(recv, send, static_cast<size_t>(bytes));
-    return absl::OkStatus();
-  }
-  return Run(call, (members - 1) * bytes, [&](const std::shared_ptr<::gloo::Context>& context) -> absl::Status {
-    AllGatherBytes(context, send, recv, bytes, timeout_);
-    return absl::OkStatus();
-  });
+  return Exchange(call, type, count, send, recv, &AllGatherBytes);
 }
 
 absl::Status GlooCommunicator::AllToAll(const CollectiveCall& call, PrimitiveType type, int64_t count, const void* send,
                                         void* recv) {
+  return Exchange(call, type, count, send, recv, &AllToAllBytes);
+}
+
+absl::Status GlooCommunicator::Exchange(const CollectiveCall& call, PrimitiveType type, int64_t count, const void* send,
+                                        void* recv, ExchangeBytes exchange) {
   const int64_t members = static_cast<int64_t>(call.group.size());
   const int64_t bytes = count * ByteWidth(type);
   if (members == 1 || count == 0) {
@@ -210,7 +206,7 @@ absl::Status GlooCommunicator::AllToAll(const CollectiveCall& call, PrimitiveTyp
     return absl::OkStatus();
   }
   return Run(call, (members - 1) * bytes, [&](const std::shared_ptr<::gloo::Context>& context) -> absl::Status {
-    AllToAllBytes(context, send, recv, bytes, timeout_);
+    exchange(context, send, recv, bytes, timeout_);
     return absl::OkStatus();
   });
 }

@@ -76,6 +76,13 @@ class GlooCommunicator final : public Communicator {
   absl::Status Run(const CollectiveCall& call, int64_t bytes,
                    const std::function<absl::Status(const std::shared_ptr<::gloo::Context>&)>& body);
 
+  // AllGather and AllToAll: each member receives a piece of `count` elements from every other, moved by
+  // `exchange` (AllGatherBytes or AllToAllBytes).
+  using ExchangeBytes = void (*)(const std::shared_ptr<::gloo::Context>&, const void* send, void* recv, int64_t bytes,
+                                 std::chrono::milliseconds timeout);
+  absl::Status Exchange(const CollectiveCall& call, PrimitiveType type, int64_t count, const void* send, void* recv,
+                        ExchangeBytes exchange);
+
   std::shared_ptr<::gloo::rendezvous::Store> store_;
   std::shared_ptr<::gloo::transport::Device> device_;
   std::chrono::milliseconds timeout_;

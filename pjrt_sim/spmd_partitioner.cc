@@ -440,11 +440,14 @@ class Partitioner {
       if (op == Opcode::kAttention || op == Opcode::kAttentionGrad) {
         if (i >= AttentionTensorOperands(inst)) continue;  // the mask (or seed) may be broadcast
         std::copy_n(known->begin(), AttentionBatchDims(inst), implied.begin());
-      } else if (op == Opcode::kIndexSelect) {
-        if (i == 1) implied[static_cast<size_t>(inst.axis())] = (*known)[0];
-        if (i == 0) implied = *known;
+      } else if (op == Opcode::kIndexSelect && i == 1) {
+        implied[static_cast<size_t>(inst.axis())] = (*known)[0];
       } else if (known->size() == rank) {
         implied = *known;
+        // The indexed operand's split along the indexed dim says nothing of the result's (it is read whole).
+        if ((op == Opcode::kIndexSelect || op == Opcode::kGather) && i == 0) {
+          implied[static_cast<size_t>(inst.axis())] = kWhole;
+        }
       }
       implied = Deduplicated(LocalAxes(id, std::move(implied)));
       if (!best || SplitCount(implied) > SplitCount(*best)) best = std::move(implied);

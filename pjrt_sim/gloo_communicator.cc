@@ -57,6 +57,14 @@ void AllGatherBytes(const std::shared_ptr<::gloo::Context>& context, const void*
   ::gloo::allgather(opts);
 }
 
+// A group of one, or nothing to move, needs no peer: the result is the member's own send. True when so
+// (and the copy is made).
+bool AloneOrEmpty(const CollectiveCall& call, int64_t bytes, const void* send, void* recv) {
+  if (call.group.size() > 1 && bytes > 0) return false;
+  if (bytes > 0) std::memcpy(recv, send, static_cast<size_t>(bytes));
+  return true;
+}
+
 }  // namespace
 
 GlooCommunicator::GlooCommunicator(std::shared_ptr<::gloo::rendezvous::Store> store, std::string hostname,
@@ -148,10 +156,7 @@ absl::Status GlooCommunicator::AllReduce(const CollectiveCall& call, PrimitiveTy
                                          int64_t count, const void* send, void* recv) {
   const int64_t members = static_cast<int64_t>(call.group.size());
   const int64_t width = ByteWidth(type);
-  if (members == 1 || count == 0) {
-    if (count > 0) std::memcpy(recv, send, static_cast<size_t>(count * width));
-    return absl::OkStatus();
-  }
+  if (AloneOrEmpty(call, count * width, send, recv)) return absl::OkStatus();
   const int64_t share = (count + members - 1) / members;
   const int64_t share_bytes = share * width;
   return Run(call, 2 * (members - 1) * share_bytes,
@@ -174,10 +179,7 @@ absl::Status GlooCommunicator::ReduceScatter(const CollectiveCall& call, Primiti
                                              int64_t count, const void* send, void* recv) {
   const int64_t members = static_cast<int64_t>(call.group.size());
   const int64_t bytes = count * ByteWidth(type);
-  if (members == 1 || count == 0) {
-    if (bytes > 0) std::memcpy(recv, send, static_cast<size_t>(bytes));
-    return absl::OkStatus();
-  }
+  if (AloneOrEmpty(call, bytes, send, recv)) return absl::OkStatus();
   return Run(call, (members - 1) * bytes, [&](const std::shared_ptr<::gloo::Context>& context) -> absl::Status {
     Device* device = OwnDevice(call);
     ASSIGN_OR_RETURN(DeviceMemory pieces, device->Allocate(bytes * members));
@@ -201,10 +203,7 @@ absl::Status GlooCommunicator::Exchange(const CollectiveCall& call, PrimitiveTyp
                                         void* recv, ExchangeBytes exchange) {
   const int64_t members = static_cast<int64_t>(call.group.size());
   const int64_t bytes = count * ByteWidth(type);
-  if (members == 1 || count == 0) {
-    if (bytes > 0) std::memcpy(recv, send, static_cast<size_t>(bytes));
-    return absl::OkStatus();
-  }
+  if (AloneOrEmpty(call, bytes, send, recv)) return absl::OkStatus();
   return Run(call, (members - 1) * bytes, [&](const std::shared_ptr<::gloo::Context>& context) -> absl::Status {
     exchange(context, send, recv, bytes, timeout_);
     return absl::OkStatus();

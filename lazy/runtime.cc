@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
+#include <mutex>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
@@ -40,7 +41,7 @@ TensorImpl::~TensorImpl() {
 }
 
 void DeviceState::Register(TensorImpl* t) {
-  std::lock_guard<std::mutex> lock(mu);
+  std::lock_guard<SpinMutex> lock(mu);
   if (t->registered) return;
   t->registered = true;
   t->prev = tail;
@@ -50,12 +51,12 @@ void DeviceState::Register(TensorImpl* t) {
 }
 
 void DeviceState::Unregister(TensorImpl* t) {
-  std::lock_guard<std::mutex> lock(mu);
+  std::lock_guard<SpinMutex> lock(mu);
   Unlink(t);
 }
 
 void DeviceState::UnregisterSynced(const std::vector<std::shared_ptr<TensorImpl>>& synced) {
-  std::lock_guard<std::mutex> lock(mu);
+  std::lock_guard<SpinMutex> lock(mu);
   for (const auto& t : synced) {
     if (t->registered) Unlink(t.get());
   }
@@ -70,7 +71,7 @@ void DeviceState::Unlink(TensorImpl* t) {
 
 std::vector<std::shared_ptr<TensorImpl>> DeviceState::LiveTensors() {
   std::vector<std::shared_ptr<TensorImpl>> out;
-  std::lock_guard<std::mutex> lock(mu);
+  std::lock_guard<SpinMutex> lock(mu);
   for (TensorImpl* t = head; t != nullptr; t = t->next) {
     // A tensor whose last reference is being dropped right now is waiting to unregister: skip it.
     if (std::shared_ptr<TensorImpl> strong = t->weak_from_this().lock()) out.push_back(std::move(strong));

@@ -7,13 +7,13 @@
 #include <cstdint>
 #include <deque>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <vector>
 
 #include "ir/node.h"
 #include "lazy/options.h"
 #include "lazy/sharded_data.h"
+#include "lazy/spin_mutex.h"
 #include "lazy/tensor.h"
 #include "pjrt_sim/buffer.h"
 #include "pjrt_sim/client.h"
@@ -98,7 +98,7 @@ struct DeviceState {
   void Unlink(TensorImpl* t);  // with mu held
 
   pjrt::Device* device = nullptr;
-  std::mutex mu;
+  SpinMutex mu;  // guards the registry (head, tail and the tensors' links)
   TensorImpl* head = nullptr;
   TensorImpl* tail = nullptr;
   uint64_t rng_seed = 0;

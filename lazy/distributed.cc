@@ -27,6 +27,7 @@
 #include "gloo/transport/tcp/device.h"
 #include "ir/graph_signature.h"
 #include "lazy/distributed_internal.h"
+#include "lazy/options.h"
 #include "lazy/runtime.h"
 #include "lazy/sync.h"
 #include "lazy/tracing.h"
@@ -267,7 +268,6 @@ void initialize(SourceLocation loc) {
   absl::StatusOr<Options> from_environment = Options::FromEnvironment();
   ThrowIfError(from_environment.status(), "distributed::initialize", loc);
   const Options& options = *from_environment;
-  constexpr int kMaxProcesses = 4096;
   int world = options.world_size;
   if (world == 0) world = detail::EnvInt("WORLD_SIZE", 1, kMaxProcesses, loc).value_or(0);
   if (world == 0) world = detail::EnvInt("OMPI_COMM_WORLD_SIZE", 1, kMaxProcesses, loc).value_or(1);

@@ -35,7 +35,6 @@ absl::StatusOr<T> ParseInt(absl::string_view text, T min, T max = std::numeric_l
 
 // Every device is a stream thread and a memory pool: more than this is a typo, not a machine.
 constexpr int kMaxDevices = 1024;
-constexpr int kMaxProcesses = 4096;
 // A simulated device's memory is host memory; more than this no host has.
 constexpr int64_t kMaxDeviceMemory = int64_t{1} << 44;
 // The highest LAZYRT_DEBUG level.

@@ -13,6 +13,9 @@
 
 namespace lazyrt {
 
+// The most processes a job may have (LAZYRT_WORLD_SIZE and its fallbacks): more is a typo, not a job.
+inline constexpr int kMaxProcesses = 4096;
+
 struct Options {
   // Simulated devices on the host (like the chips of a v6e-8 host).
   int devices = 1;

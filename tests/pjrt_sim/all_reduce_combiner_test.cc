@@ -178,8 +178,11 @@ TEST_P(CombinedExecutableTest, ComputesTheSameBitsAsOneAllReducePerValue) {
     ASSERT_TRUE(exe.ok()) << exe.status();
     // Seven all-reduces; combined, one of the five f32 values and one of the two bf16 ones.
     EXPECT_EQ(CollectiveKernels(**exe), threshold == 0 ? 7 : 2);
+    const int64_t calls_before = (*client)->device(0)->collective_stats().calls;
     absl::StatusOr<std::vector<std::vector<HostArray>>> got = testing::RunPartitions(**client, **exe, args);
     ASSERT_TRUE(got.ok()) << got.status();
+    // What the run report and the trace count: one communicator call per collective kernel.
+    EXPECT_EQ((*client)->device(0)->collective_stats().calls - calls_before, threshold == 0 ? 7 : 2);
     results.push_back(*std::move(got));
   }
   for (int p = 0; p < partitions; ++p) {

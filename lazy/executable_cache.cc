@@ -74,6 +74,7 @@ ExecutableCache& ExecutableCache::Get() {
 
 ExecutableCache::ExecutableCache() {
   const Options& options = Runtime::Get().options();
+  compile_options_.all_reduce_combine_bytes = options.all_reduce_combine_bytes;
   // The runtime's and the lowering rules' versions too: the same IR lowered by other rules is another
   // program.
   ingredients_ = {.lazyrt_version = LAZYRT_VERSION,

@@ -11,6 +11,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "pjrt_sim/all_reduce_combiner.h"
 
 extern char** environ;
 
@@ -39,6 +40,14 @@ constexpr int kMaxDevices = 1024;
 constexpr int64_t kMaxDeviceMemory = int64_t{1} << 44;
 // The highest LAZYRT_DEBUG level.
 constexpr int kMaxDebugLevel = 3;
+
+absl::StatusOr<int64_t> ParseAllReduceCombineBytes(absl::string_view text) {
+  absl::StatusOr<int64_t> bytes = ParseByteSize(text);
+  if (bytes.ok() && *bytes > pjrt::kMaxAllReduceCombineBytes) {
+    return absl::InvalidArgumentError(absl::StrCat("'", text, "' is more than the largest bucket, 4G (0 to 4G)"));
+  }
+  return bytes;
+}
 
 absl::StatusOr<int64_t> ParseDeviceMemory(absl::string_view text) {
   absl::StatusOr<int64_t> bytes = ParseByteSize(text);
@@ -109,6 +118,9 @@ const std::vector<Setting>& Settings() {
               [](absl::string_view t) { return ParseInt<int64_t>(t, 0); }),
       Declare("LAZYRT_COLLECTIVE_TIMEOUT_MS", "how long a partition waits at a collective for the others",
               &Options::collective_timeout_ms, ParseMs),
+      Declare("LAZYRT_ALL_REDUCE_COMBINE_BYTES",
+              "combine a step's independent all-reduces into collectives of up to this size, e.g. 32M (0: never)",
+              &Options::all_reduce_combine_bytes, ParseAllReduceCombineBytes),
       Declare("LAZYRT_RANK", "this process's rank in a job of LAZYRT_WORLD_SIZE processes", &Options::rank,
               [](absl::string_view t) { return ParseInt<int>(t, 0, kMaxProcesses - 1); }),
       Declare("LAZYRT_WORLD_SIZE", "the number of processes of the job", &Options::world_size,

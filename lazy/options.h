@@ -38,6 +38,11 @@ struct Options {
   int rank = -1;
   int world_size = 0;
   std::string coordinator;
+  // A step's all-reduces with the same combiner, type and groups that do not depend on one another are
+  // combined into collectives of up to this many bytes (gradient buckets: one collective's latency
+  // instead of one per gradient; the bits do not change). 0: one all-reduce per value. The default is
+  // pjrt::kDefaultAllReduceCombineBytes (a test checks that they agree).
+  int64_t all_reduce_combine_bytes = int64_t{32} << 20;
 
   // The persistent cache of compiled executables. Off: every process compiles its graphs itself.
   bool persistent_cache = true;

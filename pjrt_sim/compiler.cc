@@ -53,7 +53,8 @@ int64_t RunPass(proto::Executable& exe, const std::string& name, const std::func
 }  // namespace
 
 std::string CompileOptions::Fingerprint() const {
-  return absl::StrCat("fusion=", fusion, ";autotune=", autotune, ";max_fusion_steps=", max_fusion_steps);
+  return absl::StrCat("fusion=", fusion, ";autotune=", autotune, ";max_fusion_steps=", max_fusion_steps,
+                      ";all_reduce_combine_bytes=", all_reduce_combine_bytes);
 }
 
 int64_t CompilerPassesRun() { return g_passes_run.load(std::memory_order_relaxed); }
@@ -101,6 +102,13 @@ absl::StatusOr<std::shared_ptr<Executable>> Compile(const proto::Module& global,
     changes += RunPass(exe, "cse", [&] { return EliminateCommonSubexpressions(*hlo); });
     changes += RunPass(exe, "dce", [&] { return EliminateDeadCode(*hlo); });
     if (changes == 0) break;
+  }
+  // After the simplifications (which may remove all-reduces or make two the same), before fusion (which
+  // fuses the pieces' slices into their readers). One partition's all-reduces only copy: not combined.
+  if (hlo->num_partitions > 1 && RunPass(exe, "all_reduce_combiner", [&] {
+                                   return CombineAllReduces(*hlo, options.all_reduce_combine_bytes);
+                                 }) > 0) {
+    RunPass(exe, "dce", [&] { return EliminateDeadCode(*hlo); });
   }
   absl::Status emitted = absl::OkStatus();
   RunPass(exe, "fusion", [&]() -> int64_t {

@@ -7,6 +7,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "pjrt_sim/all_reduce_combiner.h"
 #include "pjrt_sim/device.h"
 #include "pjrt_sim/executable.h"
 #include "pjrt_sim/module.pb.h"
@@ -19,6 +20,8 @@ struct CompileOptions {
   // would change a single bit of the result are never kept, so tuning cannot change numbers.
   bool autotune = true;
   int64_t max_fusion_steps = 48;
+  // All-reduces are combined into collectives of up to this many bytes (CombineAllReduces); 0: never.
+  int64_t all_reduce_combine_bytes = kDefaultAllReduceCombineBytes;
 
   // Everything here that changes the compiled result, as text (part of every cache key).
   std::string Fingerprint() const;

@@ -80,4 +80,36 @@ HloModule FromVerifiedProto(const proto::Module& module) {
   return out;
 }
 
+proto::Module ToProto(const HloModule& module) {
+  proto::Module out;
+  out.set_name(module.name);
+  out.set_num_partitions(module.num_partitions);
+  for (const HloInst& h : module.insts) {
+    proto::Instruction& p = *out.add_instructions();
+    p.set_opcode(static_cast<int32_t>(h.opcode));
+    p.mutable_operands()->Assign(h.operands.begin(), h.operands.end());
+    *p.mutable_shape() = ToProto(h.shape);
+    p.set_parameter_number(h.parameter_number);
+    p.set_value(h.value);
+    p.mutable_dims()->Assign(h.dims.begin(), h.dims.end());
+    p.mutable_start()->Assign(h.start.begin(), h.start.end());
+    p.mutable_limit()->Assign(h.limit.begin(), h.limit.end());
+    p.mutable_stride()->Assign(h.stride.begin(), h.stride.end());
+    p.set_axis(h.axis);
+    p.set_direction(static_cast<int32_t>(h.direction));
+    p.set_combiner(static_cast<int32_t>(h.combiner));
+    p.set_stream(h.stream);
+    p.set_site(h.site);
+    p.set_transpose_lhs(h.transpose_lhs);
+    p.set_transpose_rhs(h.transpose_rhs);
+    p.set_causal(h.causal);
+    p.set_dropout(h.dropout);
+    for (const std::vector<int64_t>& group : h.replica_groups) {
+      p.add_replica_groups()->mutable_partitions()->Assign(group.begin(), group.end());
+    }
+  }
+  out.mutable_outputs()->Assign(module.outputs.begin(), module.outputs.end());
+  return out;
+}
+
 }  // namespace lazyrt::pjrt

@@ -48,5 +48,7 @@ proto::Shape ToProto(const ArrayShape& shape);
 
 // The working form of a module that VerifyModule accepted (the opcode numbers are known ones).
 HloModule FromVerifiedProto(const proto::Module& module);
+// The Module of a working form (for the verifier and for dumps; no mesh, no origins).
+proto::Module ToProto(const HloModule& module);
 
 }  // namespace lazyrt::pjrt

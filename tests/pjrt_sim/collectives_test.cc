@@ -20,6 +20,7 @@ using ::testing::HasSubstr;
 using testing::HostArray;
 using testing::ModuleBuilder;
 using testing::Ravel;
+using testing::RunPartitions;
 using testing::Unravel;
 
 using Groups = std::vector<std::vector<int64_t>>;
@@ -164,31 +165,6 @@ std::vector<double> Reference(const Case& c, int64_t p) {
       default: ADD_FAILURE() << "not a collective";
     }
     out[static_cast<size_t>(o)] = v;
-  }
-  return out;
-}
-
-// Runs `exe` once per partition on devices 0..N-1 and reads every partition's results back.
-absl::StatusOr<std::vector<std::vector<HostArray>>> RunPartitions(Client& client, const Executable& exe,
-                                                                  const std::vector<std::vector<HostArray>>& args,
-                                                                  Communicator* communicator = nullptr) {
-  std::vector<std::vector<std::shared_ptr<Buffer>>> buffers(args.size());
-  std::vector<Device*> devices;
-  for (size_t p = 0; p < args.size(); ++p) {
-    devices.push_back(client.device(static_cast<int>(p)));
-    for (const HostArray& a : args[p]) {
-      ASSIGN_OR_RETURN(std::shared_ptr<Buffer> b, client.BufferFromHost(a.bytes.data(), a.shape, devices.back()));
-      buffers[p].push_back(std::move(b));
-    }
-  }
-  ASSIGN_OR_RETURN(auto results, exe.ExecutePartitioned(buffers, devices, communicator));
-  std::vector<std::vector<HostArray>> out(results.size());
-  for (size_t p = 0; p < results.size(); ++p) {
-    for (const auto& r : results[p]) {
-      HostArray h(r->shape());
-      RETURN_IF_ERROR(r->ToHost(h.bytes.data(), h.bytes.size()));
-      out[p].push_back(std::move(h));
-    }
   }
   return out;
 }

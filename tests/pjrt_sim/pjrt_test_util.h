@@ -17,6 +17,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "pjrt_sim/client.h"
+#include "pjrt_sim/communicator.h"
 #include "pjrt_sim/compiler.h"
 #include "pjrt_sim/hlo.h"
 #include "pjrt_sim/module.pb.h"
@@ -264,6 +265,31 @@ inline std::vector<float> RandomFloats(std::mt19937_64& rng, int64_t n, float lo
   std::vector<float> v(static_cast<size_t>(n));
   for (float& x : v) x = dist(rng);
   return v;
+}
+
+// Runs `exe` once per partition on devices 0..N-1 and reads every partition's results back.
+inline absl::StatusOr<std::vector<std::vector<HostArray>>> RunPartitions(
+    Client& client, const Executable& exe, const std::vector<std::vector<HostArray>>& args,
+    Communicator* communicator = nullptr) {
+  std::vector<std::vector<std::shared_ptr<Buffer>>> buffers(args.size());
+  std::vector<Device*> devices;
+  for (size_t p = 0; p < args.size(); ++p) {
+    devices.push_back(client.device(static_cast<int>(p)));
+    for (const HostArray& a : args[p]) {
+      ASSIGN_OR_RETURN(std::shared_ptr<Buffer> b, client.BufferFromHost(a.bytes.data(), a.shape, devices.back()));
+      buffers[p].push_back(std::move(b));
+    }
+  }
+  ASSIGN_OR_RETURN(auto results, exe.ExecutePartitioned(buffers, devices, communicator));
+  std::vector<std::vector<HostArray>> out(results.size());
+  for (size_t p = 0; p < results.size(); ++p) {
+    for (const auto& r : results[p]) {
+      HostArray h(r->shape());
+      RETURN_IF_ERROR(r->ToHost(h.bytes.data(), h.bytes.size()));
+      out[p].push_back(std::move(h));
+    }
+  }
+  return out;
 }
 
 }  // namespace lazyrt::pjrt::testing

@@ -109,6 +109,16 @@ elseif(CHECK STREQUAL "mesh")
     message(FATAL_ERROR "final_loss on a data=4 mesh ${b} is not within 1e-4 relative of one device's ${a}")
   endif()
   expect_field("${four}" spmd_replicated_fallbacks EQUAL 0)
+  # Gradient bucketing (the all-reduce combiner, on by default) changes the number of collectives, not a
+  # bit of the result: the same run with one all-reduce per gradient ends on the same loss.
+  set(ENV{LAZYRT_ALL_REDUCE_COMBINE_BYTES} 0)
+  run_train(four_unbucketed ${small} --steps 30 --eval-every 0 --mesh data=4)
+  unset(ENV{LAZYRT_ALL_REDUCE_COMBINE_BYTES})
+  string(JSON u GET "${four_unbucketed}" final_loss)
+  if(NOT u STREQUAL b)
+    message(FATAL_ERROR "final_loss on a data=4 mesh with one all-reduce per gradient ${u} differs from the "
+                        "bucketed run's ${b}")
+  endif()
 
   # Megatron tensor parallel over data=2,model=2: the same losses again, every op partitioned by a rule.
   run_train(tp ${small} --steps 30 --eval-every 0 --mesh data=2,model=2 --cache-dir ${WORK}/tp-cache)

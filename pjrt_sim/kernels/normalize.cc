@@ -34,6 +34,22 @@ void LoadStrided(const void* base, PrimitiveType type, int64_t start, int64_t n,
   }
 }
 
+// The inverse of LoadStrided: in[0], in[stride], ... rounded to `type` at elements [start, start + n).
+// Typed loops for f32 and f64: a switch on the type per element (the store may alias the type, so it is
+// reloaded every time) cost more than the whole normalization.
+void StoreStrided(const double* in, int64_t stride, int64_t n, PrimitiveType type, void* base, int64_t start) {
+  if (type == PrimitiveType::kF32) {
+    float* p = static_cast<float*>(base) + start;
+    for (int64_t i = 0; i < n; ++i) p[i] = static_cast<float>(in[i * stride]);
+  } else if (type == PrimitiveType::kF64) {
+    double* p = static_cast<double*>(base) + start;
+    for (int64_t i = 0; i < n; ++i) p[i] = in[i * stride];
+  } else {
+    const int64_t bytes = ByteWidth(type);
+    for (int64_t i = 0; i < n; ++i) StoreElement(in[i * stride], type, static_cast<char*>(base) + (start + i) * bytes);
+  }
+}
+
 class NormalizeKernel final : public Kernel {
  public:
   NormalizeKernel(Opcode op, PrimitiveType type, int64_t rows, int64_t width, double epsilon)
@@ -60,12 +76,8 @@ class NormalizeKernel final : public Kernel {
           if (!g.empty()) LoadStrided(inputs[1], type_, (r0 + r) * width_, width_, g.data() + r, kRowBlock);
         }
         Rows(x, g);
-        char* out = static_cast<char*>(outputs[0]);
-        const int64_t bytes = ByteWidth(type_);
         for (int64_t r = 0; r < rows; ++r) {
-          for (int64_t i = 0; i < width_; ++i) {
-            StoreElement(x[static_cast<size_t>(i * kRowBlock + r)], type_, out + ((r0 + r) * width_ + i) * bytes);
-          }
+          StoreStrided(x.data() + r, kRowBlock, width_, type_, outputs[0], (r0 + r) * width_);
         }
       }
     };

@@ -25,8 +25,8 @@ struct Product {
 const Product kProducts[] = {
     {1, 128, 384, 128, false, true, false},  // the GPT's qkv projection, at a tenth of its tokens
     {1, 384, 128, 512, true, false, false},  // a weight gradient
-    {1, 1, 1, 1, false, false, false},       {1, 7, 13, 5, true, true, false},  {1, 33, 1, 17, false, true, false},
-    {3, 9, 11, 6, false, false, false},      {4, 10, 7, 12, true, true, true},  {2, 65, 31, 129, false, false, false},
+    {1, 1, 1, 1, false, false, false},      {1, 7, 13, 5, true, true, false}, {1, 33, 1, 17, false, true, false},
+    {3, 9, 11, 6, false, false, false},     {4, 10, 7, 12, true, true, true}, {2, 65, 31, 129, false, false, false},
 };
 
 std::vector<uint16_t> RandomBf16(size_t n, std::mt19937_64& rng) {
@@ -103,8 +103,8 @@ TEST(GemmOneDnnBf16Test, DotKernelRoundsTheF32ProductOnce) {
       const void* in[] = {a.data(), b.data()};
       void* out[] = {c.data()};
       ASSERT_TRUE((*built)->Run(in, out).ok());
-      const std::string what = absl::StrCat("variant ", variant, ": ", p.batch, " x [", p.m, "x", p.k, "]x[", p.k,
-                                            "x", p.n, "]", p.transpose_lhs ? " A^T" : "", p.transpose_rhs ? " B^T" : "");
+      const std::string what = absl::StrCat("variant ", variant, ": ", p.batch, " x [", p.m, "x", p.k, "]x[", p.k, "x",
+                                            p.n, "]", p.transpose_lhs ? " A^T" : "", p.transpose_rhs ? " B^T" : "");
       for (int64_t bt = 0; bt < p.batch; ++bt) {
         const uint16_t* ab = a.data() + bt * a_size;
         const uint16_t* bb = b.data() + (p.broadcast_rhs ? 0 : bt * b_size);
@@ -115,7 +115,8 @@ TEST(GemmOneDnnBf16Test, DotKernelRoundsTheF32ProductOnce) {
             // One rounding to bf16 (half its 8-bit ulp, relative), after f32 sums.
             const double sums = F32SumTolerance(want, p.k);
             const double rounding = 0x1p-8 * (std::abs(want.value) + sums);
-            ASSERT_NEAR(got, want.value, sums + rounding) << what << " at batch " << bt << " (" << i << ", " << j << ")";
+            ASSERT_NEAR(got, want.value, sums + rounding)
+                << what << " at batch " << bt << " (" << i << ", " << j << ")";
           }
         }
       }

@@ -193,7 +193,8 @@ GemmLibrary GemmTuningRecord::Record(const GemmShape& shape, GemmLibrary measure
   const auto [it, added] = entries.emplace(EntryKey(shape), measured);
   if (added) {
     std::string text = absl::StrCat(kHeader, "\n");
-    for (const auto& [key, library] : entries) absl::StrAppend(&text, key, "\t", std::string(GemmLibraryName(library)), "\n");
+    for (const auto& [key, library] : entries)
+      absl::StrAppend(&text, key, "\t", std::string(GemmLibraryName(library)), "\n");
     if (!WriteAtomically(path_, text)) Warn(path_, "cannot be written: choice not recorded");
   }
   const GemmLibrary recorded = it->second;

@@ -26,9 +26,8 @@ using testing::ModuleBuilder;
 class GemmTuningTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    dir_ = std::filesystem::temp_directory_path() /
-           ("lazyrt_gemm_tuning_" + std::to_string(getpid()) + "_" +
-            ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    dir_ = std::filesystem::temp_directory_path() / ("lazyrt_gemm_tuning_" + std::to_string(getpid()) + "_" +
+                                                     ::testing::UnitTest::GetInstance()->current_test_info()->name());
     std::filesystem::remove_all(dir_);
     path_ = (dir_ / "machine" / "gemm_tuning.txt").string();
   }
@@ -100,8 +99,9 @@ TEST_F(GemmTuningTest, CompilesSharingTheRecordChooseTheSameLibrariesAndBits) {
 TEST_F(GemmTuningTest, TheRecordedLibraryIsObeyedWithoutMeasuring) {
   const TwoDots t = MakeTwoDots();
   for (GemmLibrary library : kGemmLibraries) {
-    WriteFile(absl::StrCat("lazyrt-gemm-tuning 1\n", HostIsa(), "\tf32\t64\t80\t96\t0\t1\t", std::string(GemmLibraryName(library)),
-                           "\n", HostIsa(), "\tf32\t64\t96\t80\t0\t0\t", std::string(GemmLibraryName(library)), "\n"));
+    WriteFile(absl::StrCat("lazyrt-gemm-tuning 1\n", HostIsa(), "\tf32\t64\t80\t96\t0\t1\t",
+                           std::string(GemmLibraryName(library)), "\n", HostIsa(), "\tf32\t64\t96\t80\t0\t0\t",
+                           std::string(GemmLibraryName(library)), "\n"));
     std::unique_ptr<Client> client = testing::MakeClient();
     for (bool autotune : {false, true}) {
       absl::StatusOr<std::shared_ptr<Executable>> exe =
@@ -131,17 +131,17 @@ TEST_F(GemmTuningTest, ConcurrentFirstCompilesAgree) {
 }
 
 TEST_F(GemmTuningTest, DamagedLinesAreRefusedWithTheirLineAndTheRestIsRead) {
-  const std::string isa = HostIsa();
-  WriteFile(absl::StrCat("lazyrt-gemm-tuning 1\n",                              // 1
-                         isa, "\tf32\t-5\t2\t2\t0\t0\tblis\n",                  // 2: negative m
-                         isa, "\tf32\t2\t2\t1099511627776\t0\t0\tblis\n",       // 3: k beyond 2^30
-                         isa, "\tf32\t2\t2\t2\t0\t0\tmkl\n",                    // 4: unknown library
-                         isa, "\tf99\t2\t2\t2\t0\t0\tblis\n",                   // 5: unknown type
-                         isa, "\tf32\t2\t2\t2\t7\t0\tblis\n",                   // 6: transpose not 0/1
-                         std::string(5000, 'x'), "\n",                          // 7: too long
-                         isa, "\tf32\t3\t4\t5\t1\t0\topenblas\n",               // 8: valid
-                         isa, "\tf32\t3\t4\t5\t1\t0\tblis\n",                   // 9: repeated: the first stands
-                         isa, "\tf32\t9\t9"));                                  // 10: truncated
+  const std::string& isa = HostIsa();
+  WriteFile(absl::StrCat("lazyrt-gemm-tuning 1\n",                         // 1
+                         isa, "\tf32\t-5\t2\t2\t0\t0\tblis\n",             // 2: negative m
+                         isa, "\tf32\t2\t2\t1099511627776\t0\t0\tblis\n",  // 3: k beyond 2^30
+                         isa, "\tf32\t2\t2\t2\t0\t0\tmkl\n",               // 4: unknown library
+                         isa, "\tf99\t2\t2\t2\t0\t0\tblis\n",              // 5: unknown type
+                         isa, "\tf32\t2\t2\t2\t7\t0\tblis\n",              // 6: transpose not 0/1
+                         std::string(5000, 'x'), "\n",                     // 7: too long
+                         isa, "\tf32\t3\t4\t5\t1\t0\topenblas\n",          // 8: valid
+                         isa, "\tf32\t3\t4\t5\t1\t0\tblis\n",              // 9: repeated: the first stands
+                         isa, "\tf32\t9\t9"));                             // 10: truncated
   const GemmTuningRecord record(path_);
   ::testing::internal::CaptureStderr();
   const std::optional<GemmLibrary> valid = record.Lookup({PrimitiveType::kF32, 3, 4, 5, true, false});
@@ -159,8 +159,10 @@ TEST_F(GemmTuningTest, DamagedLinesAreRefusedWithTheirLineAndTheRestIsRead) {
 }
 
 TEST_F(GemmTuningTest, AFileThatIsNotARecordIsIgnoredAndRewrittenWhenRecording) {
-  for (const std::string& junk : {std::string("\x7f" "ELF\x02\x01\x01\0\0garbage", 16), std::string("lazyrt-gemm-tun"),
-                                  std::string("lazyrt-gemm-tuning 2\n")}) {
+  for (const std::string& junk : {std::string("\x7f"
+                                              "ELF\x02\x01\x01\0\0garbage",
+                                              16),
+                                  std::string("lazyrt-gemm-tun"), std::string("lazyrt-gemm-tuning 2\n")}) {
     WriteFile(junk);
     const GemmTuningRecord record(path_);
     const GemmShape shape{PrimitiveType::kF32, 3, 4, 5, false, false};

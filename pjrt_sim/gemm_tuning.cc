@@ -12,7 +12,6 @@
 #include <cstring>
 #include <fstream>
 #include <map>
-#include <sstream>
 #include <thread>
 #include <vector>
 
@@ -89,11 +88,17 @@ std::optional<std::string> ParseLine(absl::string_view line, std::string* key, G
 // The file's valid entries; damage is warned about and skipped. A missing file is an empty record.
 std::map<std::string, GemmLibrary> ReadEntries(const std::string& path) {
   std::map<std::string, GemmLibrary> entries;
-  std::ifstream in(path, std::ios::binary);
+  std::ifstream in(path, std::ios::binary | std::ios::ate);  // at the end: its size first
   if (!in) return entries;
-  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  if (static_cast<int64_t>(text.size()) > kMaxFileBytes) {
+  const std::streamoff size = in.tellg();
+  if (size < 0 || size > kMaxFileBytes) {
     Warn(path, absl::StrCat("larger than ", kMaxFileBytes, " bytes: ignored, shapes are measured again"));
+    return entries;
+  }
+  std::string text(static_cast<size_t>(size), '\0');
+  in.seekg(0);
+  if (!in.read(text.data(), size)) {
+    Warn(path, "cannot be read: ignored, shapes are measured again");
     return entries;
   }
   const std::vector<absl::string_view> lines = absl::StrSplit(text, '\n');

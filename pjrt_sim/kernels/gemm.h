@@ -26,8 +26,9 @@ struct RowMajorOperand {
 std::optional<RowMajorOperand> AsRowMajor(int64_t row_stride, int64_t col_stride, int64_t rows, int64_t cols);
 
 // The libraries a DOT kernel can run on, stored in the executable (proto::Kernel.gemm_library). Each
-// rounds differently, so the choice is a function of the CPU's features (PreferredGemmLibrary), never
-// of a timing: two processes compiling the same graph on one machine must compute the same bits.
+// rounds differently, so the choice is a function of the machine (its GEMM tuning record,
+// pjrt_sim/gemm_tuning.h, else the CPU's features: PreferredGemmLibrary), never of one compile's timing:
+// two processes compiling the same graph on one machine must compute the same bits.
 // Numbers are stored: never reuse one.
 //   kBlis      BLIS 0.9 (Debian's serial build, linked statically)
 //   kOpenBlas  OpenBLAS 0.3 (its AVX-512 kernels on SkylakeX and later), called single-threaded

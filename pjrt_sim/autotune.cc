@@ -47,7 +47,7 @@ void FillProbeData(const ArrayShape& shape, void* data, std::mt19937_64& rng) {
   }
 }
 
-// Runs `kernel` once (warming caches), then kRounds times; its best time in microseconds, or nothing if
+// Runs `kernel` once (warming caches), then `rounds` times; its best time in microseconds, or nothing if
 // it failed.
 std::optional<double> BestTimeUs(const Kernel& kernel, std::span<const void* const> inputs,
                                  std::span<void* const> outputs, int rounds) {

@@ -14,6 +14,7 @@
 #include "lowering/dtype.h"
 #include "lowering/lower.h"
 #include "pjrt_sim/cpu_isa.h"
+#include "pjrt_sim/gemm_tuning.h"
 #include "pjrt_sim/version.h"
 
 namespace lazyrt::detail {
@@ -75,6 +76,8 @@ ExecutableCache& ExecutableCache::Get() {
 ExecutableCache::ExecutableCache() {
   const Options& options = Runtime::Get().options();
   compile_options_.all_reduce_combine_bytes = options.all_reduce_combine_bytes;
+  compile_options_.gemm_tuning_file =
+      options.gemm_tuning_file.empty() ? pjrt::GemmTuningRecord::DefaultPath() : options.gemm_tuning_file;
   // The runtime's and the lowering rules' versions too: the same IR lowered by other rules is another
   // program.
   ingredients_ = {.lazyrt_version = LAZYRT_VERSION,

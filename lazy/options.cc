@@ -130,6 +130,8 @@ const std::vector<Setting>& Settings() {
       Declare("LAZYRT_PERSISTENT_CACHE", "use the persistent executable cache (0/1)", &Options::persistent_cache,
               ParseBool),
       Declare("LAZYRT_CACHE_DIR", "directory of the persistent cache", &Options::cache_dir, ParsePath),
+      Declare("LAZYRT_GEMM_TUNING_FILE", "the machine's record of the fastest GEMM library per shape",
+              &Options::gemm_tuning_file, ParsePath),
       Declare("LAZYRT_CACHE_READ_ONLY", "use cache entries but never write (0/1)", &Options::cache_read_only,
               ParseBool),
       Declare("LAZYRT_CACHE_MAX_BYTES", "evict the cache down to this size, e.g. 10G (0: no limit)",

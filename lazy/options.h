@@ -50,6 +50,10 @@ struct Options {
   std::string cache_dir;
   // Use entries, never write, touch or remove any.
   bool cache_read_only = false;
+  // The machine's GEMM tuning record (pjrt_sim/gemm_tuning.h), shared by every program on the machine
+  // whatever its cache_dir; empty: $XDG_CACHE_HOME/lazyrt-machine/gemm_tuning.txt, else
+  // ~/.cache/lazyrt-machine/gemm_tuning.txt.
+  std::string gemm_tuning_file;
   // Keep the directory at most this big by evicting least-recently-used entries; 0: no limit.
   int64_t cache_max_bytes = 0;
   // Results that compiled faster than this are not stored.

@@ -3,7 +3,9 @@
 #include <algorithm>
 #include <chrono>
 #include <cstring>
+#include <optional>
 #include <random>
+#include <span>
 #include <string>
 #include <utility>
 #include <vector>
@@ -45,9 +47,56 @@ void FillProbeData(const ArrayShape& shape, void* data, std::mt19937_64& rng) {
   }
 }
 
+// Runs `kernel` once (warming caches), then `rounds` times; its best time in microseconds, or nothing if
+// it failed.
+std::optional<double> BestTimeUs(const Kernel& kernel, std::span<const void* const> inputs,
+                                 std::span<void* const> outputs, int rounds) {
+  if (!kernel.Run(inputs, outputs).ok()) return std::nullopt;
+  double best = 1e300;
+  for (int r = 0; r < rounds; ++r) {
+    const Clock::time_point start = Clock::now();
+    if (!kernel.Run(inputs, outputs).ok()) return std::nullopt;
+    best = std::min(best, MsSince(start) * 1000);
+  }
+  return best;
+}
+
+// The GEMM library to record for `dot`: every library timed in every variant (the best variant counts),
+// the times noted in `record`.
+GemmLibrary FastestGemmLibrary(const proto::Kernel& dot, std::span<const ArrayShape> input_shapes,
+                               const ArrayShape& out_shape, std::span<const void* const> inputs,
+                               std::span<void* const> outs, proto::AutotuneRecord& record) {
+  const GemmLibrary preferred = PreferredGemmLibrary();
+  std::optional<double> preferred_us, best_us;
+  GemmLibrary best = preferred;
+  for (GemmLibrary library : kGemmLibraries) {
+    std::optional<double> library_us;
+    for (int64_t variant : {kDotSerial, kDotColumnPanels, kDotRowPanels}) {
+      proto::Kernel candidate = dot;
+      candidate.set_gemm_library(static_cast<int32_t>(library));
+      candidate.set_variant(variant);
+      absl::StatusOr<std::unique_ptr<Kernel>> built = BuildKernel(candidate, input_shapes, out_shape);
+      if (!built.ok()) continue;
+      const std::optional<double> us = BestTimeUs(**built, inputs, outs, 3);
+      if (us && (!library_us || *us < *library_us)) library_us = us;
+    }
+    if (!library_us) continue;
+    proto::AutotuneCandidate* cand = record.add_candidates();
+    cand->set_name(absl::StrCat("library_", std::string(GemmLibraryName(library))));
+    cand->set_us(*library_us);
+    if (library == preferred) preferred_us = library_us;
+    if (!best_us || *library_us < *best_us) {
+      best_us = library_us;
+      best = library;
+    }
+  }
+  if (preferred_us && best != preferred && *best_us > *preferred_us * (1 - kGemmLibraryMargin)) return preferred;
+  return best;
+}
+
 }  // namespace
 
-absl::Status Autotune(proto::Executable& exe, Device* device) {
+absl::Status Autotune(proto::Executable& exe, Device* device, const GemmTuningRecord* gemm_tuning) {
   ASSIGN_OR_RETURN(std::shared_ptr<Executable> loaded, Executable::Load(exe));
   std::vector<DeviceMemory> memory;
   std::vector<void*> params, outputs;
@@ -79,9 +128,27 @@ absl::Status Autotune(proto::Executable& exe, Device* device) {
       proto::Kernel kernel;
     };
     std::vector<Candidate> candidates;
-    if (kernel.kind() == proto::Kernel::DOT && kernel.m() * kernel.n() * kernel.k() >= (1 << 15)) {
-      // The kernel's GEMM library (fixed by the CPU's features, see PreferredGemmLibrary: libraries
-      // round differently, and tuning must never change a result), whole and split into panels.
+    const bool tuned_dot = kernel.kind() == proto::Kernel::DOT && kernel.m() * kernel.n() * kernel.k() >= (1 << 15);
+    if (tuned_dot && gemm_tuning != nullptr && !gemm_tuning->Lookup(DotShape(exe, kernel))) {
+      // A shape new to the machine: its library by measurement, recorded once for every later compile.
+      std::vector<ArrayShape> input_shapes;
+      std::vector<const void*> inputs;
+      for (int64_t in : kernel.inputs()) {
+        input_shapes.push_back(FromProto(exe.slots(static_cast<int>(in)).shape()));
+        inputs.push_back(slots[static_cast<size_t>(in)]);
+      }
+      void* outs[] = {slots[static_cast<size_t>(kernel.output())]};
+      proto::AutotuneRecord* record = exe.add_autotune();
+      record->set_kernel(k);
+      const GemmLibrary fastest = FastestGemmLibrary(
+          kernel, input_shapes, FromProto(exe.slots(static_cast<int>(kernel.output())).shape()), inputs, outs, *record);
+      const GemmLibrary recorded = gemm_tuning->Record(DotShape(exe, kernel), fastest);
+      record->set_chosen(absl::StrCat("library_", std::string(GemmLibraryName(recorded))));
+      kernel.set_gemm_library(static_cast<int32_t>(recorded));
+    }
+    if (tuned_dot) {
+      // The kernel's GEMM library (the machine's: the record's, or the CPU's preferred; libraries
+      // round differently, and tuning a variant must never change a result), whole and split into panels.
       const std::string name(
           GemmLibraryName(GemmLibraryFromNumber(kernel.gemm_library()).value_or(GemmLibrary::kBlis)));
       candidates.push_back({name, kernel});

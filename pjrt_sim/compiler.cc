@@ -11,6 +11,7 @@
 #include "pjrt_sim/buffer_assignment.h"
 #include "pjrt_sim/cpu_isa.h"
 #include "pjrt_sim/fusion.h"
+#include "pjrt_sim/gemm_tuning.h"
 #include "pjrt_sim/hlo.h"
 #include "pjrt_sim/kernels/gemm.h"
 #include "pjrt_sim/module_verifier.h"
@@ -118,16 +119,21 @@ absl::StatusOr<std::shared_ptr<Executable>> Compile(const proto::Module& global,
     return fused.ok() ? *fused : 0;
   });
   if (!emitted.ok()) return emitted;
-  // Every DOT on the GEMM library this CPU runs fastest: a function of the CPU, so that every compile
-  // of a graph on a machine computes the same bits (tuned or not).
+  // Every DOT on the GEMM library the machine's record names for its shape, else on the one this CPU
+  // runs fastest: either way a function of the machine, so that every compile of a graph on it computes
+  // the same bits (autotuning may add a shape to the record, never change one).
+  const std::optional<GemmTuningRecord> tuning =
+      options.gemm_tuning_file.empty() ? std::nullopt : std::optional<GemmTuningRecord>(options.gemm_tuning_file);
   for (proto::Kernel& kernel : *exe.mutable_kernels()) {
-    if (kernel.kind() == proto::Kernel::DOT) kernel.set_gemm_library(static_cast<int32_t>(PreferredGemmLibrary()));
+    if (kernel.kind() != proto::Kernel::DOT) continue;
+    const std::optional<GemmLibrary> recorded = tuning ? tuning->Lookup(DotShape(exe, kernel)) : std::nullopt;
+    kernel.set_gemm_library(static_cast<int32_t>(recorded.value_or(PreferredGemmLibrary())));
   }
   RunPass(exe, "buffer_assignment", [&] { return AssignBuffers(exe); });
   if (options.autotune) {
     absl::Status tuned = absl::OkStatus();
     RunPass(exe, "autotune", [&] {
-      tuned = Autotune(exe, device);
+      tuned = Autotune(exe, device, tuning ? &*tuning : nullptr);
       return static_cast<int64_t>(exe.autotune_size());
     });
     // Probe buffers that do not fit beside what the device already holds cost only the tuning: the

@@ -22,6 +22,11 @@ struct CompileOptions {
   int64_t max_fusion_steps = 48;
   // All-reduces are combined into collectives of up to this many bytes (CombineAllReduces); 0: never.
   int64_t all_reduce_combine_bytes = kDefaultAllReduceCombineBytes;
+  // The machine's GEMM tuning record (gemm_tuning.h): each DOT runs on the library it names for the
+  // product's shape; a shape it lacks is measured and recorded when autotuning, else runs on the CPU's
+  // preferred library. Empty: no record, the preferred library always. Not in the fingerprint: one
+  // machine's record gives one choice per shape, and the key's CPU features part the machines.
+  std::string gemm_tuning_file{};
 
   // Everything here that changes the compiled result, as text (part of every cache key).
   std::string Fingerprint() const;

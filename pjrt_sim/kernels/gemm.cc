@@ -1,8 +1,22 @@
 #include "pjrt_sim/kernels/gemm.h"
 
+#include <algorithm>
+#include <climits>
+#include <type_traits>
+
 #include "pjrt_sim/cpu_isa.h"
 
 namespace lazyrt::pjrt {
+
+std::optional<RowMajorOperand> AsRowMajor(int64_t row_stride, int64_t col_stride, int64_t rows, int64_t cols) {
+  if (col_stride == 1 && row_stride >= std::max<int64_t>(1, cols) && row_stride <= INT_MAX) {
+    return RowMajorOperand{false, row_stride};
+  }
+  if (row_stride == 1 && col_stride >= std::max<int64_t>(1, rows) && col_stride <= INT_MAX) {
+    return RowMajorOperand{true, col_stride};
+  }
+  return std::nullopt;
+}
 
 std::optional<GemmLibrary> GemmLibraryFromNumber(int64_t number) {
   for (GemmLibrary library : kGemmLibraries) {
@@ -15,12 +29,13 @@ std::string_view GemmLibraryName(GemmLibrary library) {
   switch (library) {
     case GemmLibrary::kBlis: return "blis";
     case GemmLibrary::kOpenBlas: return "openblas";
+    case GemmLibrary::kOneDnn: return "onednn";
   }
   return "?";
 }
 
 GemmLibrary PreferredGemmLibrary() {
-  static const GemmLibrary preferred = HostHas("avx512f") ? GemmLibrary::kOpenBlas : GemmLibrary::kBlis;
+  static const GemmLibrary preferred = HostHas("avx512f") ? GemmLibrary::kOneDnn : GemmLibrary::kBlis;
   return preferred;
 }
 
@@ -33,6 +48,11 @@ void Dispatch(GemmLibrary library, int64_t m, int64_t n, int64_t k, MatrixView<c
     case GemmLibrary::kOpenBlas:
       if (OpenBlasGemm(m, n, k, a, b, c)) return;
       break;  // strides CBLAS cannot express
+    case GemmLibrary::kOneDnn:
+      if constexpr (std::is_same_v<T, float>) {
+        if (OneDnnGemm(m, n, k, a, b, c)) return;
+      }
+      break;  // f64, or strides its row-major interface cannot express
     case GemmLibrary::kBlis: break;
   }
   BlisGemm(m, n, k, a, b, c);

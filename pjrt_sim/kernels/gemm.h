@@ -16,19 +16,32 @@ struct MatrixView {
   int64_t row_stride, col_stride;
 };
 
+// How a row-major BLAS interface reads a view of rows x cols: untransposed with leading dimension
+// row_stride, or transposed with leading dimension col_stride. Nothing for other strides, or for a
+// leading dimension beyond int (CBLAS's limit).
+struct RowMajorOperand {
+  bool transposed;
+  int64_t ld;
+};
+std::optional<RowMajorOperand> AsRowMajor(int64_t row_stride, int64_t col_stride, int64_t rows, int64_t cols);
+
 // The libraries a DOT kernel can run on, stored in the executable (proto::Kernel.gemm_library). Each
-// rounds differently, so the choice is a function of the CPU's features (PreferredGemmLibrary), never
-// of a timing: two processes compiling the same graph on one machine must compute the same bits.
+// rounds differently, so the choice is a function of the machine (its GEMM tuning record,
+// pjrt_sim/gemm_tuning.h, else the CPU's features: PreferredGemmLibrary), never of one compile's timing:
+// two processes compiling the same graph on one machine must compute the same bits.
 // Numbers are stored: never reuse one.
 //   kBlis      BLIS 0.9 (Debian's serial build, linked statically)
 //   kOpenBlas  OpenBLAS 0.3 (its AVX-512 kernels on SkylakeX and later), called single-threaded
-enum class GemmLibrary : int32_t { kBlis = 0, kOpenBlas = 1 };
-inline constexpr GemmLibrary kGemmLibraries[] = {GemmLibrary::kBlis, GemmLibrary::kOpenBlas};
+//   kOneDnn    oneDNN 2.6 (its JIT kernels for the CPU it runs on; bf16 on AVX512-BF16 / AMX), called
+//              single-threaded; f64 runs on BLIS (oneDNN has no f64 GEMM)
+enum class GemmLibrary : int32_t { kBlis = 0, kOpenBlas = 1, kOneDnn = 2 };
+inline constexpr GemmLibrary kGemmLibraries[] = {GemmLibrary::kBlis, GemmLibrary::kOpenBlas, GemmLibrary::kOneDnn};
 std::optional<GemmLibrary> GemmLibraryFromNumber(int64_t number);
 std::string_view GemmLibraryName(GemmLibrary library);
-// The faster library on this CPU, as measured on the MLP's GEMM shapes (benchmarks/RESULTS.md,
-// gemm_backends): OpenBLAS where AVX-512 is present (its SkylakeX kernels ran 1.3-2.6x BLIS's on 6 of 7
-// shapes on an AVX-512 Xeon), BLIS otherwise (2.6x OpenBLAS on the layer-1 forward on an AVX2 Zen).
+// The fastest library on this CPU kind, as measured on the MLP's and the GPT's GEMM shapes
+// (benchmarks/RESULTS.md, gemm_backends): oneDNN where AVX-512 is present (1.1-1.3x OpenBLAS's SkylakeX
+// kernels, 1.5-1.9x BLIS, on 14 of 16 shapes on an AVX-512 Xeon, and native bf16 there), BLIS
+// otherwise (2.6x OpenBLAS on the layer-1 forward on an AVX2 Zen; oneDNN not measured there).
 GemmLibrary PreferredGemmLibrary();
 
 // C[m,n] = A[m,k] * B[k,n] on the calling thread (every library single-threaded: the device
@@ -38,9 +51,9 @@ void Gemm(GemmLibrary library, int64_t m, int64_t n, int64_t k, MatrixView<const
 void Gemm(GemmLibrary library, int64_t m, int64_t n, int64_t k, MatrixView<const double> a, MatrixView<const double> b,
           MatrixView<double> c);
 
-// The same through one library, each in its own file (gemm_blis.cc, gemm_openblas.cc). The OpenBLAS
-// entry returns false for views its CBLAS interface cannot express (no unit stride, a leading
-// dimension beyond int); Gemm then runs BLIS, which takes any strides.
+// The same through one library, each in its own file (gemm_blis.cc, gemm_openblas.cc, gemm_onednn.cc).
+// The OpenBLAS and oneDNN entries return false for views their row-major interface cannot express
+// (AsRowMajor) or types they lack; Gemm then runs BLIS, which takes any strides.
 void BlisGemm(int64_t m, int64_t n, int64_t k, MatrixView<const float> a, MatrixView<const float> b,
               MatrixView<float> c);
 void BlisGemm(int64_t m, int64_t n, int64_t k, MatrixView<const double> a, MatrixView<const double> b,
@@ -49,5 +62,14 @@ bool OpenBlasGemm(int64_t m, int64_t n, int64_t k, MatrixView<const float> a, Ma
                   MatrixView<float> c);
 bool OpenBlasGemm(int64_t m, int64_t n, int64_t k, MatrixView<const double> a, MatrixView<const double> b,
                   MatrixView<double> c);
+bool OneDnnGemm(int64_t m, int64_t n, int64_t k, MatrixView<const float> a, MatrixView<const float> b,
+                MatrixView<float> c);
+
+// C[m,n] (f32) = A[m,k] * B[k,n] with bf16 operands (raw bits) and f32 accumulation, on the calling
+// thread, where the CPU multiplies bf16 natively (OneDnnHasBf16: AVX512-BF16 or AMX). False when it
+// does not or oneDNN refuses the views; the caller then widens to f32.
+bool OneDnnHasBf16();
+bool OneDnnGemmBf16(int64_t m, int64_t n, int64_t k, MatrixView<const uint16_t> a, MatrixView<const uint16_t> b,
+                    MatrixView<float> c);
 
 }  // namespace lazyrt::pjrt

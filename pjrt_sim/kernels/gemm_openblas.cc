@@ -1,7 +1,6 @@
 #include <cblas.h>
 
 #include <algorithm>
-#include <climits>
 #include <mutex>
 
 #include "pjrt_sim/kernels/gemm.h"
@@ -9,8 +8,7 @@
 namespace lazyrt::pjrt {
 namespace {
 
-// How CBLAS (row-major) reads a view of rows x cols: untransposed with leading dimension row_stride,
-// or transposed with leading dimension col_stride. Nothing for other strides.
+// How CBLAS reads a view (AsRowMajor).
 struct CblasOperand {
   CBLAS_TRANSPOSE trans;
   blasint ld;
@@ -18,15 +16,10 @@ struct CblasOperand {
 
 template <typename T>
 bool Express(MatrixView<T> v, int64_t rows, int64_t cols, CblasOperand* out) {
-  if (v.col_stride == 1 && v.row_stride >= std::max<int64_t>(1, cols) && v.row_stride <= INT_MAX) {
-    *out = {CblasNoTrans, static_cast<blasint>(v.row_stride)};
-    return true;
-  }
-  if (v.row_stride == 1 && v.col_stride >= std::max<int64_t>(1, rows) && v.col_stride <= INT_MAX) {
-    *out = {CblasTrans, static_cast<blasint>(v.col_stride)};
-    return true;
-  }
-  return false;
+  const std::optional<RowMajorOperand> op = AsRowMajor(v.row_stride, v.col_stride, rows, cols);
+  if (!op) return false;
+  *out = {op->transposed ? CblasTrans : CblasNoTrans, static_cast<blasint>(op->ld)};
+  return true;
 }
 
 // OpenBLAS's own pool would run beside the device's on the same cores: every call runs on its caller.

@@ -1,6 +1,7 @@
 #include "pjrt_sim/kernels/kernels.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -298,7 +299,8 @@ class ReduceKernel final : public Kernel {
 // its columns (kDotColumnPanels), variant 2 its rows (kDotRowPanels), into one panel per pool thread.
 // 16-bit floats (bf16, f16) are widened to f32, multiplied by the f32 GEMM and rounded to their type once:
 // a product of two 16-bit values is exact in f32 and the sums accumulate in f32, as PyTorch's CPU
-// matmul of bf16 does.
+// matmul of bf16 does. On oneDNN where the CPU multiplies bf16 natively (AVX512-BF16, AMX), bf16
+// operands go to its bf16 GEMM as they are (f32 accumulation too), without the widening pass.
 class DotKernel final : public Kernel {
  public:
   DotKernel(const proto::Kernel& k, PrimitiveType type, GemmLibrary library, int64_t lhs_numel, int64_t rhs_numel)
@@ -310,39 +312,66 @@ class DotKernel final : public Kernel {
       RunTyped<float>(inputs[0], inputs[1], output);
     } else if (type_ == PrimitiveType::kF64) {
       RunTyped<double>(inputs[0], inputs[1], output);
-    } else {
+    } else if (!(type_ == PrimitiveType::kBF16 && library_ == GemmLibrary::kOneDnn && OneDnnHasBf16() &&
+                 RunNativeBf16(inputs[0], inputs[1], output))) {
       RunWidened(inputs[0], inputs[1], output);
     }
     return absl::OkStatus();
   }
 
  private:
-  template <typename T>
-  void RunTyped(const void* lhs, const void* rhs, void* output) const {
+  // Calls gemm(rows, cols, A, B, C) for every product and panel, with row-major views of A[m,k],
+  // B[k,n] (transposed in memory or not: only the strides differ) and C[m,n].
+  template <typename In, typename Out, typename PanelGemm>
+  void ForEachPanel(const In* lhs, const In* rhs, Out* output, PanelGemm gemm) const {
     const int64_t m = k_.m(), n = k_.n(), kk = k_.k();
     if (m == 0 || n == 0) return;
-    // Row-major operands, transposed in memory or not: only the strides differ.
     const int64_t a_rs = k_.transpose_lhs() ? 1 : kk, a_cs = k_.transpose_lhs() ? m : 1;
     const int64_t b_rs = k_.transpose_rhs() ? 1 : n, b_cs = k_.transpose_rhs() ? kk : 1;
     const int panels = k_.variant() == kDotSerial ? 1 : ThreadPool::Get().size();
     const int64_t split = k_.variant() == kDotRowPanels ? m : n;
     const int64_t panel = (split + panels - 1) / panels;
     for (int64_t b = 0; b < k_.batch(); ++b) {
-      const T* a = static_cast<const T*>(lhs) + b * k_.lhs_batch_stride();
-      const T* bb = static_cast<const T*>(rhs) + b * k_.rhs_batch_stride();
-      T* c = static_cast<T*>(output) + b * m * n;
+      const In* a = lhs + b * k_.lhs_batch_stride();
+      const In* bb = rhs + b * k_.rhs_batch_stride();
+      Out* c = output + b * m * n;
       ThreadPool::Get().ParallelFor(panels, [&](int64_t p) {
         const int64_t lo = p * panel, hi = std::min(split, lo + panel);
         if (hi <= lo) return;
         if (k_.variant() == kDotRowPanels) {  // rows [lo, hi) of A and C; B whole
-          Gemm(library_, hi - lo, n, kk, MatrixView<const T>{a + lo * a_rs, a_rs, a_cs},
-               MatrixView<const T>{bb, b_rs, b_cs}, MatrixView<T>{c + lo * n, n, 1});
+          gemm(hi - lo, n, MatrixView<const In>{a + lo * a_rs, a_rs, a_cs}, MatrixView<const In>{bb, b_rs, b_cs},
+               MatrixView<Out>{c + lo * n, n, 1});
         } else {  // columns [lo, hi) of B and C; A whole
-          Gemm(library_, m, hi - lo, kk, MatrixView<const T>{a, a_rs, a_cs},
-               MatrixView<const T>{bb + lo * b_cs, b_rs, b_cs}, MatrixView<T>{c + lo, n, 1});
+          gemm(m, hi - lo, MatrixView<const In>{a, a_rs, a_cs}, MatrixView<const In>{bb + lo * b_cs, b_rs, b_cs},
+               MatrixView<Out>{c + lo, n, 1});
         }
       });
     }
+  }
+
+  template <typename T>
+  void RunTyped(const void* lhs, const void* rhs, void* output) const {
+    ForEachPanel(static_cast<const T*>(lhs), static_cast<const T*>(rhs), static_cast<T*>(output),
+                 [&](int64_t rows, int64_t cols, MatrixView<const T> a, MatrixView<const T> b, MatrixView<T> c) {
+                   Gemm(library_, rows, cols, k_.k(), a, b, c);
+                 });
+  }
+
+  // The f32 product in the calling thread's scratch, rounded to bf16 once. False if oneDNN refused a
+  // panel (nothing is written to the output then).
+  bool RunNativeBf16(const void* lhs, const void* rhs, void* output) const {
+    const int64_t products = k_.batch() * k_.m() * k_.n();
+    if (k_.k() == 0) return false;  // zeros: the widening path writes them
+    float* c = static_cast<float*>(Scratch(static_cast<size_t>(products) * sizeof(float)));
+    std::atomic<bool> refused{false};
+    ForEachPanel(static_cast<const uint16_t*>(lhs), static_cast<const uint16_t*>(rhs), c,
+                 [&](int64_t rows, int64_t cols, MatrixView<const uint16_t> a, MatrixView<const uint16_t> b,
+                     MatrixView<float> out) {
+                   if (!OneDnnGemmBf16(rows, cols, k_.k(), a, b, out)) refused = true;
+                 });
+    if (refused) return false;
+    StoreBlock(c, ComputeType::kF32, type_, output, products);
+    return true;
   }
 
   // The operands widened to f32 and the f32 product in the calling thread's scratch.

@@ -1,0 +1,210 @@
+#include "pjrt_sim/gemm_tuning.h"
+
+#include <fcntl.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <map>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "pjrt_sim/cpu_isa.h"
+#include "pjrt_sim/hlo.h"
+
+namespace lazyrt::pjrt {
+namespace {
+
+constexpr char kHeader[] = "lazyrt-gemm-tuning 1";
+// Bounds on what is read: a machine tunes a few hundred shapes; anything past these is not our file.
+constexpr int64_t kMaxFileBytes = 4 << 20;
+constexpr size_t kMaxLineBytes = 4096;
+constexpr int64_t kMaxDim = int64_t{1} << 30;
+// How long a writer waits for another's lock before giving up recording (its own choice then stands).
+constexpr auto kLockWait = std::chrono::seconds(5);
+
+// The key of an entry: every field but the library.
+std::string EntryKey(absl::string_view isa, absl::string_view type, int64_t m, int64_t n, int64_t k, bool ta, bool tb) {
+  return absl::StrCat(isa, "\t", type, "\t", m, "\t", n, "\t", k, "\t", ta ? 1 : 0, "\t", tb ? 1 : 0);
+}
+
+std::string EntryKey(const GemmShape& s) {
+  return EntryKey(HostIsa(), PrimitiveTypeName(s.type), s.m, s.n, s.k, s.transpose_lhs, s.transpose_rhs);
+}
+
+void Warn(const std::string& path, const std::string& what) {
+  std::fprintf(stderr, "lazyrt: warning: GEMM tuning file %s: %s\n", path.c_str(), what.c_str());
+}
+
+std::optional<GemmLibrary> LibraryNamed(absl::string_view name) {
+  for (GemmLibrary library : kGemmLibraries) {
+    if (absl::string_view(GemmLibraryName(library).data(), GemmLibraryName(library).size()) == name) return library;
+  }
+  return std::nullopt;
+}
+
+bool ParseDim(absl::string_view text, int64_t* out) {
+  return absl::SimpleAtoi(text, out) && *out >= 0 && *out < kMaxDim;
+}
+
+bool ParseFlag(absl::string_view text, bool* out) {
+  if (text != "0" && text != "1") return false;
+  *out = text == "1";
+  return true;
+}
+
+// One line parsed into (key, library), or a reason it is refused.
+std::optional<std::string> ParseLine(absl::string_view line, std::string* key, GemmLibrary* library) {
+  if (line.size() > kMaxLineBytes) return absl::StrCat("longer than ", kMaxLineBytes, " bytes");
+  const std::vector<absl::string_view> f = absl::StrSplit(line, '\t');
+  if (f.size() != 8) return absl::StrCat(f.size(), " fields, not 8");
+  bool type_known = false;
+  for (PrimitiveType t : kAllPrimitiveTypes) type_known |= PrimitiveTypeName(t) == f[1];
+  if (f[0].empty()) return "field cpu_isa is empty";
+  if (!type_known) return absl::StrCat("field dtype '", f[1], "' is not a type");
+  int64_t m, n, k;
+  bool ta, tb;
+  if (!ParseDim(f[2], &m) || !ParseDim(f[3], &n) || !ParseDim(f[4], &k)) {
+    return absl::StrCat("fields m, n, k ('", f[2], "', '", f[3], "', '", f[4], "') must be integers in [0, 2^30)");
+  }
+  if (!ParseFlag(f[5], &ta) || !ParseFlag(f[6], &tb)) return "fields transpose_lhs, transpose_rhs must be 0 or 1";
+  const std::optional<GemmLibrary> named = LibraryNamed(f[7]);
+  if (!named) return absl::StrCat("field library '", f[7], "' is not a GEMM library");
+  *key = EntryKey(f[0], f[1], m, n, k, ta, tb);
+  *library = *named;
+  return std::nullopt;
+}
+
+// The file's valid entries; damage is warned about and skipped. A missing file is an empty record.
+std::map<std::string, GemmLibrary> ReadEntries(const std::string& path) {
+  std::map<std::string, GemmLibrary> entries;
+  std::ifstream in(path, std::ios::binary | std::ios::ate);  // at the end: its size first
+  if (!in) return entries;
+  const std::streamoff size = in.tellg();
+  if (size < 0 || size > kMaxFileBytes) {
+    Warn(path, absl::StrCat("larger than ", kMaxFileBytes, " bytes: ignored, shapes are measured again"));
+    return entries;
+  }
+  std::string text(static_cast<size_t>(size), '\0');
+  in.seekg(0);
+  if (!in.read(text.data(), size)) {
+    Warn(path, "cannot be read: ignored, shapes are measured again");
+    return entries;
+  }
+  const std::vector<absl::string_view> lines = absl::StrSplit(text, '\n');
+  if (lines.empty() || lines[0] != kHeader) {
+    Warn(path, absl::StrCat("line 1 is not '", kHeader, "': ignored, shapes are measured again"));
+    return entries;
+  }
+  for (size_t i = 1; i < lines.size(); ++i) {
+    if (lines[i].empty() && i + 1 == lines.size()) break;  // the final newline
+    std::string key;
+    GemmLibrary library;
+    if (std::optional<std::string> refused = ParseLine(lines[i], &key, &library)) {
+      Warn(path, absl::StrCat("line ", i + 1, ": ", *refused, ": entry ignored"));
+      continue;
+    }
+    entries.emplace(key, library);  // a repeated entry: the first one stands
+  }
+  return entries;
+}
+
+// Creates the directories leading to `path` (0700; existing ones are kept).
+void MakeParents(const std::string& path) {
+  for (size_t slash = path.find('/', 1); slash != std::string::npos; slash = path.find('/', slash + 1)) {
+    mkdir(path.substr(0, slash).c_str(), 0700);
+  }
+}
+
+// An exclusive flock on `path`.lock, waited for at most kLockWait. -1 if not taken.
+int LockFile(const std::string& path) {
+  const int fd = open((path + ".lock").c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+  if (fd < 0) return -1;
+  const auto deadline = std::chrono::steady_clock::now() + kLockWait;
+  while (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+    if (errno != EWOULDBLOCK || std::chrono::steady_clock::now() > deadline) {
+      close(fd);
+      return -1;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+  return fd;
+}
+
+bool WriteAtomically(const std::string& path, const std::string& text) {
+  const std::string temp = absl::StrCat(path, ".tmp.", getpid());
+  {
+    std::ofstream out(temp, std::ios::binary | std::ios::trunc);
+    out << text;
+    out.flush();
+    if (!out) {
+      std::remove(temp.c_str());
+      return false;
+    }
+  }
+  if (std::rename(temp.c_str(), path.c_str()) != 0) {
+    std::remove(temp.c_str());
+    return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+GemmShape DotShape(const proto::Executable& exe, const proto::Kernel& dot) {
+  return GemmShape{FromProto(exe.slots(static_cast<int>(dot.output())).shape()).type,
+                   dot.m(),
+                   dot.n(),
+                   dot.k(),
+                   dot.transpose_lhs(),
+                   dot.transpose_rhs()};
+}
+
+std::string GemmTuningRecord::DefaultPath() {
+  if (const char* xdg = std::getenv("XDG_CACHE_HOME"); xdg != nullptr && xdg[0] == '/') {
+    return absl::StrCat(xdg, "/lazyrt-machine/gemm_tuning.txt");
+  }
+  if (const char* home = std::getenv("HOME"); home != nullptr && *home != '\0') {
+    return absl::StrCat(home, "/.cache/lazyrt-machine/gemm_tuning.txt");
+  }
+  return "";
+}
+
+std::optional<GemmLibrary> GemmTuningRecord::Lookup(const GemmShape& shape) const {
+  const std::map<std::string, GemmLibrary> entries = ReadEntries(path_);
+  const auto it = entries.find(EntryKey(shape));
+  if (it == entries.end()) return std::nullopt;
+  return it->second;
+}
+
+GemmLibrary GemmTuningRecord::Record(const GemmShape& shape, GemmLibrary measured) const {
+  MakeParents(path_);
+  const int lock = LockFile(path_);
+  if (lock < 0) {
+    Warn(path_, absl::StrCat("cannot lock ", path_, ".lock (", std::strerror(errno), "): choice not recorded"));
+    return measured;
+  }
+  std::map<std::string, GemmLibrary> entries = ReadEntries(path_);
+  const auto [it, added] = entries.emplace(EntryKey(shape), measured);
+  if (added) {
+    std::string text = absl::StrCat(kHeader, "\n");
+    for (const auto& [key, library] : entries)
+      absl::StrAppend(&text, key, "\t", std::string(GemmLibraryName(library)), "\n");
+    if (!WriteAtomically(path_, text)) Warn(path_, "cannot be written: choice not recorded");
+  }
+  const GemmLibrary recorded = it->second;
+  close(lock);
+  return recorded;
+}
+
+}  // namespace lazyrt::pjrt

@@ -1,0 +1,101 @@
+#include <dnnl.hpp>
+
+#include <algorithm>
+#include <map>
+#include <tuple>
+
+#include "pjrt_sim/cpu_isa.h"
+#include "pjrt_sim/kernels/gemm.h"
+
+// oneDNN's CPU runtime here is OpenMP (Debian's libdnnl). Declared, not included: omp.h comes with the
+// compiler (GCC's is not clang's), and this is the one OpenMP call lazyrt makes.
+extern "C" void omp_set_num_threads(int num_threads);
+
+namespace lazyrt::pjrt {
+namespace {
+
+// Every call runs on its caller's thread alone. The device splits a product into panels over its own
+// pool; an OpenMP team per pool thread would put 2 x 2 threads on 2 cores, and an idle team's threads
+// spin (GOMP_SPINCOUNT) against the pool's. OpenMP's thread count is a per-thread setting: set it once
+// on each thread that calls oneDNN.
+void SingleThreaded() {
+  thread_local const bool set = [] {
+    omp_set_num_threads(1);
+    return true;
+  }();
+  (void)set;
+}
+
+// One matmul primitive per (shape, strides) and thread: building one takes tens of microseconds (a
+// JIT kernel the first time), executing it a few. Per thread, because a primitive's library-managed
+// scratchpad is not to be shared by concurrent executions.
+using MatmulKey = std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t>;
+
+struct Bf16Matmul {
+  dnnl::memory::desc a, b, c;
+  dnnl::matmul primitive;
+};
+
+struct OneDnnThread {
+  dnnl::engine engine{dnnl::engine::kind::cpu, 0};
+  dnnl::stream stream{engine};
+  std::map<MatmulKey, Bf16Matmul> matmuls;
+};
+
+OneDnnThread& ThisThread() {
+  thread_local OneDnnThread state;
+  return state;
+}
+
+}  // namespace
+
+bool OneDnnGemm(int64_t m, int64_t n, int64_t k, MatrixView<const float> a, MatrixView<const float> b,
+                MatrixView<float> c) {
+  const std::optional<RowMajorOperand> oa = AsRowMajor(a.row_stride, a.col_stride, m, k),
+                                       ob = AsRowMajor(b.row_stride, b.col_stride, k, n),
+                                       oc = AsRowMajor(c.row_stride, c.col_stride, m, n);
+  if (!oa || !ob || !oc || oc->transposed) return false;
+  if (k == 0) {  // the product of nothing is zeros, as the other libraries give it
+    for (int64_t i = 0; i < m; ++i) std::fill_n(c.data + i * c.row_stride, n, 0.0f);
+    return true;
+  }
+  SingleThreaded();
+  return dnnl_sgemm(oa->transposed ? 'T' : 'N', ob->transposed ? 'T' : 'N', m, n, k, 1.0f, a.data, oa->ld, b.data,
+                    ob->ld, 0.0f, c.data, oc->ld) == dnnl_success;
+}
+
+bool OneDnnHasBf16() {
+  static const bool has = HostHas("avx512_bf16") || HostHas("amx_bf16");
+  return has;
+}
+
+bool OneDnnGemmBf16(int64_t m, int64_t n, int64_t k, MatrixView<const uint16_t> a, MatrixView<const uint16_t> b,
+                    MatrixView<float> c) {
+  if (!OneDnnHasBf16() || m <= 0 || n <= 0 || k <= 0 || c.col_stride != 1) return false;
+  SingleThreaded();
+  OneDnnThread& state = ThisThread();
+  const MatmulKey key{m, n, k, a.row_stride, a.col_stride, b.row_stride, b.col_stride, c.row_stride};
+  try {
+    auto it = state.matmuls.find(key);
+    if (it == state.matmuls.end()) {
+      using dnnl::memory;
+      const memory::desc ad({m, k}, memory::data_type::bf16, {a.row_stride, a.col_stride});
+      const memory::desc bd({k, n}, memory::data_type::bf16, {b.row_stride, b.col_stride});
+      const memory::desc cd({m, n}, memory::data_type::f32, {c.row_stride, 1});
+      const dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(ad, bd, cd), state.engine);
+      it = state.matmuls.emplace(key, Bf16Matmul{ad, bd, cd, dnnl::matmul(pd)}).first;
+    }
+    const Bf16Matmul& mm = it->second;
+    // oneDNN takes non-const handles to its inputs but only reads them.
+    dnnl::memory am(mm.a, state.engine, const_cast<uint16_t*>(a.data));
+    dnnl::memory bm(mm.b, state.engine, const_cast<uint16_t*>(b.data));
+    dnnl::memory cm(mm.c, state.engine, c.data);
+    mm.primitive.execute(state.stream, {{DNNL_ARG_SRC, am}, {DNNL_ARG_WEIGHTS, bm}, {DNNL_ARG_DST, cm}});
+    state.stream.wait();
+  } catch (const dnnl::error&) {
+    return false;  // a layout or type no implementation takes here: the caller widens to f32
+  }
+  return true;
+}
+
+}  // namespace lazyrt::pjrt

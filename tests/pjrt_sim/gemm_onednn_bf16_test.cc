@@ -1,0 +1,128 @@
+// oneDNN's native bf16 GEMM (f32 accumulation) where the CPU has AVX512-BF16 or AMX: the panel entry
+// against a reference loop of exact products summed in f64 (tolerance: f32 sums), and the DOT kernel of
+// bf16 on oneDNN in every variant, transposed, batched and broadcast, against the same loop rounded to
+// bf16 once (tolerance: that one rounding plus f32 sums).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "pjrt_sim/element_ops.h"
+#include "pjrt_sim/kernels/gemm.h"
+#include "pjrt_sim/kernels/kernels.h"
+
+namespace lazyrt::pjrt {
+namespace {
+
+struct Product {
+  int64_t batch, m, n, k;
+  bool transpose_lhs, transpose_rhs;
+  bool broadcast_rhs;  // one B for every batch (batch stride 0)
+};
+
+const Product kProducts[] = {
+    {1, 128, 384, 128, false, true, false},  // the GPT's qkv projection, at a tenth of its tokens
+    {1, 384, 128, 512, true, false, false},  // a weight gradient
+    {1, 1, 1, 1, false, false, false},      {1, 7, 13, 5, true, true, false}, {1, 33, 1, 17, false, true, false},
+    {3, 9, 11, 6, false, false, false},     {4, 10, 7, 12, true, true, true}, {2, 65, 31, 129, false, false, false},
+};
+
+std::vector<uint16_t> RandomBf16(size_t n, std::mt19937_64& rng) {
+  std::uniform_real_distribution<float> u(-2, 2);
+  std::vector<uint16_t> v(n);
+  for (uint16_t& x : v) x = FloatToBf16(u(rng));
+  return v;
+}
+
+// Sum of the exact products of row i of op(A) and column j of op(B), and the sum of their magnitudes.
+struct Reference {
+  double value, magnitude;
+};
+Reference Dot(const uint16_t* a, const uint16_t* b, const Product& p, int64_t i, int64_t j) {
+  Reference r{0, 0};
+  for (int64_t q = 0; q < p.k; ++q) {
+    const double x = Bf16ToFloat(a[p.transpose_lhs ? q * p.m + i : i * p.k + q]);
+    const double y = Bf16ToFloat(b[p.transpose_rhs ? j * p.k + q : q * p.n + j]);
+    r.value += x * y;
+    r.magnitude += std::abs(x * y);
+  }
+  return r;
+}
+
+// f32 sums of k terms: at most about k rounding errors of the magnitude each.
+double F32SumTolerance(const Reference& r, int64_t k) { return 0x1p-23 * r.magnitude * static_cast<double>(k + 1); }
+
+TEST(GemmOneDnnBf16Test, PanelsAccumulateInF32) {
+  if (!OneDnnHasBf16()) GTEST_SKIP() << "this CPU has neither AVX512-BF16 nor AMX";
+  std::mt19937_64 rng(5);
+  for (const Product& p : kProducts) {
+    const std::vector<uint16_t> a = RandomBf16(static_cast<size_t>(p.m * p.k), rng),
+                                b = RandomBf16(static_cast<size_t>(p.k * p.n), rng);
+    std::vector<float> c(static_cast<size_t>(p.m * p.n), 12345.0f);  // must be overwritten
+    const MatrixView<const uint16_t> av{a.data(), p.transpose_lhs ? 1 : p.k, p.transpose_lhs ? p.m : 1};
+    const MatrixView<const uint16_t> bv{b.data(), p.transpose_rhs ? 1 : p.n, p.transpose_rhs ? p.k : 1};
+    ASSERT_TRUE(OneDnnGemmBf16(p.m, p.n, p.k, av, bv, MatrixView<float>{c.data(), p.n, 1}))
+        << "oneDNN refused [" << p.m << "x" << p.k << "]x[" << p.k << "x" << p.n << "]";
+    for (int64_t i = 0; i < p.m; ++i) {
+      for (int64_t j = 0; j < p.n; ++j) {
+        const Reference want = Dot(a.data(), b.data(), p, i, j);
+        ASSERT_NEAR(c[static_cast<size_t>(i * p.n + j)], want.value, F32SumTolerance(want, p.k))
+            << "[" << p.m << "x" << p.k << "]x[" << p.k << "x" << p.n << "] at (" << i << ", " << j << ")";
+      }
+    }
+  }
+}
+
+TEST(GemmOneDnnBf16Test, DotKernelRoundsTheF32ProductOnce) {
+  std::mt19937_64 rng(7);
+  for (const Product& p : kProducts) {
+    const int64_t a_size = p.m * p.k, b_size = p.k * p.n;
+    const std::vector<uint16_t> a = RandomBf16(static_cast<size_t>(p.batch * a_size), rng),
+                                b = RandomBf16(static_cast<size_t>((p.broadcast_rhs ? 1 : p.batch) * b_size), rng);
+    for (int64_t variant : {kDotSerial, kDotColumnPanels, kDotRowPanels}) {
+      proto::Kernel kernel;
+      kernel.set_kind(proto::Kernel::DOT);
+      kernel.set_batch(p.batch);
+      kernel.set_m(p.m);
+      kernel.set_n(p.n);
+      kernel.set_k(p.k);
+      kernel.set_transpose_lhs(p.transpose_lhs);
+      kernel.set_transpose_rhs(p.transpose_rhs);
+      kernel.set_lhs_batch_stride(a_size);
+      kernel.set_rhs_batch_stride(p.broadcast_rhs ? 0 : b_size);
+      kernel.set_variant(variant);
+      kernel.set_gemm_library(static_cast<int32_t>(GemmLibrary::kOneDnn));
+      const std::vector<ArrayShape> inputs = {{PrimitiveType::kBF16, {static_cast<int64_t>(a.size())}},
+                                              {PrimitiveType::kBF16, {static_cast<int64_t>(b.size())}}};
+      absl::StatusOr<std::unique_ptr<Kernel>> built =
+          BuildKernel(kernel, inputs, ArrayShape{PrimitiveType::kBF16, {p.batch, p.m, p.n}});
+      ASSERT_TRUE(built.ok()) << built.status();
+      std::vector<uint16_t> c(static_cast<size_t>(p.batch * p.m * p.n), FloatToBf16(12345.0f));
+      const void* in[] = {a.data(), b.data()};
+      void* out[] = {c.data()};
+      ASSERT_TRUE((*built)->Run(in, out).ok());
+      const std::string what = absl::StrCat("variant ", variant, ": ", p.batch, " x [", p.m, "x", p.k, "]x[", p.k, "x",
+                                            p.n, "]", p.transpose_lhs ? " A^T" : "", p.transpose_rhs ? " B^T" : "");
+      for (int64_t bt = 0; bt < p.batch; ++bt) {
+        const uint16_t* ab = a.data() + bt * a_size;
+        const uint16_t* bb = b.data() + (p.broadcast_rhs ? 0 : bt * b_size);
+        for (int64_t i = 0; i < p.m; ++i) {
+          for (int64_t j = 0; j < p.n; ++j) {
+            const Reference want = Dot(ab, bb, p, i, j);
+            const double got = Bf16ToFloat(c[static_cast<size_t>((bt * p.m + i) * p.n + j)]);
+            // One rounding to bf16 (half its 8-bit ulp, relative), after f32 sums.
+            const double sums = F32SumTolerance(want, p.k);
+            const double rounding = 0x1p-8 * (std::abs(want.value) + sums);
+            ASSERT_NEAR(got, want.value, sums + rounding)
+                << what << " at batch " << bt << " (" << i << ", " << j << ")";
+          }
+        }
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace lazyrt::pjrt

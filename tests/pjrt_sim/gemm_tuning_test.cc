@@ -1,0 +1,191 @@
+// The machine's GEMM tuning record: compiles that share it (as processes with different executable cache
+// directories do) put every DOT on the same library and compute the same bits; the record's entries are
+// obeyed; a damaged, truncated or hostile file is refused line by line with a warning naming the file and
+// the line, and the shapes it no longer names are measured again.
+#include "pjrt_sim/gemm_tuning.h"
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <random>
+#include <string>
+#include <thread>
+
+#include "pjrt_sim/cpu_isa.h"
+#include "tests/pjrt_sim/pjrt_test_util.h"
+
+namespace lazyrt::pjrt {
+namespace {
+
+using testing::HostArray;
+using testing::ModuleBuilder;
+
+class GemmTuningTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = std::filesystem::temp_directory_path() / ("lazyrt_gemm_tuning_" + std::to_string(getpid()) + "_" +
+                                                     ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    std::filesystem::remove_all(dir_);
+    path_ = (dir_ / "machine" / "gemm_tuning.txt").string();
+  }
+  void TearDown() override { std::filesystem::remove_all(dir_); }
+
+  void WriteFile(const std::string& text) {
+    std::filesystem::create_directories(std::filesystem::path(path_).parent_path());
+    std::ofstream(path_, std::ios::binary) << text;
+  }
+
+  std::filesystem::path dir_;
+  std::string path_;
+};
+
+// A product big enough to be tuned, and one of a different shape, on random f32 operands.
+struct TwoDots {
+  proto::Module module;
+  std::vector<HostArray> args;
+};
+
+TwoDots MakeTwoDots() {
+  std::mt19937_64 rng(3);
+  ModuleBuilder mb;
+  const int64_t x = mb.Parameter(0, proto::F32, {64, 96});
+  const int64_t w = mb.Parameter(1, proto::F32, {80, 96});
+  const int64_t y = mb.Dot(x, w, false, true);  // [64, 80]
+  const int64_t g = mb.Dot(y, w);               // [64, 96]
+  mb.Output(g);
+  TwoDots t{mb.module(), {}};
+  t.args.push_back(testing::MakeArray<float>(PrimitiveType::kF32, {64, 96}, testing::RandomFloats(rng, 64 * 96)));
+  t.args.push_back(testing::MakeArray<float>(PrimitiveType::kF32, {80, 96}, testing::RandomFloats(rng, 80 * 96)));
+  return t;
+}
+
+std::vector<int32_t> DotLibraries(const Executable& exe) {
+  std::vector<int32_t> libraries;
+  for (const proto::Kernel& k : exe.proto().kernels()) {
+    if (k.kind() == proto::Kernel::DOT) libraries.push_back(k.gemm_library());
+  }
+  return libraries;
+}
+
+TEST_F(GemmTuningTest, CompilesSharingTheRecordChooseTheSameLibrariesAndBits) {
+  const TwoDots t = MakeTwoDots();
+  const CompileOptions options{.autotune = true, .gemm_tuning_file = path_};
+  std::vector<int32_t> libraries[2];
+  std::vector<float> results[2];
+  for (int run = 0; run < 2; ++run) {  // a fresh client each time: another process, another cache
+    std::unique_ptr<Client> client = testing::MakeClient();
+    absl::StatusOr<std::shared_ptr<Executable>> exe = client->Compile(t.module, options);
+    ASSERT_TRUE(exe.ok()) << exe.status();
+    libraries[run] = DotLibraries(**exe);
+    absl::StatusOr<std::vector<HostArray>> out = testing::ExecuteOnHost(*client, **exe, t.args);
+    ASSERT_TRUE(out.ok()) << out.status();
+    results[run] = (*out)[0].values<float>();
+  }
+  ASSERT_EQ(libraries[0].size(), 2u);
+  EXPECT_EQ(libraries[0], libraries[1]);
+  EXPECT_EQ(results[0], results[1]) << "two compiles on one machine computed different bits";
+  // The first compile recorded both shapes; each DOT runs on the library recorded for it.
+  const GemmTuningRecord record(path_);
+  const std::optional<GemmLibrary> first = record.Lookup({PrimitiveType::kF32, 64, 80, 96, false, true});
+  const std::optional<GemmLibrary> second = record.Lookup({PrimitiveType::kF32, 64, 96, 80, false, false});
+  ASSERT_TRUE(first.has_value() && second.has_value());
+  EXPECT_EQ(libraries[0][0], static_cast<int32_t>(*first));
+  EXPECT_EQ(libraries[0][1], static_cast<int32_t>(*second));
+}
+
+TEST_F(GemmTuningTest, TheRecordedLibraryIsObeyedWithoutMeasuring) {
+  const TwoDots t = MakeTwoDots();
+  for (GemmLibrary library : kGemmLibraries) {
+    WriteFile(absl::StrCat("lazyrt-gemm-tuning 1\n", HostIsa(), "\tf32\t64\t80\t96\t0\t1\t",
+                           std::string(GemmLibraryName(library)), "\n", HostIsa(), "\tf32\t64\t96\t80\t0\t0\t",
+                           std::string(GemmLibraryName(library)), "\n"));
+    std::unique_ptr<Client> client = testing::MakeClient();
+    for (bool autotune : {false, true}) {
+      absl::StatusOr<std::shared_ptr<Executable>> exe =
+          client->Compile(t.module, {.autotune = autotune, .gemm_tuning_file = path_});
+      ASSERT_TRUE(exe.ok()) << exe.status();
+      const int32_t want = static_cast<int32_t>(library);
+      EXPECT_EQ(DotLibraries(**exe), (std::vector<int32_t>{want, want})) << GemmLibraryName(library);
+    }
+  }
+}
+
+TEST_F(GemmTuningTest, ConcurrentFirstCompilesAgree) {
+  const TwoDots t = MakeTwoDots();
+  std::vector<int32_t> libraries[2];
+  std::thread threads[2];
+  for (int i = 0; i < 2; ++i) {
+    threads[i] = std::thread([&, i] {
+      std::unique_ptr<Client> client = testing::MakeClient();
+      absl::StatusOr<std::shared_ptr<Executable>> exe =
+          client->Compile(t.module, {.autotune = true, .gemm_tuning_file = path_});
+      if (exe.ok()) libraries[i] = DotLibraries(**exe);
+    });
+  }
+  for (std::thread& th : threads) th.join();
+  ASSERT_EQ(libraries[0].size(), 2u);
+  EXPECT_EQ(libraries[0], libraries[1]) << "the first writer of an entry must win for both";
+}
+
+TEST_F(GemmTuningTest, DamagedLinesAreRefusedWithTheirLineAndTheRestIsRead) {
+  const std::string& isa = HostIsa();
+  WriteFile(absl::StrCat("lazyrt-gemm-tuning 1\n",                         // 1
+                         isa, "\tf32\t-5\t2\t2\t0\t0\tblis\n",             // 2: negative m
+                         isa, "\tf32\t2\t2\t1099511627776\t0\t0\tblis\n",  // 3: k beyond 2^30
+                         isa, "\tf32\t2\t2\t2\t0\t0\tmkl\n",               // 4: unknown library
+                         isa, "\tf99\t2\t2\t2\t0\t0\tblis\n",              // 5: unknown type
+                         isa, "\tf32\t2\t2\t2\t7\t0\tblis\n",              // 6: transpose not 0/1
+                         std::string(5000, 'x'), "\n",                     // 7: too long
+                         isa, "\tf32\t3\t4\t5\t1\t0\topenblas\n",          // 8: valid
+                         isa, "\tf32\t3\t4\t5\t1\t0\tblis\n",              // 9: repeated: the first stands
+                         isa, "\tf32\t9\t9"));                             // 10: truncated
+  const GemmTuningRecord record(path_);
+  ::testing::internal::CaptureStderr();
+  const std::optional<GemmLibrary> valid = record.Lookup({PrimitiveType::kF32, 3, 4, 5, true, false});
+  const std::optional<GemmLibrary> refused = record.Lookup({PrimitiveType::kF32, 2, 2, 2, false, false});
+  const std::string warnings = ::testing::internal::GetCapturedStderr();
+  EXPECT_EQ(valid, GemmLibrary::kOpenBlas);
+  EXPECT_FALSE(refused.has_value());
+  for (int line : {2, 3, 4, 5, 6, 7, 10}) {
+    EXPECT_NE(warnings.find(absl::StrCat(path_, ": line ", line, ":")), std::string::npos)
+        << "no warning for line " << line << " in:\n"
+        << warnings;
+  }
+  EXPECT_EQ(warnings.find(": line 8:"), std::string::npos) << warnings;
+  EXPECT_NE(warnings.find("'mkl' is not a GEMM library"), std::string::npos) << warnings;
+}
+
+TEST_F(GemmTuningTest, AFileThatIsNotARecordIsIgnoredAndRewrittenWhenRecording) {
+  for (const std::string& junk : {std::string("\x7f"
+                                              "ELF\x02\x01\x01\0\0garbage",
+                                              16),
+                                  std::string("lazyrt-gemm-tun"), std::string("lazyrt-gemm-tuning 2\n")}) {
+    WriteFile(junk);
+    const GemmTuningRecord record(path_);
+    const GemmShape shape{PrimitiveType::kF32, 3, 4, 5, false, false};
+    ::testing::internal::CaptureStderr();
+    EXPECT_FALSE(record.Lookup(shape).has_value());
+    const std::string warnings = ::testing::internal::GetCapturedStderr();
+    EXPECT_NE(warnings.find(absl::StrCat(path_, ": line 1 is not 'lazyrt-gemm-tuning 1'")), std::string::npos)
+        << warnings;
+    ::testing::internal::CaptureStderr();
+    EXPECT_EQ(record.Record(shape, GemmLibrary::kBlis), GemmLibrary::kBlis);
+    ::testing::internal::GetCapturedStderr();
+    EXPECT_EQ(record.Lookup(shape), GemmLibrary::kBlis);  // a valid file again
+    // The first writer wins: a later measurement does not replace the entry.
+    EXPECT_EQ(record.Record(shape, GemmLibrary::kOneDnn), GemmLibrary::kBlis);
+  }
+}
+
+TEST_F(GemmTuningTest, AnOversizedFileIsNotRead) {
+  WriteFile("lazyrt-gemm-tuning 1\n" + std::string(5 << 20, '\n'));
+  ::testing::internal::CaptureStderr();
+  EXPECT_FALSE(GemmTuningRecord(path_).Lookup({PrimitiveType::kF32, 3, 4, 5, false, false}).has_value());
+  EXPECT_NE(::testing::internal::GetCapturedStderr().find("larger than"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace lazyrt::pjrt

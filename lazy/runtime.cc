@@ -15,6 +15,7 @@
 #include "lazy/diagnostics_internal.h"
 #include "lazy/diagnostics_stacks.h"
 #include "pjrt_sim/communicator.h"
+#include "pjrt_sim/kernels/gemm.h"
 
 namespace lazyrt {
 namespace detail {
@@ -109,6 +110,9 @@ void DeviceState::Seed(uint64_t seed) {
 // objects (the kernels' scratch among them) are already destroyed, and compiling or running a kernel
 // on it would use freed memory. Skipped in a fork()ed child, which has none of the runtime's threads.
 void Runtime::AtExit() {
+  // Registered again after libraries create statics (SetLibraryStaticsHook): the last registration runs.
+  static std::atomic<bool> ran{false};
+  if (ran.exchange(true)) return;
   Runtime* rt = g_runtime.load(std::memory_order_acquire);
   if (rt == nullptr || getpid() != rt->creator_pid_) return;
   std::thread([rt] {
@@ -132,6 +136,7 @@ Runtime::Runtime(Options options) : options_(std::move(options)) {
   pjrt::InProcessCommunicator::Default().set_timeout(
       std::chrono::milliseconds(static_cast<int64_t>(std::min(options_.collective_timeout_ms, 1e15))));
   std::atexit(&AtExit);
+  pjrt::SetLibraryStaticsHook([] { std::atexit(&AtExit); });  // see the hook's comment in gemm.h
   // Call stacks cost a few microseconds per op: only when someone will read the diagnostics.
   if (options_.debug > 0 || !options_.report.empty() || !options_.trace.empty()) EnableCallStacks();
   for (pjrt::Device* d : client_->devices()) {

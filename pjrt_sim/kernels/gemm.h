@@ -65,6 +65,12 @@ bool OpenBlasGemm(int64_t m, int64_t n, int64_t k, MatrixView<const double> a, M
 bool OneDnnGemm(int64_t m, int64_t n, int64_t k, MatrixView<const float> a, MatrixView<const float> b,
                 MatrixView<float> c);
 
+// Called after a library call that may have created the library's own statics. oneDNN makes its JIT
+// kernels on first use as statics, which exit() destroys in reverse order of creation: before the handler
+// of whoever registered an exit handler earlier (lazy's runtime, which runs the pending work at exit and
+// waits for the devices). Such a handler registers itself again from this hook so that it runs first.
+void SetLibraryStaticsHook(void (*hook)());
+
 // C[m,n] (f32) = A[m,k] * B[k,n] with bf16 operands (raw bits) and f32 accumulation, on the calling
 // thread, where the CPU multiplies bf16 natively (OneDnnHasBf16: AVX512-BF16 or AMX). False when it
 // does not or oneDNN refuses the views; the caller then widens to f32.

@@ -1,7 +1,9 @@
 #include <dnnl.hpp>
 
 #include <algorithm>
+#include <atomic>
 #include <map>
+#include <set>
 #include <tuple>
 
 #include "pjrt_sim/cpu_isa.h"
@@ -47,7 +49,18 @@ OneDnnThread& ThisThread() {
   return state;
 }
 
+std::atomic<void (*)()> g_statics_hook{nullptr};
+
+// After the first call of each shape on a thread (a superset of the calls that create oneDNN's statics).
+void AfterCall(const MatmulKey& key) {
+  thread_local std::set<MatmulKey> seen;
+  if (!seen.insert(key).second) return;
+  if (void (*hook)() = g_statics_hook.load(std::memory_order_acquire)) hook();
+}
+
 }  // namespace
+
+void SetLibraryStaticsHook(void (*hook)()) { g_statics_hook.store(hook, std::memory_order_release); }
 
 bool OneDnnGemm(int64_t m, int64_t n, int64_t k, MatrixView<const float> a, MatrixView<const float> b,
                 MatrixView<float> c) {
@@ -60,8 +73,10 @@ bool OneDnnGemm(int64_t m, int64_t n, int64_t k, MatrixView<const float> a, Matr
     return true;
   }
   SingleThreaded();
-  return dnnl_sgemm(oa->transposed ? 'T' : 'N', ob->transposed ? 'T' : 'N', m, n, k, 1.0f, a.data, oa->ld, b.data,
-                    ob->ld, 0.0f, c.data, oc->ld) == dnnl_success;
+  const bool ok = dnnl_sgemm(oa->transposed ? 'T' : 'N', ob->transposed ? 'T' : 'N', m, n, k, 1.0f, a.data, oa->ld,
+                             b.data, ob->ld, 0.0f, c.data, oc->ld) == dnnl_success;
+  AfterCall({m, n, k, a.row_stride, a.col_stride, b.row_stride, b.col_stride, -1});
+  return ok;
 }
 
 bool OneDnnHasBf16() {
@@ -92,6 +107,7 @@ bool OneDnnGemmBf16(int64_t m, int64_t n, int64_t k, MatrixView<const uint16_t> 
     dnnl::memory cm(mm.c, state.engine, c.data);
     mm.primitive.execute(state.stream, {{DNNL_ARG_SRC, am}, {DNNL_ARG_WEIGHTS, bm}, {DNNL_ARG_DST, cm}});
     state.stream.wait();
+    AfterCall(key);
   } catch (const dnnl::error&) {
     return false;  // a layout or type no implementation takes here: the caller widens to f32
   }

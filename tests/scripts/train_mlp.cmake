@@ -40,7 +40,8 @@ elseif(CHECK STREQUAL "missing_data")
   endif()
 elseif(CHECK STREQUAL "cold_warm")
   # The second process loads the compiled executables: it compiles nothing, hits, gets the same
-  # numbers bit for bit, and its first step is at least 5x faster.
+  # numbers bit for bit, and its first step is at least 2x faster. (5x before oneDNN: its JIT makes its
+  # kernels in every process on first use, ~20 ms of a warm first step here, 26 ms against 72 cold.)
   run_train(cold --steps 60 --epochs 1 --cache-dir ${WORK}/shared)
   run_train(warm --steps 60 --epochs 1 --cache-dir ${WORK}/shared)
   expect_field("${cold}" persistent_cache_misses GREATER_EQUAL 1)
@@ -57,9 +58,9 @@ elseif(CHECK STREQUAL "cold_warm")
   string(JSON first_warm GET "${warm}" first_step_ms)
   to_hundredths("${first_cold}" cold_hundredths)
   to_hundredths("${first_warm}" warm_hundredths)
-  math(EXPR warm_x5 "${warm_hundredths} * 5")
-  if(warm_x5 GREATER cold_hundredths)
-    message(FATAL_ERROR "warm first step ${first_warm} ms is not 5x faster than cold ${first_cold} ms")
+  math(EXPR warm_x2 "${warm_hundredths} * 2")
+  if(warm_x2 GREATER cold_hundredths)
+    message(FATAL_ERROR "warm first step ${first_warm} ms is not 2x faster than cold ${first_cold} ms")
   endif()
 elseif(CHECK STREQUAL "damaged_cache")
   # Damage every entry (a flipped byte in the payload, a truncation, a foreign version): each is a

@@ -19,8 +19,8 @@ using testing::HostArray;
 using testing::MakeArray;
 using testing::ModuleBuilder;
 
-inline constexpr CompileOptions kUnfused{.fusion = false, .autotune = false};
-inline constexpr CompileOptions kFused{.fusion = true, .autotune = false};
+inline const CompileOptions kUnfused{.fusion = false, .autotune = false};
+inline const CompileOptions kFused{.fusion = true, .autotune = false};
 
 // Compiles modules on a fresh client of one device.
 class CompilerTest : public ::testing::Test {

@@ -79,7 +79,8 @@ void Check(Opcode op, PrimitiveType type, int64_t rows, int64_t width, std::mt19
       if (backward) gr[static_cast<size_t>(i)] = LoadElement(g.data(), type, r * width + i);
     }
     const std::vector<double> y = ReferenceRow(op, xr, gr);
-    for (int64_t i = 0; i < width; ++i) StoreElement(y[static_cast<size_t>(i)], type, want.data() + (r * width + i) * bytes);
+    for (int64_t i = 0; i < width; ++i)
+      StoreElement(y[static_cast<size_t>(i)], type, want.data() + (r * width + i) * bytes);
   }
   EXPECT_EQ(0, std::memcmp(got.data(), want.data(), want.size()));
 }

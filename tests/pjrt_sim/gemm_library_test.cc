@@ -10,15 +10,10 @@
 #include "absl/strings/str_cat.h"
 #include "pjrt_sim/kernels/gemm.h"
 #include "pjrt_sim/kernels/kernels.h"
+#include "tests/pjrt_sim/dot_product_test_util.h"
 
 namespace lazyrt::pjrt {
 namespace {
-
-struct Product {
-  int64_t batch, m, n, k;
-  bool transpose_lhs, transpose_rhs;
-  bool broadcast_rhs;  // one B for every batch (batch stride 0)
-};
 
 const Product kProducts[] = {
     {1, 128, 256, 784, false, true, false},  // the MLP's layer-1 forward
@@ -39,18 +34,7 @@ void CheckLibrary(GemmLibrary library, PrimitiveType type) {
     for (T& x : a) x = static_cast<T>(u(rng));
     for (T& x : b) x = static_cast<T>(u(rng));
     for (int64_t variant : {kDotSerial, kDotColumnPanels, kDotRowPanels}) {
-      proto::Kernel kernel;
-      kernel.set_kind(proto::Kernel::DOT);
-      kernel.set_batch(p.batch);
-      kernel.set_m(p.m);
-      kernel.set_n(p.n);
-      kernel.set_k(p.k);
-      kernel.set_transpose_lhs(p.transpose_lhs);
-      kernel.set_transpose_rhs(p.transpose_rhs);
-      kernel.set_lhs_batch_stride(a_size);
-      kernel.set_rhs_batch_stride(p.broadcast_rhs ? 0 : b_size);
-      kernel.set_variant(variant);
-      kernel.set_gemm_library(static_cast<int32_t>(library));
+      const proto::Kernel kernel = DotKernel(p, variant, library);
       const std::vector<ArrayShape> inputs = {{type, {static_cast<int64_t>(a.size())}},
                                               {type, {static_cast<int64_t>(b.size())}}};
       const ArrayShape output{type, {p.batch, p.m, p.n}};

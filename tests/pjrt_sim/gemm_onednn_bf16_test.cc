@@ -12,15 +12,10 @@
 #include "pjrt_sim/element_ops.h"
 #include "pjrt_sim/kernels/gemm.h"
 #include "pjrt_sim/kernels/kernels.h"
+#include "tests/pjrt_sim/dot_product_test_util.h"
 
 namespace lazyrt::pjrt {
 namespace {
-
-struct Product {
-  int64_t batch, m, n, k;
-  bool transpose_lhs, transpose_rhs;
-  bool broadcast_rhs;  // one B for every batch (batch stride 0)
-};
 
 const Product kProducts[] = {
     {1, 128, 384, 128, false, true, false},  // the GPT's qkv projection, at a tenth of its tokens
@@ -82,18 +77,7 @@ TEST(GemmOneDnnBf16Test, DotKernelRoundsTheF32ProductOnce) {
     const std::vector<uint16_t> a = RandomBf16(static_cast<size_t>(p.batch * a_size), rng),
                                 b = RandomBf16(static_cast<size_t>((p.broadcast_rhs ? 1 : p.batch) * b_size), rng);
     for (int64_t variant : {kDotSerial, kDotColumnPanels, kDotRowPanels}) {
-      proto::Kernel kernel;
-      kernel.set_kind(proto::Kernel::DOT);
-      kernel.set_batch(p.batch);
-      kernel.set_m(p.m);
-      kernel.set_n(p.n);
-      kernel.set_k(p.k);
-      kernel.set_transpose_lhs(p.transpose_lhs);
-      kernel.set_transpose_rhs(p.transpose_rhs);
-      kernel.set_lhs_batch_stride(a_size);
-      kernel.set_rhs_batch_stride(p.broadcast_rhs ? 0 : b_size);
-      kernel.set_variant(variant);
-      kernel.set_gemm_library(static_cast<int32_t>(GemmLibrary::kOneDnn));
+      const proto::Kernel kernel = DotKernel(p, variant, GemmLibrary::kOneDnn);
       const std::vector<ArrayShape> inputs = {{PrimitiveType::kBF16, {static_cast<int64_t>(a.size())}},
                                               {PrimitiveType::kBF16, {static_cast<int64_t>(b.size())}}};
       absl::StatusOr<std::unique_ptr<Kernel>> built =

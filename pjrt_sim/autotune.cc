@@ -129,7 +129,11 @@ absl::Status Autotune(proto::Executable& exe, Device* device, const GemmTuningRe
     };
     std::vector<Candidate> candidates;
     const bool tuned_dot = kernel.kind() == proto::Kernel::DOT && kernel.m() * kernel.n() * kernel.k() >= (1 << 15);
-    if (tuned_dot && gemm_tuning != nullptr && !gemm_tuning->Lookup(DotShape(exe, kernel))) {
+    const std::optional<GemmLibrary> known =
+        tuned_dot && gemm_tuning != nullptr ? gemm_tuning->Lookup(DotShape(exe, kernel)) : std::nullopt;
+    // Recorded since the compiler looked (another process's first compile of the shape): obey it.
+    if (known) kernel.set_gemm_library(static_cast<int32_t>(*known));
+    if (tuned_dot && gemm_tuning != nullptr && !known) {
       // A shape new to the machine: its library by measurement, recorded once for every later compile.
       std::vector<ArrayShape> input_shapes;
       std::vector<const void*> inputs;

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <atomic>
 #include <map>
+#include <mutex>
 #include <set>
 #include <tuple>
 
@@ -32,6 +33,7 @@ void SingleThreaded() {
 // JIT kernel the first time), executing it a few. Per thread, because a primitive's library-managed
 // scratchpad is not to be shared by concurrent executions.
 using MatmulKey = std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t>;
+constexpr int64_t kF32Sgemm = -1;  // the last element of an f32 GEMM's key, where a bf16 one has C's row stride
 
 struct Bf16Matmul {
   dnnl::memory::desc a, b, c;
@@ -51,11 +53,22 @@ OneDnnThread& ThisThread() {
 
 std::atomic<void (*)()> g_statics_hook{nullptr};
 
-// After the first call of each shape on a thread (a superset of the calls that create oneDNN's statics).
-void AfterCall(const MatmulKey& key) {
+// Runs one oneDNN call. The first call of each shape on a thread creates oneDNN's objects for it (a
+// primitive, JIT kernels, the library's lazily built caches and settings), and those first calls run one
+// at a time in the process: oneDNN synchronizes them inside itself with code ThreadSanitizer cannot see
+// (the library is not instrumented), and a thread meeting a shape another thread is creating would wait
+// for it anyway. They are rare: once per shape and thread. After a first call the statics hook runs (a
+// superset of the calls that create oneDNN's statics).
+template <typename Call>
+bool CallOneDnn(const MatmulKey& key, Call call) {
   thread_local std::set<MatmulKey> seen;
-  if (!seen.insert(key).second) return;
+  if (seen.contains(key)) return call();
+  static std::mutex first_calls;
+  const std::lock_guard<std::mutex> lock(first_calls);
+  const bool ok = call();
+  seen.insert(key);
   if (void (*hook)() = g_statics_hook.load(std::memory_order_acquire)) hook();
+  return ok;
 }
 
 }  // namespace
@@ -73,10 +86,10 @@ bool OneDnnGemm(int64_t m, int64_t n, int64_t k, MatrixView<const float> a, Matr
     return true;
   }
   SingleThreaded();
-  const bool ok = dnnl_sgemm(oa->transposed ? 'T' : 'N', ob->transposed ? 'T' : 'N', m, n, k, 1.0f, a.data, oa->ld,
-                             b.data, ob->ld, 0.0f, c.data, oc->ld) == dnnl_success;
-  AfterCall({m, n, k, a.row_stride, a.col_stride, b.row_stride, b.col_stride, -1});
-  return ok;
+  return CallOneDnn({m, n, k, a.row_stride, a.col_stride, b.row_stride, b.col_stride, kF32Sgemm}, [&] {
+    return dnnl_sgemm(oa->transposed ? 'T' : 'N', ob->transposed ? 'T' : 'N', m, n, k, 1.0f, a.data, oa->ld, b.data,
+                      ob->ld, 0.0f, c.data, oc->ld) == dnnl_success;
+  });
 }
 
 bool OneDnnHasBf16() {
@@ -88,30 +101,31 @@ bool OneDnnGemmBf16(int64_t m, int64_t n, int64_t k, MatrixView<const uint16_t> 
                     MatrixView<float> c) {
   if (!OneDnnHasBf16() || m <= 0 || n <= 0 || k <= 0 || c.col_stride != 1) return false;
   SingleThreaded();
-  OneDnnThread& state = ThisThread();
   const MatmulKey key{m, n, k, a.row_stride, a.col_stride, b.row_stride, b.col_stride, c.row_stride};
-  try {
-    auto it = state.matmuls.find(key);
-    if (it == state.matmuls.end()) {
-      using dnnl::memory;
-      const memory::desc ad({m, k}, memory::data_type::bf16, {a.row_stride, a.col_stride});
-      const memory::desc bd({k, n}, memory::data_type::bf16, {b.row_stride, b.col_stride});
-      const memory::desc cd({m, n}, memory::data_type::f32, {c.row_stride, 1});
-      const dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(ad, bd, cd), state.engine);
-      it = state.matmuls.emplace(key, Bf16Matmul{ad, bd, cd, dnnl::matmul(pd)}).first;
+  return CallOneDnn(key, [&] {
+    OneDnnThread& state = ThisThread();  // built by a thread's first call: under the first calls' lock
+    try {
+      auto it = state.matmuls.find(key);
+      if (it == state.matmuls.end()) {
+        using dnnl::memory;
+        const memory::desc ad({m, k}, memory::data_type::bf16, {a.row_stride, a.col_stride});
+        const memory::desc bd({k, n}, memory::data_type::bf16, {b.row_stride, b.col_stride});
+        const memory::desc cd({m, n}, memory::data_type::f32, {c.row_stride, 1});
+        const dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(ad, bd, cd), state.engine);
+        it = state.matmuls.emplace(key, Bf16Matmul{ad, bd, cd, dnnl::matmul(pd)}).first;
+      }
+      const Bf16Matmul& mm = it->second;
+      // oneDNN takes non-const handles to its inputs but only reads them.
+      dnnl::memory am(mm.a, state.engine, const_cast<uint16_t*>(a.data));
+      dnnl::memory bm(mm.b, state.engine, const_cast<uint16_t*>(b.data));
+      dnnl::memory cm(mm.c, state.engine, c.data);
+      mm.primitive.execute(state.stream, {{DNNL_ARG_SRC, am}, {DNNL_ARG_WEIGHTS, bm}, {DNNL_ARG_DST, cm}});
+      state.stream.wait();
+      return true;
+    } catch (const dnnl::error&) {
+      return false;  // a layout or type no implementation takes here: the caller widens to f32
     }
-    const Bf16Matmul& mm = it->second;
-    // oneDNN takes non-const handles to its inputs but only reads them.
-    dnnl::memory am(mm.a, state.engine, const_cast<uint16_t*>(a.data));
-    dnnl::memory bm(mm.b, state.engine, const_cast<uint16_t*>(b.data));
-    dnnl::memory cm(mm.c, state.engine, c.data);
-    mm.primitive.execute(state.stream, {{DNNL_ARG_SRC, am}, {DNNL_ARG_WEIGHTS, bm}, {DNNL_ARG_DST, cm}});
-    state.stream.wait();
-    AfterCall(key);
-  } catch (const dnnl::error&) {
-    return false;  // a layout or type no implementation takes here: the caller widens to f32
-  }
-  return true;
+  });
 }
 
 }  // namespace lazyrt::pjrt

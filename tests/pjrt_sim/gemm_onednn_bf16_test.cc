@@ -4,8 +4,10 @@
 // bf16 once (tolerance: that one rounding plus f32 sums).
 #include <gtest/gtest.h>
 
+#include <barrier>
 #include <cmath>
 #include <random>
+#include <thread>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -104,6 +106,39 @@ TEST(GemmOneDnnBf16Test, DotKernelRoundsTheF32ProductOnce) {
           }
         }
       }
+    }
+  }
+}
+
+// Threads meeting a shape for the first time at the same moment, as a device's panel threads do: every
+// thread gets the same bits, and the creation of oneDNN's objects is no race (ThreadSanitizer stage).
+TEST(GemmOneDnnBf16Test, ThreadsMeetingNewShapesAtOnceAgree) {
+  constexpr int kThreads = 4;
+  std::mt19937_64 rng(11);
+  for (int64_t m = 41; m < 53; ++m) {  // shapes no other test here makes
+    const int64_t n = 2 * m + 1, k = m + 3;
+    const std::vector<uint16_t> a = RandomBf16(static_cast<size_t>(m * k), rng),
+                                b = RandomBf16(static_cast<size_t>(k * n), rng);
+    std::vector<float> af(a.size()), bf(b.size());
+    for (size_t i = 0; i < a.size(); ++i) af[i] = Bf16ToFloat(a[i]);
+    for (size_t i = 0; i < b.size(); ++i) bf[i] = Bf16ToFloat(b[i]);
+    std::vector<std::vector<float>> bf16_results(kThreads, std::vector<float>(static_cast<size_t>(m * n)));
+    std::vector<std::vector<float>> f32_results = bf16_results;
+    std::barrier start(kThreads);
+    std::vector<std::thread> threads;
+    for (int t = 0; t < kThreads; ++t) {
+      threads.emplace_back([&, t] {
+        start.arrive_and_wait();
+        if (OneDnnHasBf16()) {
+          EXPECT_TRUE(OneDnnGemmBf16(m, n, k, {a.data(), k, 1}, {b.data(), n, 1}, {bf16_results[t].data(), n, 1}));
+        }
+        EXPECT_TRUE(OneDnnGemm(m, n, k, {af.data(), k, 1}, {bf.data(), n, 1}, {f32_results[t].data(), n, 1}));
+      });
+    }
+    for (std::thread& th : threads) th.join();
+    for (int t = 1; t < kThreads; ++t) {
+      EXPECT_EQ(bf16_results[t], bf16_results[0]) << m << "x" << k << "x" << n << " bf16, thread " << t;
+      EXPECT_EQ(f32_results[t], f32_results[0]) << m << "x" << k << "x" << n << " f32, thread " << t;
     }
   }
 }

@@ -14,7 +14,7 @@
 namespace lazyrt::pjrt {
 
 void CombineInto(PrimitiveType type, Combiner combiner, void* acc, const void* value, int64_t count) {
-  if (type == PrimitiveType::kBF16 || type == PrimitiveType::kF16) {
+  if (Is16BitFloat(type)) {
     const bool bf16 = type == PrimitiveType::kBF16;
     auto* a = static_cast<uint16_t*>(acc);
     const auto* v = static_cast<const uint16_t*>(value);

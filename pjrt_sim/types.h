@@ -16,6 +16,8 @@ inline constexpr PrimitiveType kAllPrimitiveTypes[] = {PrimitiveType::kF32, Prim
                                                        PrimitiveType::kPred};
 
 int64_t ByteWidth(PrimitiveType type);
+// bf16 and f16: stored in 16 bits, computed in f32.
+constexpr bool Is16BitFloat(PrimitiveType type) { return type == PrimitiveType::kBF16 || type == PrimitiveType::kF16; }
 absl::string_view PrimitiveTypeName(PrimitiveType type);
 
 struct ArrayShape {

@@ -301,10 +301,18 @@ class ReduceKernel final : public Kernel {
 // a product of two 16-bit values is exact in f32 and the sums accumulate in f32, as PyTorch's CPU
 // matmul of bf16 does. On oneDNN where the CPU multiplies bf16 natively (AVX512-BF16, AMX), bf16
 // operands go to its bf16 GEMM as they are (f32 accumulation too), without the widening pass.
+// 16-bit operands may also give their f32 product unrounded (an f32 output): how autotuning compares
+// the products of a 16-bit DOT's variants, which the one rounding would mostly hide.
 class DotKernel final : public Kernel {
  public:
-  DotKernel(const proto::Kernel& k, PrimitiveType type, GemmLibrary library, int64_t lhs_numel, int64_t rhs_numel)
-      : k_(k), type_(type), library_(library), lhs_numel_(lhs_numel), rhs_numel_(rhs_numel) {}
+  DotKernel(const proto::Kernel& k, PrimitiveType type, PrimitiveType output_type, GemmLibrary library,
+            int64_t lhs_numel, int64_t rhs_numel)
+      : k_(k),
+        type_(type),
+        output_type_(output_type),
+        library_(library),
+        lhs_numel_(lhs_numel),
+        rhs_numel_(rhs_numel) {}
 
   absl::Status Run(std::span<const void* const> inputs, std::span<void* const> outputs) const override {
     void* output = outputs[0];
@@ -370,7 +378,7 @@ class DotKernel final : public Kernel {
                    if (!OneDnnGemmBf16(rows, cols, k_.k(), a, b, out)) refused = true;
                  });
     if (refused) return false;
-    StoreBlock(c, ComputeType::kF32, type_, output, products);
+    StoreBlock(c, ComputeType::kF32, output_type_, output, products);
     return true;
   }
 
@@ -383,7 +391,7 @@ class DotKernel final : public Kernel {
     Widen(lhs, lhs_numel_, a);
     Widen(rhs, rhs_numel_, b);
     RunTyped<float>(a, b, c);
-    StoreBlock(c, ComputeType::kF32, type_, output, products);
+    StoreBlock(c, ComputeType::kF32, output_type_, output, products);
   }
 
   void Widen(const void* src, int64_t n, float* dst) const {
@@ -396,7 +404,7 @@ class DotKernel final : public Kernel {
   }
 
   proto::Kernel k_;
-  PrimitiveType type_;
+  PrimitiveType type_, output_type_;  // the operands', and the product's (the same, or f32 of 16-bit operands)
   GemmLibrary library_;
   int64_t lhs_numel_, rhs_numel_;
 };
@@ -834,7 +842,8 @@ absl::StatusOr<std::unique_ptr<Kernel>> BuildKernel(const proto::Kernel& k, std:
       int64_t products = 0;
       const bool shapes_ok =
           inputs.size() == 2 && k.m() >= 0 && k.n() >= 0 && k.k() >= 0 && k.batch() >= 0 && k.m() < (1 << 30) &&
-          k.n() < (1 << 30) && k.k() < (1 << 30) && inputs[0].type == output.type && inputs[1].type == output.type &&
+          k.n() < (1 << 30) && k.k() < (1 << 30) && inputs[1].type == inputs[0].type &&
+          (output.type == inputs[0].type || (output.type == PrimitiveType::kF32 && Is16BitFloat(inputs[0].type))) &&
           !__builtin_mul_overflow(k.batch(), k.m() * k.n(), &products) && output.numel() == products &&
           k.lhs_batch_stride() >= 0 && k.rhs_batch_stride() >= 0 &&
           BatchFits(k.batch(), k.lhs_batch_stride(), k.m() * k.k(), inputs[0].numel()) &&
@@ -844,7 +853,8 @@ absl::StatusOr<std::unique_ptr<Kernel>> BuildKernel(const proto::Kernel& k, std:
       const std::optional<GemmLibrary> library = GemmLibraryFromNumber(k.gemm_library());
       RETURN_IF_ERROR(Expect(library.has_value(), k, absl::StrCat("unknown GEMM library ", k.gemm_library())));
       RETURN_IF_ERROR(Expect(Accepts(TypeClass::kFloat, output.type), k, "needs a floating type"));
-      return std::make_unique<DotKernel>(k, output.type, *library, inputs[0].numel(), inputs[1].numel());
+      return std::make_unique<DotKernel>(k, inputs[0].type, output.type, *library, inputs[0].numel(),
+                                         inputs[1].numel());
     }
     case proto::Kernel::ARGMAX: {
       const int64_t axis = k.axis();

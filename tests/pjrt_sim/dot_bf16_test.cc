@@ -7,6 +7,8 @@
 #include <random>
 
 #include "pjrt_sim/element_ops.h"
+#include "pjrt_sim/kernels/kernels.h"
+#include "tests/pjrt_sim/dot_product_test_util.h"
 #include "tests/pjrt_sim/pjrt_test_util.h"
 
 namespace lazyrt::pjrt {
@@ -104,6 +106,92 @@ void CheckDot(proto::ElementType proto_type, PrimitiveType type) {
 
 TEST(DotBf16Test, Bf16MatchesTheReferenceLoop) { CheckDot(proto::BF16, PrimitiveType::kBF16); }
 TEST(DotBf16Test, F16MatchesTheReferenceLoop) { CheckDot(proto::F16, PrimitiveType::kF16); }
+
+// Tuning a 16-bit DOT never changes its bits, on any data. The autotuner's probe data leave about 1% of
+// this DOT's left operand nonzero (the select), the data below all of it. A weight gradient's shape
+// (k = 4096): oneDNN's panels of it sum in another order than its whole product, which the one rounding to
+// bf16 hides in all but a few elements; the autotuner compares its candidates' f32 products on dense
+// random operands of their own.
+TEST(DotBf16Test, TuningNeverChangesTheBits) {
+  constexpr int64_t kTokens = 4096, kIn = 128, kOut = 384;
+  ModuleBuilder mb;
+  const int64_t x = mb.Parameter(0, proto::BF16, {kTokens, kIn});
+  const int64_t dy = mb.Parameter(1, proto::BF16, {kTokens, kOut});
+  const int64_t kept =
+      mb.Compare(CompareDirection::kGt, x, mb.Broadcast(mb.Constant(0.99, proto::BF16), {kTokens, kIn}, {}));
+  const int64_t sparse = mb.Select(kept, x, mb.Broadcast(mb.Constant(0, proto::BF16), {kTokens, kIn}, {}));
+  mb.Output(mb.Dot(sparse, dy, /*transpose_lhs=*/true));
+  std::mt19937_64 rng(17);
+  std::vector<uint16_t> xs(kTokens * kIn), dys(kTokens * kOut);
+  for (uint16_t& v : xs) v = FloatToBf16(std::uniform_real_distribution<float>(1.0f, 2.0f)(rng));
+  for (uint16_t& v : dys) v = FloatToBf16(std::uniform_real_distribution<float>(-1.0f, 1.0f)(rng));
+  const std::vector<HostArray> args = {MakeArray<uint16_t>(PrimitiveType::kBF16, {kTokens, kIn}, xs),
+                                       MakeArray<uint16_t>(PrimitiveType::kBF16, {kTokens, kOut}, dys)};
+  std::unique_ptr<Client> client = testing::MakeClient();
+  absl::StatusOr<std::vector<HostArray>> untuned =
+      testing::CompileAndRun(*client, mb.module(), {.fusion = true, .autotune = false}, args);
+  ASSERT_TRUE(untuned.ok()) << untuned.status();
+  for (int compile = 0; compile < 3; ++compile) {  // each compile times the variants again
+    absl::StatusOr<std::vector<HostArray>> tuned =
+        testing::CompileAndRun(*client, mb.module(), {.fusion = true, .autotune = true}, args);
+    ASSERT_TRUE(tuned.ok()) << tuned.status();
+    EXPECT_EQ((*tuned)[0].values<uint16_t>(), (*untuned)[0].values<uint16_t>()) << "compile " << compile;
+  }
+}
+
+// A DOT of 16-bit operands with an f32 output gives its f32 product unrounded (what autotuning compares
+// variants on): rounded once, it is the 16-bit DOT's result, bit for bit, in every variant and library.
+TEST(DotBf16Test, AnF32OutputIsTheProductBeforeItsRounding) {
+  const Product p{2, 33, 47, 200, true, false, false};
+  std::mt19937_64 rng(23);
+  for (PrimitiveType type : {PrimitiveType::kBF16, PrimitiveType::kF16}) {
+    std::vector<uint16_t> a(static_cast<size_t>(p.batch * p.m * p.k)), b(static_cast<size_t>(p.batch * p.k * p.n));
+    for (std::vector<uint16_t>* v : {&a, &b}) {
+      for (uint16_t& x : *v) {
+        const float f = std::uniform_real_distribution<float>(-2, 2)(rng);
+        x = type == PrimitiveType::kBF16 ? FloatToBf16(f) : FloatToHalf(f);
+      }
+    }
+    const std::vector<ArrayShape> inputs = {{type, {static_cast<int64_t>(a.size())}},
+                                            {type, {static_cast<int64_t>(b.size())}}};
+    const void* in[] = {a.data(), b.data()};
+    for (GemmLibrary library : kGemmLibraries) {
+      for (int64_t variant : {kDotSerial, kDotColumnPanels, kDotRowPanels}) {
+        const proto::Kernel kernel = DotKernel(p, variant, library);
+        absl::StatusOr<std::unique_ptr<Kernel>> rounded = BuildKernel(kernel, inputs, {type, {p.batch, p.m, p.n}});
+        absl::StatusOr<std::unique_ptr<Kernel>> product =
+            BuildKernel(kernel, inputs, {PrimitiveType::kF32, {p.batch, p.m, p.n}});
+        ASSERT_TRUE(rounded.ok()) << rounded.status();
+        ASSERT_TRUE(product.ok()) << product.status();
+        std::vector<uint16_t> got(static_cast<size_t>(p.batch * p.m * p.n));
+        std::vector<float> f32(got.size());
+        void* out16[] = {got.data()};
+        void* out32[] = {f32.data()};
+        ASSERT_TRUE((*rounded)->Run(in, out16).ok());
+        ASSERT_TRUE((*product)->Run(in, out32).ok());
+        for (size_t i = 0; i < got.size(); ++i) {
+          const uint16_t want = type == PrimitiveType::kBF16 ? FloatToBf16(f32[i]) : FloatToHalf(f32[i]);
+          ASSERT_EQ(got[i], want) << PrimitiveTypeName(type) << " " << GemmLibraryName(library) << " variant "
+                                  << variant << " at " << i;
+        }
+      }
+    }
+  }
+}
+
+// An f32 result is the only wider type a DOT of 16-bit operands may have.
+TEST(DotBf16Test, OtherMixedTypesAreRefused) {
+  const Product p{1, 4, 5, 6, false, false, false};
+  const proto::Kernel kernel = DotKernel(p, kDotSerial, GemmLibrary::kBlis);
+  const std::vector<ArrayShape> bf16 = {{PrimitiveType::kBF16, {24}}, {PrimitiveType::kBF16, {30}}};
+  const std::vector<ArrayShape> f32 = {{PrimitiveType::kF32, {24}}, {PrimitiveType::kF32, {30}}};
+  const std::vector<ArrayShape> mixed = {{PrimitiveType::kBF16, {24}}, {PrimitiveType::kF32, {30}}};
+  EXPECT_FALSE(BuildKernel(kernel, bf16, {PrimitiveType::kF64, {1, 4, 5}}).ok());
+  EXPECT_FALSE(BuildKernel(kernel, bf16, {PrimitiveType::kF16, {1, 4, 5}}).ok());
+  EXPECT_FALSE(BuildKernel(kernel, f32, {PrimitiveType::kBF16, {1, 4, 5}}).ok());
+  EXPECT_FALSE(BuildKernel(kernel, mixed, {PrimitiveType::kF32, {1, 4, 5}}).ok());
+  EXPECT_TRUE(BuildKernel(kernel, bf16, {PrimitiveType::kF32, {1, 4, 5}}).ok());
+}
 
 }  // namespace
 }  // namespace lazyrt::pjrt

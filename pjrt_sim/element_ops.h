@@ -23,12 +23,13 @@ inline float Bf16ToFloat(uint16_t h) {
   std::memcpy(&f, &bits, 4);
   return f;
 }
+// Round to nearest even; every NaN becomes the quiet NaN 0x7fc0. Branch-free (the NaN test is an integer
+// compare of the magnitude's bits), so loops of it vectorize.
 inline uint16_t FloatToBf16(float f) {
-  uint32_t bits;
-  std::memcpy(&bits, &f, 4);
-  if (std::isnan(f)) return 0x7fc0;
-  bits += 0x7fff + ((bits >> 16) & 1);  // round to nearest even
-  return static_cast<uint16_t>(bits >> 16);
+  const uint32_t bits = std::bit_cast<uint32_t>(f);
+  const uint32_t rounded = bits + 0x7fff + ((bits >> 16) & 1);
+  const bool nan = static_cast<int32_t>(bits & 0x7fffffff) > 0x7f800000;
+  return static_cast<uint16_t>((nan ? 0x7fc00000u : rounded) >> 16);
 }
 inline float HalfToFloat(uint16_t h) { return static_cast<float>(std::bit_cast<_Float16>(h)); }
 inline uint16_t FloatToHalf(float f) { return std::bit_cast<uint16_t>(static_cast<_Float16>(f)); }

@@ -81,6 +81,11 @@ void LoadRun(const void* base, PrimitiveType type, int64_t index, int64_t stride
     }
     return;
   }
+  if (type == PrimitiveType::kBF16) {  // widened in a loop of its own, which vectorizes
+    const uint16_t* src = static_cast<const uint16_t*>(base) + index;
+    for (int64_t j = 0; j < run; ++j) out[j] = static_cast<T>(Bf16ToFloat(src[j * stride]));
+    return;
+  }
   for (int64_t j = 0; j < run; ++j) out[j] = LoadAs<T>(base, type, index + j * stride);
 }
 
@@ -352,8 +357,10 @@ StepFn ChooseStepFn(const Step& s, int scalar) {
 // Rounds f32 values to bf16/f16 and back, exactly as if they had been stored and loaded: fused and
 // unfused programs give identical bits.
 void Round16(PrimitiveType type, float* f, int64_t n) {
-  for (int64_t k = 0; k < n; ++k) {
-    f[k] = type == PrimitiveType::kBF16 ? Bf16ToFloat(FloatToBf16(f[k])) : HalfToFloat(FloatToHalf(f[k]));
+  if (type == PrimitiveType::kBF16) {
+    for (int64_t k = 0; k < n; ++k) f[k] = Bf16ToFloat(FloatToBf16(f[k]));
+  } else {
+    for (int64_t k = 0; k < n; ++k) f[k] = HalfToFloat(FloatToHalf(f[k]));
   }
 }
 
@@ -516,7 +523,7 @@ void FusedProgram::Assign() {
     }
     s.in_place = s.load && s.access == Access::kContiguous &&
                  DispatchComputeType((s.type), [&]<typename T>() { return Native<T>(s.type); });
-    s.round16 = !s.load && (s.type == PrimitiveType::kBF16 || s.type == PrimitiveType::kF16);
+    s.round16 = !s.load && Is16BitFloat(s.type);
   }
   for (int32_t root : roots_) last_use[static_cast<size_t>(root)] = n;  // results outlive the program
   // A uniform value is held as one element, unless something reads it a block at a time: a result

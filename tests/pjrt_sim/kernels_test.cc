@@ -10,10 +10,33 @@
 #include <limits>
 #include <set>
 
+#include "pjrt_sim/element_ops.h"
 #include "tests/pjrt_sim/pjrt_test_util.h"
 
 namespace lazyrt::pjrt {
 namespace {
+
+// bf16 rounding (branch-free, so that its loops vectorize) against its definition: round to nearest, ties to
+// even, on the bits; every NaN the quiet NaN 0x7fc0. Over a stride through all 2^32 bit patterns, every
+// tie and its neighbours, and the special values.
+TEST(ElementOps, FloatToBf16RoundsToNearestEvenAndQuietsEveryNaN) {
+  const auto reference = [](uint32_t bits) -> uint16_t {
+    if (std::isnan(std::bit_cast<float>(bits))) return 0x7fc0;
+    const uint32_t kept = bits >> 16, rest = bits & 0xffff;
+    const bool up = rest > 0x8000 || (rest == 0x8000 && (kept & 1) != 0);
+    return static_cast<uint16_t>(kept + (up ? 1 : 0));
+  };
+  std::vector<uint32_t> patterns = {0x00000000, 0x80000000, 0x7f800000, 0xff800000, 0x7f800001, 0xff800001,
+                                    0x7fc00000, 0xffffffff, 0x7fbfffff, 0x7f7fffff, 0xff7fffff, 0x00000001,
+                                    0x007fffff, 0x80008000, 0x3f808000, 0x3f818000};
+  for (uint64_t b = 0; b <= 0xffffffffu; b += 65521) patterns.push_back(static_cast<uint32_t>(b));
+  for (uint32_t kept = 0; kept < 0x10000; kept += 7) {
+    for (uint32_t rest : {0x7fffu, 0x8000u, 0x8001u}) patterns.push_back(kept << 16 | rest);
+  }
+  for (uint32_t bits : patterns) {
+    ASSERT_EQ(FloatToBf16(std::bit_cast<float>(bits)), reference(bits)) << std::hex << "bits 0x" << bits;
+  }
+}
 
 using testing::Dims;
 using testing::HostArray;

@@ -2,11 +2,14 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdint>
 #include <cstring>
+#include <map>
 #include <optional>
 #include <random>
 #include <span>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -46,6 +49,46 @@ void FillProbeData(const ArrayShape& shape, void* data, std::mt19937_64& rng) {
     }
   }
 }
+
+// Dense random operands for DOT candidates, values in [-1, 1) of each float type from a generator cheap
+// enough for a GEMM's millions of them (a Mersenne twister through a distribution took ~0.6 s of a GPT's
+// compile), made once per operand position, type and size: layers repeat their shapes.
+class DotOperands {
+ public:
+  const void* Get(const ArrayShape& shape, size_t position) {
+    std::vector<uint64_t>& v = made_[{position, shape.type, shape.numel()}];
+    if (v.empty() && shape.numel() > 0) {
+      v.resize(static_cast<size_t>(shape.byte_size() + 7) / 8);
+      Fill(shape.type, shape.numel(), v.data(), 0x9e3779b97f4a7c15ULL * (position + 1));
+    }
+    return v.data();
+  }
+
+ private:
+  template <typename T, typename Make>
+  static void FillWith(int64_t n, void* data, uint64_t state, Make make) {
+    T* out = static_cast<T*>(data);
+    for (int64_t i = 0; i < n; ++i) {
+      state += 0x9e3779b97f4a7c15ULL;  // splitmix64
+      uint64_t z = (state ^ (state >> 30)) * 0xbf58476d1ce4e5b9ULL;
+      z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+      out[i] = make(static_cast<float>(static_cast<int32_t>(z >> 32)) * 0x1p-31f);
+    }
+  }
+  static void Fill(PrimitiveType type, int64_t n, void* data, uint64_t seed) {
+    switch (type) {
+      case PrimitiveType::kF32: FillWith<float>(n, data, seed, [](float f) { return f; }); break;
+      case PrimitiveType::kF64: FillWith<double>(n, data, seed, [](float f) { return double{f}; }); break;
+      case PrimitiveType::kBF16: FillWith<uint16_t>(n, data, seed, FloatToBf16); break;
+      case PrimitiveType::kF16: FillWith<uint16_t>(n, data, seed, FloatToHalf); break;
+      case PrimitiveType::kS32:
+      case PrimitiveType::kS64:
+      case PrimitiveType::kPred: std::memset(data, 0, static_cast<size_t>(n * ByteWidth(type))); break;
+    }
+  }
+
+  std::map<std::tuple<size_t, PrimitiveType, int64_t>, std::vector<uint64_t>> made_;
+};
 
 // The unrounded f32 product of a DOT of 16-bit operands, as bytes. Its variants are compared on it:
 // rounding to 16 bits hides most differences of summation order on probe data (a DOT whose f32 products
@@ -133,6 +176,7 @@ absl::Status Autotune(proto::Executable& exe, Device* device, const GemmTuningRe
   // Give every slot plausible contents first: run the executable once as compiled.
   loaded->RunKernels(slots).IgnoreError();  // probe data may hold out-of-range indices
 
+  DotOperands dot_operands;
   const int threads = ThreadPool::Get().size();
   for (int k = 0; k < exe.kernels_size(); ++k) {
     proto::Kernel& kernel = *exe.mutable_kernels(k);
@@ -196,13 +240,8 @@ absl::Status Autotune(proto::Executable& exe, Device* device, const GemmTuningRe
     // A DOT's candidates multiply dense random operands of their own: the slots' contents, computed from
     // the probe data, can be sparse or regular enough (a gradient of mostly zeros) that every summation
     // order gives the same sums on them, and real data then tells the variants apart.
-    std::vector<std::vector<double>> operands;
     if (tuned_dot) {
-      for (size_t i = 0; i < inputs.size(); ++i) {
-        operands.emplace_back(static_cast<size_t>(input_shapes[i].byte_size() + 7) / 8);
-        FillProbeData(input_shapes[i], operands.back().data(), rng);
-        inputs[i] = operands.back().data();
-      }
+      for (size_t i = 0; i < inputs.size(); ++i) inputs[i] = dot_operands.Get(input_shapes[i], i);
     }
     // The kernel's outputs: what every candidate must compute bit for bit.
     const ArrayShape out_shape = FromProto(exe.slots(static_cast<int>(kernel.output())).shape());

@@ -218,7 +218,18 @@ class ReduceKernel final : public Kernel {
         program_.Prepare(inputs, scratch);
         std::vector<A>& acc = acc_storage;
         acc.assign(static_cast<size_t>(r1 - r0), identity);
-        for (int64_t r = r0; r < r1; ++r) {
+        // Rows shorter than a block are evaluated a block of whole rows at a time (the program's cost per
+        // evaluation, ~15 ns a step, was paid per row: 4096 rows of 114 logits), each row still reduced
+        // by one CombineRun over its values, as a row of one block always was: the same bits.
+        const int64_t rows_per_block = row_length_ > 0 && row_length_ < kBlock ? kBlock / row_length_ : 1;
+        for (int64_t r = r0; r < r1 && rows_per_block > 1; r += rows_per_block) {
+          const int64_t rows = std::min(rows_per_block, r1 - r);
+          const T* x = static_cast<const T*>(program_.Evaluate(inputs, r * row_length_, rows * row_length_, scratch));
+          for (int64_t i = 0; i < rows; ++i) {
+            acc[static_cast<size_t>(r - r0 + i)] = CombineRun<A>(combiner_, identity, x + i * row_length_, row_length_);
+          }
+        }
+        for (int64_t r = r0; r < r1 && rows_per_block == 1; ++r) {
           A a = identity;
           for (int64_t b = r * row_length_; b < (r + 1) * row_length_; b += kBlock) {
             const int64_t n = std::min(kBlock, (r + 1) * row_length_ - b);
@@ -240,19 +251,32 @@ class ReduceKernel final : public Kernel {
     const int64_t total = space_.numel();
     if (run_length_ > 1) {
       // Columns: runs of the kept suffix, each added into the outputs at out_index; an odometer over
-      // the dims before the suffix finds the next run's outputs.
-      for (int64_t start = 0; start < total; start += run_length_) {
-        for (int64_t b = 0; b < run_length_; b += kBlock) {
-          const int64_t n = std::min(kBlock, run_length_ - b);
-          Accumulate<A, T>(combiner_, acc.data() + out_index + b,
-                           static_cast<const T*>(program_.Evaluate(inputs, start + b, n, scratch)), n);
-        }
+      // the dims before the suffix finds the next run's outputs. Runs shorter than a block are evaluated
+      // a block of whole runs at a time, added in the same order.
+      const auto next_run = [&] {
         for (size_t d = kept_suffix_; d-- > 0;) {
           out_index += out_strides_[d];
           if (++coords[d] < space_.dims[d]) break;
           out_index -= out_strides_[d] * coords[d];
           coords[d] = 0;
         }
+      };
+      const int64_t runs_per_block = run_length_ < kBlock ? kBlock / run_length_ : 1;
+      for (int64_t start = 0; start < total && runs_per_block > 1; start += runs_per_block * run_length_) {
+        const int64_t runs = std::min(runs_per_block, (total - start) / run_length_);
+        const T* x = static_cast<const T*>(program_.Evaluate(inputs, start, runs * run_length_, scratch));
+        for (int64_t j = 0; j < runs; ++j) {
+          Accumulate<A, T>(combiner_, acc.data() + out_index, x + j * run_length_, run_length_);
+          next_run();
+        }
+      }
+      for (int64_t start = 0; start < total && runs_per_block == 1; start += run_length_) {
+        for (int64_t b = 0; b < run_length_; b += kBlock) {
+          const int64_t n = std::min(kBlock, run_length_ - b);
+          Accumulate<A, T>(combiner_, acc.data() + out_index + b,
+                           static_cast<const T*>(program_.Evaluate(inputs, start + b, n, scratch)), n);
+        }
+        next_run();
       }
       StoreBlockTyped(acc.data(), output, outputs);
       return;

@@ -972,6 +972,29 @@ TEST_P(KernelTest, ReduceSumRandomFloats) {
   }
 }
 
+// Rows and runs shorter than a block, many blocks of them: several are evaluated at once (a partial block
+// last), and row lengths around the block size (128, 255, 256, 257) take either path.
+TEST_P(KernelTest, ReduceSumOfShortRowsAndRunsOverManyBlocks) {
+  const std::vector<std::pair<Dims, Dims>> cases = {
+      {{300, 7}, {1}}, {{300, 7}, {0}}, {{70, 3, 5}, {1}}, {{2, 129, 2}, {1}}, {{1000, 1}, {1}}, {{9, 128}, {1}},
+      {{5, 255}, {1}}, {{5, 256}, {1}}, {{5, 257}, {1}},   {{3, 255}, {0}},    {{600, 10}, {0}}, {{600, 10}, {1}},
+  };
+  for (const auto& [dims, rdims] : cases) {
+    ModuleBuilder b;
+    b.Output(b.Reduce(Combiner::kSum, b.Unary(Opcode::kExp, b.Parameter(0, proto::F32, dims)), rdims));
+    const HostArray in =
+        MakeArray<float>(PrimitiveType::kF32, dims, testing::RandomFloats(rng_, testing::NumElements(dims)));
+    const std::vector<HostArray> out = Run(b.module(), {in});
+    ASSERT_EQ(out.size(), 1u);
+    HostArray wide(ArrayShape{PrimitiveType::kF64, dims});
+    for (int64_t i = 0; i < in.numel(); ++i) wide.data<double>()[i] = std::exp(static_cast<double>(in.at<float>(i)));
+    const std::vector<double> ref = RefReduce<double>(wide, dims, rdims, true);
+    ExpectArray<float>(
+        out[0], b.dims(b.module().outputs(0)), [&](int64_t i) { return ref[static_cast<size_t>(i)]; }, 1e-5,
+        absl::StrCat("reduce_sum(exp) ", testing::DimsText(dims), " over ", testing::DimsText(rdims)));
+  }
+}
+
 TEST_P(KernelTest, ReduceMaxPropagatesNaNAndEmptyIsIdentity) {
   ModuleBuilder b;
   const int64_t x = b.Parameter(0, proto::F32, {3, 4});

@@ -222,20 +222,24 @@ class ReduceKernel final : public Kernel {
         // evaluation, ~15 ns a step, was paid per row: 4096 rows of 114 logits), each row still reduced
         // by one CombineRun over its values, as a row of one block always was: the same bits.
         const int64_t rows_per_block = row_length_ > 0 && row_length_ < kBlock ? kBlock / row_length_ : 1;
-        for (int64_t r = r0; r < r1 && rows_per_block > 1; r += rows_per_block) {
-          const int64_t rows = std::min(rows_per_block, r1 - r);
-          const T* x = static_cast<const T*>(program_.Evaluate(inputs, r * row_length_, rows * row_length_, scratch));
-          for (int64_t i = 0; i < rows; ++i) {
-            acc[static_cast<size_t>(r - r0 + i)] = CombineRun<A>(combiner_, identity, x + i * row_length_, row_length_);
+        if (rows_per_block > 1) {
+          for (int64_t r = r0; r < r1; r += rows_per_block) {
+            const int64_t rows = std::min(rows_per_block, r1 - r);
+            const T* x = static_cast<const T*>(program_.Evaluate(inputs, r * row_length_, rows * row_length_, scratch));
+            for (int64_t i = 0; i < rows; ++i) {
+              acc[static_cast<size_t>(r - r0 + i)] =
+                  CombineRun<A>(combiner_, identity, x + i * row_length_, row_length_);
+            }
           }
-        }
-        for (int64_t r = r0; r < r1 && rows_per_block == 1; ++r) {
-          A a = identity;
-          for (int64_t b = r * row_length_; b < (r + 1) * row_length_; b += kBlock) {
-            const int64_t n = std::min(kBlock, (r + 1) * row_length_ - b);
-            a = CombineRun<A>(combiner_, a, static_cast<const T*>(program_.Evaluate(inputs, b, n, scratch)), n);
+        } else {
+          for (int64_t r = r0; r < r1; ++r) {
+            A a = identity;
+            for (int64_t b = r * row_length_; b < (r + 1) * row_length_; b += kBlock) {
+              const int64_t n = std::min(kBlock, (r + 1) * row_length_ - b);
+              a = CombineRun<A>(combiner_, a, static_cast<const T*>(program_.Evaluate(inputs, b, n, scratch)), n);
+            }
+            acc[static_cast<size_t>(r - r0)] = a;
           }
-          acc[static_cast<size_t>(r - r0)] = a;
         }
         StoreBlockTyped(acc.data(), static_cast<char*>(output) + r0 * ByteWidth(output_.type), r1 - r0);
       });
@@ -262,21 +266,24 @@ class ReduceKernel final : public Kernel {
         }
       };
       const int64_t runs_per_block = run_length_ < kBlock ? kBlock / run_length_ : 1;
-      for (int64_t start = 0; start < total && runs_per_block > 1; start += runs_per_block * run_length_) {
-        const int64_t runs = std::min(runs_per_block, (total - start) / run_length_);
-        const T* x = static_cast<const T*>(program_.Evaluate(inputs, start, runs * run_length_, scratch));
-        for (int64_t j = 0; j < runs; ++j) {
-          Accumulate<A, T>(combiner_, acc.data() + out_index, x + j * run_length_, run_length_);
+      if (runs_per_block > 1) {
+        for (int64_t start = 0; start < total; start += runs_per_block * run_length_) {
+          const int64_t runs = std::min(runs_per_block, (total - start) / run_length_);
+          const T* x = static_cast<const T*>(program_.Evaluate(inputs, start, runs * run_length_, scratch));
+          for (int64_t j = 0; j < runs; ++j) {
+            Accumulate<A, T>(combiner_, acc.data() + out_index, x + j * run_length_, run_length_);
+            next_run();
+          }
+        }
+      } else {
+        for (int64_t start = 0; start < total; start += run_length_) {
+          for (int64_t b = 0; b < run_length_; b += kBlock) {
+            const int64_t n = std::min(kBlock, run_length_ - b);
+            Accumulate<A, T>(combiner_, acc.data() + out_index + b,
+                             static_cast<const T*>(program_.Evaluate(inputs, start + b, n, scratch)), n);
+          }
           next_run();
         }
-      }
-      for (int64_t start = 0; start < total && runs_per_block == 1; start += run_length_) {
-        for (int64_t b = 0; b < run_length_; b += kBlock) {
-          const int64_t n = std::min(kBlock, run_length_ - b);
-          Accumulate<A, T>(combiner_, acc.data() + out_index + b,
-                           static_cast<const T*>(program_.Evaluate(inputs, start + b, n, scratch)), n);
-        }
-        next_run();
       }
       StoreBlockTyped(acc.data(), output, outputs);
       return;

@@ -2,14 +2,6 @@
 
 namespace lazyrt::pjrt {
 
-// Function multiversioning where the compiler and the platform have it (GCC and clang on x86-64 ELF);
-// elsewhere the baseline's loops only.
-#if defined(__x86_64__) && defined(__ELF__) && !defined(__SANITIZE_THREAD__)
-#define LAZYRT_VECTOR_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
-#else
-#define LAZYRT_VECTOR_CLONES
-#endif
-
 LAZYRT_VECTOR_CLONES void VectorExp(const float* x, int64_t n, float* out) {
   for (int64_t i = 0; i < n; ++i) out[i] = VectorExp(x[i]);
 }

@@ -15,6 +15,16 @@
 #include <cstdint>
 #include <limits>
 
+// Marks a loop to be compiled for AVX-512, AVX2 and the baseline x86-64, the CPU's best chosen when the
+// program is loaded: function multiversioning where the compiler and the platform have it (GCC and
+// clang on x86-64 ELF), elsewhere the baseline's loop only. Not under ThreadSanitizer, whose runtime is
+// not yet up when the loader runs the resolvers.
+#if defined(__x86_64__) && defined(__ELF__) && !defined(__SANITIZE_THREAD__)
+#define LAZYRT_VECTOR_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
+#else
+#define LAZYRT_VECTOR_CLONES
+#endif
+
 namespace lazyrt::pjrt {
 
 // 2^n for n in [-126, 127] (a normal float built from its exponent bits).

@@ -69,7 +69,8 @@ bool Native(PrimitiveType type) {
 
 // Copies `run` elements at `index`, `index + stride`, ... into `out`.
 template <typename T>
-void LoadRun(const void* base, PrimitiveType type, int64_t index, int64_t stride, int64_t run, T* out) {
+LAZYRT_VECTOR_CLONES void LoadRun(const void* base, PrimitiveType type, int64_t index, int64_t stride, int64_t run,
+                                  T* out) {
   if (Native<T>(type)) {
     const T* src = static_cast<const T*>(base) + index;
     if (stride == 1) {
@@ -191,9 +192,11 @@ const void* NormalStep(const Step& s, const void* const* values, const Context& 
   return out;
 }
 
-// The opcode is a template argument: each loop is specialized and vectorized on its own. Loops count to
-// a local `n`, not to c.n: a pred store (uint8_t) may alias anything, so c.n would be reloaded every
-// iteration and the loop could not be vectorized.
+// The opcode is a template argument: each loop is specialized and vectorized on its own, for the CPU's
+// widest vectors (LAZYRT_VECTOR_CLONES; the baseline's 4 lanes made AdamW's divide and square root the
+// MLP update's bound). Every width does the same IEEE operations on each element, so the CPU never
+// changes a result. Loops count to a local `n`, not to c.n: a pred store (uint8_t) may alias anything, so
+// c.n would be reloaded every iteration and the loop could not be vectorized.
 // The f32 transcendental functions over a block, in vector_math's loops compiled for the CPU's widest
 // vectors. Looked up by index: a function's address is no constant expression under the sanitizers.
 using VectorLoop = void (*)(const float*, int64_t, float*);
@@ -209,7 +212,7 @@ constexpr int VectorLoopIndex(Opcode op) {
 }
 
 template <typename T, Opcode kOp>
-const void* UnaryStep(const Step& s, const void* const* values, const Context& c, void* out) {
+LAZYRT_VECTOR_CLONES const void* UnaryStep(const Step& s, const void* const* values, const Context& c, void* out) {
   const int64_t n = c.n;
   const T* x = Arg<T>(s, values, 0);
   T* o = static_cast<T*>(out);
@@ -228,7 +231,7 @@ enum ScalarArg : int { kNoScalarArg = 0, kFirstScalar = 1, kSecondScalar = 2 };
 // A binary step: an arithmetic opcode (the result is a T) or a comparison direction (a pred). The
 // scalar argument, if any, is read once.
 template <typename T, auto kOp, int kScalar>
-const void* PairStep(const Step& s, const void* const* values, const Context& c, void* out) {
+LAZYRT_VECTOR_CLONES const void* PairStep(const Step& s, const void* const* values, const Context& c, void* out) {
   constexpr bool kCompare = std::is_same_v<decltype(kOp), CompareDirection>;
   using Out = std::conditional_t<kCompare, uint8_t, T>;
   const auto apply = [](T x, T y) -> Out {
@@ -267,7 +270,7 @@ StepFn PairStepFor(int scalar) {
 // mispredicts on data such as ReLU's mask (half true, at random) and costs ~3.5 ns per element; the
 // masked blend vectorizes and gives the same bits.
 template <typename T>
-const void* SelectStep(const Step& s, const void* const* values, const Context& c, void* out) {
+LAZYRT_VECTOR_CLONES const void* SelectStep(const Step& s, const void* const* values, const Context& c, void* out) {
   using Bits = std::conditional_t<sizeof(T) == 1, uint8_t, std::conditional_t<sizeof(T) == 4, uint32_t, uint64_t>>;
   static_assert(sizeof(Bits) == sizeof(T));
   const int64_t n = c.n;
@@ -284,7 +287,7 @@ const void* SelectStep(const Step& s, const void* const* values, const Context& 
 }
 
 template <typename To, typename From>
-void RunConvert(const From* x, int64_t n, To* out) {
+LAZYRT_VECTOR_CLONES void RunConvert(const From* x, int64_t n, To* out) {
   for (int64_t i = 0; i < n; ++i) out[i] = SaturatingCast<To>(x[i]);
 }
 
@@ -356,7 +359,7 @@ StepFn ChooseStepFn(const Step& s, int scalar) {
 
 // Rounds f32 values to bf16/f16 and back, exactly as if they had been stored and loaded: fused and
 // unfused programs give identical bits.
-void Round16(PrimitiveType type, float* f, int64_t n) {
+LAZYRT_VECTOR_CLONES void Round16(PrimitiveType type, float* f, int64_t n) {
   if (type == PrimitiveType::kBF16) {
     for (int64_t k = 0; k < n; ++k) f[k] = Bf16ToFloat(FloatToBf16(f[k]));
   } else {
@@ -609,6 +612,20 @@ const void* FusedProgram::Evaluate(std::span<const void* const> inputs, int64_t 
   return values[steps_.size() - 1];
 }
 
+namespace {
+
+// Values rounded to bf16 or f16 (`to`) and stored as their bits.
+template <typename T>
+LAZYRT_VECTOR_CLONES void Store16(PrimitiveType to, const T* x, int64_t n, uint16_t* dst) {
+  if (to == PrimitiveType::kBF16) {
+    for (int64_t i = 0; i < n; ++i) dst[i] = FloatToBf16(static_cast<float>(x[i]));
+  } else {
+    for (int64_t i = 0; i < n; ++i) dst[i] = FloatToHalf(static_cast<float>(x[i]));
+  }
+}
+
+}  // namespace
+
 void StoreBlock(const void* block, ComputeType from, PrimitiveType to, void* dst, int64_t n) {
   DispatchComputeType(from, [&]<typename T>() {
     const T* x = static_cast<const T*>(block);
@@ -619,11 +636,7 @@ void StoreBlock(const void* block, ComputeType from, PrimitiveType to, void* dst
       case PrimitiveType::kS64: RunConvert<int64_t, T>(x, n, static_cast<int64_t*>(dst)); break;
       case PrimitiveType::kPred: RunConvert<uint8_t, T>(x, n, static_cast<uint8_t*>(dst)); break;
       case PrimitiveType::kBF16:
-        for (int64_t i = 0; i < n; ++i) static_cast<uint16_t*>(dst)[i] = FloatToBf16(static_cast<float>(x[i]));
-        break;
-      case PrimitiveType::kF16:
-        for (int64_t i = 0; i < n; ++i) static_cast<uint16_t*>(dst)[i] = FloatToHalf(static_cast<float>(x[i]));
-        break;
+      case PrimitiveType::kF16: Store16<T>(to, x, n, static_cast<uint16_t*>(dst)); break;
     }
   });
 }

@@ -178,13 +178,25 @@ absl::Status Autotune(proto::Executable& exe, Device* device, const GemmTuningRe
 
   DotOperands dot_operands;
   const int threads = ThreadPool::Get().size();
+  // The first candidate is the reference whose bits every other must reproduce.
+  struct Candidate {
+    Candidate(std::string n, proto::Kernel k) : name(std::move(n)), kernel(std::move(k)) {}
+    std::string name;
+    proto::Kernel kernel;
+    std::unique_ptr<Kernel> built;
+    bool ok = false, identical = false;
+    double us = 1e300;
+  };
+  // A kernel being tuned: its candidates and the memory they run on.
+  struct Tuning {
+    int k;
+    std::vector<Candidate> candidates;
+    std::vector<const void*> inputs;
+    std::vector<void*> outs;
+  };
+  std::vector<Tuning> tunings;
   for (int k = 0; k < exe.kernels_size(); ++k) {
     proto::Kernel& kernel = *exe.mutable_kernels(k);
-    // The first candidate is the reference whose bits every other must reproduce.
-    struct Candidate {
-      std::string name;
-      proto::Kernel kernel;
-    };
     std::vector<Candidate> candidates;
     const bool tuned_dot = kernel.kind() == proto::Kernel::DOT && kernel.m() * kernel.n() * kernel.k() >= (1 << 15);
     const std::optional<GemmLibrary> known =
@@ -213,13 +225,13 @@ absl::Status Autotune(proto::Executable& exe, Device* device, const GemmTuningRe
       // round differently, and tuning a variant must never change a result), whole and split into panels.
       const std::string name(
           GemmLibraryName(GemmLibraryFromNumber(kernel.gemm_library()).value_or(GemmLibrary::kBlis)));
-      candidates.push_back({name, kernel});
+      candidates.emplace_back(name, kernel);
       if (threads > 1) {
         proto::Kernel columns = kernel, rows = kernel;
         columns.set_variant(kDotColumnPanels);
         rows.set_variant(kDotRowPanels);
-        candidates.push_back({absl::StrCat(name, "_column_panels_x", threads), columns});
-        candidates.push_back({absl::StrCat(name, "_row_panels_x", threads), rows});
+        candidates.emplace_back(absl::StrCat(name, "_column_panels_x", threads), columns);
+        candidates.emplace_back(absl::StrCat(name, "_row_panels_x", threads), rows);
       }
     } else if ((kernel.kind() == proto::Kernel::LOOP || kernel.kind() == proto::Kernel::REDUCE) && threads > 1 &&
                FromProto(kernel.iteration_shape()).numel() >= (1 << 15)) {
@@ -227,84 +239,84 @@ absl::Status Autotune(proto::Executable& exe, Device* device, const GemmTuningRe
       const int64_t block = FusedProgram::kBlock;
       proto::Kernel parallel = kernel;
       parallel.set_grain(((n + threads - 1) / threads + block - 1) / block * block);
-      candidates = {{"serial", kernel}, {absl::StrCat("parallel_x", threads), parallel}};
+      candidates.emplace_back("serial", kernel);
+      candidates.emplace_back(absl::StrCat("parallel_x", threads), parallel);
     }
     if (candidates.empty()) continue;
 
+    Tuning& t = tunings.emplace_back(Tuning{k, std::move(candidates), {}, {}});
     std::vector<ArrayShape> input_shapes;
-    std::vector<const void*> inputs;
     for (int64_t in : kernel.inputs()) {
       input_shapes.push_back(FromProto(exe.slots(static_cast<int>(in)).shape()));
-      inputs.push_back(slots[static_cast<size_t>(in)]);
+      t.inputs.push_back(slots[static_cast<size_t>(in)]);
     }
     // A DOT's candidates multiply dense random operands of their own: the slots' contents, computed from
     // the probe data, can be sparse or regular enough (a gradient of mostly zeros) that every summation
     // order gives the same sums on them, and real data then tells the variants apart.
     if (tuned_dot) {
-      for (size_t i = 0; i < inputs.size(); ++i) inputs[i] = dot_operands.Get(input_shapes[i], i);
+      for (size_t i = 0; i < t.inputs.size(); ++i) t.inputs[i] = dot_operands.Get(input_shapes[i], i);
     }
     // The kernel's outputs: what every candidate must compute bit for bit.
     const ArrayShape out_shape = FromProto(exe.slots(static_cast<int>(kernel.output())).shape());
     std::vector<ArrayShape> extra_shapes;
-    std::vector<void*> outs = {slots[static_cast<size_t>(kernel.output())]};
+    t.outs = {slots[static_cast<size_t>(kernel.output())]};
     for (int64_t extra : kernel.extra_outputs()) {
       extra_shapes.push_back(FromProto(exe.slots(static_cast<int>(extra)).shape()));
-      outs.push_back(slots[static_cast<size_t>(extra)]);
+      t.outs.push_back(slots[static_cast<size_t>(extra)]);
     }
     auto output_bytes = [&] {
-      std::string bytes(static_cast<const char*>(outs[0]), static_cast<size_t>(out_shape.byte_size()));
+      std::string bytes(static_cast<const char*>(t.outs[0]), static_cast<size_t>(out_shape.byte_size()));
       for (size_t e = 0; e < extra_shapes.size(); ++e) {
-        bytes.append(static_cast<const char*>(outs[e + 1]), static_cast<size_t>(extra_shapes[e].byte_size()));
+        bytes.append(static_cast<const char*>(t.outs[e + 1]), static_cast<size_t>(extra_shapes[e].byte_size()));
       }
       return bytes;
     };
-    // Every candidate runs once (warming caches) and must give the first one's bits; then they are
-    // timed in rounds, one run of each per round, and each keeps its best time. A disturbance of the
-    // shared machine (another process, the host tracing the next step) then slows the candidates
-    // alike rather than condemning whichever one it happened to hit.
-    struct Trial {
-      std::unique_ptr<Kernel> kernel;
-      bool ok = false, identical = false;
-      double us = 1e300;
-    };
-    std::vector<Trial> trials(candidates.size());
+    // Every candidate runs once (warming caches) and must give the first one's bits.
     std::string reference;
-    for (size_t c = 0; c < candidates.size(); ++c) {
-      absl::StatusOr<std::unique_ptr<Kernel>> built =
-          BuildKernel(candidates[c].kernel, input_shapes, out_shape, extra_shapes);
-      if (!built.ok()) return built.status();
-      Trial& t = trials[c];
-      t.kernel = *std::move(built);
-      t.ok = t.kernel->Run(inputs, outs).ok();
+    for (size_t c = 0; c < t.candidates.size(); ++c) {
+      Candidate& cand = t.candidates[c];
+      ASSIGN_OR_RETURN(cand.built, BuildKernel(cand.kernel, input_shapes, out_shape, extra_shapes));
+      cand.ok = cand.built->Run(t.inputs, t.outs).ok();
       ASSIGN_OR_RETURN(std::string bits, tuned_dot && Is16BitFloat(out_shape.type)
-                                             ? F32Product(candidates[c].kernel, input_shapes, out_shape, inputs)
+                                             ? F32Product(cand.kernel, input_shapes, out_shape, t.inputs)
                                              : output_bytes());
       if (c == 0) reference = bits;
-      t.identical = c == 0 || bits == reference;
+      cand.identical = c == 0 || bits == reference;
     }
-    constexpr int kTimedRounds = 3;
-    for (int round = 0; round < kTimedRounds; ++round) {
-      for (Trial& t : trials) {
-        if (!t.ok) continue;
+  }
+
+  // Then the candidates are timed in rounds, each round one run of every candidate of every kernel, and
+  // each keeps its best time. A disturbance of the shared machine (another process, the host tracing
+  // the next step, the hypervisor taking a core) lasts milliseconds: it slows the candidates of one
+  // round alike rather than condemning whichever kernel's candidates it happened to hit. With every
+  // round of a kernel back to back, a run lost its parallel variants whenever the second core was away
+  // for those few milliseconds.
+  constexpr int kTimedRounds = 5;
+  for (int round = 0; round < kTimedRounds; ++round) {
+    for (Tuning& t : tunings) {
+      for (Candidate& cand : t.candidates) {
+        if (!cand.ok) continue;
         const Clock::time_point start = Clock::now();
-        t.ok = t.kernel->Run(inputs, outs).ok();
-        t.us = std::min(t.us, MsSince(start) * 1000);
+        cand.ok = cand.built->Run(t.inputs, t.outs).ok();
+        cand.us = std::min(cand.us, MsSince(start) * 1000);
       }
     }
+  }
+  for (const Tuning& t : tunings) {
+    proto::Kernel& kernel = *exe.mutable_kernels(t.k);
     proto::AutotuneRecord* record = exe.add_autotune();
-    record->set_kernel(k);
+    record->set_kernel(t.k);
     double best_us = -1;
-    for (size_t c = 0; c < candidates.size(); ++c) {
-      const Trial& t = trials[c];
-      if (!t.ok) continue;
-      proto::AutotuneCandidate* cand = record->add_candidates();
-      cand->set_name(t.identical ? candidates[c].name : candidates[c].name + " (rejected: different bits)");
-      cand->set_us(t.us);
-      if (t.identical && (best_us < 0 || t.us < best_us)) {
-        best_us = t.us;
-        record->set_chosen(candidates[c].name);
-        kernel.set_variant(candidates[c].kernel.variant());
-        kernel.set_grain(candidates[c].kernel.grain());
+    for (const Candidate& cand : t.candidates) {
+      if (!cand.ok) continue;
+      proto::AutotuneCandidate* entry = record->add_candidates();
+      entry->set_name(cand.identical ? cand.name : cand.name + " (rejected: different bits)");
+      entry->set_us(cand.us);
+      if (cand.identical && (best_us < 0 || cand.us < best_us)) {
+        best_us = cand.us;
+        record->set_chosen(cand.name);
+        kernel.set_variant(cand.kernel.variant());
+        kernel.set_grain(cand.kernel.grain());
       }
     }
   }

@@ -5,11 +5,15 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <bit>
 #include <cmath>
 #include <numeric>
 #include <set>
+#include <string>
 
+#include "pjrt_sim/kernels/kernels.h"
+#include "pjrt_sim/thread_pool.h"
 #include "tests/pjrt_sim/compiler_test_util.h"
 
 namespace lazyrt::pjrt {
@@ -513,6 +517,47 @@ TEST_F(PassesTest, PassTimingsListEveryPass) {
   for (const proto::PassTiming& t : without.pass_timings()) names.push_back(t.pass());
   EXPECT_THAT(names, ::testing::Not(::testing::Contains("autotune")));
   EXPECT_THAT(names, ::testing::Contains("buffer_assignment"));
+}
+
+// Every kernel worth tuning has one record: each candidate's best time, and as its choice the fastest
+// candidate that reproduces the reference's bits, which is the variant the kernel then runs.
+TEST_F(PassesTest, AutotuneKeepsEachKernelsFastestIdenticalCandidate) {
+  if (ThreadPool::Get().size() < 2) GTEST_SKIP() << "one core: nothing to choose between";
+  const int64_t n = 192;  // n * n > 2^15: GEMM and loop candidates
+  ModuleBuilder b;
+  const int64_t x = b.Parameter(0, proto::F32, {n, n});
+  const int64_t y = b.Parameter(1, proto::F32, {n, n});
+  const int64_t product = b.Dot(x, y);
+  b.Output(b.Dot(product, y));
+  b.Output(b.Unary(Opcode::kSqrt, b.Add(b.Mul(x, y), y)));
+  const proto::Executable exe = CompileToProto(b.module(), {.fusion = true, .autotune = true});
+  std::set<int64_t> tuned;
+  for (const proto::AutotuneRecord& record : exe.autotune()) {
+    if (record.chosen().starts_with("library_")) continue;  // the machine's GEMM library, recorded once
+    EXPECT_TRUE(tuned.insert(record.kernel()).second) << "two records of kernel " << record.kernel();
+    ASSERT_GE(record.candidates_size(), 2) << record.kernel();
+    double fastest = 1e300;
+    const proto::AutotuneCandidate* chosen = nullptr;
+    for (const proto::AutotuneCandidate& c : record.candidates()) {
+      EXPECT_GT(c.us(), 0) << c.name();
+      EXPECT_LT(c.us(), 1e6) << c.name();
+      if (c.name().find("rejected") != std::string::npos) continue;
+      fastest = std::min(fastest, c.us());
+      if (c.name() == record.chosen()) chosen = &c;
+    }
+    ASSERT_NE(chosen, nullptr) << "kernel " << record.kernel() << " chose " << record.chosen();
+    EXPECT_EQ(chosen->us(), fastest) << record.chosen();
+    const proto::Kernel& kernel = exe.kernels(static_cast<int>(record.kernel()));
+    if (kernel.kind() == proto::Kernel::DOT) {
+      const int64_t variant = record.chosen().find("row_panels") != std::string::npos      ? kDotRowPanels
+                              : record.chosen().find("column_panels") != std::string::npos ? kDotColumnPanels
+                                                                                           : kDotSerial;
+      EXPECT_EQ(kernel.variant(), variant) << record.chosen();
+    } else {
+      EXPECT_EQ(kernel.grain() > 0, record.chosen().starts_with("parallel")) << record.chosen();
+    }
+  }
+  EXPECT_EQ(tuned.size(), 3u) << KernelSummary(exe);  // both products and the loop
 }
 
 TEST_F(PassesTest, CompileOptionsFingerprintNamesEveryOption) {

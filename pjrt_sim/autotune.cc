@@ -104,6 +104,13 @@ absl::StatusOr<std::string> F32Product(const proto::Kernel& dot, std::span<const
   return product;
 }
 
+// The products worth splitting into panels over the pool. Handing half a product to a second core costs
+// 10-20 us inside a step (the worker's wake, the operands moving between the cores' caches): a
+// 128x10x128 product took 6 us whole and 15-25 us in panels there, though panels won on the tuner's
+// warm caches. A split saves at most half the whole product's time, so it can pay only from ~2^21
+// multiply-adds (~20 us on one core) up.
+constexpr int64_t kMinPanelMacs = int64_t{1} << 21;
+
 // Runs `kernel` once (warming caches), then `rounds` times; its best time in microseconds, or nothing if
 // it failed.
 std::optional<double> BestTimeUs(const Kernel& kernel, std::span<const void* const> inputs,
@@ -226,7 +233,7 @@ absl::Status Autotune(proto::Executable& exe, Device* device, const GemmTuningRe
       const std::string name(
           GemmLibraryName(GemmLibraryFromNumber(kernel.gemm_library()).value_or(GemmLibrary::kBlis)));
       candidates.emplace_back(name, kernel);
-      if (threads > 1) {
+      if (threads > 1 && kernel.batch() * kernel.m() * kernel.n() * kernel.k() >= kMinPanelMacs) {
         proto::Kernel columns = kernel, rows = kernel;
         columns.set_variant(kDotColumnPanels);
         rows.set_variant(kDotRowPanels);

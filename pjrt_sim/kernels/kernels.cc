@@ -397,21 +397,34 @@ class DotKernel final : public Kernel {
                  });
   }
 
-  // The f32 product in the calling thread's scratch, rounded to bf16 once. False if oneDNN refused a
-  // panel (nothing is written to the output then).
+  // The f32 product, rounded once to the output's type: written straight to an f32 output, else into the
+  // calling thread's scratch, each panel rounding its own part while it is in its core's cache (one
+  // thread rounding a 4096x512 product after both panels took longer than the product). False if
+  // oneDNN refused a panel; the output may then hold other panels' results, which the caller's widening
+  // path overwrites.
   bool RunNativeBf16(const void* lhs, const void* rhs, void* output) const {
     const int64_t products = k_.batch() * k_.m() * k_.n();
     if (k_.k() == 0) return false;  // zeros: the widening path writes them
-    float* c = static_cast<float*>(Scratch(static_cast<size_t>(products) * sizeof(float)));
+    const bool direct = output_type_ == PrimitiveType::kF32;
+    float* c = direct ? static_cast<float*>(output)
+                      : static_cast<float*>(Scratch(static_cast<size_t>(products) * sizeof(float)));
+    const int64_t width = ByteWidth(output_type_);
     std::atomic<bool> refused{false};
     ForEachPanel(static_cast<const uint16_t*>(lhs), static_cast<const uint16_t*>(rhs), c,
                  [&](int64_t rows, int64_t cols, MatrixView<const uint16_t> a, MatrixView<const uint16_t> b,
                      MatrixView<float> out) {
-                   if (!OneDnnGemmBf16(rows, cols, k_.k(), a, b, out)) refused = true;
+                   if (!OneDnnGemmBf16(rows, cols, k_.k(), a, b, out)) {
+                     refused = true;
+                     return;
+                   }
+                   if (direct) return;
+                   for (int64_t i = 0; i < rows; ++i) {
+                     const float* row = out.data + i * out.row_stride;
+                     StoreBlock(row, ComputeType::kF32, output_type_, static_cast<char*>(output) + (row - c) * width,
+                                cols);
+                   }
                  });
-    if (refused) return false;
-    StoreBlock(c, ComputeType::kF32, output_type_, output, products);
-    return true;
+    return !refused;
   }
 
   // The operands widened to f32 and the f32 product in the calling thread's scratch.

@@ -54,6 +54,16 @@ void ThreadPool::ParallelFor(int64_t tasks, const std::function<void(int64_t)>& 
     lock.lock();
     --running_;
   }
+  if (running_ > 0) {
+    // Tasks still running on workers: watched for a while (yielding the core, as in Work) before
+    // sleeping, since a sleeping caller wakes 10-30 us after the last task ends.
+    lock.unlock();
+    const auto deadline = std::chrono::steady_clock::now() + kSpin;
+    while (running_.load(std::memory_order_acquire) > 0 && std::chrono::steady_clock::now() < deadline) {
+      std::this_thread::yield();
+    }
+    lock.lock();
+  }
   done_.wait(lock, [this] { return running_ == 0; });
   job_ = nullptr;
 }

@@ -29,8 +29,10 @@ class ThreadPool {
   std::mutex mu_;
   std::condition_variable wake_, done_;
   const std::function<void(int64_t)>* job_ = nullptr;
-  int64_t next_ = 0, tasks_ = 0, running_ = 0;
-  // Written under mu_; read without it by workers spinning for the next job.
+  int64_t next_ = 0, tasks_ = 0;
+  // Written under mu_; read without it by workers spinning for the next job, and by the caller spinning
+  // for the last tasks to end.
+  std::atomic<int64_t> running_{0};
   std::atomic<uint64_t> generation_{0};
   std::atomic<bool> stopping_{false};
   std::mutex call_mu_;  // one ParallelFor at a time

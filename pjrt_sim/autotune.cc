@@ -104,11 +104,11 @@ absl::StatusOr<std::string> F32Product(const proto::Kernel& dot, std::span<const
   return product;
 }
 
-// The products worth splitting into panels over the pool. Handing half a product to a second core costs
-// 10-20 us inside a step (the worker's wake, the operands moving between the cores' caches): a
-// 128x10x128 product took 6 us whole and 15-25 us in panels there, though panels won on the tuner's
-// warm caches. A split saves at most half the whole product's time, so it can pay only from ~2^21
-// multiply-adds (~20 us on one core) up.
+// The products worth splitting into panels over the pool. Handing half a product to a second core inside
+// a step (the worker's start, the operands moving between the cores' caches) costs more than half of a
+// small product: a 128x10x128 product took 6-7 us whole and 8 us in two panels there (15-25 us before
+// the pool's callers and workers watched for each other instead of sleeping), though panels won on the
+// tuner's warm caches. From ~2^21 multiply-adds (~20 us on one core) a split can pay, and timing decides.
 constexpr int64_t kMinPanelMacs = int64_t{1} << 21;
 
 // Runs `kernel` once (warming caches), then `rounds` times; its best time in microseconds, or nothing if

@@ -69,8 +69,8 @@ bool Native(PrimitiveType type) {
 
 // Copies `run` elements at `index`, `index + stride`, ... into `out`.
 template <typename T>
-LAZYRT_VECTOR_CLONES void LoadRun(const void* base, PrimitiveType type, int64_t index, int64_t stride, int64_t run,
-                                  T* out) {
+LAZYRT_VECTOR_CLONES_TEMPLATE void LoadRun(const void* base, PrimitiveType type, int64_t index, int64_t stride,
+                                           int64_t run, T* out) {
   if (Native<T>(type)) {
     const T* src = static_cast<const T*>(base) + index;
     if (stride == 1) {
@@ -212,7 +212,8 @@ constexpr int VectorLoopIndex(Opcode op) {
 }
 
 template <typename T, Opcode kOp>
-LAZYRT_VECTOR_CLONES const void* UnaryStep(const Step& s, const void* const* values, const Context& c, void* out) {
+LAZYRT_VECTOR_CLONES_TEMPLATE const void* UnaryStep(const Step& s, const void* const* values, const Context& c,
+                                                    void* out) {
   const int64_t n = c.n;
   const T* x = Arg<T>(s, values, 0);
   T* o = static_cast<T*>(out);
@@ -231,7 +232,8 @@ enum ScalarArg : int { kNoScalarArg = 0, kFirstScalar = 1, kSecondScalar = 2 };
 // A binary step: an arithmetic opcode (the result is a T) or a comparison direction (a pred). The
 // scalar argument, if any, is read once.
 template <typename T, auto kOp, int kScalar>
-LAZYRT_VECTOR_CLONES const void* PairStep(const Step& s, const void* const* values, const Context& c, void* out) {
+LAZYRT_VECTOR_CLONES_TEMPLATE const void* PairStep(const Step& s, const void* const* values, const Context& c,
+                                                   void* out) {
   constexpr bool kCompare = std::is_same_v<decltype(kOp), CompareDirection>;
   using Out = std::conditional_t<kCompare, uint8_t, T>;
   const auto apply = [](T x, T y) -> Out {
@@ -270,7 +272,8 @@ StepFn PairStepFor(int scalar) {
 // mispredicts on data such as ReLU's mask (half true, at random) and costs ~3.5 ns per element; the
 // masked blend vectorizes and gives the same bits.
 template <typename T>
-LAZYRT_VECTOR_CLONES const void* SelectStep(const Step& s, const void* const* values, const Context& c, void* out) {
+LAZYRT_VECTOR_CLONES_TEMPLATE const void* SelectStep(const Step& s, const void* const* values, const Context& c,
+                                                     void* out) {
   using Bits = std::conditional_t<sizeof(T) == 1, uint8_t, std::conditional_t<sizeof(T) == 4, uint32_t, uint64_t>>;
   static_assert(sizeof(Bits) == sizeof(T));
   const int64_t n = c.n;
@@ -287,7 +290,7 @@ LAZYRT_VECTOR_CLONES const void* SelectStep(const Step& s, const void* const* va
 }
 
 template <typename To, typename From>
-LAZYRT_VECTOR_CLONES void RunConvert(const From* x, int64_t n, To* out) {
+LAZYRT_VECTOR_CLONES_TEMPLATE void RunConvert(const From* x, int64_t n, To* out) {
   for (int64_t i = 0; i < n; ++i) out[i] = SaturatingCast<To>(x[i]);
 }
 
@@ -616,7 +619,7 @@ namespace {
 
 // Values rounded to bf16 or f16 (`to`) and stored as their bits.
 template <typename T>
-LAZYRT_VECTOR_CLONES void Store16(PrimitiveType to, const T* x, int64_t n, uint16_t* dst) {
+LAZYRT_VECTOR_CLONES_TEMPLATE void Store16(PrimitiveType to, const T* x, int64_t n, uint16_t* dst) {
   if (to == PrimitiveType::kBF16) {
     for (int64_t i = 0; i < n; ++i) dst[i] = FloatToBf16(static_cast<float>(x[i]));
   } else {

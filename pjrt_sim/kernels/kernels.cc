@@ -117,7 +117,7 @@ constexpr ComputeType kComputeTypeOf = std::is_same_v<A, double>    ? ComputeTyp
 
 // acc[j] = combine(acc[j], x[j]): the combiner chosen outside the loop, so that each loop vectorizes.
 template <typename A, typename T>
-LAZYRT_VECTOR_CLONES void Accumulate(Combiner combiner, A* acc, const T* x, int64_t n) {
+LAZYRT_VECTOR_CLONES_TEMPLATE void Accumulate(Combiner combiner, A* acc, const T* x, int64_t n) {
   switch (combiner) {
 #define LAZYRT_X(name, ...)                                                                               \
   case Combiner::k##name:                                                                                 \
@@ -145,7 +145,7 @@ A CombineLanes(A a, const T* x, int64_t n) {
 
 // a combined with x[0..n): the combiner chosen outside the loop.
 template <typename A, typename T>
-LAZYRT_VECTOR_CLONES A CombineRun(Combiner combiner, A a, const T* x, int64_t n) {
+LAZYRT_VECTOR_CLONES_TEMPLATE A CombineRun(Combiner combiner, A a, const T* x, int64_t n) {
   switch (combiner) {
 #define LAZYRT_X(name, ...) \
   case Combiner::k##name: return CombineLanes<Combiner::k##name, A, T>(a, x, n);

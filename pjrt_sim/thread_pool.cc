@@ -12,6 +12,19 @@ namespace {
 // to the host.
 constexpr std::chrono::microseconds kSpin{50};
 
+// Watches for `done()` for up to kSpin with `lock` released, before the caller sleeps on a condition
+// variable: the waits of a step are mostly shorter than a sleeping thread's wake. Yielding, not pausing:
+// the host thread tracing the next step is often waiting for this core, and a thread that spins in place
+// holds it for its time slice (the MLP step ran 6% faster, 1.08 -> 1.02 ms, median of 6 runs of one
+// cached executable each way); with nothing else runnable, yield returns at once.
+template <typename Done>
+void WatchFor(std::unique_lock<std::mutex>& lock, Done done) {
+  lock.unlock();
+  const auto deadline = std::chrono::steady_clock::now() + kSpin;
+  while (!done() && std::chrono::steady_clock::now() < deadline) std::this_thread::yield();
+  lock.lock();
+}
+
 }  // namespace
 
 ThreadPool& ThreadPool::Get() {
@@ -54,16 +67,9 @@ void ThreadPool::ParallelFor(int64_t tasks, const std::function<void(int64_t)>& 
     lock.lock();
     --running_;
   }
-  if (running_ > 0) {
-    // Tasks still running on workers: watched for a while (yielding the core, as in Work) before
-    // sleeping, since a sleeping caller wakes 10-30 us after the last task ends.
-    lock.unlock();
-    const auto deadline = std::chrono::steady_clock::now() + kSpin;
-    while (running_.load(std::memory_order_acquire) > 0 && std::chrono::steady_clock::now() < deadline) {
-      std::this_thread::yield();
-    }
-    lock.lock();
-  }
+  // Tasks still running on workers: a caller asleep here woke 10-30 us after the last one ended, once
+  // per parallel kernel (MLP step 1.04 -> 0.86 ms with the watch).
+  if (running_ > 0) WatchFor(lock, [this] { return running_.load(std::memory_order_acquire) == 0; });
   done_.wait(lock, [this] { return running_ == 0; });
   job_ = nullptr;
 }
@@ -73,17 +79,9 @@ void ThreadPool::Work() {
   std::unique_lock<std::mutex> lock(mu_);
   while (true) {
     if (generation_.load(std::memory_order_relaxed) == seen && !stopping_.load(std::memory_order_relaxed)) {
-      lock.unlock();
-      const auto deadline = std::chrono::steady_clock::now() + kSpin;
-      while (generation_.load(std::memory_order_acquire) == seen && !stopping_.load(std::memory_order_acquire) &&
-             std::chrono::steady_clock::now() < deadline) {
-        // Yielding, not pausing: the host thread tracing the next step is often waiting for this core,
-        // and a worker that spins in place holds it for its time slice. The MLP step ran 6% faster
-        // (1.08 -> 1.02 ms, median of 6 runs of one cached executable each way); with nothing else
-        // runnable, yield returns at once and the next job is seen as soon.
-        std::this_thread::yield();
-      }
-      lock.lock();
+      WatchFor(lock, [&] {
+        return generation_.load(std::memory_order_acquire) != seen || stopping_.load(std::memory_order_acquire);
+      });
     }
     wake_.wait(lock, [&] { return stopping_ || (generation_ != seen && job_ != nullptr); });
     if (stopping_) return;

@@ -370,6 +370,16 @@ LAZYRT_VECTOR_CLONES void Round16(PrimitiveType type, float* f, int64_t n) {
   }
 }
 
+// Values rounded to bf16 or f16 (`to`) and stored as their bits.
+template <typename T>
+LAZYRT_VECTOR_CLONES_TEMPLATE void Store16(PrimitiveType to, const T* x, int64_t n, uint16_t* dst) {
+  if (to == PrimitiveType::kBF16) {
+    for (int64_t i = 0; i < n; ++i) dst[i] = FloatToBf16(static_cast<float>(x[i]));
+  } else {
+    for (int64_t i = 0; i < n; ++i) dst[i] = FloatToHalf(static_cast<float>(x[i]));
+  }
+}
+
 // Scratch layout: the value pointer of every step, the scalars (uniform values held as one element),
 // then the registers, each a block of 8-byte elements.
 constexpr size_t kRegisterBytes = FusedProgram::kBlock * 8;
@@ -614,20 +624,6 @@ const void* FusedProgram::Evaluate(std::span<const void* const> inputs, int64_t 
   }
   return values[steps_.size() - 1];
 }
-
-namespace {
-
-// Values rounded to bf16 or f16 (`to`) and stored as their bits.
-template <typename T>
-LAZYRT_VECTOR_CLONES_TEMPLATE void Store16(PrimitiveType to, const T* x, int64_t n, uint16_t* dst) {
-  if (to == PrimitiveType::kBF16) {
-    for (int64_t i = 0; i < n; ++i) dst[i] = FloatToBf16(static_cast<float>(x[i]));
-  } else {
-    for (int64_t i = 0; i < n; ++i) dst[i] = FloatToHalf(static_cast<float>(x[i]));
-  }
-}
-
-}  // namespace
 
 void StoreBlock(const void* block, ComputeType from, PrimitiveType to, void* dst, int64_t n) {
   DispatchComputeType(from, [&]<typename T>() {

@@ -6,11 +6,14 @@
 namespace lazyrt::pjrt {
 namespace {
 
-// How long a worker that ran out of tasks watches for the next job before it sleeps. A step's kernels
-// follow each other within microseconds, and waking a sleeping thread costs 10-30 us on a 2-core VM
-// (a parallel loop of 11 us took 35); the spin is bounded so that an idle device soon leaves its core
-// to the host.
-constexpr std::chrono::microseconds kSpin{50};
+// How long a worker that ran out of tasks watches for the next job before it sleeps. Waking a sleeping
+// thread costs 10-60 us on a 2-core VM (a parallel loop of 11 us took 35), and the serial stretches of a
+// training step (the loss's small kernels, the step's end and the next one's start) run 70-150 us: with
+// a 50 us watch the worker slept through each and started its task of the next parallel kernel 40-60 us
+// after the caller. 200 us spans them (the MLP peer's step 1.10 -> 1.00 ms, 4 runs each of 50, 100, 200
+// and 400 us; 1 and 3 ms were no better). Bounded, and yielding, so that an idle device still leaves its
+// core to the host.
+constexpr std::chrono::microseconds kSpin{200};
 
 // Watches for `done()` for up to kSpin with `lock` released, before the caller sleeps on a condition
 // variable: the waits of a step are mostly shorter than a sleeping thread's wake. Yielding, not pausing:

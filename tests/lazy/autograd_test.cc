@@ -5,6 +5,8 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include "ir/node.h"
+#include "ir/op_kind.h"
 #include "lazy/sync.h"
 #include "lazy/tensor.h"
 
@@ -167,6 +169,26 @@ TEST(Autograd, AccumulatesAcrossBackwardCallsAndRespectsNoGrad) {
   y.backward();
   EXPECT_THROW(y.backward(), Error);  // the tape was freed
   EXPECT_THROW(sum(w.detach()).backward(), Error);
+}
+
+// As PyTorch's threshold_backward, ReLU's gradient masks by the result, so the input has one reader: a
+// bias add before the ReLU fuses with it rather than being stored for the backward pass.
+TEST(Autograd, ReluGradientMasksByTheResult) {
+  Tensor x = Tensor::FromData({-1.0f, 2.0f, 0.0f, 3.0f}, {4});
+  x.requires_grad_();
+  Tensor y = relu(x * 2.0);
+  sum(y * 3.0).backward();
+  const ir::Node* compare = nullptr;
+  std::vector<const ir::Node*> pending = {x.grad().ir_value().node.get()};
+  while (!pending.empty() && compare == nullptr) {
+    const ir::Node* node = pending.back();
+    pending.pop_back();
+    if (node->op() == ir::OpKind::kLe) compare = node;
+    for (const ir::Value& operand : node->operands()) pending.push_back(operand.node.get());
+  }
+  ASSERT_NE(compare, nullptr) << "no mask in the gradient's graph";
+  EXPECT_EQ(compare->operand(0).node.get(), y.ir_value().node.get());
+  EXPECT_THAT(x.grad().to_vector<float>(), ::testing::ElementsAre(0, 6, 0, 6));
 }
 
 TEST(Autograd, ForwardBackwardAndUpdateInOneGraph) {

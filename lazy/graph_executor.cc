@@ -208,8 +208,10 @@ const char* IndexingApiName(const ir::Node& node) {
 
 // Names the index-checking sites of the graph (the lowering numbers them 1, 2, ... in post order, as
 // ir::ChecksIndices picks them) as "<op> (called at file:line)"; nullptr for a graph without any. The
-// names are copied: the kernels may fail after the graph is freed.
-pjrt::Executable::SiteNamer SiteNamerOf(const ir::PostOrder& order) {
+// names are copied: the kernels may fail after the graph is freed. An executable without such kernels
+// needs none, and the walk over every node is not free (2 us of a 1000-node graph's 34 us cache hit).
+pjrt::Executable::SiteNamer SiteNamerOf(const ir::PostOrder& order, const pjrt::Executable& exe) {
+  if (!exe.checks_indices()) return nullptr;
   std::vector<std::pair<const char*, SourceLocation>> sites;
   for (const ir::Node* node : order.nodes()) {
     if (ir::ChecksIndices(node->op())) sites.emplace_back(IndexingApiName(*node), node->created_at());
@@ -388,11 +390,11 @@ void Sync(Device device, SyncCause cause, const SourceLocation& loc) {
     AgreeOnGraph(key, order, loc);  // before any collective can hang on a rank that traced otherwise
     RecordReshardings(key, found.executable->proto(), order);
     LaunchPartitioned(*found.executable, BuildPartitionArguments(order, *found.executable, rt, loc), pending, rt, state,
-                      SiteNamerOf(order), loc);
+                      SiteNamerOf(order, *found.executable), loc);
   } else {
     std::vector<std::shared_ptr<pjrt::Buffer>> results =
         Launch(*found.executable, BuildArguments(order, rt, state, loc), state, pending.tensors.size(),
-               SiteNamerOf(order), event, loc);
+               SiteNamerOf(order, *found.executable), event, loc);
     Commit(pending, results, state);
   }
   event.launch_ms = MsSince(launch_start);

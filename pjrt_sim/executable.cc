@@ -336,6 +336,7 @@ absl::StatusOr<std::shared_ptr<Executable>> Executable::Load(proto::Executable p
     inline_cost += std::clamp<int64_t>(elements, 1, kInlineCost + 1) * (kernel.program_size() + 1);
     any_gemm = any_gemm || kernel.kind() == proto::Kernel::DOT || kernel.kind() == proto::Kernel::ATTENTION ||
                kernel.kind() == proto::Kernel::ATTENTION_GRAD;
+    exe->checks_indices_ = exe->checks_indices_ || kernel.site() > 0;
     exe->kernels_.push_back(*std::move(built));
     written[static_cast<size_t>(out)] = true;
     for (int64_t extra : kernel.extra_outputs()) written[static_cast<size_t>(extra)] = true;

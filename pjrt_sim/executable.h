@@ -84,6 +84,9 @@ class Executable : public std::enable_shared_from_this<Executable> {
   // the most on tiny arrays).
   bool runs_inline() const { return runs_inline_; }
   static constexpr int64_t kInlineCost = 256;
+  // Whether a kernel checks indices (gather, scatter and the like): only then can a run fail at a site
+  // that Execute's SiteNamer names.
+  bool checks_indices() const { return checks_indices_; }
   // What Execute takes and gives: its signature, checked against the graph it is loaded for.
   const std::vector<ArrayShape>& parameter_shapes() const { return parameter_shapes_; }
   const std::vector<ArrayShape>& output_shapes() const { return output_shapes_; }
@@ -101,6 +104,7 @@ class Executable : public std::enable_shared_from_this<Executable> {
   std::vector<ArrayShape> output_shapes_;
   std::vector<ArrayShape> parameter_shapes_;
   bool runs_inline_ = false;
+  bool checks_indices_ = false;
   struct AtomicKernelTime {
     std::atomic<int64_t> runs{0}, total_ns{0};
   };

@@ -239,6 +239,33 @@ void BM_Gelu(benchmark::State& state) {
 }
 BENCHMARK(BM_Gelu)->Arg(1 << 21)->UseRealTime()->Unit(benchmark::kMicrosecond);
 
+// Layer norm over the last dim of [N, 128] f32 (the GPT's shape at N = 4096), forward and the input's
+// gradient of sum(y * w), one sync each (cache hit): the NORMALIZE kernels plus a multiply and a reduce.
+// "Gelem/s": elements of x per ns, forward and backward together.
+void BM_LayerNorm(benchmark::State& state) {
+  const int64_t n = state.range(0);
+  std::mt19937_64 rng(1);
+  std::uniform_real_distribution<float> u(-2, 2);
+  std::vector<float> data(static_cast<size_t>(n * 128)), weights(data.size());
+  for (float& v : data) v = u(rng);
+  for (float& v : weights) v = u(rng);
+  Tensor x = Tensor::FromData(data, {n, 128}).requires_grad_();
+  const Tensor w = Tensor::FromData(weights, {n, 128});
+  auto step = [&] {
+    lazyrt::sum(lazyrt::layer_norm(x, {128}) * w).backward();
+    Tensor grad = x.grad();
+    x.set_grad(Tensor());
+    lazyrt::sync();
+    lazyrt::wait_device();
+  };
+  lazyrt::sync();
+  step();  // compiled here, outside the timed loop
+  for (auto _ : state) step();
+  state.counters["Gelem/s"] = benchmark::Counter(
+      static_cast<double>(n * 128) * static_cast<double>(state.iterations()) / 1e9, benchmark::Counter::kIsRate);
+}
+BENCHMARK(BM_LayerNorm)->Arg(4096)->UseRealTime()->Unit(benchmark::kMicrosecond);
+
 enum class ReduceOp { kSum, kMax };
 
 // One reduction of an [n, n] f32 array through a whole sync (cache hit) and execution: GB/s of input

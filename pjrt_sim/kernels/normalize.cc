@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
+#include <memory>
 #include <optional>
 #include <vector>
 
@@ -9,6 +11,7 @@
 #include "pjrt_sim/element_ops.h"
 #include "pjrt_sim/opcode.h"
 #include "pjrt_sim/thread_pool.h"
+#include "pjrt_sim/vector_math.h"
 
 namespace lazyrt::pjrt {
 namespace {
@@ -17,37 +20,116 @@ namespace {
 // the thread count. A task takes at least this many elements.
 constexpr int64_t kGrainElements = 1 << 14;
 // Rows computed together: each row's sums keep their order (element 0 first), but the sums of a block's
-// rows are independent chains that the CPU overlaps and the compiler vectorizes across rows; one row's
-// sequential sums were bound by the latency of an addition.
+// rows are independent chains, one lane each of an 8-double vector.
 constexpr int64_t kRowBlock = 8;
+// Element i of a block's 8 rows, lane r of row r. GCC and clang lower the vector to one 512-bit register
+// in the AVX-512 clone of a LAZYRT_VECTOR_CLONES function, two in the AVX2 one, four in the baseline; each
+// lane's arithmetic is the scalar IEEE operation (no contraction), so every clone computes the same bits.
+// Passed by pointer only: by value its ABI would differ between the clones.
+using Lanes = double __attribute__((vector_size(kRowBlock * sizeof(double))));
 
-// Elements [start, start + n) of an array of `type`, as doubles, at out[0], out[stride], ...
-void LoadStrided(const void* base, PrimitiveType type, int64_t start, int64_t n, double* out, int64_t stride) {
-  if (type == PrimitiveType::kF32) {
-    const float* p = static_cast<const float*>(base) + start;
-    for (int64_t i = 0; i < n; ++i) out[i * stride] = p[i];
-  } else if (type == PrimitiveType::kF64) {
-    const double* p = static_cast<const double*>(base) + start;
-    for (int64_t i = 0; i < n; ++i) out[i * stride] = p[i];
-  } else {
-    for (int64_t i = 0; i < n; ++i) out[i * stride] = LoadElement(base, type, start + i);
+// Transposes an 8x8 block of doubles in place (a[r][c] becomes a[c][r]): three rounds of interleaving.
+// Always inlined: in each clone of its callers, with their vectors.
+[[gnu::always_inline]] inline void Transpose(Lanes* a) {
+  Lanes t[kRowBlock], u[kRowBlock];
+  for (int r = 0; r < kRowBlock; r += 2) {
+    t[r] = __builtin_shufflevector(a[r], a[r + 1], 0, 8, 2, 10, 4, 12, 6, 14);
+    t[r + 1] = __builtin_shufflevector(a[r], a[r + 1], 1, 9, 3, 11, 5, 13, 7, 15);
+  }
+  for (int r : {0, 1, 4, 5}) {
+    u[r] = __builtin_shufflevector(t[r], t[r + 2], 0, 1, 8, 9, 4, 5, 12, 13);
+    u[r + 2] = __builtin_shufflevector(t[r], t[r + 2], 2, 3, 10, 11, 6, 7, 14, 15);
+  }
+  for (int r = 0; r < 4; ++r) {
+    a[r] = __builtin_shufflevector(u[r], u[r + 4], 0, 1, 2, 3, 8, 9, 10, 11);
+    a[r + 4] = __builtin_shufflevector(u[r], u[r + 4], 4, 5, 6, 7, 12, 13, 14, 15);
   }
 }
 
-// The inverse of LoadStrided: in[0], in[stride], ... rounded to `type` at elements [start, start + n).
-// Typed loops for f32 and f64: a switch on the type per element (the store may alias the type, so it is
-// reloaded every time) cost more than the whole normalization.
-void StoreStrided(const double* in, int64_t stride, int64_t n, PrimitiveType type, void* base, int64_t start) {
-  if (type == PrimitiveType::kF32) {
-    float* p = static_cast<float*>(base) + start;
-    for (int64_t i = 0; i < n; ++i) p[i] = static_cast<float>(in[i * stride]);
-  } else if (type == PrimitiveType::kF64) {
-    double* p = static_cast<double*>(base) + start;
-    for (int64_t i = 0; i < n; ++i) p[i] = in[i * stride];
-  } else {
-    const int64_t bytes = ByteWidth(type);
-    for (int64_t i = 0; i < n; ++i) StoreElement(in[i * stride], type, static_cast<char*>(base) + (start + i) * bytes);
+// Eight elements of a row of an f32 or f64 array.
+template <typename T>
+struct RowVectorOf;
+template <>
+struct RowVectorOf<double> {
+  using type = Lanes;
+};
+template <>
+struct RowVectorOf<float> {
+  using type = float __attribute__((vector_size(kRowBlock * sizeof(float))));
+};
+template <typename T>
+using RowVector = typename RowVectorOf<T>::type;
+
+// The block of 8 rows of an f32 or f64 array at `rows` (row r at rows + r * width) into x[i] (element i
+// of every row).
+template <typename T>
+LAZYRT_VECTOR_CLONES_TEMPLATE void LoadBlock(const T* rows, int64_t width, Lanes* x) {
+  int64_t i = 0;
+  for (; i + kRowBlock <= width; i += kRowBlock) {
+    Lanes* block = x + i;
+    for (int64_t r = 0; r < kRowBlock; ++r) {
+      RowVector<T> v;
+      std::memcpy(&v, rows + r * width + i, sizeof(v));
+      block[r] = __builtin_convertvector(v, Lanes);
+    }
+    Transpose(block);
   }
+  for (; i < width; ++i) {
+    for (int64_t r = 0; r < kRowBlock; ++r) x[i][r] = rows[r * width + i];
+  }
+}
+
+// The inverse of LoadBlock, each element rounded to T; x is left transposed.
+template <typename T>
+LAZYRT_VECTOR_CLONES_TEMPLATE void StoreBlock(Lanes* x, int64_t width, T* rows) {
+  int64_t i = 0;
+  for (; i + kRowBlock <= width; i += kRowBlock) {
+    Lanes* block = x + i;
+    Transpose(block);
+    for (int64_t r = 0; r < kRowBlock; ++r) {
+      const RowVector<T> v = __builtin_convertvector(block[r], RowVector<T>);
+      std::memcpy(rows + r * width + i, &v, sizeof(v));
+    }
+  }
+  for (; i < width; ++i) {
+    for (int64_t r = 0; r < kRowBlock; ++r) rows[r * width + i] = static_cast<T>(x[i][r]);
+  }
+}
+
+// Row r's elements [start, start + n) of an array of `type` into lane r of x[0, n).
+void LoadRow(const void* base, PrimitiveType type, int64_t start, int64_t n, Lanes* x, int64_t r) {
+  for (int64_t i = 0; i < n; ++i) x[i][r] = LoadElement(base, type, start + i);
+}
+
+// The inverse of LoadRow: lane r of x[0, n) rounded to `type` at elements [start, start + n).
+void StoreRow(const Lanes* x, int64_t r, int64_t n, PrimitiveType type, void* base, int64_t start) {
+  const int64_t bytes = ByteWidth(type);
+  for (int64_t i = 0; i < n; ++i) StoreElement(x[i][r], type, static_cast<char*>(base) + (start + i) * bytes);
+}
+
+// Replaces each row of x[0, w) by its normalization (centred: layer norm, else RMS norm), or, given g,
+// by the gradient of sum(g * norm(x)).
+LAZYRT_VECTOR_CLONES void NormalizeRows(bool centred, double epsilon, int64_t w, Lanes* x, const Lanes* g) {
+  const double n = static_cast<double>(w);
+  Lanes mean = {}, second_moment = {}, rstd;
+  if (centred) {
+    for (int64_t i = 0; i < w; ++i) mean += x[i];
+    mean /= n;
+  }
+  // Of x - mean: the two-pass variance, exact where a running sum of squares cancels.
+  for (int64_t i = 0; i < w; ++i) second_moment += (x[i] - mean) * (x[i] - mean);
+  for (int64_t r = 0; r < kRowBlock; ++r) rstd[r] = 1.0 / std::sqrt(second_moment[r] / n + epsilon);
+  for (int64_t i = 0; i < w; ++i) x[i] = (x[i] - mean) * rstd;  // x_hat
+  if (g == nullptr) return;
+  // d/dx of sum(g x_hat) = rstd (g - mean(g) - x_hat mean(g x_hat)); RMS has no mean(g) term.
+  Lanes mean_g = {}, mean_g_xhat = {};
+  for (int64_t i = 0; i < w; ++i) {
+    mean_g += g[i];
+    mean_g_xhat += g[i] * x[i];
+  }
+  mean_g = centred ? mean_g / n : Lanes{};
+  mean_g_xhat /= n;
+  for (int64_t i = 0; i < w; ++i) x[i] = rstd * (g[i] - mean_g - x[i] * mean_g_xhat);
 }
 
 class NormalizeKernel final : public Kernel {
@@ -60,24 +142,39 @@ class NormalizeKernel final : public Kernel {
     const int64_t rows_per_task =
         (std::max<int64_t>(1, kGrainElements / width_) + kRowBlock - 1) / kRowBlock * kRowBlock;
     const int64_t tasks = (rows_ + rows_per_task - 1) / rows_per_task;
+    const bool backward = inputs.size() > 1;
+    const bool centred = op_ == Opcode::kLayerNorm || op_ == Opcode::kLayerNormGrad;
     auto run_task = [&](int64_t t) {
-      // A block of rows, element-major: element i of row r at [i * kRowBlock + r].
-      const size_t block = static_cast<size_t>(kRowBlock * width_);
-      std::vector<double> x(block), g(inputs.size() > 1 ? block : 0);
+      // new[] aligns the vectors (std::vector's allocator may not be given their alignment).
+      const auto x_storage = std::make_unique<Lanes[]>(static_cast<size_t>(width_));
+      const auto g_storage = std::make_unique<Lanes[]>(backward ? static_cast<size_t>(width_) : 0);
+      Lanes* x = x_storage.get();
+      Lanes* g = backward ? g_storage.get() : nullptr;
       const int64_t last = std::min(rows_, (t + 1) * rows_per_task);
       for (int64_t r0 = t * rows_per_task; r0 < last; r0 += kRowBlock) {
         const int64_t rows = std::min(kRowBlock, last - r0);
-        if (rows < kRowBlock) {  // the rows past the end are zeros, computed and never stored
-          std::fill(x.begin(), x.end(), 0.0);
-          std::fill(g.begin(), g.end(), 0.0);
+        if (rows == kRowBlock && type_ == PrimitiveType::kF32) {
+          LoadBlock(static_cast<const float*>(inputs[0]) + r0 * width_, width_, x);
+          if (backward) LoadBlock(static_cast<const float*>(inputs[1]) + r0 * width_, width_, g);
+        } else if (rows == kRowBlock && type_ == PrimitiveType::kF64) {
+          LoadBlock(static_cast<const double*>(inputs[0]) + r0 * width_, width_, x);
+          if (backward) LoadBlock(static_cast<const double*>(inputs[1]) + r0 * width_, width_, g);
+        } else {
+          // 16-bit types, and the last rows: the rows past the end are zeros, computed and never stored.
+          std::fill_n(x, width_, Lanes{});
+          if (backward) std::fill_n(g, width_, Lanes{});
+          for (int64_t r = 0; r < rows; ++r) {
+            LoadRow(inputs[0], type_, (r0 + r) * width_, width_, x, r);
+            if (backward) LoadRow(inputs[1], type_, (r0 + r) * width_, width_, g, r);
+          }
         }
-        for (int64_t r = 0; r < rows; ++r) {
-          LoadStrided(inputs[0], type_, (r0 + r) * width_, width_, x.data() + r, kRowBlock);
-          if (!g.empty()) LoadStrided(inputs[1], type_, (r0 + r) * width_, width_, g.data() + r, kRowBlock);
-        }
-        Rows(x, g);
-        for (int64_t r = 0; r < rows; ++r) {
-          StoreStrided(x.data() + r, kRowBlock, width_, type_, outputs[0], (r0 + r) * width_);
+        NormalizeRows(centred, epsilon_, width_, x, g);
+        if (rows == kRowBlock && type_ == PrimitiveType::kF32) {
+          StoreBlock(x, width_, static_cast<float*>(outputs[0]) + r0 * width_);
+        } else if (rows == kRowBlock && type_ == PrimitiveType::kF64) {
+          StoreBlock(x, width_, static_cast<double*>(outputs[0]) + r0 * width_);
+        } else {
+          for (int64_t r = 0; r < rows; ++r) StoreRow(x, r, width_, type_, outputs[0], (r0 + r) * width_);
         }
       }
     };
@@ -90,48 +187,6 @@ class NormalizeKernel final : public Kernel {
   }
 
  private:
-  // Replaces each row of x (a block, element-major) by its normalization, or, given g, by the gradient
-  // of sum(g * norm(x)).
-  void Rows(std::vector<double>& x, const std::vector<double>& g) const {
-    const double n = static_cast<double>(width_);
-    const bool centred = op_ == Opcode::kLayerNorm || op_ == Opcode::kLayerNormGrad;
-    constexpr size_t kB = kRowBlock;
-    const size_t w = static_cast<size_t>(width_);
-    double mean[kB] = {}, second_moment[kB] = {}, rstd[kB];
-    if (centred) {
-      for (size_t i = 0; i < w; ++i) {
-        for (size_t r = 0; r < kB; ++r) mean[r] += x[i * kB + r];
-      }
-      for (double& m : mean) m /= n;
-    }
-    // Of x - mean: the two-pass variance, exact where a running sum of squares cancels.
-    for (size_t i = 0; i < w; ++i) {
-      for (size_t r = 0; r < kB; ++r) second_moment[r] += (x[i * kB + r] - mean[r]) * (x[i * kB + r] - mean[r]);
-    }
-    for (size_t r = 0; r < kB; ++r) rstd[r] = 1.0 / std::sqrt(second_moment[r] / n + epsilon_);
-    for (size_t i = 0; i < w; ++i) {
-      for (size_t r = 0; r < kB; ++r) x[i * kB + r] = (x[i * kB + r] - mean[r]) * rstd[r];  // x_hat
-    }
-    if (g.empty()) return;
-    // d/dx of sum(g x_hat) = rstd (g - mean(g) - x_hat mean(g x_hat)); RMS has no mean(g) term.
-    double mean_g[kB] = {}, mean_g_xhat[kB] = {};
-    for (size_t i = 0; i < w; ++i) {
-      for (size_t r = 0; r < kB; ++r) {
-        mean_g[r] += g[i * kB + r];
-        mean_g_xhat[r] += g[i * kB + r] * x[i * kB + r];
-      }
-    }
-    for (size_t r = 0; r < kB; ++r) {
-      mean_g[r] = centred ? mean_g[r] / n : 0;
-      mean_g_xhat[r] /= n;
-    }
-    for (size_t i = 0; i < w; ++i) {
-      for (size_t r = 0; r < kB; ++r) {
-        x[i * kB + r] = rstd[r] * (g[i * kB + r] - mean_g[r] - x[i * kB + r] * mean_g_xhat[r]);
-      }
-    }
-  }
-
   Opcode op_;
   PrimitiveType type_;
   int64_t rows_, width_;

@@ -1,6 +1,6 @@
-// The NORMALIZE kernel over many rows (several tasks, a last block of fewer than 8 rows) in f32, f64 and
-// bf16: bit for bit against a reference loop that computes each row alone in double, in the kernel's
-// order (sums from element 0), and rounds each result once to the array's type.
+// The NORMALIZE kernel over many rows (several tasks, a last block of fewer than 8 rows, widths with and
+// without a multiple of 8 columns) in f32, f64 and bf16: bit for bit against a reference loop that computes each row
+// alone in double, in the kernel's order (sums from element 0), and rounds each result once to the array's type.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -91,6 +91,8 @@ TEST(NormalizeRowsTest, EveryTypeAndOpMatchesTheReferenceBitForBit) {
     for (PrimitiveType type : {PrimitiveType::kF32, PrimitiveType::kF64, PrimitiveType::kBF16}) {
       Check(op, type, 301, 128, rng);  // a GPT's rows: 3 tasks, a last block of 5 rows
       Check(op, type, 3, 77, rng);     // one task, one partial block
+      Check(op, type, 40, 77, rng);    // whole blocks whose width is not a multiple of 8 (f32's tail columns)
+      Check(op, type, 16, 5, rng);     // whole blocks narrower than 8 (f32: the tail loop only)
     }
   }
 }

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <string>
 #include <type_traits>
@@ -50,6 +51,51 @@ void ExpShifted(T* x, int64_t n, T shift) {
   } else {
     for (int64_t c = 0; c < n; ++c) x[c] = Exp(x[c]);
   }
+}
+
+// Sixteen f32 lanes: one 512-bit register in the AVX-512 clone of a LAZYRT_VECTOR_CLONES function, two
+// in the AVX2 one, four in the baseline. Passed by pointer only: by value its ABI differs between clones.
+using Floats = float __attribute__((vector_size(16 * sizeof(float))));
+constexpr int64_t kFloatLanes = 16;
+
+// The maximum of init and x[0, n), NaNs ignored (as std::max(max, x) in a loop).
+LAZYRT_VECTOR_CLONES float RowMax(const float* x, int64_t n, float init) {
+  Floats lanes = Floats{} + init;
+  int64_t c = 0;
+  for (; c + kFloatLanes <= n; c += kFloatLanes) {
+    Floats v;
+    std::memcpy(&v, x + c, sizeof(v));
+    lanes = v > lanes ? v : lanes;
+  }
+  float max = init;
+  for (int64_t l = 0; l < kFloatLanes; ++l) max = std::max(max, lanes[l]);
+  for (; c < n; ++c) max = std::max(max, x[c]);
+  return max;
+}
+double RowMax(const double* x, int64_t n, double init) {
+  for (int64_t c = 0; c < n; ++c) init = std::max(init, x[c]);
+  return init;
+}
+
+// The sum of x[0, n): 16 interleaved partial sums, then those and the tail in order. Independent chains
+// that vectorize (one chain waited on each addition); the order, and so the bits, fixed by n.
+LAZYRT_VECTOR_CLONES float RowSum(const float* x, int64_t n) {
+  Floats lanes = {};
+  int64_t c = 0;
+  for (; c + kFloatLanes <= n; c += kFloatLanes) {
+    Floats v;
+    std::memcpy(&v, x + c, sizeof(v));
+    lanes += v;
+  }
+  float sum = 0;
+  for (int64_t l = 0; l < kFloatLanes; ++l) sum += lanes[l];
+  for (; c < n; ++c) sum += x[c];
+  return sum;
+}
+double RowSum(const double* x, int64_t n) {
+  double sum = 0;
+  for (int64_t c = 0; c < n; ++c) sum += x[c];
+  return sum;
 }
 
 // Per-thread scratch of `n` elements, reused by every block the thread computes.
@@ -197,18 +243,14 @@ class AttentionKernel final : public AttentionBase {
         Scores<T>(q, k, mask, mask_offset, i0, rows, j0, cols, scores);
         for (int64_t r = 0; r < rows; ++r) {
           T* p = scores + r * kBlock;
-          T new_max = row_max[r];
-          for (int64_t c = 0; c < cols; ++c) new_max = std::max(new_max, p[c]);
+          const T new_max = RowMax(p, cols, row_max[r]);
           if (new_max == -std::numeric_limits<T>::infinity()) {  // every key so far masked: nothing to add
             std::fill_n(p, cols, T{0});
             continue;
           }
           const T rescale = Exp(row_max[r] - new_max);  // 0 while the row had no key yet
-          // Two loops: the exponentials vectorize, the sum keeps its order.
           ExpShifted(p, cols, new_max);
-          T sum = 0;
-          for (int64_t c = 0; c < cols; ++c) sum += p[c];
-          row_sum[r] = row_sum[r] * rescale + sum;
+          row_sum[r] = row_sum[r] * rescale + RowSum(p, cols);
           row_max[r] = new_max;
           T* a = acc + r * ev;
           for (int64_t c = 0; c < ev; ++c) a[c] *= rescale;

@@ -137,6 +137,9 @@ Runtime::Runtime(Options options) : options_(std::move(options)) {
       std::chrono::milliseconds(static_cast<int64_t>(std::min(options_.collective_timeout_ms, 1e15))));
   std::atexit(&AtExit);
   pjrt::SetLibraryStaticsHook([] { std::atexit(&AtExit); });  // see the hook's comment in gemm.h
+  // Here, with the runtime's other start-up costs, rather than in the first step. (On a device's stream it
+  // overlapped the host, but a process exiting meanwhile destroyed oneDNN's statics under the call.)
+  pjrt::PrepareGemmLibrary();
   // Call stacks cost a few microseconds per op: only when someone will read the diagnostics.
   if (options_.debug > 0 || !options_.report.empty() || !options_.trace.empty()) EnableCallStacks();
   for (pjrt::Device* d : client_->devices()) {

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <climits>
 #include <type_traits>
+#include <vector>
 
 #include "pjrt_sim/cpu_isa.h"
 
@@ -68,6 +69,15 @@ void Gemm(GemmLibrary library, int64_t m, int64_t n, int64_t k, MatrixView<const
 void Gemm(GemmLibrary library, int64_t m, int64_t n, int64_t k, MatrixView<const double> a, MatrixView<const double> b,
           MatrixView<double> c) {
   Dispatch(library, m, n, k, a, b, c);
+}
+
+void PrepareGemmLibrary() {
+  // 16x16x16: oneDNN multiplies a 1x1x1 product without building its kernels.
+  constexpr int64_t kSide = 16;
+  const std::vector<float> operand(kSide * kSide, 1.0f);
+  std::vector<float> product(kSide * kSide);
+  Gemm(PreferredGemmLibrary(), kSide, kSide, kSide, {operand.data(), kSide, 1}, {operand.data(), kSide, 1},
+       {product.data(), kSide, 1});
 }
 
 }  // namespace lazyrt::pjrt

@@ -71,6 +71,12 @@ bool OneDnnGemm(int64_t m, int64_t n, int64_t k, MatrixView<const float> a, Matr
 // waits for the devices). Such a handler registers itself again from this hook so that it runs first.
 void SetLibraryStaticsHook(void (*hook)());
 
+// Makes the CPU's library (PreferredGemmLibrary) build its process-wide state with one small product:
+// oneDNN's first call JIT-compiles its GEMM kernels, 20-30 ms once per process, which a process's first
+// step paid otherwise (a warm start's whole compile-free step, 0.4-0.5x a cold one's). The runtime calls
+// it as it starts.
+void PrepareGemmLibrary();
+
 // C[m,n] (f32) = A[m,k] * B[k,n] with bf16 operands (raw bits) and f32 accumulation, on the calling
 // thread, where the CPU multiplies bf16 natively (OneDnnHasBf16: AVX512-BF16 or AMX). False when it
 // does not or oneDNN refuses the views; the caller then widens to f32.

@@ -328,7 +328,8 @@ class ReduceKernel final : public Kernel {
 };
 
 // Batched GEMM through the kernel's GEMM library. Variant 0 runs each product on the calling thread; variant 1 splits
-// its columns (kDotColumnPanels), variant 2 its rows (kDotRowPanels), into one panel per pool thread.
+// its columns (kDotColumnPanels), variant 2 its rows (kDotRowPanels), into one panel per pool thread (native
+// bf16: into tiles of the product's shape alone, see RunNativeBf16).
 // 16-bit floats (bf16, f16) are widened to f32, multiplied by the f32 GEMM and rounded to their type once:
 // a product of two 16-bit values is exact in f32 and the sums accumulate in f32, as PyTorch's CPU
 // matmul of bf16 does. On oneDNN where the CPU multiplies bf16 natively (AVX512-BF16, AMX), bf16
@@ -361,37 +362,52 @@ class DotKernel final : public Kernel {
 
  private:
   // Calls gemm(rows, cols, A, B, C) for every product and panel, with row-major views of A[m,k],
-  // B[k,n] (transposed in memory or not: only the strides differ) and C[m,n].
+  // B[k,n] (transposed in memory or not: only the strides differ) and C[m,n]. With `fixed_tiles` the
+  // panels are tiles of rows (or, in the column variant, of columns) whose size depends on the product's
+  // shape alone: the serial variant runs them in order on the calling thread, the split ones spread them
+  // over the pool, and every variant and thread count calls the library on the same tiles.
   template <typename In, typename Out, typename PanelGemm>
-  void ForEachPanel(const In* lhs, const In* rhs, Out* output, PanelGemm gemm) const {
+  void ForEachPanel(const In* lhs, const In* rhs, Out* output, bool fixed_tiles, PanelGemm gemm) const {
     const int64_t m = k_.m(), n = k_.n(), kk = k_.k();
     if (m == 0 || n == 0) return;
     const int64_t a_rs = k_.transpose_lhs() ? 1 : kk, a_cs = k_.transpose_lhs() ? m : 1;
     const int64_t b_rs = k_.transpose_rhs() ? 1 : n, b_cs = k_.transpose_rhs() ? kk : 1;
-    const int panels = k_.variant() == kDotSerial ? 1 : ThreadPool::Get().size();
-    const int64_t split = k_.variant() == kDotRowPanels ? m : n;
-    const int64_t panel = (split + panels - 1) / panels;
+    const bool by_rows = k_.variant() == kDotRowPanels || (fixed_tiles && k_.variant() == kDotSerial);
+    const int64_t split = by_rows ? m : n;
+    int64_t panels = k_.variant() == kDotSerial ? 1 : ThreadPool::Get().size();
+    int64_t panel = (split + panels - 1) / panels;
+    if (fixed_tiles) {
+      // At most kMaxTiles tiles of at least kMinTile rows or columns, a multiple of 16.
+      constexpr int64_t kMaxTiles = 8, kMinTile = 64;
+      panel = std::max(kMinTile, ((split + kMaxTiles - 1) / kMaxTiles + 15) / 16 * 16);
+      panels = (split + panel - 1) / panel;
+    }
     for (int64_t b = 0; b < k_.batch(); ++b) {
       const In* a = lhs + b * k_.lhs_batch_stride();
       const In* bb = rhs + b * k_.rhs_batch_stride();
       Out* c = output + b * m * n;
-      ThreadPool::Get().ParallelFor(panels, [&](int64_t p) {
+      auto run_panel = [&](int64_t p) {
         const int64_t lo = p * panel, hi = std::min(split, lo + panel);
         if (hi <= lo) return;
-        if (k_.variant() == kDotRowPanels) {  // rows [lo, hi) of A and C; B whole
+        if (by_rows) {  // rows [lo, hi) of A and C; B whole
           gemm(hi - lo, n, MatrixView<const In>{a + lo * a_rs, a_rs, a_cs}, MatrixView<const In>{bb, b_rs, b_cs},
                MatrixView<Out>{c + lo * n, n, 1});
         } else {  // columns [lo, hi) of B and C; A whole
           gemm(m, hi - lo, MatrixView<const In>{a, a_rs, a_cs}, MatrixView<const In>{bb + lo * b_cs, b_rs, b_cs},
                MatrixView<Out>{c + lo, n, 1});
         }
-      });
+      };
+      if (k_.variant() == kDotSerial) {
+        for (int64_t p = 0; p < panels; ++p) run_panel(p);
+      } else {
+        ThreadPool::Get().ParallelFor(panels, run_panel);
+      }
     }
   }
 
   template <typename T>
   void RunTyped(const void* lhs, const void* rhs, void* output) const {
-    ForEachPanel(static_cast<const T*>(lhs), static_cast<const T*>(rhs), static_cast<T*>(output),
+    ForEachPanel(static_cast<const T*>(lhs), static_cast<const T*>(rhs), static_cast<T*>(output), false,
                  [&](int64_t rows, int64_t cols, MatrixView<const T> a, MatrixView<const T> b, MatrixView<T> c) {
                    Gemm(library_, rows, cols, k_.k(), a, b, c);
                  });
@@ -410,7 +426,11 @@ class DotKernel final : public Kernel {
                       : static_cast<float*>(Scratch(static_cast<size_t>(products) * sizeof(float)));
     const int64_t width = ByteWidth(output_type_);
     std::atomic<bool> refused{false};
-    ForEachPanel(static_cast<const uint16_t*>(lhs), static_cast<const uint16_t*>(rhs), c,
+    // Fixed tiles: oneDNN's bf16 GEMM sums a long K in an order that depends on the call's M and N (a
+    // 512x4096x128 product in two panels of rows gave other bits than whole), which made every split
+    // variant differ from the serial one and autotuning keep the products that most need both cores
+    // (the weight gradients, K = batch x tokens) on one.
+    ForEachPanel(static_cast<const uint16_t*>(lhs), static_cast<const uint16_t*>(rhs), c, true,
                  [&](int64_t rows, int64_t cols, MatrixView<const uint16_t> a, MatrixView<const uint16_t> b,
                      MatrixView<float> out) {
                    if (!OneDnnGemmBf16(rows, cols, k_.k(), a, b, out)) {

@@ -1,7 +1,7 @@
 // oneDNN's native bf16 GEMM (f32 accumulation) where the CPU has AVX512-BF16 or AMX: the panel entry
 // against a reference loop of exact products summed in f64 (tolerance: f32 sums), and the DOT kernel of
 // bf16 on oneDNN in every variant, transposed, batched and broadcast, against the same loop rounded to
-// bf16 once (tolerance: that one rounding plus f32 sums).
+// bf16 once (tolerance: that one rounding plus f32 sums); over a long K, its variants bit for bit.
 #include <gtest/gtest.h>
 
 #include <barrier>
@@ -107,6 +107,36 @@ TEST(GemmOneDnnBf16Test, DotKernelRoundsTheF32ProductOnce) {
         }
       }
     }
+  }
+}
+
+// A long K, as a weight gradient sums over batch x tokens: oneDNN's bf16 GEMM orders such sums by the
+// call's M and N, so the DOT kernel calls it on the same tiles in every variant. Serial and split give
+// the same f32 product (what autotuning compares), bit for bit, so that a split can be chosen at all.
+TEST(GemmOneDnnBf16Test, DotVariantsAgreeBitForBitOnALongK) {
+  if (!OneDnnHasBf16()) GTEST_SKIP() << "this CPU has neither AVX512-BF16 nor AMX";
+  std::mt19937_64 rng(13);
+  for (const Product& p :
+       {Product{1, 512, 128, 4096, true, false, false}, Product{1, 128, 512, 4096, true, false, false},
+        Product{1, 100, 70, 3000, false, true, false}}) {
+    const std::vector<uint16_t> a = RandomBf16(static_cast<size_t>(p.m * p.k), rng),
+                                b = RandomBf16(static_cast<size_t>(p.k * p.n), rng);
+    const std::vector<ArrayShape> inputs = {{PrimitiveType::kBF16, {static_cast<int64_t>(a.size())}},
+                                            {PrimitiveType::kBF16, {static_cast<int64_t>(b.size())}}};
+    std::vector<std::vector<float>> products;
+    for (int64_t variant : {kDotSerial, kDotRowPanels}) {
+      absl::StatusOr<std::unique_ptr<Kernel>> built = BuildKernel(DotKernel(p, variant, GemmLibrary::kOneDnn), inputs,
+                                                                  ArrayShape{PrimitiveType::kF32, {1, p.m, p.n}});
+      ASSERT_TRUE(built.ok()) << built.status();
+      std::vector<float> c(static_cast<size_t>(p.m * p.n));
+      const void* in[] = {a.data(), b.data()};
+      void* out[] = {c.data()};
+      ASSERT_TRUE((*built)->Run(in, out).ok());
+      products.push_back(std::move(c));
+    }
+    const std::string what = absl::StrCat("[", p.m, "x", p.k, "]x[", p.k, "x", p.n, "]");
+    // (Column panels tile the columns: other calls than the serial variant's rows, and other bits.)
+    EXPECT_EQ(products[1], products[0]) << what << ": row panels against serial";
   }
 }
 

@@ -32,9 +32,9 @@ std::string ReadFile(const std::string& path) {
   return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
 }
 
-// One process: traces a graph big enough to take a while to compile, waits at the barrier, syncs it,
-// and writes what happened: "<compiles> <pid> <outcome> <value>\n<outcome detail>".
-int SyncAfterBarrier(const std::string& cache_dir, int barrier, const std::string& result_path) {
+// One process: traces a graph big enough to take a while to compile, says it is ready, waits at the
+// barrier, syncs it, and writes what happened: "<compiles> <pid> <outcome> <value>\n<outcome detail>".
+int SyncAfterBarrier(const std::string& cache_dir, int ready, int barrier, const std::string& result_path) {
   Options options;
   options.cache_dir = cache_dir;
   configure(options);
@@ -42,8 +42,11 @@ int SyncAfterBarrier(const std::string& cache_dir, int barrier, const std::strin
   Tensor x = Tensor::FromData(std::span<const float>(values), {4});
   Tensor y = x;
   for (int i = 0; i < 600; ++i) y = sin(y) * 0.5 + x;
-  char go = 0;
-  if (read(barrier, &go, 1) != 1) return 1;
+  char go = 'r';
+  // Closed once written: the parent's read then ends when every child is ready or gone, never hangs.
+  const bool said_ready = write(ready, &go, 1) == 1;
+  close(ready);
+  if (!said_ready || read(barrier, &go, 1) != 1) return 1;
   const std::vector<float> result = y.to_vector<float>();
   const SyncEvent event = sync_events().back();
   std::ofstream out(result_path);
@@ -56,20 +59,31 @@ int SyncAfterBarrier(const std::string& cache_dir, int barrier, const std::strin
 TEST(CompileLeaseAcrossProcesses, ProcessesSyncingOneNewGraphTogetherCompileItOnce) {
   std::string dir = "/tmp/lazyrt-lease-sync-XXXXXX";
   ASSERT_NE(mkdtemp(dir.data()), nullptr);
-  int barrier[2];
+  // The barrier opens once every child has started its runtime and traced: otherwise a child that started
+  // first could compile and store the graph before a slower one even synced, and nobody would wait.
+  int ready[2], barrier[2];
+  ASSERT_EQ(pipe(ready), 0);
   ASSERT_EQ(pipe(barrier), 0);
   std::vector<pid_t> children;
   for (int i = 0; i < kProcesses; ++i) {
     const pid_t pid = fork();
     ASSERT_GE(pid, 0);
     if (pid == 0) {
+      close(ready[0]);
       close(barrier[1]);
       // _exit: the parent's exit handlers and gtest's are not this process's to run.
-      _exit(SyncAfterBarrier(dir + "/cache", barrier[0], absl::StrCat(dir, "/result-", i)));
+      _exit(SyncAfterBarrier(dir + "/cache", ready[1], barrier[0], absl::StrCat(dir, "/result-", i)));
     }
     children.push_back(pid);
   }
+  close(ready[1]);
   close(barrier[0]);
+  for (int i = 0; i < kProcesses; ++i) {
+    char r = 0;
+    // A child that failed before it was ready closes its end: read returns 0, and its status says why.
+    if (read(ready[0], &r, 1) != 1) break;
+  }
+  close(ready[0]);
   const std::string go(kProcesses, 'g');
   ASSERT_EQ(write(barrier[1], go.data(), go.size()), static_cast<ssize_t>(go.size()));
   close(barrier[1]);

@@ -239,6 +239,26 @@ void BM_Gelu(benchmark::State& state) {
 }
 BENCHMARK(BM_Gelu)->Arg(1 << 21)->UseRealTime()->Unit(benchmark::kMicrosecond);
 
+// Mixed precision's widening loop: a bf16 [N, 512] product widened to f32 plus a bias, as the GPT's
+// linear layers run under --dtype bf16, one sync each (cache hit): GB/s of bf16 read + f32 written.
+void BM_Bf16WidenAddBias(benchmark::State& state) {
+  const int64_t n = state.range(0);
+  const Tensor x = lazyrt::cast(Filled({n, 512}, 0.75f), lazyrt::DType::kBF16);
+  const Tensor bias = Filled({512}, 0.5f);
+  lazyrt::sync();
+  auto step = [&] {
+    Tensor y = lazyrt::cast(x, lazyrt::DType::kF32) + bias;
+    lazyrt::sync();
+    lazyrt::wait_device();
+  };
+  step();  // compiled here, outside the timed loop
+  for (auto _ : state) step();
+  state.counters["GB/s"] =
+      benchmark::Counter(static_cast<double>(n * 512 * (2 + 4)) * static_cast<double>(state.iterations()) / 1e9,
+                         benchmark::Counter::kIsRate);
+}
+BENCHMARK(BM_Bf16WidenAddBias)->Arg(4096)->UseRealTime()->Unit(benchmark::kMicrosecond);
+
 // Layer norm over the last dim of [N, 128] f32 (the GPT's shape at N = 4096), forward and the input's
 // gradient of sum(y * w), one sync each (cache hit): the NORMALIZE kernels plus a multiply and a reduce.
 // "Gelem/s": elements of x per ns, forward and backward together.

@@ -294,6 +294,9 @@ LAZYRT_VECTOR_CLONES_TEMPLATE void RunConvert(const From* x, int64_t n, To* out)
   for (int64_t i = 0; i < n; ++i) out[i] = SaturatingCast<To>(x[i]);
 }
 
+// A forwarding CONVERT's values: its argument's, where they are.
+const void* ForwardStep(const Step& s, const void* const* values, const Context&, void*) { return values[s.args[0]]; }
+
 template <typename To, typename From>
 const void* ConvertStep(const Step& s, const void* const* values, const Context& c, void* out) {
   RunConvert<To, From>(Arg<From>(s, values, 0), c.n, static_cast<To*>(out));
@@ -540,8 +543,20 @@ void FusedProgram::Assign() {
     s.in_place = s.load && s.access == Access::kContiguous &&
                  DispatchComputeType((s.type), [&]<typename T>() { return Native<T>(s.type); });
     s.round16 = !s.load && Is16BitFloat(s.type);
+    // Within one compute type a conversion is the identity (a bf16 value is held as the f32 it is), and
+    // copying a block for it cost as much as the loop's real work. Pred is left out: its conversion
+    // makes any nonzero 1.
+    s.forwards = !s.load && !s.uniform && s.opcode == Opcode::kConvert && !s.round16 &&
+                 ComputeTypeOf(s.type) == ComputeTypeOf(s.arg_type) && ComputeTypeOf(s.type) != ComputeType::kPred;
   }
   for (int32_t root : roots_) last_use[static_cast<size_t>(root)] = n;  // results outlive the program
+  // A forwarding step's argument lives as long as the step's own values are read (later steps first:
+  // a forward of a forward extends the first argument too).
+  for (size_t i = n; i-- > 0;) {
+    if (!steps_[i].forwards) continue;
+    const size_t arg = static_cast<size_t>(steps_[i].args[0]);
+    last_use[arg] = std::max(last_use[arg], last_use[i]);
+  }
   // A uniform value is held as one element, unless something reads it a block at a time: a result
   // (stored a block at a time), a select's argument, or an argument of a uniform value held as a block.
   std::vector<bool> as_block(n, false);
@@ -559,7 +574,7 @@ void FusedProgram::Assign() {
       if (steps_[static_cast<size_t>(s.args[0])].scalar) scalar_arg = kFirstScalar;
       if (steps_[static_cast<size_t>(s.args[1])].scalar) scalar_arg = kSecondScalar;
     }
-    s.fn = ChooseStepFn(s, scalar_arg);
+    s.fn = s.forwards ? &ForwardStep : ChooseStepFn(s, scalar_arg);
   }
   // Registers: uniform blocks keep theirs for the whole run; a per-block value's register is free
   // again after the last step that reads it (never before its own step has written: no aliasing).
@@ -569,7 +584,7 @@ void FusedProgram::Assign() {
     Step& s = steps_[i];
     if (s.scalar) {
       s.reg = scalars_++;
-    } else if (!s.in_place) {
+    } else if (!s.in_place && !s.forwards) {
       if (s.uniform || free.empty()) {
         s.reg = registers_++;
       } else {

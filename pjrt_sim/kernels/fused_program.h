@@ -74,11 +74,12 @@ class FusedProgram {
     bool scalar = false;    // uniform, and held as one element (else as a block of copies)
     bool in_place = false;  // a contiguous load needing no conversion: the input is read where it is
     bool round16 = false;   // a bf16/f16 result, rounded to its type as soon as it is computed
+    bool forwards = false;  // a CONVERT that changes no value (bf16 to f32, say): its values are its argument's
     int32_t reg = -1;       // scratch register (or scalar) of the values (-1: none, read in place)
   };
 
  private:
-  void Assign();  // fn, uniform, scalar, in_place, round16 and registers of every step
+  void Assign();  // fn, uniform, scalar, in_place, round16, forwards and registers of every step
   char* Registers(void* scratch) const;
 
   std::vector<Step> steps_;

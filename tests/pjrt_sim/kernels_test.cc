@@ -1514,6 +1514,21 @@ TEST_F(FusedVsUnfused, Bf16Chains) {
   }
 }
 
+// A widening conversion inside a loop computes nothing: its values are its argument's block. That block
+// must then live as long as the conversion's values are read, past the argument's last direct reader
+// (here the conversion itself), or the next value computed takes its register and c * d reads d * d.
+TEST_F(FusedVsUnfused, WidenedValuesOutliveTheirArgumentsLastDirectUse) {
+  const Dims d = {64, 300};
+  ModuleBuilder b;
+  const int64_t x = b.Parameter(0, proto::BF16, d);
+  const int64_t c = b.Convert(b.Mul(x, x), proto::F32);
+  b.Output(b.Mul(b.Add(c, b.Constant(1.5, proto::F32, d)), c));
+  std::vector<uint16_t> vx(static_cast<size_t>(testing::NumElements(d)));
+  for (uint16_t& v : vx) v = RefToBf16(std::uniform_real_distribution<float>(-3, 3)(rng_));
+  ExpectSameBitsInEveryConfiguration(*client_, b.module(), {MakeArray<uint16_t>(PrimitiveType::kBF16, d, vx)},
+                                     "widened");
+}
+
 // Random graphs over [r, c] values mixing elementwise ops, views, reductions broadcast back, slices
 // concatenated into rotations, reshapes, dots and conversions.
 proto::Module RandomGraph(std::mt19937_64& rng, int64_t r, int64_t c, int ops) {

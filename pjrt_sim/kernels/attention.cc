@@ -42,14 +42,37 @@ void Product(int64_t m, int64_t n, int64_t k, MatrixView<const T> a, MatrixView<
   Gemm(PreferredGemmLibrary(), m, n, k, a, b, c);  // the CPU's library: the same bits in every process here
 }
 
-// x[c] = exp(x[c] - shift) for c < n; in f32, by vector_math's loop for the CPU's widest vectors.
+// The elementwise loops of a block, each compiled for the CPU's widest vectors (LAZYRT_VECTOR_CLONES:
+// the kernel's own loops ran the baseline's 4 lanes).
+
+// x[c] = exp(x[c] - shift) for c < n.
+LAZYRT_VECTOR_CLONES void ExpShifted(float* x, int64_t n, float shift) {
+  for (int64_t c = 0; c < n; ++c) x[c] = VectorExp(x[c] - shift);
+}
+void ExpShifted(double* x, int64_t n, double shift) {
+  for (int64_t c = 0; c < n; ++c) x[c] = Exp(x[c] - shift);
+}
+
+// x[c] *= factor for c < n.
 template <typename T>
-void ExpShifted(T* x, int64_t n, T shift) {
-  for (int64_t c = 0; c < n; ++c) x[c] -= shift;
-  if constexpr (std::is_same_v<T, float>) {
-    VectorExp(x, n, x);
+LAZYRT_VECTOR_CLONES_TEMPLATE void ScaleBy(T* x, int64_t n, T factor) {
+  for (int64_t c = 0; c < n; ++c) x[c] *= factor;
+}
+
+// sum[c] += x[c] for c < n.
+template <typename T>
+LAZYRT_VECTOR_CLONES_TEMPLATE void AddTo(T* sum, const T* x, int64_t n) {
+  for (int64_t c = 0; c < n; ++c) sum[c] += x[c];
+}
+
+// A row of dS from the row of dP in ds, of P in p and of P with the dropout applied in kept (nullptr
+// without dropout): ds = P * (dP - D) * scale, or (kept * dP - P * D) * scale.
+template <typename T>
+LAZYRT_VECTOR_CLONES_TEMPLATE void ScoreGradients(const T* p, const T* kept, T* ds, int64_t n, T d, T scale) {
+  if (kept != nullptr) {
+    for (int64_t c = 0; c < n; ++c) ds[c] = (kept[c] * ds[c] - p[c] * d) * scale;
   } else {
-    for (int64_t c = 0; c < n; ++c) x[c] = Exp(x[c]);
+    for (int64_t c = 0; c < n; ++c) ds[c] = p[c] * (ds[c] - d) * scale;
   }
 }
 
@@ -151,8 +174,9 @@ class AttentionBase : public Kernel {
     return offset;
   }
 
-  // scores[r * kBlock + c] = q[i0 + r] . k[j0 + c] * scale, masked: -inf where the bool mask is false
-  // or the key comes after the query (causal), plus the float mask.
+  // scores[r * kBlock + c] = q[i0 + r] . k[j0 + c] * scale, masked: -inf where the bool mask is false,
+  // plus the float mask. Keys after the query (causal) are left as they are: no reader looks past
+  // SeenCols.
   template <typename T>
   void Scores(const T* q, const T* k, const void* mask, int64_t mask_offset, int64_t i0, int64_t rows, int64_t j0,
               int64_t cols, T* scores) const {
@@ -162,7 +186,7 @@ class AttentionBase : public Kernel {
     constexpr T kMinusInf = -std::numeric_limits<T>::infinity();
     for (int64_t r = 0; r < rows; ++r) {
       T* row = scores + r * kBlock;
-      for (int64_t c = 0; c < cols; ++c) row[c] *= scale;
+      ScaleBy(row, cols, scale);
       if (lay_.has_mask) {
         const int64_t at = mask_offset + (i0 + r) * lay_.mask_row_stride + j0 * lay_.mask_col_stride;
         if (lay_.mask_type == PrimitiveType::kPred) {
@@ -173,14 +197,23 @@ class AttentionBase : public Kernel {
           for (int64_t c = 0; c < cols; ++c) row[c] += m[c * lay_.mask_col_stride];
         }
       }
-      if (causal_) {
-        for (int64_t c = std::max<int64_t>(0, i0 + r + 1 - j0); c < cols; ++c) row[c] = kMinusInf;
-      }
     }
   }
 
   // Keys [0, KeyEnd) can take part for the queries of [i0, i0 + rows).
   int64_t KeyEnd(int64_t i0, int64_t rows) const { return causal_ ? std::min(lay_.s, i0 + rows) : lay_.s; }
+  // Of a block's `cols` keys from j0, query i sees the first SeenCols (causal: those up to i).
+  int64_t SeenCols(int64_t i, int64_t j0, int64_t cols) const {
+    return causal_ ? std::clamp<int64_t>(i + 1 - j0, 0, cols) : cols;
+  }
+
+  // p[c] = exp(p[c] - shift) for the keys query i sees, 0 for the others (exp of their -inf, not computed).
+  template <typename T>
+  void Probabilities(T* p, int64_t i, int64_t j0, int64_t cols, T shift) const {
+    const int64_t seen = SeenCols(i, j0, cols);
+    ExpShifted(p, seen, shift);
+    std::fill(p + seen, p + cols, T{0});
+  }
 
   AttentionLayout lay_;
   double scale_;
@@ -243,21 +276,22 @@ class AttentionKernel final : public AttentionBase {
         Scores<T>(q, k, mask, mask_offset, i0, rows, j0, cols, scores);
         for (int64_t r = 0; r < rows; ++r) {
           T* p = scores + r * kBlock;
-          const T new_max = RowMax(p, cols, row_max[r]);
+          const int64_t seen = SeenCols(i0 + r, j0, cols);  // the others are -inf
+          const T new_max = RowMax(p, seen, row_max[r]);
           if (new_max == -std::numeric_limits<T>::infinity()) {  // every key so far masked: nothing to add
             std::fill_n(p, cols, T{0});
             continue;
           }
           const T rescale = Exp(row_max[r] - new_max);  // 0 while the row had no key yet
-          ExpShifted(p, cols, new_max);
-          row_sum[r] = row_sum[r] * rescale + RowSum(p, cols);
+          Probabilities(p, i0 + r, j0, cols, new_max);
+          row_sum[r] = row_sum[r] * rescale + RowSum(p, seen);
           row_max[r] = new_max;
           T* a = acc + r * ev;
-          for (int64_t c = 0; c < ev; ++c) a[c] *= rescale;
+          ScaleBy(a, ev, rescale);
         }
         if (dropout_ > 0) Dropout<T>(seed, b, i0, rows, j0, cols, scores);  // after the sums: softmax, then drop
         Product<T>(rows, ev, cols, {scores, kBlock, 1}, {v + j0 * ev, ev, 1}, {pv, ev, 1});
-        for (int64_t x = 0; x < rows * ev; ++x) acc[x] += pv[x];
+        AddTo(acc, pv, rows * ev);
       }
       for (int64_t r = 0; r < rows; ++r) {
         T* o = out + (i0 + r) * (ev + 1);
@@ -336,7 +370,7 @@ class AttentionGradKernel final : public AttentionBase {
           Scores<T>(q, k, mask, mask_offset, i0, rows, j0, cols, p);
           for (int64_t r = 0; r < rows; ++r) {
             T* pr = p + r * kBlock;
-            ExpShifted(pr, cols, lse[i0 + r]);
+            Probabilities(pr, i0 + r, j0, cols, lse[i0 + r]);
           }
           // With dropout Z (0 or 1 / (1 - dropout)): O = (P Z) V, so dV = (P Z)^T dO, dP = (dO V^T) Z, and
           // D = rowsum(dO * O) is still rowsum(P * dP).
@@ -348,25 +382,18 @@ class AttentionGradKernel final : public AttentionBase {
           }
           // dV[j0:] += (P Z)^T dO[i0:]
           Product<T>(cols, ev, rows, {kept, 1, kBlock}, {dout + i0 * ev, ev, 1}, {product, ev, 1});
-          for (int64_t x = 0; x < cols * ev; ++x) dv[j0 * ev + x] += product[x];
+          AddTo(dv + j0 * ev, product, cols * ev);
           // dS = P * (dO V^T Z - D) * scale; P Z / P is Z where P > 0 (and dS is 0 where P is)
           Product<T>(rows, cols, ev, {dout + i0 * ev, ev, 1}, {v + j0 * ev, 1, ev}, {ds, kBlock, 1});
           for (int64_t r = 0; r < rows; ++r) {
-            const T* pr = p + r * kBlock;
-            const T* kr = kept + r * kBlock;
-            T* dr = ds + r * kBlock;
-            const T d = delta[i0 + r];
-            if (dropout_ > 0) {
-              for (int64_t c = 0; c < cols; ++c) dr[c] = (kr[c] * dr[c] - pr[c] * d) * scale;
-            } else {
-              for (int64_t c = 0; c < cols; ++c) dr[c] = pr[c] * (dr[c] - d) * scale;
-            }
+            ScoreGradients(p + r * kBlock, dropout_ > 0 ? kept + r * kBlock : nullptr, ds + r * kBlock, cols,
+                           delta[i0 + r], scale);
           }
           // dK[j0:] += dS^T Q[i0:], dQ[i0:] += dS K[j0:]
           Product<T>(cols, e, rows, {ds, 1, kBlock}, {q + i0 * e, e, 1}, {product, e, 1});
-          for (int64_t x = 0; x < cols * e; ++x) dk[j0 * e + x] += product[x];
+          AddTo(dk + j0 * e, product, cols * e);
           Product<T>(rows, e, cols, {ds, kBlock, 1}, {k + j0 * e, e, 1}, {product, e, 1});
-          for (int64_t x = 0; x < rows * e; ++x) dq[i0 * e + x] += product[x];
+          AddTo(dq + i0 * e, product, rows * e);
         }
       }
     });

@@ -171,10 +171,12 @@ Tensor Filled(std::vector<int64_t> dims, float value) {
   return Tensor::FromData(v, dims);
 }
 
-// GEMM [m,k] x [k,n] through a whole sync (cache hit) and execution: GFLOP/s of the device's GEMM.
-void BM_Gemm(benchmark::State& state) {
+// GEMM [m,k] x [k,n] of `dtype` operands through a whole sync (cache hit) and execution: GFLOP/s of the
+// device's GEMM.
+void GemmRate(benchmark::State& state, lazyrt::DType dtype) {
   const int64_t m = state.range(0), k = state.range(1), n = state.range(2);
-  Tensor a = Filled({m, k}, 0.5f), b = Filled({k, n}, 0.25f);
+  Tensor a = lazyrt::cast(Filled({m, k}, 0.5f), dtype), b = lazyrt::cast(Filled({k, n}, 0.25f), dtype);
+  lazyrt::sync();  // the operands stored in `dtype`, as a step's weights and activations are
   // Compile (and autotune) outside the timed loop: a 1024^3 product runs few iterations.
   {
     Tensor warm = lazyrt::matmul(a, b);
@@ -189,12 +191,22 @@ void BM_Gemm(benchmark::State& state) {
   state.counters["GFLOP/s"] = benchmark::Counter(
       static_cast<double>(2 * m * k * n) * static_cast<double>(state.iterations()) / 1e9, benchmark::Counter::kIsRate);
 }
+void BM_Gemm(benchmark::State& state) { GemmRate(state, lazyrt::DType::kF32); }
 BENCHMARK(BM_Gemm)
     ->Args({128, 784, 256})
     ->Args({128, 256, 128})
     ->Args({1024, 1024, 1024})
     ->Args({4096, 128, 512})  // the GPT's linear layers (batch x context tokens, width 128)
     ->Args({4096, 512, 128})
+    ->UseRealTime()
+    ->Unit(benchmark::kMicrosecond);
+// bf16 operands, f32 accumulation (the GPT's --dtype bf16 products): the roofline of a bf16 step.
+void BM_GemmBf16(benchmark::State& state) { GemmRate(state, lazyrt::DType::kBF16); }
+BENCHMARK(BM_GemmBf16)
+    ->Args({1024, 1024, 1024})
+    ->Args({4096, 128, 512})
+    ->Args({4096, 512, 128})
+    ->Args({512, 4096, 128})  // a weight gradient: K = batch x context tokens
     ->UseRealTime()
     ->Unit(benchmark::kMicrosecond);
 

@@ -130,18 +130,20 @@ echo "machine: $(nproc) cpus, $(lscpu | sed -n 's/^Model name: *//p'), load $(cu
   "threads $threads, OMP_WAIT_POLICY=$OMP_WAIT_POLICY" >&2
 
 # The roofline of the model's step on this machine, from rates measured now: the best GEMM rate of the
-# device (BM_Gemm, its pool and its tuned GEMM library) and the bandwidth of an optimizer update
-# (BM_AdamWUpdate: 4 arrays read, 3 written).
+# device (BM_Gemm, its pool and its tuned GEMM library; with --dtype bf16 also BM_GemmBf16, bf16 operands)
+# and the bandwidth of an optimizer update (BM_AdamWUpdate: 4 arrays read, 3 written).
 measure_roofline() {
   [[ -x "$build/benchmarks/micro" ]] || return 0
-  echo "micro BM_Gemm and BM_AdamWUpdate (the roofline's rates)" >&2
-  "$build/benchmarks/micro" --benchmark_filter='^BM_(Gemm|AdamWUpdate)/' --benchmark_repetitions="$repeats" \
+  local gemms=Gemm
+  [[ $dtype == bf16 ]] && gemms='Gemm|GemmBf16'
+  echo "micro BM_Gemm${dtype/f32/}, BM_AdamWUpdate (the roofline's rates)" >&2
+  "$build/benchmarks/micro" --benchmark_filter="^BM_($gemms|AdamWUpdate)/" --benchmark_repetitions="$repeats" \
     --benchmark_report_aggregates_only=true --benchmark_format=json > "$scratch/rates.json" 2> /dev/null
   "$python" - "$scratch/rates.json" "$model" "$model_flops" "$model_bytes" >> "$results" << 'EOF'
 import json, sys
 runs = json.load(open(sys.argv[1]))["benchmarks"]
 medians = [b for b in runs if b.get("aggregate_name", "median") == "median"]
-gflops = max(b["GFLOP/s"] for b in medians if b["name"].startswith("BM_Gemm/"))
+gflops = max(b["GFLOP/s"] for b in medians if b["name"].startswith(("BM_Gemm/", "BM_GemmBf16/")))
 gbs = max(b["GB/s"] for b in medians if b["name"].startswith("BM_AdamWUpdate/"))
 flops, nbytes = float(sys.argv[3]), float(sys.argv[4])
 print(json.dumps({"peer": "roofline", "model": sys.argv[2], "flops": flops, "bytes": nbytes, "gemm_gflops": gflops,

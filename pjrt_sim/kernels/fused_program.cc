@@ -392,7 +392,7 @@ size_t RoundUp64(size_t bytes) { return (bytes + 63) / 64 * 64; }
 
 absl::StatusOr<FusedProgram> FusedProgram::Build(const google::protobuf::RepeatedPtrField<proto::Step>& steps,
                                                  std::span<const ArrayShape> inputs, const ArrayShape& space,
-                                                 std::span<const int64_t> extra_roots) {
+                                                 std::span<const int64_t> extra_roots, bool results_stored) {
   FusedProgram program;
   program.space_dims_ = space.dims;
   program.space_numel_ = space.numel();
@@ -513,7 +513,7 @@ absl::StatusOr<FusedProgram> FusedProgram::Build(const google::protobuf::Repeate
     }
     program.roots_.push_back(static_cast<int32_t>(root));
   }
-  program.Assign();
+  program.Assign(results_stored);
   for (size_t i = 0; i < program.steps_.size(); ++i) {
     if (program.steps_[i].fn == nullptr) {
       return absl::InvalidArgumentError(absl::StrCat("fused program step ", i, ": no loop computes it"));
@@ -522,10 +522,11 @@ absl::StatusOr<FusedProgram> FusedProgram::Build(const google::protobuf::Repeate
   return program;
 }
 
-void FusedProgram::Assign() {
+void FusedProgram::Assign(bool results_stored) {
   const size_t n = steps_.size();
   std::vector<int> arity(n, 0);
   std::vector<size_t> last_use(n, 0);
+  std::vector<bool> read(n, false);
   for (size_t i = 0; i < n; ++i) {
     Step& s = steps_[i];
     arity[i] = s.load || s.opcode == Opcode::kConstant || s.opcode == Opcode::kIota ? 0
@@ -539,17 +540,24 @@ void FusedProgram::Assign() {
     for (int a = 0; a < arity[i]; ++a) {
       s.uniform = s.uniform && steps_[static_cast<size_t>(s.args[a])].uniform;
       last_use[static_cast<size_t>(s.args[a])] = i;
+      read[static_cast<size_t>(s.args[a])] = true;
     }
     s.in_place = s.load && s.access == Access::kContiguous &&
                  DispatchComputeType((s.type), [&]<typename T>() { return Native<T>(s.type); });
     s.round16 = !s.load && Is16BitFloat(s.type);
+  }
+  for (int32_t root : roots_) {
+    last_use[static_cast<size_t>(root)] = n;  // results outlive the program
+    // Stored, a result is rounded by its store: rounding it before too was a pass for nothing.
+    if (results_stored && !read[static_cast<size_t>(root)]) steps_[static_cast<size_t>(root)].round16 = false;
+  }
+  for (Step& s : steps_) {
     // Within one compute type a conversion is the identity (a bf16 value is held as the f32 it is), and
     // copying a block for it cost as much as the loop's real work. Pred is left out: its conversion
     // makes any nonzero 1.
     s.forwards = !s.load && !s.uniform && s.opcode == Opcode::kConvert && !s.round16 &&
                  ComputeTypeOf(s.type) == ComputeTypeOf(s.arg_type) && ComputeTypeOf(s.type) != ComputeType::kPred;
   }
-  for (int32_t root : roots_) last_use[static_cast<size_t>(root)] = n;  // results outlive the program
   // A forwarding step's argument lives as long as the step's own values are read (later steps first:
   // a forward of a forward extends the first argument too).
   for (size_t i = n; i-- > 0;) {

@@ -865,9 +865,10 @@ absl::StatusOr<std::unique_ptr<Kernel>> BuildKernel(const proto::Kernel& k, std:
     case proto::Kernel::LOOP: {
       if (!(FromProto(k.iteration_shape()) == output)) return Expect(false, k, "iteration space must be the output");
       ASSIGN_OR_RETURN(FusedProgram program,
-                       FusedProgram::Build(k.program(), inputs, output,
-                                           std::span<const int64_t>(k.extra_roots().data(),
-                                                                    static_cast<size_t>(k.extra_roots_size()))));
+                       FusedProgram::Build(
+                           k.program(), inputs, output,
+                           std::span<const int64_t>(k.extra_roots().data(), static_cast<size_t>(k.extra_roots_size())),
+                           /*results_stored=*/true));
       std::vector<PrimitiveType> result_types = {output.type};
       for (size_t r = 0; r < extra_outputs.size(); ++r) {
         if (extra_outputs[r].dims != output.dims || program.result_type(r + 1) != extra_outputs[r].type) {
@@ -877,6 +878,8 @@ absl::StatusOr<std::unique_ptr<Kernel>> BuildKernel(const proto::Kernel& k, std:
         }
         result_types.push_back(extra_outputs[r].type);
       }
+      // Stored results must be of their arrays' types: the store rounds a 16-bit one (results_stored).
+      if (program.result_type() != output.type) return Expect(false, k, "program type differs from the output");
       return std::make_unique<LoopKernel>(std::move(program), output, std::move(result_types), k.grain());
     }
     case proto::Kernel::REDUCE: {

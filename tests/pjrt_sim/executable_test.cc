@@ -437,6 +437,14 @@ TEST_F(ExecutableTest, RejectsMalformedProgramsAndKernels) {
                 extra(out, last + 1)(p);
               }),
               HasSubstr("extra output 0 is not a f64 array"));
+  // The last step is the output's value: of the output's type (its store rounds a 16-bit value).
+  EXPECT_THAT(tamper([&](proto::Executable& p) {
+                proto::Step* narrow = p.mutable_kernels(0)->add_program();  // bf16, into an f32 slot
+                narrow->set_opcode(static_cast<int32_t>(Opcode::kConvert));
+                narrow->set_type(proto::BF16);
+                narrow->add_args(last);
+              }),
+              HasSubstr("program type differs from the output"));
   EXPECT_THAT(tamper([&](proto::Executable& p) {
                 proto::Slot* other = p.add_slots();
                 other->set_kind(proto::Slot::ARENA);

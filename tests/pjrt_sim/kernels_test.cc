@@ -11,6 +11,7 @@
 #include <set>
 
 #include "pjrt_sim/element_ops.h"
+#include "pjrt_sim/kernels/fused_program.h"
 #include "tests/pjrt_sim/pjrt_test_util.h"
 
 namespace lazyrt::pjrt {
@@ -1342,32 +1343,36 @@ TEST_P(KernelTest, MultipleAndRepeatedOutputs) {
 }
 
 TEST_P(KernelTest, LargeElementwiseAndReduceAcrossBlocks) {
-  // Sizes that are not multiples of the 256-point block, with strided loads crossing rows.
-  const Dims dims = {37, 301};
-  ModuleBuilder b;
-  const int64_t x = b.Parameter(0, proto::F32, dims);
-  const int64_t t = b.Transpose(b.Parameter(1, proto::F32, {301, 37}), {1, 0});
-  const int64_t s = b.Add(b.Mul(x, t), x);
-  b.Output(s);
-  b.Output(b.Reduce(Combiner::kMax, s, {1}));
-  b.Output(b.Reduce(Combiner::kMax, s, {0}));
-  const HostArray hx = MakeArray<float>(PrimitiveType::kF32, dims, testing::RandomFloats(rng_, 37 * 301));
-  const HostArray ht = MakeArray<float>(PrimitiveType::kF32, {301, 37}, testing::RandomFloats(rng_, 37 * 301));
-  const std::vector<HostArray> out = Run(b.module(), {hx, ht});
-  ASSERT_EQ(out.size(), 3u);
-  const auto ref = [&](int64_t i) {
-    const int64_t r = i / 301, c = i % 301;
-    return hx.at<float>(i) * ht.at<float>(c * 37 + r) + hx.at<float>(i);
-  };
-  ExpectArray<float>(out[0], dims, ref, 0, "fused chain");
-  HostArray s_ref(ArrayShape{PrimitiveType::kF32, dims});
-  for (int64_t i = 0; i < s_ref.numel(); ++i) s_ref.data<float>()[i] = ref(i);
-  const std::vector<float> m1 = RefReduce<float>(s_ref, dims, {1}, false),
-                           m0 = RefReduce<float>(s_ref, dims, {0}, false);
-  ExpectArray<float>(
-      out[1], {37}, [&](int64_t i) { return m1[static_cast<size_t>(i)]; }, 0, "row max");
-  ExpectArray<float>(
-      out[2], {301}, [&](int64_t i) { return m0[static_cast<size_t>(i)]; }, 0, "column max");
+  // Rows shorter than a block (evaluated several a block) and longer (over several blocks), neither a
+  // multiple of it, with strided loads crossing rows.
+  for (const int64_t cols : {int64_t{301}, FusedProgram::kBlock + 277}) {
+    SCOPED_TRACE(cols);
+    const Dims dims = {37, cols};
+    ModuleBuilder b;
+    const int64_t x = b.Parameter(0, proto::F32, dims);
+    const int64_t t = b.Transpose(b.Parameter(1, proto::F32, {cols, 37}), {1, 0});
+    const int64_t s = b.Add(b.Mul(x, t), x);
+    b.Output(s);
+    b.Output(b.Reduce(Combiner::kMax, s, {1}));
+    b.Output(b.Reduce(Combiner::kMax, s, {0}));
+    const HostArray hx = MakeArray<float>(PrimitiveType::kF32, dims, testing::RandomFloats(rng_, 37 * cols));
+    const HostArray ht = MakeArray<float>(PrimitiveType::kF32, {cols, 37}, testing::RandomFloats(rng_, 37 * cols));
+    const std::vector<HostArray> out = Run(b.module(), {hx, ht});
+    ASSERT_EQ(out.size(), 3u);
+    const auto ref = [&](int64_t i) {
+      const int64_t r = i / cols, c = i % cols;
+      return hx.at<float>(i) * ht.at<float>(c * 37 + r) + hx.at<float>(i);
+    };
+    ExpectArray<float>(out[0], dims, ref, 0, "fused chain");
+    HostArray s_ref(ArrayShape{PrimitiveType::kF32, dims});
+    for (int64_t i = 0; i < s_ref.numel(); ++i) s_ref.data<float>()[i] = ref(i);
+    const std::vector<float> m1 = RefReduce<float>(s_ref, dims, {1}, false),
+                             m0 = RefReduce<float>(s_ref, dims, {0}, false);
+    ExpectArray<float>(
+        out[1], {37}, [&](int64_t i) { return m1[static_cast<size_t>(i)]; }, 0, "row max");
+    ExpectArray<float>(
+        out[2], {cols}, [&](int64_t i) { return m0[static_cast<size_t>(i)]; }, 0, "column max");
+  }
 }
 
 // --- fused and unfused give the same bits ---------------------------------------------------------

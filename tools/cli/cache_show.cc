@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <iostream>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -46,6 +47,22 @@ absl::StatusOr<cache::ListedEntry> FindEntry(const cache::Store& store, absl::st
 }
 
 std::string ShapeText(const proto::Shape& shape) { return pjrt::FromProto(shape).ToString(); }
+
+// One step of a fused program, as "%4 = multiply(%2, %3) f32" or "%0 = load in1 +0 [512,0,1] bf16":
+// what a loop computes and reads, for finding out why it takes the time it does.
+std::string StepText(const proto::Step& step, int index) {
+  const std::string type(pjrt::PrimitiveTypeName(pjrt::FromProto(step.type())));
+  if (step.load()) {
+    return absl::StrCat("%", index, " = load in", step.input(), " +", step.offset(), " [",
+                        absl::StrJoin(step.strides(), ","), "] ", type);
+  }
+  const std::optional<pjrt::Opcode> op = pjrt::OpcodeFromNumber(step.opcode());
+  const std::string name = op ? pjrt::OpcodeName(*op) : absl::StrCat("opcode", step.opcode());
+  std::vector<std::string> args;
+  for (int64_t a : step.args()) args.push_back(absl::StrCat("%", a));
+  const std::string value = op == pjrt::Opcode::kConstant ? absl::StrCat(" ", step.value()) : "";
+  return absl::StrCat("%", index, " = ", name, "(", absl::StrJoin(args, ", "), ")", value, " ", type);
+}
 
 std::vector<std::string> OutputShapes(const proto::Executable& exe) {
   std::vector<std::string> shapes;
@@ -104,6 +121,9 @@ Json ExecutableJson(const proto::Executable& exe) {
     k["variant"] = kernel.variant();
     k["grain"] = kernel.grain();
     k["program_steps"] = kernel.program_size();
+    Json program = Json::array();
+    for (int i = 0; i < kernel.program_size(); ++i) program.push_back(StepText(kernel.program(i), i));
+    k["program"] = std::move(program);
     k["results"] = 1 + kernel.extra_outputs_size();  // more than one: a multi-output loop
     kernels.push_back(std::move(k));
   }

@@ -791,8 +791,23 @@ Tensor slice(const Tensor& x, int64_t dim, int64_t start, int64_t end, int64_t s
   return Record(
       r, "slice", {x},
       [d, s, step, loc](const Tensor& g, const Tensor&, const Grads& in) -> Grads {
-        // Scatter g back: position s + i * step along d receives g's slice i (an index_add into zeros).
         const Tensor& x = in[0];
+        if (step == 1) {
+          // g between zeros along d: a concatenation, one copy. The compiler merges the sum of such
+          // gradients of slices that tile x (q, k and v cut from one projection) into one concatenation
+          // of the slices' gradients, with no zeros left.
+          const auto zeros_along_d = [&](int64_t n) {
+            std::vector<int64_t> dims(x.dims().begin(), x.dims().end());
+            dims[static_cast<size_t>(d)] = n;
+            return zeros(dims, g.dtype(), g.device(), loc);
+          };
+          std::vector<Tensor> parts;
+          if (s > 0) parts.push_back(zeros_along_d(s));
+          parts.push_back(g);
+          if (const int64_t after = x.dim(d) - s - g.dim(d); after > 0) parts.push_back(zeros_along_d(after));
+          return {cat(parts, d, loc)};
+        }
+        // Scatter g back: position s + i * step along d receives g's slice i (an index_add into zeros).
         Tensor positions = arange(s, s + g.dim(d) * step, step, DType::kI64, g.device(), loc);
         Tensor zero = zeros(std::vector<int64_t>(x.dims().begin(), x.dims().end()), g.dtype(), g.device(), loc);
         return {detail::IndexAddUnchecked(zero, d, positions, g, loc)};

@@ -4,6 +4,7 @@
 #include <bit>
 #include <cmath>
 #include <numeric>
+#include <optional>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
@@ -30,6 +31,61 @@ std::vector<int64_t> Identity(size_t n) {
 }
 
 bool IsSplat(const HloInst& inst, double value) { return inst.opcode == Opcode::kConstant && inst.value == value; }
+
+// The parts of a concatenation along its axis: [begin, end) and the operand, and whether it is a splat 0.
+struct ConcatPart {
+  int64_t begin, end, operand;
+  bool zero;
+};
+std::vector<ConcatPart> PartsOf(const HloModule& module, const HloInst& concat) {
+  std::vector<ConcatPart> parts;
+  int64_t at = 0;
+  for (int64_t id : concat.operands) {
+    const HloInst& part = module.insts[static_cast<size_t>(id)];
+    const int64_t size = part.shape.dims[static_cast<size_t>(concat.axis)];
+    parts.push_back({at, at + size, id, IsSplat(part, 0)});
+    at += size;
+  }
+  return parts;
+}
+
+// add(a, b) of two concatenations along one axis where, wherever a part of one is not a splat 0, the
+// other is all zeros: the operands of the concatenation that equals the sum (each nonzero part once, and
+// zero parts between them), or nullopt. That is how the gradients of slices that tile an array sum up
+// (a slice's gradient is its g between zeros): one copy, not a zero-filled array per slice and adds.
+std::optional<std::vector<int64_t>> SumOfZeroPaddedParts(const HloModule& module, const HloInst& add) {
+  const HloInst& a = module.insts[static_cast<size_t>(add.operands[0])];
+  const HloInst& b = module.insts[static_cast<size_t>(add.operands[1])];
+  if (a.opcode != Opcode::kConcatenate || b.opcode != Opcode::kConcatenate || a.axis != b.axis ||
+      !(a.shape == add.shape) || !(b.shape == add.shape)) {
+    return std::nullopt;
+  }
+  const std::vector<ConcatPart> parts[2] = {PartsOf(module, a), PartsOf(module, b)};
+  const auto zero_over = [](const std::vector<ConcatPart>& of, int64_t begin, int64_t end) {
+    return std::ranges::all_of(of, [&](const ConcatPart& p) { return p.zero || p.end <= begin || p.begin >= end; });
+  };
+  // Walks the axis: at each point the part of a or b that starts there and is not hidden under the other's
+  // values; a nonzero part first, as it must appear.
+  std::vector<int64_t> result;
+  const int64_t total = add.shape.dims[static_cast<size_t>(a.axis)];
+  for (int64_t at = 0; at < total;) {
+    const ConcatPart* next = nullptr;
+    for (bool want_zero : {false, true}) {
+      for (int side = 0; side < 2 && next == nullptr; ++side) {
+        for (const ConcatPart& p : parts[side]) {
+          if (p.begin == at && p.end > at && p.zero == want_zero && zero_over(parts[1 - side], p.begin, p.end)) {
+            next = &p;
+            break;
+          }
+        }
+      }
+    }
+    if (next == nullptr) return std::nullopt;
+    result.push_back(next->operand);
+    at = next->end;
+  }
+  return result;
+}
 
 bool IsIdentityPermutation(const std::vector<int64_t>& perm) {
   for (size_t i = 0; i < perm.size(); ++i) {
@@ -155,10 +211,16 @@ int64_t SimplifyAlgebra(HloModule& module) {
     const bool same_as_operand0 = !inst.operands.empty() && operand(0).shape == inst.shape;
     switch (inst.opcode) {
       case Opcode::kAdd:
-        if (IsSplat(operand(1), 0) && same_as_operand0)
+        if (IsSplat(operand(1), 0) && same_as_operand0) {
           replace_with(inst.operands[0]);
-        else if (IsSplat(operand(0), 0) && operand(1).shape == inst.shape)
+        } else if (IsSplat(operand(0), 0) && operand(1).shape == inst.shape) {
           replace_with(inst.operands[1]);
+        } else if (std::optional<std::vector<int64_t>> parts = SumOfZeroPaddedParts(module, inst)) {
+          inst.opcode = Opcode::kConcatenate;
+          inst.axis = operand(0).axis;
+          inst.operands = *std::move(parts);
+          ++changes;
+        }
         break;
       case Opcode::kSubtract:
         if (IsSplat(operand(1), 0) && same_as_operand0) replace_with(inst.operands[0]);

@@ -826,16 +826,25 @@ class ConcatKernel final : public Kernel {
     void* output = outputs[0];
     const AxisSplit out(output_.dims, axis_);
     const int64_t width = ByteWidth(output_.type);
-    int64_t at = 0;
-    for (size_t i = 0; i < inputs_.size(); ++i) {
-      const AxisSplit in(inputs_[i].dims, axis_);
-      const size_t run = static_cast<size_t>(in.size * in.inner * width);
-      for (int64_t o = 0; o < out.outer; ++o) {
-        std::memcpy(static_cast<char*>(output) + (o * out.size + at) * out.inner * width,
-                    static_cast<const char*>(inputs[i]) + o * run, run);
+    // Tasks of whole outer rows, at least kMinTaskBytes each.
+    constexpr int64_t kMinTaskBytes = int64_t{1} << 17;
+    const int64_t tasks =
+        std::clamp<int64_t>(output_.byte_size() / kMinTaskBytes, 1,
+                            std::min<int64_t>(std::max<int64_t>(1, out.outer), ThreadPool::Get().size()));
+    const int64_t rows_per_task = (out.outer + tasks - 1) / tasks;
+    ThreadPool::Get().ParallelFor(tasks, [&](int64_t t) {
+      const int64_t begin = std::min(out.outer, t * rows_per_task), end = std::min(out.outer, (t + 1) * rows_per_task);
+      int64_t at = 0;
+      for (size_t i = 0; i < inputs_.size(); ++i) {
+        const AxisSplit in(inputs_[i].dims, axis_);
+        const size_t run = static_cast<size_t>(in.size * in.inner * width);
+        for (int64_t o = begin; o < end && run > 0; ++o) {  // a zero-size input may have no memory
+          std::memcpy(static_cast<char*>(output) + (o * out.size + at) * out.inner * width,
+                      static_cast<const char*>(inputs[i]) + o * run, run);
+        }
+        at += in.size;
       }
-      at += in.size;
-    }
+    });
     return absl::OkStatus();
   }
 

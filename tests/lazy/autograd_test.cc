@@ -134,6 +134,15 @@ TEST(Gradients, DataMovement) {
   GradCheck("permute", [](auto& x) { return permute(x[0], {1, 2, 0}); }, {{2, 3, 2}});
   GradCheck("expand", [](auto& x) { return expand(x[0], {2, 3, 4}); }, {{3, 1}});
   GradCheck("slice", [](auto& x) { return slice(x[0], 1, 1, 5, 2); }, {{2, 6}});
+  // Step 1: the gradient is g between zeros (a concatenation), with zeros before, after, both or none.
+  GradCheck("slice (middle)", [](auto& x) { return slice(x[0], 1, 1, 4); }, {{2, 6}});
+  GradCheck("slice (prefix)", [](auto& x) { return slice(x[0], 0, 0, 2); }, {{3, 2}});
+  GradCheck("slice (suffix)", [](auto& x) { return slice(x[0], -1, 2, 6); }, {{2, 6}});
+  // Slices that tile x, as q, k and v from one projection: their gradients sum to one concatenation.
+  GradCheck(
+      "slices that tile",
+      [](auto& x) { return slice(x[0], 1, 0, 1) * 2.0 + slice(x[0], 1, 1, 3) * x[1] + exp(slice(x[0], 1, 3, 4)); },
+      {{2, 4}, {2, 2}});
   GradCheck("cat", [](auto& x) { return cat({x[0], x[1]}, 0); }, {{2, 3}, {1, 3}});
   GradCheck("index_select",
             [](auto& x) {

@@ -208,6 +208,48 @@ TEST_F(PassesTest, NonIdentitiesAreKept) {
   EXPECT_THAT(out[4].values<float>(), ElementsAre(-1, -2, -3, -4, -5, -6));
 }
 
+TEST_F(PassesTest, SumOfZeroPaddedSlicesBecomesOneConcatenation) {
+  // The gradients of q, k and v sliced from one [2, 3, 2] projection along dim 1: each is its g between
+  // zeros, and their sum is concat(gq, gk, gv), one kernel with no add and no zeros.
+  ModuleBuilder b;
+  const int64_t gq = b.Parameter(0, proto::F32, {2, 1, 2}), gk = b.Parameter(1, proto::F32, {2, 1, 2}),
+                gv = b.Parameter(2, proto::F32, {2, 1, 2});
+  const auto zeros = [&](int64_t n) { return b.Constant(0, proto::F32, {2, n, 2}); };
+  const int64_t dq = b.Concatenate({gq, zeros(2)}, 1), dk = b.Concatenate({zeros(1), gk, zeros(1)}, 1),
+                dv = b.Concatenate({zeros(2), gv}, 1);
+  b.Output(b.Add(b.Add(dq, dk), dv));
+  const std::vector<HostArray> args = {F32({2, 1, 2}, {1, 2, 3, 4}), F32({2, 1, 2}, {5, 6, 7, 8}),
+                                       F32({2, 1, 2}, {9, 10, 11, 12})};
+  for (const CompileOptions& o : {kUnfused, kFused}) {
+    const proto::Executable exe = CompileToProto(b.module(), o);
+    ASSERT_EQ(exe.kernels_size(), 1) << KernelSummary(exe);
+    EXPECT_EQ(exe.kernels(0).kind(), proto::Kernel::CONCATENATE) << KernelSummary(exe);
+    EXPECT_EQ(exe.kernels(0).inputs_size(), 3) << KernelSummary(exe);
+    EXPECT_THAT(Run(b.module(), o, args)[0].values<float>(), ElementsAre(1, 2, 5, 6, 9, 10, 3, 4, 7, 8, 11, 12));
+  }
+}
+
+TEST_F(PassesTest, SumsOfConcatenationsThatOverlapAreAdded) {
+  // Values on both sides of one range, ranges that do not line up, another axis, nonzero constants:
+  // the sum needs its adds.
+  ModuleBuilder b;
+  const int64_t x = b.Parameter(0, proto::F32, {2, 2}), y = b.Parameter(1, proto::F32, {2, 2});
+  const auto c = [&](double v, int64_t n) { return b.Constant(v, proto::F32, {2, n}); };
+  b.Output(b.Add(b.Concatenate({x, c(0, 2)}, 1), b.Concatenate({y, c(0, 2)}, 1)));           // x and y overlap
+  b.Output(b.Add(b.Concatenate({c(0, 1), x, c(0, 1)}, 1), b.Concatenate({y, c(0, 2)}, 1)));  // shifted
+  b.Output(b.Add(b.Concatenate({x, c(0, 2)}, 1), b.Concatenate({c(1, 2), y}, 1)));           // a 1, not a 0
+  const int64_t x4 = b.Parameter(2, proto::F32, {4, 2});
+  b.Output(b.Add(b.Concatenate({x, c(0, 2)}, 1), b.Transpose(x4, {1, 0})));  // not a concatenation
+  const std::vector<HostArray> out =
+      Run(b.module(), kUnfused,
+          {F32({2, 2}, {1, 2, 3, 4}), F32({2, 2}, {10, 20, 30, 40}), F32({4, 2}, {1, 1, 1, 1, 1, 1, 1, 1})});
+  EXPECT_THAT(out[0].values<float>(), ElementsAre(11, 22, 0, 0, 33, 44, 0, 0));
+  EXPECT_THAT(out[1].values<float>(), ElementsAre(10, 21, 2, 0, 30, 43, 4, 0));
+  EXPECT_THAT(out[2].values<float>(), ElementsAre(2, 3, 10, 20, 4, 5, 30, 40));
+  EXPECT_THAT(out[3].values<float>(), ElementsAre(2, 3, 1, 1, 4, 5, 1, 1));
+  EXPECT_EQ(KernelsComputing(CompileToProto(b.module(), kUnfused), Opcode::kAdd), 4);
+}
+
 TEST_F(PassesTest, TransposeChainsCompose) {
   // transpose(transpose(x, p), q) becomes one transpose, computing the composition.
   ModuleBuilder b;

@@ -1,6 +1,7 @@
 #include "pjrt_sim/fusion.h"
 
 #include <algorithm>
+#include <iterator>
 #include <map>
 
 #include "absl/container/flat_hash_map.h"
@@ -10,6 +11,17 @@
 namespace lazyrt::pjrt {
 namespace {
 
+// The dims of size other than 1, in order.
+std::vector<int64_t> NonUnitDims(const std::vector<int64_t>& dims) {
+  std::vector<int64_t> kept;
+  std::copy_if(dims.begin(), dims.end(), std::back_inserter(kept), [](int64_t d) { return d != 1; });
+  return kept;
+}
+// A reshape that only inserts or removes dims of size 1 ([B, T, 1, 1, H, D] <-> [B, T, H, D]) maps each
+// coordinate to one coordinate: a view, where any other reshape regroups elements.
+bool IsUnitDimReshape(const HloInst& reshape, const HloInst& operand) {
+  return reshape.opcode == Opcode::kReshape && NonUnitDims(reshape.shape.dims) == NonUnitDims(operand.shape.dims);
+}
 bool IsView(Opcode op) { return op == Opcode::kBroadcast || op == Opcode::kTranspose || op == Opcode::kSlice; }
 bool IsRng(Opcode op) { return op == Opcode::kRngUniform || op == Opcode::kRngNormal; }
 // Ops whose values can be computed inside another kernel's program.
@@ -63,6 +75,10 @@ class Emitter {
 
  private:
   const HloInst& Inst(int64_t id) const { return m_.insts[static_cast<size_t>(id)]; }
+  bool IsFusable(const HloInst& inst) const {
+    return pjrt::IsFusable(inst.opcode) ||
+           (inst.opcode == Opcode::kReshape && IsUnitDimReshape(inst, Inst(inst.operands[0])));
+  }
 
   void Classify() {
     const size_t n = m_.insts.size();
@@ -75,11 +91,11 @@ class Emitter {
     for (size_t i = 0; i < n; ++i) {
       const HloInst& inst = m_.insts[i];
       const Opcode op = inst.opcode;
-      if (!options_.enabled || !IsFusable(op) || IsRng(op)) materialized_[i] = true;
+      if (!options_.enabled || !IsFusable(inst) || IsRng(op)) materialized_[i] = true;
       // Elementwise work with several readers is computed once; views and generators are cheap to
       // recompute in each reader.
       if (IsElementwise(op) && readers_[i].size() > 1) materialized_[i] = true;
-      if (ReadsMaterializedOperands(op)) {
+      if (ReadsMaterializedOperands(op) && op != Opcode::kReshape) {
         for (int64_t operand : inst.operands) materialized_[static_cast<size_t>(operand)] = true;
       }
       // A reduction takes its operand fused only if it is the operand's sole reader (or the operand is
@@ -89,11 +105,18 @@ class Emitter {
         materialized_[static_cast<size_t>(inst.operands[0])] = true;
       }
     }
+    // A materialized reshape is an alias of its operand's memory, so that is materialized too (later
+    // reshapes first: one may read another). A view reshape is read through by its readers.
+    for (size_t i = n; i-- > 0;) {
+      if (m_.insts[i].opcode == Opcode::kReshape && materialized_[i]) {
+        materialized_[static_cast<size_t>(m_.insts[i].operands[0])] = true;
+      }
+    }
     // Cut programs that would grow past the step limit (also bounds the emitter's recursion).
     std::vector<int64_t> steps(n, 0), program_steps(n, 1);
     for (size_t i = 0; i < n; ++i) {
       const HloInst& inst = m_.insts[i];
-      if (!IsFusable(inst.opcode) && inst.opcode != Opcode::kReduce) continue;
+      if (!IsFusable(inst) && inst.opcode != Opcode::kReduce) continue;
       int64_t s = 1;
       for (int64_t op : inst.operands) {
         if (!materialized_[static_cast<size_t>(op)]) s += steps[static_cast<size_t>(op)];
@@ -286,13 +309,26 @@ class Emitter {
           }
           return Memo(b, key, Build(b, inst.operands[0], v, space_rank, false));
         }
+        case Opcode::kReshape: {  // of unit dims only (IsFusable): the other dims keep their maps
+          const HloInst& in = Inst(inst.operands[0]);
+          View v;
+          size_t j = 0;
+          for (int64_t d : in.shape.dims) {
+            if (d == 1) {
+              v.push_back({-1, 0, 0});
+              continue;
+            }
+            while (inst.shape.dims[j] == 1) ++j;
+            v.push_back(view[j++]);
+          }
+          return Memo(b, key, Build(b, inst.operands[0], v, space_rank, false));
+        }
         LAZYRT_ELEMENTWISE_OPCODE_CASES:
           for (int64_t op : inst.operands) step.add_args(Build(b, op, view, space_rank, false));
           step.set_opcode(static_cast<int32_t>(inst.opcode));
           step.set_direction(static_cast<int32_t>(inst.direction));
           break;
         case Opcode::kParameter:
-        case Opcode::kReshape:
         case Opcode::kConcatenate:
         case Opcode::kIndexSelect:
         case Opcode::kGather:

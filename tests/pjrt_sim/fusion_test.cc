@@ -51,6 +51,41 @@ TEST_F(FusionTest, ViewsFuseAsAffineLoads) {
   EXPECT_THAT(strides, ::testing::UnorderedElementsAre(std::vector<int64_t>{1, 4}, std::vector<int64_t>{0, 1}));
 }
 
+TEST_F(FusionTest, UnitDimReshapesAreViews) {
+  // A head of a [2, 3, 1, 3, 2, 2] qkv ([batch, time, group, q/k/v, heads, dim]): sliced, its unit dims
+  // dropped and made head-major, plus 1. One kernel reading qkv through the composed view, where a
+  // reshape used to cut the chain (the slice materialized, then copied again by the transpose).
+  ModuleBuilder b;
+  const Dims qkv_dims = {2, 3, 1, 3, 2, 2};
+  const int64_t qkv = b.Parameter(0, proto::F32, qkv_dims);
+  const int64_t k = b.Slice(qkv, {0, 0, 0, 1, 0, 0}, {2, 3, 1, 2, 2, 2}, {1, 1, 1, 1, 1, 1});
+  const int64_t heads = b.Transpose(b.Reshape(k, {2, 3, 2, 2}), {0, 2, 1, 3});
+  b.Output(b.Add(heads, b.Constant(1, proto::F32, {2, 2, 3, 2})));
+  // A unit-dim reshape that is also a result stays an alias of its (materialized) operand.
+  const int64_t t = b.Transpose(b.Parameter(1, proto::F32, {2, 3}), {1, 0});
+  const int64_t t1 = b.Reshape(t, {3, 1, 2});
+  b.Output(t1);
+  b.Output(b.Mul(t1, t1));
+  const proto::Executable exe = CompileToProto(b.module(), kFused);
+  EXPECT_EQ(exe.kernels_size(), 3) << KernelSummary(exe);  // the head, the transpose, the product
+  std::vector<float> qkv_values(72), p(6);
+  std::iota(qkv_values.begin(), qkv_values.end(), 0.0f);
+  std::iota(p.begin(), p.end(), 0.0f);
+  for (const CompileOptions& o : {kUnfused, kFused}) {
+    const std::vector<HostArray> out = Run(b.module(), o, {F32(qkv_dims, qkv_values), F32({2, 3}, p)});
+    ASSERT_EQ(out.size(), 3u);
+    // heads[b, h, t, e] = qkv[b, t, 0, 1, h, e] + 1 = (b * 36 + t * 12 + 4 + h * 2 + e) + 1.
+    std::vector<float> expected;
+    for (int bi = 0; bi < 2; ++bi)
+      for (int h = 0; h < 2; ++h)
+        for (int ti = 0; ti < 3; ++ti)
+          for (int e = 0; e < 2; ++e) expected.push_back(static_cast<float>(bi * 36 + ti * 12 + 4 + h * 2 + e + 1));
+    EXPECT_EQ(out[0].values<float>(), expected);
+    EXPECT_THAT(out[1].values<float>(), ::testing::ElementsAre(0, 3, 1, 4, 2, 5));
+    EXPECT_THAT(out[2].values<float>(), ::testing::ElementsAre(0, 9, 1, 16, 4, 25));
+  }
+}
+
 TEST_F(FusionTest, ElementwiseValueWithSeveralReadersIsComputedOnce) {
   ModuleBuilder b;
   const int64_t x = b.Parameter(0, proto::F32, {5});

@@ -118,6 +118,8 @@ Json ExecutableJson(const proto::Executable& exe) {
     if (kernel.kind() == proto::Kernel::DOT) {
       k["dot"] = {{"batch", kernel.batch()}, {"m", kernel.m()}, {"n", kernel.n()}, {"k", kernel.k()}};
     }
+    k["inputs"] = std::vector<int64_t>(kernel.inputs().begin(), kernel.inputs().end());  // slots read
+    k["output"] = kernel.output();                                                       // slot written
     k["variant"] = kernel.variant();
     k["grain"] = kernel.grain();
     k["program_steps"] = kernel.program_size();

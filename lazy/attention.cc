@@ -98,6 +98,22 @@ Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tens
         const Shape shape = Check(ir::InferAttentionGrad(q.shape(), k.shape(), v.shape(), mask), kOp, loc);
         const Tensor grads = MakeTensor(OpKind::kAttentionGrad, operands, shape, device, loc, attrs);
         const int64_t l = q.dim(-2), s = k.dim(-2), e = q.dim(-1), ev = v.dim(-1);
+        if (l == s && e == ev) {
+          // Self-attention's three gradients are alike: [..., 3, L, E] slices of one array. Sliced along
+          // that 3, each is a view the compiler reads through into its readers (say, the transpose back
+          // to [batch, time, heads, E]), where a slice of the flat rows must be copied out first.
+          std::vector<int64_t> dims = DimsOf(grads);
+          dims.back() = 3;
+          dims.insert(dims.end(), {l, e});
+          const Tensor parts = reshape(grads, dims, loc);
+          std::vector<Tensor> out;
+          for (int64_t i = 0; i < 3; ++i) {
+            std::vector<int64_t> part = dims;
+            part.erase(part.end() - 3);
+            out.push_back(SumToShape(reshape(slice(parts, -3, i, i + 1, 1, loc), part, loc), x[i].shape(), loc));
+          }
+          return out;
+        }
         return std::vector<Tensor>{SumToShape(Unpack(grads, 0, l, e, loc), q.shape(), loc),
                                    SumToShape(Unpack(grads, l * e, s, e, loc), k.shape(), loc),
                                    SumToShape(Unpack(grads, l * e + s * e, s, ev, loc), v.shape(), loc)};

@@ -167,6 +167,9 @@ TEST(Attention, BatchDimsBroadcastAndGradientsSumBack) {
   // k and v shared by every batch element; q shared by every head.
   CheckAgainstUnfused({"shared k, v", {2, 3, 20, 8}, {3, 30, 8}, {3, 30, 8}});
   CheckAgainstUnfused({"shared q", {1, 3, 20, 8}, {2, 3, 30, 8}, {2, 1, 30, 5}});
+  // L = S and E = Ev: the gradients come out as slices of one [..., 3, L, E] array.
+  CheckAgainstUnfused({"shared k, v, L = S", {2, 3, 20, 8}, {3, 20, 8}, {3, 20, 8}});
+  CheckAgainstUnfused({"shared q, L = S", {1, 3, 20, 8}, {2, 3, 20, 8}, {2, 1, 20, 8}, {}, false, true});
 }
 
 // The fused result against a loop over the definition in f64, independently of the ops above.

@@ -339,39 +339,6 @@ void BM_LayerNorm(benchmark::State& state) {
 }
 BENCHMARK(BM_LayerNorm)->Arg(4096)->UseRealTime()->Unit(benchmark::kMicrosecond);
 
-// Causal attention on the GPT's heads (q, k, v [32, 4, 128, 32] f32), forward and the gradients of
-// sum(out * w), one sync each (cache hit): the ATTENTION and ATTENTION_GRAD kernels. "GFLOP/s": the
-// products' FLOPs a causal mask leaves (2 forward and 5 backward of L x S/2 x E each, a head).
-void BM_Attention(benchmark::State& state) {
-  const int64_t batch = 32, heads = 4, l = state.range(0), e = 32;
-  std::mt19937_64 rng(1);
-  std::uniform_real_distribution<float> u(-1, 1);
-  auto random = [&] {
-    std::vector<float> data(static_cast<size_t>(batch * heads * l * e));
-    for (float& v : data) v = u(rng);
-    return Tensor::FromData(data, {batch, heads, l, e});
-  };
-  Tensor q = random().requires_grad_(), k = random().requires_grad_(), v = random().requires_grad_();
-  const Tensor w = random();
-  auto step = [&] {
-    lazyrt::sum(lazyrt::scaled_dot_product_attention(q, k, v, Tensor(), 0.0, /*is_causal=*/true) * w).backward();
-    std::vector<Tensor> grads;  // computed by the sync below
-    for (Tensor* t : {&q, &k, &v}) {
-      grads.push_back(t->grad());
-      t->set_grad(Tensor());
-    }
-    lazyrt::sync();
-    lazyrt::wait_device();
-  };
-  lazyrt::sync();
-  step();  // compiled here, outside the timed loop
-  for (auto _ : state) step();
-  const double flops = 7.0 * 2.0 * static_cast<double>(batch * heads * l * (l / 2) * e);
-  state.counters["GFLOP/s"] =
-      benchmark::Counter(flops * static_cast<double>(state.iterations()) / 1e9, benchmark::Counter::kIsRate);
-}
-BENCHMARK(BM_Attention)->Arg(128)->UseRealTime()->Unit(benchmark::kMicrosecond);
-
 enum class ReduceOp { kSum, kMax };
 
 // One reduction of an [n, n] f32 array through a whole sync (cache hit) and execution: GB/s of input

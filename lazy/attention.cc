@@ -106,10 +106,10 @@ Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tens
           dims.back() = 3;
           dims.insert(dims.end(), {l, e});
           const Tensor parts = reshape(grads, dims, loc);
+          std::vector<int64_t> part = dims;
+          part.erase(part.end() - 3);
           std::vector<Tensor> out;
           for (int64_t i = 0; i < 3; ++i) {
-            std::vector<int64_t> part = dims;
-            part.erase(part.end() - 3);
             out.push_back(SumToShape(reshape(slice(parts, -3, i, i + 1, 1, loc), part, loc), x[i].shape(), loc));
           }
           return out;

@@ -26,10 +26,11 @@ bool IsView(Opcode op) { return op == Opcode::kBroadcast || op == Opcode::kTrans
 bool IsRng(Opcode op) { return op == Opcode::kRngUniform || op == Opcode::kRngNormal; }
 // Ops whose values can be computed inside another kernel's program.
 bool IsFusable(Opcode op) { return IsElementwise(op) || IsView(op) || op == Opcode::kConstant || op == Opcode::kIota; }
-// Consumers that read their operands from memory (they cannot take a fused operand).
+// Consumers that read their operands from memory (they cannot take a fused operand). A reshape is not
+// one: a materialized reshape aliases its operand (Classify materializes that), a view reshape reads through.
 bool ReadsMaterializedOperands(Opcode op) {
   return op == Opcode::kDot || op == Opcode::kArgmax || op == Opcode::kCumsum || op == Opcode::kArgsort ||
-         op == Opcode::kIndexSelect || op == Opcode::kGather || op == Opcode::kConcatenate || op == Opcode::kReshape ||
+         op == Opcode::kIndexSelect || op == Opcode::kGather || op == Opcode::kConcatenate ||
          ClassOf(op) == OpClass::kAttention || ClassOf(op) == OpClass::kNormalize || ClassOf(op) == OpClass::kScatter ||
          ClassOf(op) == OpClass::kCollective;
 }
@@ -95,7 +96,7 @@ class Emitter {
       // Elementwise work with several readers is computed once; views and generators are cheap to
       // recompute in each reader.
       if (IsElementwise(op) && readers_[i].size() > 1) materialized_[i] = true;
-      if (ReadsMaterializedOperands(op) && op != Opcode::kReshape) {
+      if (ReadsMaterializedOperands(op)) {
         for (int64_t operand : inst.operands) materialized_[static_cast<size_t>(operand)] = true;
       }
       // A reduction takes its operand fused only if it is the operand's sole reader (or the operand is

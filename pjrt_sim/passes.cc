@@ -64,22 +64,21 @@ std::optional<std::vector<int64_t>> SumOfZeroPaddedParts(const HloModule& module
   const auto zero_over = [](const std::vector<ConcatPart>& of, int64_t begin, int64_t end) {
     return std::ranges::all_of(of, [&](const ConcatPart& p) { return p.zero || p.end <= begin || p.begin >= end; });
   };
-  // Walks the axis: at each point the part of a or b that starts there and is not hidden under the other's
-  // values; a nonzero part first, as it must appear.
+  // The part of a or b that starts at `at` and is not hidden under the other's values.
+  const auto part_at = [&](int64_t at, bool zero) -> const ConcatPart* {
+    for (int side = 0; side < 2; ++side) {
+      for (const ConcatPart& p : parts[side]) {
+        if (p.begin == at && p.end > at && p.zero == zero && zero_over(parts[1 - side], p.begin, p.end)) return &p;
+      }
+    }
+    return nullptr;
+  };
+  // Walks the axis, taking a nonzero part first where one starts: it must appear.
   std::vector<int64_t> result;
   const int64_t total = add.shape.dims[static_cast<size_t>(a.axis)];
   for (int64_t at = 0; at < total;) {
-    const ConcatPart* next = nullptr;
-    for (bool want_zero : {false, true}) {
-      for (int side = 0; side < 2 && next == nullptr; ++side) {
-        for (const ConcatPart& p : parts[side]) {
-          if (p.begin == at && p.end > at && p.zero == want_zero && zero_over(parts[1 - side], p.begin, p.end)) {
-            next = &p;
-            break;
-          }
-        }
-      }
-    }
+    const ConcatPart* next = part_at(at, false);
+    if (next == nullptr) next = part_at(at, true);
     if (next == nullptr) return std::nullopt;
     result.push_back(next->operand);
     at = next->end;

@@ -525,8 +525,7 @@ absl::StatusOr<FusedProgram> FusedProgram::Build(const google::protobuf::Repeate
 void FusedProgram::Assign(bool results_stored) {
   const size_t n = steps_.size();
   std::vector<int> arity(n, 0);
-  std::vector<size_t> last_use(n, 0);
-  std::vector<bool> read(n, false);
+  std::vector<size_t> last_use(n, 0);  // 0: no step reads it (a reader comes after what it reads)
   for (size_t i = 0; i < n; ++i) {
     Step& s = steps_[i];
     arity[i] = s.load || s.opcode == Opcode::kConstant || s.opcode == Opcode::kIota ? 0
@@ -540,17 +539,16 @@ void FusedProgram::Assign(bool results_stored) {
     for (int a = 0; a < arity[i]; ++a) {
       s.uniform = s.uniform && steps_[static_cast<size_t>(s.args[a])].uniform;
       last_use[static_cast<size_t>(s.args[a])] = i;
-      read[static_cast<size_t>(s.args[a])] = true;
     }
     s.in_place = s.load && s.access == Access::kContiguous &&
                  DispatchComputeType((s.type), [&]<typename T>() { return Native<T>(s.type); });
     s.round16 = !s.load && Is16BitFloat(s.type);
   }
   for (int32_t root : roots_) {
-    last_use[static_cast<size_t>(root)] = n;  // results outlive the program
     // Stored, a result is rounded by its store: rounding it before too was a pass for nothing.
-    if (results_stored && !read[static_cast<size_t>(root)]) steps_[static_cast<size_t>(root)].round16 = false;
+    if (results_stored && last_use[static_cast<size_t>(root)] == 0) steps_[static_cast<size_t>(root)].round16 = false;
   }
+  for (int32_t root : roots_) last_use[static_cast<size_t>(root)] = n;  // results outlive the program
   for (Step& s : steps_) {
     // Within one compute type a conversion is the identity (a bf16 value is held as the f32 it is), and
     // copying a block for it cost as much as the loop's real work. Pred is left out: its conversion

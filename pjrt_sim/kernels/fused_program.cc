@@ -602,6 +602,10 @@ void FusedProgram::Assign(bool results_stored) {
     if (!s.uniform) per_block_.push_back(static_cast<int32_t>(i));
     free.insert(free.end(), freed_after[i].begin(), freed_after[i].end());
   }
+  for (size_t r = 0; r < roots_.size(); ++r) {
+    Step& s = steps_[static_cast<size_t>(roots_[r])];
+    if (s.result < 0 && !s.uniform && s.reg >= 0 && !s.round16) s.result = static_cast<int32_t>(r);
+  }
 }
 
 size_t FusedProgram::scratch_bytes() const {
@@ -633,13 +637,17 @@ const void* FusedProgram::ResultBlock(const void* scratch, size_t r) const {
   return static_cast<const void* const*>(scratch)[roots_[r]];
 }
 
-const void* FusedProgram::Evaluate(std::span<const void* const> inputs, int64_t begin, int64_t n, void* scratch) const {
+const void* FusedProgram::Evaluate(std::span<const void* const> inputs, int64_t begin, int64_t n, void* scratch,
+                                   std::span<void* const> result_dsts) const {
   const void** values = static_cast<const void**>(scratch);
   char* registers = Registers(scratch);
   const Context context{inputs, space_dims_, begin, n};
   for (int32_t i : per_block_) {
     const Step& s = steps_[static_cast<size_t>(i)];
     void* out = s.reg < 0 ? nullptr : registers + static_cast<size_t>(s.reg) * kRegisterBytes;
+    if (s.result >= 0 && static_cast<size_t>(s.result) < result_dsts.size() && result_dsts[s.result] != nullptr) {
+      out = result_dsts[static_cast<size_t>(s.result)];
+    }
     values[i] = s.fn(s, values, context, out);
     if (s.round16) Round16(s.type, static_cast<float*>(out), n);
   }

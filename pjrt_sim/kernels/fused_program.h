@@ -51,8 +51,12 @@ class FusedProgram {
   // before that thread's Evaluate calls on the same scratch.
   void Prepare(std::span<const void* const> inputs, void* scratch) const;
   // Evaluates points [begin, begin + n) (n <= kBlock). Returns the result block, held in `scratch` (or
-  // read in place from an input) in the result's compute type.
-  const void* Evaluate(std::span<const void* const> inputs, int64_t begin, int64_t n, void* scratch) const;
+  // read in place from an input) in the result's compute type. `result_dsts[r]`, where given and not
+  // null, is where result r's block is stored in its compute type: the step computing it writes there
+  // instead of into a register, and ResultBlock is then that address (a result read in place from an
+  // input, or named twice, is still only in its register or input: the caller stores it).
+  const void* Evaluate(std::span<const void* const> inputs, int64_t begin, int64_t n, void* scratch,
+                       std::span<void* const> result_dsts = {}) const;
 
   struct Step;
   struct Context;
@@ -82,6 +86,7 @@ class FusedProgram {
     bool round16 = false;   // a bf16/f16 result, rounded to its type as soon as it is computed
     bool forwards = false;  // a CONVERT that changes no value (bf16 to f32, say): its values are its argument's
     int32_t reg = -1;       // scratch register (or scalar) of the values (-1: none, read in place)
+    int32_t result = -1;    // the result a per-block step computes into its destination, if given
   };
 
  private:

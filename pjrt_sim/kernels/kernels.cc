@@ -10,6 +10,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "absl/container/inlined_vector.h"
 #include "absl/strings/str_cat.h"
 #include "pjrt_sim/element_ops.h"
 #include "pjrt_sim/hlo.h"
@@ -64,16 +65,32 @@ class LoopKernel final : public Kernel {
         grain_(grain) {}
 
   absl::Status Run(std::span<const void* const> inputs, std::span<void* const> outputs) const override {
+    const size_t results = result_types_.size();
+    // A result held exactly as it is stored (f32 as f32, not bf16 as f32) is computed straight into its
+    // output: a store from a register was a pass over every result. Not where the output is named twice
+    // or read as an input (which a valid executable never does): the program reads and writes a block
+    // at a time.
+    absl::InlinedVector<bool, 4> computed_in_place(results);
+    for (size_t r = 0; r < results; ++r) {
+      const auto same = [&](const void* other) { return other == outputs[r]; };
+      computed_in_place[r] = program_.result_type(r) == result_types_[r] && !Is16BitFloat(result_types_[r]) &&
+                             std::ranges::none_of(inputs, same) &&
+                             std::count_if(outputs.begin(), outputs.begin() + results, same) == 1;
+    }
     ForEachChunk(output_.numel(), grain_, [&](int64_t begin, int64_t end) {
       void* scratch = Scratch(program_.scratch_bytes());
       program_.Prepare(inputs, scratch);
+      absl::InlinedVector<void*, 4> dsts(results), computed_into(results);
       for (int64_t b = begin; b < end; b += kBlock) {
         const int64_t n = std::min(kBlock, end - b);
-        program_.Evaluate(inputs, b, n, scratch);
-        for (size_t r = 0; r < result_types_.size(); ++r) {
-          const PrimitiveType type = result_types_[r];
-          StoreBlock(program_.ResultBlock(scratch, r), ComputeTypeOf(program_.result_type(r)), type,
-                     static_cast<char*>(outputs[r]) + b * ByteWidth(type), n);
+        for (size_t r = 0; r < results; ++r) {
+          dsts[r] = static_cast<char*>(outputs[r]) + b * ByteWidth(result_types_[r]);
+          computed_into[r] = computed_in_place[r] ? dsts[r] : nullptr;
+        }
+        program_.Evaluate(inputs, b, n, scratch, computed_into);
+        for (size_t r = 0; r < results; ++r) {
+          const void* block = program_.ResultBlock(scratch, r);
+          if (block != dsts[r]) StoreBlock(block, ComputeTypeOf(program_.result_type(r)), result_types_[r], dsts[r], n);
         }
       }
     });

@@ -1433,6 +1433,43 @@ TEST_F(FusedVsUnfused, MlpLayerForward) {
       "mlp");
 }
 
+TEST_F(FusedVsUnfused, ResultsAlsoReadByLaterSteps) {
+  // An optimizer-like update fused into one loop: m2 is a result and read by the steps after it, p2
+  // is read by a bf16 and a pred result; f32 and pred results are computed straight into their outputs,
+  // the bf16 one is stored from its register. Rows cross blocks and end mid-block; m2 is output twice.
+  const Dims d = {3, FusedProgram::kBlock + 301};
+  ModuleBuilder b;
+  const int64_t p = b.Parameter(0, proto::F32, d), m = b.Parameter(1, proto::F32, d), g = b.Parameter(2, proto::F32, d);
+  const int64_t m2 = b.Add(b.Mul(m, b.Constant(0.9, proto::F32, d)), g);
+  const int64_t p2 =
+      b.Binary(Opcode::kSubtract, p, b.Binary(Opcode::kDivide, m2, b.Add(b.Mul(m2, m2), b.Constant(1, proto::F32, d))));
+  b.Output(m2);
+  b.Output(p2);
+  b.Output(b.Convert(p2, proto::BF16));
+  b.Output(b.Compare(CompareDirection::kGt, p2, p));
+  b.Output(m2);
+  const auto arr = [&] {
+    return MakeArray<float>(PrimitiveType::kF32, d, testing::RandomFloats(rng_, testing::NumElements(d), -2, 2));
+  };
+  const std::vector<HostArray> args = {arr(), arr(), arr()};
+  ExpectSameBitsInEveryConfiguration(*client_, b.module(), args, "update", /*autotune_too=*/false);
+  absl::StatusOr<std::vector<HostArray>> r = testing::CompileAndRun(*client_, b.module(), {}, args);
+  ASSERT_TRUE(r.ok()) << r.status();
+  ASSERT_EQ(r->size(), 5u);
+  const auto want_m2 = [&](int64_t i) { return args[1].at<float>(i) * 0.9f + args[2].at<float>(i); };
+  const auto want_p2 = [&](int64_t i) {
+    const float v = want_m2(i);
+    return args[0].at<float>(i) - v / (v * v + 1);
+  };
+  ExpectArray<float>((*r)[0], d, want_m2, 1e-6, "m2");
+  ExpectArray<float>((*r)[1], d, want_p2, 1e-6, "p2");
+  for (int64_t i = 0; i < (*r)[1].numel(); ++i) {
+    ASSERT_EQ((*r)[2].at<uint16_t>(i), FloatToBf16((*r)[1].at<float>(i))) << "bf16 of p2 at " << i;
+    ASSERT_EQ((*r)[3].at<uint8_t>(i), (*r)[1].at<float>(i) > args[0].at<float>(i) ? 1 : 0) << "p2 > p at " << i;
+  }
+  EXPECT_EQ((*r)[4].bytes, (*r)[0].bytes);
+}
+
 // softmax over the last dim of [rows, cols].
 int64_t Softmax(ModuleBuilder& b, int64_t x) {
   const Dims d = b.dims(x);

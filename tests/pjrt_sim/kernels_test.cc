@@ -996,6 +996,35 @@ TEST_P(KernelTest, ReduceSumOfShortRowsAndRunsOverManyBlocks) {
   }
 }
 
+// Column sums and maxima of spaces big enough to be cut into chunks of runs summed apart (the chunk
+// boundaries mid-block of short runs, and runs longer than a block), and of a [2, 3, many] space whose
+// reduced dims come first: against sums in order in double, and exact maxima.
+TEST_P(KernelTest, ReduceColumnsInChunks) {
+  const std::vector<std::pair<Dims, Dims>> cases = {
+      {{300, 700}, {0}}, {{5000, 37}, {0}}, {{200, 1500}, {0}}, {{2, 3, 40000}, {0, 1}}, {{64, 4, 512}, {0, 1}},
+  };
+  for (const auto& [dims, rdims] : cases) {
+    ModuleBuilder b;
+    const int64_t x = b.Parameter(0, proto::F32, dims);
+    b.Output(b.Reduce(Combiner::kSum, b.Unary(Opcode::kExp, x), rdims));
+    b.Output(b.Reduce(Combiner::kMax, x, rdims));
+    const HostArray in =
+        MakeArray<float>(PrimitiveType::kF32, dims, testing::RandomFloats(rng_, testing::NumElements(dims)));
+    const std::vector<HostArray> out = Run(b.module(), {in});
+    ASSERT_EQ(out.size(), 2u);
+    HostArray wide(ArrayShape{PrimitiveType::kF64, dims});
+    for (int64_t i = 0; i < in.numel(); ++i) wide.data<double>()[i] = std::exp(static_cast<double>(in.at<float>(i)));
+    const std::vector<double> sums = RefReduce<double>(wide, dims, rdims, true);
+    const std::vector<float> maxima = RefReduce<float>(in, dims, rdims, false);
+    const Dims out_dims = b.dims(b.module().outputs(0));
+    const std::string what = absl::StrCat(testing::DimsText(dims), " over ", testing::DimsText(rdims));
+    ExpectArray<float>(
+        out[0], out_dims, [&](int64_t i) { return sums[static_cast<size_t>(i)]; }, 1e-6, "sum(exp) " + what);
+    ExpectArray<float>(
+        out[1], out_dims, [&](int64_t i) { return maxima[static_cast<size_t>(i)]; }, 0, "max " + what);
+  }
+}
+
 TEST_P(KernelTest, ReduceMaxPropagatesNaNAndEmptyIsIdentity) {
   ModuleBuilder b;
   const int64_t x = b.Parameter(0, proto::F32, {3, 4});

@@ -3,6 +3,10 @@
 // runtime's live-tensor registry, the executable cache's LRU class), as benchmarks/ may.
 #include <benchmark/benchmark.h>
 
+#include <pthread.h>
+#include <sched.h>
+
+#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -12,6 +16,7 @@
 #include <source_location>
 #include <span>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -209,6 +214,55 @@ BENCHMARK(BM_GemmBf16)
     ->Args({512, 4096, 128})  // a weight gradient: K = batch x context tokens
     ->UseRealTime()
     ->Unit(benchmark::kMicrosecond);
+
+// One cache line passed back and forth between two threads on two of the process's CPUs: the latency
+// of a handoff between cores, which every parallel kernel pays several times. On a VM it is a property
+// of where the host placed the vCPUs, and it changes: on the 2-vCPU Zen 5 of 2026-11-25 it was 85-130 ns
+// or ~400 ns, and the MLP step 0.54 or 0.85 ms with it (RESULTS.md), the same binary.
+void BM_CoreRoundTrip(benchmark::State& state) {
+  cpu_set_t allowed;
+  std::vector<int> cpus;
+  if (sched_getaffinity(0, sizeof(allowed), &allowed) == 0) {
+    for (int c = 0; c < CPU_SETSIZE && cpus.size() < 2; ++c) {
+      if (CPU_ISSET(c, &allowed)) cpus.push_back(c);
+    }
+  }
+  if (cpus.size() < 2) {
+    state.SkipWithError("needs two CPUs");
+    return;
+  }
+  const auto pin = [](int cpu) {
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    CPU_SET(cpu, &set);
+    pthread_setaffinity_np(pthread_self(), sizeof(set), &set);
+  };
+  alignas(64) std::atomic<int64_t> ball{0};  // odd: with the partner; even: back
+  std::atomic<bool> stop{false};
+  std::thread partner([&] {
+    pin(cpus[1]);
+    for (int64_t seen = 1; !stop.load(std::memory_order_relaxed);) {
+      if (ball.load(std::memory_order_acquire) == seen) {
+        ball.store(seen + 1, std::memory_order_release);
+        seen += 2;
+      }
+    }
+  });
+  cpu_set_t before;
+  pthread_getaffinity_np(pthread_self(), sizeof(before), &before);
+  pin(cpus[0]);
+  int64_t next = 1;
+  for (auto _ : state) {
+    ball.store(next, std::memory_order_release);
+    while (ball.load(std::memory_order_acquire) != next + 1) {
+    }
+    next += 2;
+  }
+  stop.store(true);
+  partner.join();
+  pthread_setaffinity_np(pthread_self(), sizeof(before), &before);
+}
+BENCHMARK(BM_CoreRoundTrip)->MinTime(0.2);
 
 // A chain of 8 elementwise ops over N floats, fused into one pass: GB/s of input read + output written.
 void BM_FusedElementwise(benchmark::State& state) {

@@ -129,6 +129,15 @@ record() {
 echo "machine: $(nproc) cpus, $(lscpu | sed -n 's/^Model name: *//p'), load $(cut -d' ' -f1-3 /proc/loadavg)," \
   "threads $threads, OMP_WAIT_POLICY=$OMP_WAIT_POLICY" >&2
 
+# The latency of a handoff between two cores (micro BM_CoreRoundTrip), before and after the runs: on a VM it
+# changes with where the host places the vCPUs, and the MLP step with it (RESULTS.md, 2026-11-25).
+core_round_trip() {
+  [[ -x "$build/benchmarks/micro" ]] || return 0
+  "$build/benchmarks/micro" --benchmark_filter='^BM_CoreRoundTrip' --benchmark_format=json 2> /dev/null |
+    "$python" -c 'import json, sys; r = json.load(sys.stdin)["benchmarks"]; print("%.0f ns" % r[0]["real_time"] if r else "-")'
+}
+round_trip_before=$(core_round_trip)
+
 # The roofline of the model's step on this machine, from rates measured now: the best GEMM rate of the
 # device (BM_Gemm, its pool and its tuned GEMM library; with --dtype bf16 also BM_GemmBf16, bf16 operands)
 # and the bandwidth of an optimizer update (BM_AdamWUpdate: 4 arrays read, 3 written).
@@ -187,7 +196,8 @@ run_gpt_peers() {
   done
   measure_roofline
   "$python" "$here/peers_table.py" --model gpt "$results"
-  echo "threads $threads, OMP_WAIT_POLICY=$OMP_WAIT_POLICY, load after the runs: $(cut -d' ' -f1-3 /proc/loadavg)"
+  echo "threads $threads, OMP_WAIT_POLICY=$OMP_WAIT_POLICY, load after the runs: $(cut -d' ' -f1-3 /proc/loadavg)," \
+    "core round trip before/after: $round_trip_before / $(core_round_trip)"
 }
 if [[ $model == gpt ]]; then
   run_gpt_peers
@@ -256,4 +266,5 @@ fi
 
 measure_roofline
 "$python" "$here/peers_table.py" "$results"
-echo "threads $threads, OMP_WAIT_POLICY=$OMP_WAIT_POLICY, load after the runs: $(cut -d' ' -f1-3 /proc/loadavg)"
+echo "threads $threads, OMP_WAIT_POLICY=$OMP_WAIT_POLICY, load after the runs: $(cut -d' ' -f1-3 /proc/loadavg)," \
+  "core round trip before/after: $round_trip_before / $(core_round_trip)"

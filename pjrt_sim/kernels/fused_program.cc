@@ -645,9 +645,8 @@ const void* FusedProgram::Evaluate(std::span<const void* const> inputs, int64_t 
   for (int32_t i : per_block_) {
     const Step& s = steps_[static_cast<size_t>(i)];
     void* out = s.reg < 0 ? nullptr : registers + static_cast<size_t>(s.reg) * kRegisterBytes;
-    if (s.result >= 0 && static_cast<size_t>(s.result) < result_dsts.size() && result_dsts[s.result] != nullptr) {
-      out = result_dsts[static_cast<size_t>(s.result)];
-    }
+    const size_t result = static_cast<size_t>(s.result);
+    if (s.result >= 0 && result < result_dsts.size() && result_dsts[result] != nullptr) out = result_dsts[result];
     values[i] = s.fn(s, values, context, out);
     if (s.round16) Round16(s.type, static_cast<float*>(out), n);
   }

@@ -76,22 +76,26 @@ LAZYRT_VECTOR_CLONES_TEMPLATE void ScoreGradients(const T* p, const T* kept, T* 
   }
 }
 
-// Sixteen f32 lanes: one 512-bit register in the AVX-512 clone of a LAZYRT_VECTOR_CLONES function, two
-// in the AVX2 one, four in the baseline. Passed by pointer only: by value its ABI differs between clones.
-using Floats = float __attribute__((vector_size(16 * sizeof(float))));
+// Sixteen f32 lanes as two halves of 8: one 256-bit register each in the AVX2 and AVX-512 clones of a
+// LAZYRT_VECTOR_CLONES function. Not one 16-float vector type: GCC 12 kept such a type in memory in the
+// AVX2 clone and computed its lanes one by one through the stack.
+using Octet = float __attribute__((vector_size(8 * sizeof(float))));
 constexpr int64_t kFloatLanes = 16;
 
 // The maximum of init and x[0, n), NaNs ignored (as std::max(max, x) in a loop).
 LAZYRT_VECTOR_CLONES float RowMax(const float* x, int64_t n, float init) {
-  Floats lanes = Floats{} + init;
+  Octet lo = Octet{} + init, hi = lo;
   int64_t c = 0;
   for (; c + kFloatLanes <= n; c += kFloatLanes) {
-    Floats v;
-    std::memcpy(&v, x + c, sizeof(v));
-    lanes = v > lanes ? v : lanes;
+    Octet a, b;
+    std::memcpy(&a, x + c, sizeof(a));
+    std::memcpy(&b, x + c + 8, sizeof(b));
+    lo = a > lo ? a : lo;
+    hi = b > hi ? b : hi;
   }
   float max = init;
-  for (int64_t l = 0; l < kFloatLanes; ++l) max = std::max(max, lanes[l]);
+  for (int l = 0; l < 8; ++l) max = std::max(max, lo[l]);
+  for (int l = 0; l < 8; ++l) max = std::max(max, hi[l]);
   for (; c < n; ++c) max = std::max(max, x[c]);
   return max;
 }
@@ -103,15 +107,18 @@ double RowMax(const double* x, int64_t n, double init) {
 // The sum of x[0, n): 16 interleaved partial sums, then those and the tail in order. Independent chains
 // that vectorize (one chain waited on each addition); the order, and so the bits, fixed by n.
 LAZYRT_VECTOR_CLONES float RowSum(const float* x, int64_t n) {
-  Floats lanes = {};
+  Octet lo = {}, hi = {};
   int64_t c = 0;
   for (; c + kFloatLanes <= n; c += kFloatLanes) {
-    Floats v;
-    std::memcpy(&v, x + c, sizeof(v));
-    lanes += v;
+    Octet a, b;
+    std::memcpy(&a, x + c, sizeof(a));
+    std::memcpy(&b, x + c + 8, sizeof(b));
+    lo += a;
+    hi += b;
   }
   float sum = 0;
-  for (int64_t l = 0; l < kFloatLanes; ++l) sum += lanes[l];
+  for (int l = 0; l < 8; ++l) sum += lo[l];
+  for (int l = 0; l < 8; ++l) sum += hi[l];
   for (; c < n; ++c) sum += x[c];
   return sum;
 }

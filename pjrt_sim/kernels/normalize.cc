@@ -20,45 +20,96 @@ namespace {
 // the thread count. A task takes at least this many elements.
 constexpr int64_t kGrainElements = 1 << 14;
 // Rows computed together: each row's sums keep their order (element 0 first), but the sums of a block's
-// rows are independent chains, one lane each of an 8-double vector.
+// rows are independent chains, one lane each.
 constexpr int64_t kRowBlock = 8;
-// Element i of a block's 8 rows, lane r of row r. GCC and clang lower the vector to one 512-bit register
-// in the AVX-512 clone of a LAZYRT_VECTOR_CLONES function, two in the AVX2 one, four in the baseline; each
-// lane's arithmetic is the scalar IEEE operation (no contraction), so every clone computes the same bits.
-// Passed by pointer only: by value its ABI would differ between the clones.
-using Lanes = double __attribute__((vector_size(kRowBlock * sizeof(double))));
 
-// Transposes an 8x8 block of doubles in place (a[r][c] becomes a[c][r]): three rounds of interleaving.
-// Always inlined: in each clone of its callers, with their vectors.
-[[gnu::always_inline]] inline void Transpose(Lanes* a) {
-  Lanes t[kRowBlock], u[kRowBlock];
-  for (int r = 0; r < kRowBlock; r += 2) {
-    t[r] = __builtin_shufflevector(a[r], a[r + 1], 0, 8, 2, 10, 4, 12, 6, 14);
-    t[r + 1] = __builtin_shufflevector(a[r], a[r + 1], 1, 9, 3, 11, 5, 13, 7, 15);
-  }
-  for (int r : {0, 1, 4, 5}) {
-    u[r] = __builtin_shufflevector(t[r], t[r + 2], 0, 1, 8, 9, 4, 5, 12, 13);
-    u[r + 2] = __builtin_shufflevector(t[r], t[r + 2], 2, 3, 10, 11, 6, 7, 14, 15);
-  }
-  for (int r = 0; r < 4; ++r) {
-    a[r] = __builtin_shufflevector(u[r], u[r + 4], 0, 1, 2, 3, 8, 9, 10, 11);
-    a[r + 4] = __builtin_shufflevector(u[r], u[r + 4], 4, 5, 6, 7, 12, 13, 14, 15);
+// Four doubles: one 256-bit register in the AVX2 and AVX-512 clones of a LAZYRT_VECTOR_CLONES function.
+// A block's 8 lanes are two of them, not one 8-double vector type: GCC 12 kept such a type in memory in
+// the AVX2 clone, moving its halves through the stack and general registers (layer norm and its gradient
+// on [4096,128]: 3 ms on an AVX2 Zen 3). Each lane's arithmetic is the scalar IEEE operation (no
+// contraction), so every clone computes the same bits.
+using Quad = double __attribute__((vector_size(4 * sizeof(double))));
+// Element i of a block's 8 rows: lane r of row r, rows 0-3 in lo and 4-7 in hi. Passed by pointer between
+// functions that are not inlined: by value its ABI would differ between the clones.
+struct Lanes {
+  Quad lo, hi;
+};
+
+// The helpers below take and return vectors by value, which -Wpsabi notes (at their definitions, and at the
+// end of the file where templates using them are instantiated) is an ABI of its own with and without AVX.
+// They are always inlined, into each clone: no call, so no ABI.
+#pragma GCC diagnostic ignored "-Wpsabi"
+
+[[gnu::always_inline]] inline Lanes operator+(Lanes a, Lanes b) { return {a.lo + b.lo, a.hi + b.hi}; }
+[[gnu::always_inline]] inline Lanes operator-(Lanes a, Lanes b) { return {a.lo - b.lo, a.hi - b.hi}; }
+[[gnu::always_inline]] inline Lanes operator*(Lanes a, Lanes b) { return {a.lo * b.lo, a.hi * b.hi}; }
+[[gnu::always_inline]] inline Lanes operator/(Lanes a, double b) { return {a.lo / b, a.hi / b}; }
+[[gnu::always_inline]] inline Lanes& operator+=(Lanes& a, Lanes b) { return a = a + b; }
+
+[[gnu::always_inline]] inline double Lane(const Lanes& a, int64_t r) { return r < 4 ? a.lo[r] : a.hi[r - 4]; }
+[[gnu::always_inline]] inline void SetLane(Lanes& a, int64_t r, double value) {
+  if (r < 4) {
+    a.lo[r] = value;
+  } else {
+    a.hi[r - 4] = value;
   }
 }
 
-// Eight elements of a row of an f32 or f64 array.
+// Transposes a 4x4 block of doubles in place (q[r][c] becomes q[c][r]): two rounds of interleaving.
+[[gnu::always_inline]] inline void Transpose4(Quad* q) {
+  const Quad t0 = __builtin_shufflevector(q[0], q[1], 0, 4, 2, 6);
+  const Quad t1 = __builtin_shufflevector(q[0], q[1], 1, 5, 3, 7);
+  const Quad t2 = __builtin_shufflevector(q[2], q[3], 0, 4, 2, 6);
+  const Quad t3 = __builtin_shufflevector(q[2], q[3], 1, 5, 3, 7);
+  q[0] = __builtin_shufflevector(t0, t2, 0, 1, 4, 5);
+  q[1] = __builtin_shufflevector(t1, t3, 0, 1, 4, 5);
+  q[2] = __builtin_shufflevector(t0, t2, 2, 3, 6, 7);
+  q[3] = __builtin_shufflevector(t1, t3, 2, 3, 6, 7);
+}
+
+// Transposes an 8x8 block of doubles in place (a[r] lane c becomes a[c] lane r): its four 4x4 quadrants
+// each transposed, the two off the diagonal swapped. Always inlined: in each clone of its callers.
+[[gnu::always_inline]] inline void Transpose(Lanes* a) {
+  Quad top_left[4], top_right[4], bottom_left[4], bottom_right[4];
+  for (int r = 0; r < 4; ++r) {
+    top_left[r] = a[r].lo;
+    top_right[r] = a[r].hi;
+    bottom_left[r] = a[r + 4].lo;
+    bottom_right[r] = a[r + 4].hi;
+  }
+  Transpose4(top_left);
+  Transpose4(top_right);
+  Transpose4(bottom_left);
+  Transpose4(bottom_right);
+  for (int r = 0; r < 4; ++r) {
+    a[r] = {top_left[r], bottom_left[r]};
+    a[r + 4] = {top_right[r], bottom_right[r]};
+  }
+}
+
+// Four elements of a row of T at p, as doubles; and the inverse, each rounded to T.
 template <typename T>
-struct RowVectorOf;
+struct RowQuadOf;
 template <>
-struct RowVectorOf<double> {
-  using type = Lanes;
+struct RowQuadOf<double> {
+  using type = Quad;
 };
 template <>
-struct RowVectorOf<float> {
-  using type = float __attribute__((vector_size(kRowBlock * sizeof(float))));
+struct RowQuadOf<float> {
+  using type = float __attribute__((vector_size(4 * sizeof(float))));
 };
 template <typename T>
-using RowVector = typename RowVectorOf<T>::type;
+using RowQuad = typename RowQuadOf<T>::type;
+template <typename T>
+[[gnu::always_inline]] inline Quad LoadQuad(const T* p) {
+  return Quad{static_cast<double>(p[0]), static_cast<double>(p[1]), static_cast<double>(p[2]),
+              static_cast<double>(p[3])};
+}
+template <typename T>
+[[gnu::always_inline]] inline void StoreQuad(Quad q, T* p) {
+  const RowQuad<T> v = __builtin_convertvector(q, RowQuad<T>);
+  std::memcpy(p, &v, sizeof(v));
+}
 
 // The block of 8 rows of an f32 or f64 array at `rows` (row r at rows + r * width) into x[i] (element i
 // of every row).
@@ -68,14 +119,13 @@ LAZYRT_VECTOR_CLONES_TEMPLATE void LoadBlock(const T* rows, int64_t width, Lanes
   for (; i + kRowBlock <= width; i += kRowBlock) {
     Lanes* block = x + i;
     for (int64_t r = 0; r < kRowBlock; ++r) {
-      RowVector<T> v;
-      std::memcpy(&v, rows + r * width + i, sizeof(v));
-      block[r] = __builtin_convertvector(v, Lanes);
+      const T* row = rows + r * width + i;
+      block[r] = {LoadQuad(row), LoadQuad(row + 4)};
     }
     Transpose(block);
   }
   for (; i < width; ++i) {
-    for (int64_t r = 0; r < kRowBlock; ++r) x[i][r] = rows[r * width + i];
+    for (int64_t r = 0; r < kRowBlock; ++r) SetLane(x[i], r, rows[r * width + i]);
   }
 }
 
@@ -87,24 +137,25 @@ LAZYRT_VECTOR_CLONES_TEMPLATE void StoreBlock(Lanes* x, int64_t width, T* rows) 
     Lanes* block = x + i;
     Transpose(block);
     for (int64_t r = 0; r < kRowBlock; ++r) {
-      const RowVector<T> v = __builtin_convertvector(block[r], RowVector<T>);
-      std::memcpy(rows + r * width + i, &v, sizeof(v));
+      T* row = rows + r * width + i;
+      StoreQuad(block[r].lo, row);
+      StoreQuad(block[r].hi, row + 4);
     }
   }
   for (; i < width; ++i) {
-    for (int64_t r = 0; r < kRowBlock; ++r) rows[r * width + i] = static_cast<T>(x[i][r]);
+    for (int64_t r = 0; r < kRowBlock; ++r) rows[r * width + i] = static_cast<T>(Lane(x[i], r));
   }
 }
 
 // Row r's elements [start, start + n) of an array of `type` into lane r of x[0, n).
 void LoadRow(const void* base, PrimitiveType type, int64_t start, int64_t n, Lanes* x, int64_t r) {
-  for (int64_t i = 0; i < n; ++i) x[i][r] = LoadElement(base, type, start + i);
+  for (int64_t i = 0; i < n; ++i) SetLane(x[i], r, LoadElement(base, type, start + i));
 }
 
 // The inverse of LoadRow: lane r of x[0, n) rounded to `type` at elements [start, start + n).
 void StoreRow(const Lanes* x, int64_t r, int64_t n, PrimitiveType type, void* base, int64_t start) {
   const int64_t bytes = ByteWidth(type);
-  for (int64_t i = 0; i < n; ++i) StoreElement(x[i][r], type, static_cast<char*>(base) + (start + i) * bytes);
+  for (int64_t i = 0; i < n; ++i) StoreElement(Lane(x[i], r), type, static_cast<char*>(base) + (start + i) * bytes);
 }
 
 // Replaces each row of x[0, w) by its normalization (centred: layer norm, else RMS norm), or, given g,
@@ -114,11 +165,11 @@ LAZYRT_VECTOR_CLONES void NormalizeRows(bool centred, double epsilon, int64_t w,
   Lanes mean = {}, second_moment = {}, rstd;
   if (centred) {
     for (int64_t i = 0; i < w; ++i) mean += x[i];
-    mean /= n;
+    mean = mean / n;
   }
   // Of x - mean: the two-pass variance, exact where a running sum of squares cancels.
   for (int64_t i = 0; i < w; ++i) second_moment += (x[i] - mean) * (x[i] - mean);
-  for (int64_t r = 0; r < kRowBlock; ++r) rstd[r] = 1.0 / std::sqrt(second_moment[r] / n + epsilon);
+  for (int64_t r = 0; r < kRowBlock; ++r) SetLane(rstd, r, 1.0 / std::sqrt(Lane(second_moment, r) / n + epsilon));
   for (int64_t i = 0; i < w; ++i) x[i] = (x[i] - mean) * rstd;  // x_hat
   if (g == nullptr) return;
   // d/dx of sum(g x_hat) = rstd (g - mean(g) - x_hat mean(g x_hat)); RMS has no mean(g) term.
@@ -128,7 +179,7 @@ LAZYRT_VECTOR_CLONES void NormalizeRows(bool centred, double epsilon, int64_t w,
     mean_g_xhat += g[i] * x[i];
   }
   mean_g = centred ? mean_g / n : Lanes{};
-  mean_g_xhat /= n;
+  mean_g_xhat = mean_g_xhat / n;
   for (int64_t i = 0; i < w; ++i) x[i] = rstd * (g[i] - mean_g - x[i] * mean_g_xhat);
 }
 

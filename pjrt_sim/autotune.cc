@@ -125,9 +125,9 @@ std::optional<double> BestTimeUs(const Kernel& kernel, std::span<const void* con
   return best;
 }
 
-// The GEMM library to record for `dot`: every library timed in every variant (the best variant counts),
-// the times noted in `record`.
-GemmLibrary FastestGemmLibrary(const proto::Kernel& dot, std::span<const ArrayShape> input_shapes,
+// The GEMM library to record for `kernel` (a DOT or an attention kernel): every library timed (a DOT's in
+// every variant, the best counting), the times noted in `record`.
+GemmLibrary FastestGemmLibrary(const proto::Kernel& kernel, std::span<const ArrayShape> input_shapes,
                                const ArrayShape& out_shape, std::span<const void* const> inputs,
                                std::span<void* const> outs, proto::AutotuneRecord& record) {
   const GemmLibrary preferred = PreferredGemmLibrary();
@@ -135,8 +135,10 @@ GemmLibrary FastestGemmLibrary(const proto::Kernel& dot, std::span<const ArraySh
   GemmLibrary best = preferred;
   for (GemmLibrary library : kGemmLibraries) {
     std::optional<double> library_us;
-    for (int64_t variant : {kDotSerial, kDotColumnPanels, kDotRowPanels}) {
-      proto::Kernel candidate = dot;
+    for (int64_t variant : kernel.kind() == proto::Kernel::DOT
+                               ? std::vector<int64_t>{kDotSerial, kDotColumnPanels, kDotRowPanels}
+                               : std::vector<int64_t>{kernel.variant()}) {
+      proto::Kernel candidate = kernel;
       candidate.set_gemm_library(static_cast<int32_t>(library));
       candidate.set_variant(variant);
       absl::StatusOr<std::unique_ptr<Kernel>> built = BuildKernel(candidate, input_shapes, out_shape);
@@ -206,11 +208,17 @@ absl::Status Autotune(proto::Executable& exe, Device* device, const GemmTuningRe
     proto::Kernel& kernel = *exe.mutable_kernels(k);
     std::vector<Candidate> candidates;
     const bool tuned_dot = kernel.kind() == proto::Kernel::DOT && kernel.m() * kernel.n() * kernel.k() >= (1 << 15);
+    // An attention kernel's products are small (kAttentionBlock square blocks) and many: which library
+    // calls them fastest decides, not its variants (it has none).
+    const bool tuned_attention =
+        kernel.kind() == proto::Kernel::ATTENTION || kernel.kind() == proto::Kernel::ATTENTION_GRAD;
+    const std::optional<GemmShape> gemm_shape =
+        tuned_dot || tuned_attention ? TunedGemmShape(exe, kernel) : std::nullopt;
     const std::optional<GemmLibrary> known =
-        tuned_dot && gemm_tuning != nullptr ? gemm_tuning->Lookup(DotShape(exe, kernel)) : std::nullopt;
+        gemm_shape && gemm_tuning != nullptr ? gemm_tuning->Lookup(*gemm_shape) : std::nullopt;
     // Recorded since the compiler looked (another process's first compile of the shape): obey it.
     if (known) kernel.set_gemm_library(static_cast<int32_t>(*known));
-    if (tuned_dot && gemm_tuning != nullptr && !known) {
+    if (gemm_shape && gemm_tuning != nullptr && !known) {
       // A shape new to the machine: its library by measurement, recorded once for every later compile.
       std::vector<ArrayShape> input_shapes;
       std::vector<const void*> inputs;
@@ -223,7 +231,7 @@ absl::Status Autotune(proto::Executable& exe, Device* device, const GemmTuningRe
       record->set_kernel(k);
       const GemmLibrary fastest = FastestGemmLibrary(
           kernel, input_shapes, FromProto(exe.slots(static_cast<int>(kernel.output())).shape()), inputs, outs, *record);
-      const GemmLibrary recorded = gemm_tuning->Record(DotShape(exe, kernel), fastest);
+      const GemmLibrary recorded = gemm_tuning->Record(*gemm_shape, fastest);
       record->set_chosen(absl::StrCat("library_", std::string(GemmLibraryName(recorded))));
       kernel.set_gemm_library(static_cast<int32_t>(recorded));
     }

@@ -119,14 +119,15 @@ absl::StatusOr<std::shared_ptr<Executable>> Compile(const proto::Module& global,
     return fused.ok() ? *fused : 0;
   });
   if (!emitted.ok()) return emitted;
-  // Every DOT on the GEMM library the machine's record names for its shape, else on the one this CPU
-  // runs fastest: either way a function of the machine, so that every compile of a graph on it computes
-  // the same bits (autotuning may add a shape to the record, never change one).
+  // Every DOT and attention kernel on the GEMM library the machine's record names for its product, else
+  // on the one this CPU runs fastest: either way a function of the machine, so that every compile of a
+  // graph on it computes the same bits (autotuning may add a shape to the record, never change one).
   const std::optional<GemmTuningRecord> tuning =
       options.gemm_tuning_file.empty() ? std::nullopt : std::optional<GemmTuningRecord>(options.gemm_tuning_file);
   for (proto::Kernel& kernel : *exe.mutable_kernels()) {
-    if (kernel.kind() != proto::Kernel::DOT) continue;
-    const std::optional<GemmLibrary> recorded = tuning ? tuning->Lookup(DotShape(exe, kernel)) : std::nullopt;
+    const std::optional<GemmShape> shape = TunedGemmShape(exe, kernel);
+    if (!shape) continue;
+    const std::optional<GemmLibrary> recorded = tuning ? tuning->Lookup(*shape) : std::nullopt;
     kernel.set_gemm_library(static_cast<int32_t>(recorded.value_or(PreferredGemmLibrary())));
   }
   RunPass(exe, "buffer_assignment", [&] { return AssignBuffers(exe); });

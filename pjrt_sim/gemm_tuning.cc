@@ -21,6 +21,7 @@
 #include "absl/strings/str_split.h"
 #include "pjrt_sim/cpu_isa.h"
 #include "pjrt_sim/hlo.h"
+#include "pjrt_sim/kernels/attention.h"
 
 namespace lazyrt::pjrt {
 namespace {
@@ -161,13 +162,20 @@ bool WriteAtomically(const std::string& path, const std::string& text) {
 
 }  // namespace
 
-GemmShape DotShape(const proto::Executable& exe, const proto::Kernel& dot) {
-  return GemmShape{FromProto(exe.slots(static_cast<int>(dot.output())).shape()).type,
-                   dot.m(),
-                   dot.n(),
-                   dot.k(),
-                   dot.transpose_lhs(),
-                   dot.transpose_rhs()};
+std::optional<GemmShape> TunedGemmShape(const proto::Executable& exe, const proto::Kernel& kernel) {
+  if (kernel.kind() == proto::Kernel::DOT) {
+    return GemmShape{FromProto(exe.slots(static_cast<int>(kernel.output())).shape()).type,
+                     kernel.m(),
+                     kernel.n(),
+                     kernel.k(),
+                     kernel.transpose_lhs(),
+                     kernel.transpose_rhs()};
+  }
+  if (kernel.kind() != proto::Kernel::ATTENTION && kernel.kind() != proto::Kernel::ATTENTION_GRAD) return std::nullopt;
+  if (kernel.inputs().empty()) return std::nullopt;  // malformed: the loader refuses it
+  const ArrayShape q = FromProto(exe.slots(static_cast<int>(kernel.inputs(0))).shape());
+  if (q.dims.empty()) return std::nullopt;
+  return GemmShape{q.type, kAttentionBlock, kAttentionBlock, q.dims.back(), false, true};
 }
 
 std::string GemmTuningRecord::DefaultPath() {

@@ -31,8 +31,11 @@ struct GemmShape {
   bool transpose_lhs, transpose_rhs;
 };
 
-// The product of a DOT kernel of `exe`.
-GemmShape DotShape(const proto::Executable& exe, const proto::Kernel& dot);
+// The product whose GEMM library a kernel of `exe` runs on, the key of its entry in the record: a DOT's
+// product; an ATTENTION or ATTENTION_GRAD kernel's block of scores (q k^T: kAttentionBlock queries by
+// kAttentionBlock keys over E, k transposed), for its block products all run on one library. Nothing for
+// other kernels.
+std::optional<GemmShape> TunedGemmShape(const proto::Executable& exe, const proto::Kernel& kernel);
 
 class GemmTuningRecord {
  public:

@@ -11,10 +11,11 @@
 
 namespace lazyrt::pjrt {
 
-inline constexpr absl::string_view kCompilerVersion = "lazyrt-sim-compiler/8";
+inline constexpr absl::string_view kCompilerVersion = "lazyrt-sim-compiler/9";
 // 2: multi-output loop kernels. 3: the GEMM library of each DOT kernel and the CPU features it was tuned on.
-// 4: NORMALIZE and SCATTER kernels, the sites of index-checking kernels.
-inline constexpr uint32_t kExecutableFormatVersion = 4;
+// 4: NORMALIZE and SCATTER kernels, the sites of index-checking kernels. 5: the GEMM library of each
+// attention kernel (before, the loading CPU's preferred one).
+inline constexpr uint32_t kExecutableFormatVersion = 5;
 
 // What produced an executable, as stored with it (a cache entry's producer version).
 struct ProducerVersion {

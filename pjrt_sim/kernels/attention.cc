@@ -29,9 +29,10 @@ bool BatchDimsAre(const ArrayShape& s, std::span<const int64_t> batch) {
   return s.dims.size() == batch.size() + 2 && std::equal(batch.begin(), batch.end(), s.dims.begin());
 }
 
-// C[m,n] = A[m,k] B[k,n], with the empty cases the GEMM libraries need not see.
+// C[m,n] = A[m,k] B[k,n] on `library`, with the empty cases the GEMM libraries need not see.
 template <typename T>
-void Product(int64_t m, int64_t n, int64_t k, MatrixView<const T> a, MatrixView<const T> b, MatrixView<T> c) {
+void Product(GemmLibrary library, int64_t m, int64_t n, int64_t k, MatrixView<const T> a, MatrixView<const T> b,
+             MatrixView<T> c) {
   if (m == 0 || n == 0) return;
   if (k == 0) {
     for (int64_t i = 0; i < m; ++i) {
@@ -39,7 +40,7 @@ void Product(int64_t m, int64_t n, int64_t k, MatrixView<const T> a, MatrixView<
     }
     return;
   }
-  Gemm(PreferredGemmLibrary(), m, n, k, a, b, c);  // the CPU's library: the same bits in every process here
+  Gemm(library, m, n, k, a, b, c);
 }
 
 // The elementwise loops of a block, each compiled for the CPU's widest vectors (LAZYRT_VECTOR_CLONES:
@@ -145,6 +146,7 @@ class AttentionBase : public Kernel {
         causal_(params.causal),
         dropout_(params.dropout),
         stream_(params.stream),
+        library_(params.library),
         // What a kept probability is multiplied by: 1 / (1 - p), and 0 when every one is dropped (p = 1).
         keep_scale_(params.dropout < 1 ? 1 / (1 - params.dropout) : 0) {}
 
@@ -188,7 +190,7 @@ class AttentionBase : public Kernel {
   void Scores(const T* q, const T* k, const void* mask, int64_t mask_offset, int64_t i0, int64_t rows, int64_t j0,
               int64_t cols, T* scores) const {
     const int64_t e = lay_.e;
-    Product<T>(rows, cols, e, {q + i0 * e, e, 1}, {k + j0 * e, 1, e}, {scores, kBlock, 1});
+    Product<T>(library_, rows, cols, e, {q + i0 * e, e, 1}, {k + j0 * e, 1, e}, {scores, kBlock, 1});
     const T scale = static_cast<T>(scale_);
     constexpr T kMinusInf = -std::numeric_limits<T>::infinity();
     for (int64_t r = 0; r < rows; ++r) {
@@ -227,6 +229,7 @@ class AttentionBase : public Kernel {
   bool causal_;
   double dropout_;
   int64_t stream_;
+  GemmLibrary library_;
   double keep_scale_;
 };
 
@@ -297,7 +300,7 @@ class AttentionKernel final : public AttentionBase {
           ScaleBy(a, ev, rescale);
         }
         if (dropout_ > 0) Dropout<T>(seed, b, i0, rows, j0, cols, scores);  // after the sums: softmax, then drop
-        Product<T>(rows, ev, cols, {scores, kBlock, 1}, {v + j0 * ev, ev, 1}, {pv, ev, 1});
+        Product<T>(library_, rows, ev, cols, {scores, kBlock, 1}, {v + j0 * ev, ev, 1}, {pv, ev, 1});
         AddTo(acc, pv, rows * ev);
       }
       for (int64_t r = 0; r < rows; ++r) {
@@ -388,18 +391,18 @@ class AttentionGradKernel final : public AttentionBase {
             kept = dropped;
           }
           // dV[j0:] += (P Z)^T dO[i0:]
-          Product<T>(cols, ev, rows, {kept, 1, kBlock}, {dout + i0 * ev, ev, 1}, {product, ev, 1});
+          Product<T>(library_, cols, ev, rows, {kept, 1, kBlock}, {dout + i0 * ev, ev, 1}, {product, ev, 1});
           AddTo(dv + j0 * ev, product, cols * ev);
           // dS = P * (dO V^T Z - D) * scale; P Z / P is Z where P > 0 (and dS is 0 where P is)
-          Product<T>(rows, cols, ev, {dout + i0 * ev, ev, 1}, {v + j0 * ev, 1, ev}, {ds, kBlock, 1});
+          Product<T>(library_, rows, cols, ev, {dout + i0 * ev, ev, 1}, {v + j0 * ev, 1, ev}, {ds, kBlock, 1});
           for (int64_t r = 0; r < rows; ++r) {
             ScoreGradients(p + r * kBlock, dropout_ > 0 ? kept + r * kBlock : nullptr, ds + r * kBlock, cols,
                            delta[i0 + r], scale);
           }
           // dK[j0:] += dS^T Q[i0:], dQ[i0:] += dS K[j0:]
-          Product<T>(cols, e, rows, {ds, 1, kBlock}, {q + i0 * e, e, 1}, {product, e, 1});
+          Product<T>(library_, cols, e, rows, {ds, 1, kBlock}, {q + i0 * e, e, 1}, {product, e, 1});
           AddTo(dk + j0 * e, product, cols * e);
-          Product<T>(rows, e, cols, {ds, kBlock, 1}, {k + j0 * e, e, 1}, {product, e, 1});
+          Product<T>(library_, rows, e, cols, {ds, kBlock, 1}, {k + j0 * e, e, 1}, {product, e, 1});
           AddTo(dq + i0 * e, product, rows * e);
         }
       }

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "pjrt_sim/kernels/gemm.h"
 #include "pjrt_sim/kernels/kernels.h"
 #include "pjrt_sim/types.h"
 
@@ -21,10 +22,11 @@ inline constexpr int64_t kAttentionBlock = 64;
 
 // The static parameters of an ATTENTION or ATTENTION_GRAD instruction.
 struct AttentionParams {
-  double scale = 1;     // finite
-  bool causal = false;  // query i sees keys j <= i only
-  double dropout = 0;   // in [0, 1]; > 0: the last operand is the s64[] seed
-  int64_t stream = 0;   // the random stream of the dropout
+  double scale = 1;                          // finite
+  bool causal = false;                       // query i sees keys j <= i only
+  double dropout = 0;                        // in [0, 1]; > 0: the last operand is the s64[] seed
+  int64_t stream = 0;                        // the random stream of the dropout
+  GemmLibrary library = GemmLibrary::kBlis;  // of the block products (proto::Kernel.gemm_library)
 };
 
 // The sizes of an ATTENTION or ATTENTION_GRAD instruction, checked against its operands and result.

@@ -1055,7 +1055,9 @@ absl::StatusOr<std::unique_ptr<Kernel>> BuildKernel(const proto::Kernel& k, std:
     case proto::Kernel::ATTENTION:
     case proto::Kernel::ATTENTION_GRAD: {
       const bool grad = k.kind() == proto::Kernel::ATTENTION_GRAD;
-      const AttentionParams params{k.scale(), k.causal(), k.dropout(), k.stream()};
+      const std::optional<GemmLibrary> library = GemmLibraryFromNumber(k.gemm_library());
+      RETURN_IF_ERROR(Expect(library.has_value(), k, absl::StrCat("unknown GEMM library ", k.gemm_library())));
+      const AttentionParams params{k.scale(), k.causal(), k.dropout(), k.stream(), *library};
       absl::StatusOr<AttentionLayout> layout = CheckAttention(inputs, output, grad, params);
       if (!layout.ok()) return Expect(false, k, std::string(layout.status().message()));
       return grad ? MakeAttentionGradKernel(*std::move(layout), params)

@@ -8,6 +8,7 @@
 
 #include <cmath>
 #include <limits>
+#include <optional>
 #include <random>
 
 #include "pjrt_sim/module_verifier.h"
@@ -165,7 +166,8 @@ ModuleBuilder Build(const Problem& p) {
 
 class AttentionKernelTest : public ::testing::Test {
  protected:
-  void Check(const Problem& p, const std::string& name) {
+  // `library`: the attention kernels' GEMM library, set in the compiled executable (else the compiler's).
+  void Check(const Problem& p, const std::string& name, std::optional<GemmLibrary> library = std::nullopt) {
     SCOPED_TRACE(name);
     std::mt19937_64 rng(std::hash<std::string>{}(name));
     const int64_t batch = Numel(p.batch);
@@ -195,6 +197,16 @@ class AttentionKernelTest : public ::testing::Test {
     ASSERT_TRUE(VerifyModule(m.module()).ok()) << VerifyModule(m.module());
     absl::StatusOr<std::shared_ptr<Executable>> exe = client_->Compile(m.module(), {});
     ASSERT_TRUE(exe.ok()) << exe.status();
+    if (library) {
+      proto::Executable chosen = (*exe)->proto();
+      for (proto::Kernel& k : *chosen.mutable_kernels()) {
+        if (k.kind() == proto::Kernel::ATTENTION || k.kind() == proto::Kernel::ATTENTION_GRAD) {
+          k.set_gemm_library(static_cast<int32_t>(*library));
+        }
+      }
+      exe = Executable::Load(std::move(chosen));
+      ASSERT_TRUE(exe.ok()) << exe.status();
+    }
     // Through the serialized form, as a persistent cache hit would load it.
     absl::StatusOr<std::shared_ptr<Executable>> loaded = client_->LoadSerializedExecutable((*exe)->Serialize());
     ASSERT_TRUE(loaded.ok()) << loaded.status();
@@ -236,6 +248,16 @@ TEST_F(AttentionKernelTest, MatchesReferenceLoop) {
   Check({{}, 1, 1, 1, 1}, "one of everything");
   Check({{3}, 5, 200, 4, 3}, "many key blocks");
   Check({{1}, 130, 7, 4, 3}, "many query blocks");
+}
+
+// The block products run on the library the executable names: each computes the same attention.
+TEST_F(AttentionKernelTest, EveryGemmLibraryMatchesTheReferenceLoop) {
+  for (GemmLibrary library : kGemmLibraries) {
+    const std::string name(GemmLibraryName(library));
+    Check({{2, 3}, 70, 70, 16, 16}, name + ", square, two blocks", library);
+    Check({{2}, 65, 129, 8, 24, {}, false, true}, name + ", causal, L != S, Ev != E", library);
+    Check({{2, 3}, 33, 66, 8, 4, {1, 3, 33, 66}, false}, name + ", f32 mask per head", library);
+  }
 }
 
 TEST_F(AttentionKernelTest, CausalSkipsBlocksAboveTheDiagonal) {

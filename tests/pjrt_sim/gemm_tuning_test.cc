@@ -130,6 +130,70 @@ TEST_F(GemmTuningTest, ConcurrentFirstCompilesAgree) {
   EXPECT_EQ(libraries[0], libraries[1]) << "the first writer of an entry must win for both";
 }
 
+// Causal attention and its gradient on [2, 96, 16] heads: their block products run on the library the
+// record names for a block of scores, 64 queries by 64 keys over 16 (k transposed).
+proto::Module AttentionModule() {
+  ModuleBuilder m;
+  const int64_t q = m.Parameter(0, proto::F32, {2, 96, 16});
+  const int64_t k = m.Parameter(1, proto::F32, {2, 96, 16});
+  const int64_t v = m.Parameter(2, proto::F32, {2, 96, 16});
+  const int64_t dout = m.Parameter(3, proto::F32, {2, 96, 16});
+  auto attrs = [](proto::Instruction& i) {
+    i.set_value(0.25);
+    i.set_causal(true);
+  };
+  const int64_t fwd = m.Op(Opcode::kAttention, {q, k, v}, proto::F32, {2, 96, 17}, attrs);
+  m.Output(m.Op(Opcode::kAttentionGrad, {q, k, v, fwd, dout}, proto::F32, {2, 96 * 16 * 3}, attrs));
+  return m.module();
+}
+constexpr GemmShape kScoreBlock{PrimitiveType::kF32, 64, 64, 16, false, true};
+
+std::vector<int32_t> AttentionLibraries(const Executable& exe) {
+  std::vector<int32_t> libraries;
+  for (const proto::Kernel& k : exe.proto().kernels()) {
+    if (k.kind() == proto::Kernel::ATTENTION || k.kind() == proto::Kernel::ATTENTION_GRAD) {
+      libraries.push_back(k.gemm_library());
+    }
+  }
+  return libraries;
+}
+
+TEST_F(GemmTuningTest, AttentionKernelsRunOnTheLibraryRecordedForTheirBlockOfScores) {
+  const proto::Module module = AttentionModule();
+  for (GemmLibrary library : kGemmLibraries) {
+    WriteFile(absl::StrCat("lazyrt-gemm-tuning 1\n", HostIsa(), "\tf32\t64\t64\t16\t0\t1\t",
+                           std::string(GemmLibraryName(library)), "\n"));
+    std::unique_ptr<Client> client = testing::MakeClient();
+    for (bool autotune : {false, true}) {
+      absl::StatusOr<std::shared_ptr<Executable>> exe =
+          client->Compile(module, {.autotune = autotune, .gemm_tuning_file = path_});
+      ASSERT_TRUE(exe.ok()) << exe.status();
+      const int32_t want = static_cast<int32_t>(library);
+      EXPECT_EQ(AttentionLibraries(**exe), (std::vector<int32_t>{want, want})) << GemmLibraryName(library);
+    }
+  }
+}
+
+TEST_F(GemmTuningTest, AFirstCompileMeasuresTheAttentionsLibraryAndRecordsIt) {
+  const proto::Module module = AttentionModule();
+  std::unique_ptr<Client> client = testing::MakeClient();
+  absl::StatusOr<std::shared_ptr<Executable>> exe =
+      client->Compile(module, {.autotune = true, .gemm_tuning_file = path_});
+  ASSERT_TRUE(exe.ok()) << exe.status();
+  const std::optional<GemmLibrary> recorded = GemmTuningRecord(path_).Lookup(kScoreBlock);
+  ASSERT_TRUE(recorded.has_value());
+  const int32_t want = static_cast<int32_t>(*recorded);
+  EXPECT_EQ(AttentionLibraries(**exe), (std::vector<int32_t>{want, want}));
+  // One kernel measured every library (the other found the record): its candidates are in the executable.
+  int measured = 0;
+  for (const proto::AutotuneRecord& r : (*exe)->proto().autotune()) {
+    if (r.chosen() != absl::StrCat("library_", std::string(GemmLibraryName(*recorded)))) continue;
+    ++measured;
+    EXPECT_EQ(r.candidates_size(), static_cast<int>(std::size(kGemmLibraries)));
+  }
+  EXPECT_EQ(measured, 1);
+}
+
 TEST_F(GemmTuningTest, DamagedLinesAreRefusedWithTheirLineAndTheRestIsRead) {
   const std::string& isa = HostIsa();
   WriteFile(absl::StrCat("lazyrt-gemm-tuning 1\n",                         // 1

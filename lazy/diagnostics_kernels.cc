@@ -2,6 +2,7 @@
 // of the executables held in memory.
 #include <algorithm>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -34,10 +35,25 @@ std::string KernelProfileText() {
     });
   }
   std::sort(rows.begin(), rows.end(), [](const Row& a, const Row& b) { return a.time.total_ns > b.time.total_ns; });
+  // The same time by kind of kernel, longest first: where a step goes at a glance, before the kernels.
+  std::vector<std::pair<std::string, int64_t>> by_kind;
+  for (const Row& r : rows) {
+    auto it = std::find_if(by_kind.begin(), by_kind.end(), [&](const auto& k) { return k.first == r.kind; });
+    if (it == by_kind.end()) it = by_kind.insert(by_kind.end(), {r.kind, 0});
+    it->second += r.time.total_ns;
+  }
+  std::stable_sort(by_kind.begin(), by_kind.end(), [](const auto& a, const auto& b) { return a.second > b.second; });
   constexpr size_t kShown = 30;
   std::string out = absl::StrFormat("device time by kernel: %.1f ms in %d kernels of the loaded executables%s\n",
                                     static_cast<double>(total_ns) / 1e6, rows.size(),
                                     rows.size() > kShown ? absl::StrCat(", the ", kShown, " longest") : "");
+  absl::StrAppend(&out, "  by kind:");
+  for (const auto& [kind, ns] : by_kind) {
+    absl::StrAppend(
+        &out, absl::StrFormat(" %s %.1f ms (%.0f%%)", kind, static_cast<double>(ns) / 1e6,
+                              100.0 * static_cast<double>(ns) / static_cast<double>(std::max<int64_t>(1, total_ns))));
+  }
+  absl::StrAppend(&out, "\n");
   absl::StrAppend(&out, absl::StrFormat("  %-16s %4s  %-6s  %-24s %7s %10s %9s %6s  %s\n", "GRAPH", "#", "KIND",
                                         "ITERATION", "RUNS", "TOTAL ms", "MEAN us", "SHARE", "LABEL"));
   for (size_t i = 0; i < rows.size() && i < kShown; ++i) {

@@ -52,7 +52,7 @@ line_of("item" item_line)
 line_of("static scalar" scalar_line)
 line_of("batch shape" batch_line)
 
-set(ENV_SETTINGS LAZYRT_DEBUG=2 LAZYRT_DEBUG_FILE=${WORK}/debug.txt LAZYRT_TRACE=${WORK}/trace.json)
+set(ENV_SETTINGS LAZYRT_DEBUG=3 LAZYRT_DEBUG_FILE=${WORK}/debug.txt LAZYRT_TRACE=${WORK}/trace.json)
 run(trapped --report ${WORK}/trapped.json --cache-dir ${WORK}/cache)
 file(READ ${WORK}/trapped.json trapped)
 # The loss is read after the step's update: nothing is cut, the host waits for the device.
@@ -65,10 +65,11 @@ if(events LESS 12)
   message(FATAL_ERROR "expected a sync event per step, got ${events}")
 endif()
 
-# LAZYRT_DEBUG=2: a line per sync, a warning for the late compile, the analysis at exit.
+# LAZYRT_DEBUG=2: a line per sync, a warning for the late compile, the analysis at exit; 3: the device's
+# time by kind of kernel, then by kernel.
 file(READ ${WORK}/debug.txt debug)
 foreach(expected "sync #0 step 0.0 item at examples/fragmented_step.cpp:${item_line}" "warning: step"
-                 "analysis at exit")
+                 "analysis at exit" "device time by kernel: " "  by kind: " " DOT " "  GRAPH ")
   string(FIND "${debug}" "${expected}" at)
   if(at EQUAL -1)
     message(FATAL_ERROR "debug output lacks '${expected}':\n${debug}")

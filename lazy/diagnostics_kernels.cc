@@ -47,13 +47,15 @@ std::string KernelProfileText() {
   std::string out = absl::StrFormat("device time by kernel: %.1f ms in %d kernels of the loaded executables%s\n",
                                     static_cast<double>(total_ns) / 1e6, rows.size(),
                                     rows.size() > kShown ? absl::StrCat(", the ", kShown, " longest") : "");
-  absl::StrAppend(&out, "  by kind:");
-  for (const auto& [kind, ns] : by_kind) {
-    absl::StrAppend(
-        &out, absl::StrFormat(" %s %.1f ms (%.0f%%)", kind, static_cast<double>(ns) / 1e6,
-                              100.0 * static_cast<double>(ns) / static_cast<double>(std::max<int64_t>(1, total_ns))));
+  if (!by_kind.empty()) {
+    absl::StrAppend(&out, "  by kind:");
+    for (const auto& [kind, ns] : by_kind) {
+      absl::StrAppend(
+          &out, absl::StrFormat(" %s %.1f ms (%.0f%%)", kind, static_cast<double>(ns) / 1e6,
+                                100.0 * static_cast<double>(ns) / static_cast<double>(std::max<int64_t>(1, total_ns))));
+    }
+    absl::StrAppend(&out, "\n");
   }
-  absl::StrAppend(&out, "\n");
   absl::StrAppend(&out, absl::StrFormat("  %-16s %4s  %-6s  %-24s %7s %10s %9s %6s  %s\n", "GRAPH", "#", "KIND",
                                         "ITERATION", "RUNS", "TOTAL ms", "MEAN us", "SHARE", "LABEL"));
   for (size_t i = 0; i < rows.size() && i < kShown; ++i) {

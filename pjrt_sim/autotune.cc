@@ -16,6 +16,7 @@
 #include "pjrt_sim/element_ops.h"
 #include "pjrt_sim/executable.h"
 #include "pjrt_sim/hlo.h"
+#include "pjrt_sim/kernels/attention.h"
 #include "pjrt_sim/kernels/fused_program.h"
 #include "pjrt_sim/kernels/gemm.h"
 #include "pjrt_sim/kernels/kernels.h"
@@ -110,6 +111,13 @@ absl::StatusOr<std::string> F32Product(const proto::Kernel& dot, std::span<const
 // the pool's callers and workers watched for each other instead of sleeping), though panels won on the
 // tuner's warm caches. From ~2^21 multiply-adds (~20 us on one core) a split can pay, and timing decides.
 constexpr int64_t kMinPanelMacs = int64_t{1} << 21;
+
+// Whether an attention kernel's queries (L) and keys (S) fill at least one block each.
+bool FullBlocks(const proto::Executable& exe, const proto::Kernel& attention) {
+  const ArrayShape q = FromProto(exe.slots(static_cast<int>(attention.inputs(0))).shape());  // [B..., L, E]
+  const ArrayShape k = FromProto(exe.slots(static_cast<int>(attention.inputs(1))).shape());  // [B..., S, E]
+  return q.dims.end()[-2] >= kAttentionBlock && k.dims.end()[-2] >= kAttentionBlock;
+}
 
 // Runs `kernel` once (warming caches), then `rounds` times; its best time in microseconds, or nothing if
 // it failed.
@@ -210,15 +218,16 @@ absl::Status Autotune(proto::Executable& exe, Device* device, const GemmTuningRe
     const bool tuned_dot = kernel.kind() == proto::Kernel::DOT && kernel.m() * kernel.n() * kernel.k() >= (1 << 15);
     // An attention kernel's products are small (kAttentionBlock square blocks) and many: which library
     // calls them fastest decides, not its variants (it has none).
-    const bool tuned_attention =
-        kernel.kind() == proto::Kernel::ATTENTION || kernel.kind() == proto::Kernel::ATTENTION_GRAD;
-    const std::optional<GemmShape> gemm_shape =
-        tuned_dot || tuned_attention ? TunedGemmShape(exe, kernel) : std::nullopt;
+    const bool attention = kernel.kind() == proto::Kernel::ATTENTION || kernel.kind() == proto::Kernel::ATTENTION_GRAD;
+    const std::optional<GemmShape> gemm_shape = tuned_dot || attention ? TunedGemmShape(exe, kernel) : std::nullopt;
     const std::optional<GemmLibrary> known =
         gemm_shape && gemm_tuning != nullptr ? gemm_tuning->Lookup(*gemm_shape) : std::nullopt;
     // Recorded since the compiler looked (another process's first compile of the shape): obey it.
     if (known) kernel.set_gemm_library(static_cast<int32_t>(*known));
-    if (gemm_shape && gemm_tuning != nullptr && !known) {
+    // An attention is measured only on whole blocks of queries and keys: a smaller one runs in
+    // microseconds, noise that would decide for every later attention with its E on the machine.
+    const bool measured = tuned_dot || (attention && FullBlocks(exe, kernel));
+    if (measured && gemm_shape && gemm_tuning != nullptr && !known) {
       // A shape new to the machine: its library by measurement, recorded once for every later compile.
       std::vector<ArrayShape> input_shapes;
       std::vector<const void*> inputs;

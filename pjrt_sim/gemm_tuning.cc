@@ -172,9 +172,7 @@ std::optional<GemmShape> TunedGemmShape(const proto::Executable& exe, const prot
                      kernel.transpose_rhs()};
   }
   if (kernel.kind() != proto::Kernel::ATTENTION && kernel.kind() != proto::Kernel::ATTENTION_GRAD) return std::nullopt;
-  if (kernel.inputs().empty()) return std::nullopt;  // malformed: the loader refuses it
-  const ArrayShape q = FromProto(exe.slots(static_cast<int>(kernel.inputs(0))).shape());
-  if (q.dims.empty()) return std::nullopt;
+  const ArrayShape q = FromProto(exe.slots(static_cast<int>(kernel.inputs(0))).shape());  // [B..., L, E]
   return GemmShape{q.type, kAttentionBlock, kAttentionBlock, q.dims.back(), false, true};
 }
 

@@ -24,7 +24,7 @@
 
 namespace lazyrt::pjrt {
 
-// One product of a DOT kernel: C[m,n] = op(A)[m,k] op(B)[k,n] in `type`.
+// One product shape: C[m,n] = op(A)[m,k] op(B)[k,n] in `type`.
 struct GemmShape {
   PrimitiveType type;
   int64_t m, n, k;
@@ -33,8 +33,10 @@ struct GemmShape {
 
 // The product whose GEMM library a kernel of `exe` runs on, the key of its entry in the record: a DOT's
 // product; an ATTENTION or ATTENTION_GRAD kernel's block of scores (q k^T: kAttentionBlock queries by
-// kAttentionBlock keys over E, k transposed), for its block products all run on one library. Nothing for
-// other kernels.
+// kAttentionBlock keys over E, k transposed), for its block products all run on one library. The key is
+// the product's alone: forward and backward kernels share it, and a DOT of that very shape too, whichever
+// the machine measured first. Nothing for other kernels. `exe` is the compiler's own or one that loaded
+// (its slot indices valid).
 std::optional<GemmShape> TunedGemmShape(const proto::Executable& exe, const proto::Kernel& kernel);
 
 class GemmTuningRecord {

@@ -25,7 +25,7 @@ struct RowMajorOperand {
 };
 std::optional<RowMajorOperand> AsRowMajor(int64_t row_stride, int64_t col_stride, int64_t rows, int64_t cols);
 
-// The libraries a DOT kernel can run on, stored in the executable (proto::Kernel.gemm_library). Each
+// The libraries a DOT or attention kernel can run on, stored in the executable (proto::Kernel.gemm_library). Each
 // rounds differently, so the choice is a function of the machine (its GEMM tuning record,
 // pjrt_sim/gemm_tuning.h, else the CPU's features: PreferredGemmLibrary), never of one compile's timing:
 // two processes compiling the same graph on one machine must compute the same bits.

@@ -914,6 +914,13 @@ absl::Status Expect(bool ok, const proto::Kernel& k, const std::string& what) {
       absl::StrCat("kernel '", k.label(), "' (", proto::Kernel::Kind_Name(k.kind()), "): ", what));
 }
 
+// The GEMM library a DOT or attention kernel names, if it is one.
+absl::StatusOr<GemmLibrary> LibraryOf(const proto::Kernel& k) {
+  const std::optional<GemmLibrary> library = GemmLibraryFromNumber(k.gemm_library());
+  RETURN_IF_ERROR(Expect(library.has_value(), k, absl::StrCat("unknown GEMM library ", k.gemm_library())));
+  return *library;
+}
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<Kernel>> BuildKernel(const proto::Kernel& k, std::span<const ArrayShape> inputs,
@@ -981,11 +988,9 @@ absl::StatusOr<std::unique_ptr<Kernel>> BuildKernel(const proto::Kernel& k, std:
           BatchFits(k.batch(), k.rhs_batch_stride(), k.k() * k.n(), inputs[1].numel()) &&
           (k.variant() == kDotSerial || k.variant() == kDotColumnPanels || k.variant() == kDotRowPanels);
       RETURN_IF_ERROR(Expect(shapes_ok, k, "operands do not fit the product"));
-      const std::optional<GemmLibrary> library = GemmLibraryFromNumber(k.gemm_library());
-      RETURN_IF_ERROR(Expect(library.has_value(), k, absl::StrCat("unknown GEMM library ", k.gemm_library())));
+      ASSIGN_OR_RETURN(const GemmLibrary library, LibraryOf(k));
       RETURN_IF_ERROR(Expect(Accepts(TypeClass::kFloat, output.type), k, "needs a floating type"));
-      return std::make_unique<DotKernel>(k, inputs[0].type, output.type, *library, inputs[0].numel(),
-                                         inputs[1].numel());
+      return std::make_unique<DotKernel>(k, inputs[0].type, output.type, library, inputs[0].numel(), inputs[1].numel());
     }
     case proto::Kernel::ARGMAX: {
       const int64_t axis = k.axis();
@@ -1055,9 +1060,8 @@ absl::StatusOr<std::unique_ptr<Kernel>> BuildKernel(const proto::Kernel& k, std:
     case proto::Kernel::ATTENTION:
     case proto::Kernel::ATTENTION_GRAD: {
       const bool grad = k.kind() == proto::Kernel::ATTENTION_GRAD;
-      const std::optional<GemmLibrary> library = GemmLibraryFromNumber(k.gemm_library());
-      RETURN_IF_ERROR(Expect(library.has_value(), k, absl::StrCat("unknown GEMM library ", k.gemm_library())));
-      const AttentionParams params{k.scale(), k.causal(), k.dropout(), k.stream(), *library};
+      ASSIGN_OR_RETURN(const GemmLibrary library, LibraryOf(k));
+      const AttentionParams params{k.scale(), k.causal(), k.dropout(), k.stream(), library};
       absl::StatusOr<AttentionLayout> layout = CheckAttention(inputs, output, grad, params);
       if (!layout.ok()) return Expect(false, k, std::string(layout.status().message()));
       return grad ? MakeAttentionGradKernel(*std::move(layout), params)

@@ -235,7 +235,12 @@ class AttentionKernelTest : public ::testing::Test {
       expect(r.dv, p.l * p.e + p.s * p.e, p.s * p.ev, "dv");
     }
     bool saw_attention = false;
-    for (const proto::Kernel& k : (*loaded)->proto().kernels()) saw_attention |= k.kind() == proto::Kernel::ATTENTION;
+    for (const proto::Kernel& k : (*loaded)->proto().kernels()) {
+      saw_attention |= k.kind() == proto::Kernel::ATTENTION;
+      if (library && (k.kind() == proto::Kernel::ATTENTION || k.kind() == proto::Kernel::ATTENTION_GRAD)) {
+        EXPECT_EQ(k.gemm_library(), static_cast<int32_t>(*library)) << "the library did not survive serialization";
+      }
+    }
     EXPECT_TRUE(saw_attention);
   }
 

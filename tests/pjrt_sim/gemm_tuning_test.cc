@@ -1,7 +1,7 @@
 // The machine's GEMM tuning record: compiles that share it (as processes with different executable cache
-// directories do) put every DOT on the same library and compute the same bits; the record's entries are
-// obeyed; a damaged, truncated or hostile file is refused line by line with a warning naming the file and
-// the line, and the shapes it no longer names are measured again.
+// directories do) put every DOT and attention kernel on the same library and compute the same bits; the
+// record's entries are obeyed; a damaged, truncated or hostile file is refused line by line with a warning
+// naming the file and the line, and the shapes it no longer names are measured again.
 #include "pjrt_sim/gemm_tuning.h"
 
 #include <gtest/gtest.h>
@@ -132,18 +132,18 @@ TEST_F(GemmTuningTest, ConcurrentFirstCompilesAgree) {
 
 // Causal attention and its gradient on [2, 96, 16] heads: their block products run on the library the
 // record names for a block of scores, 64 queries by 64 keys over 16 (k transposed).
-proto::Module AttentionModule() {
+proto::Module AttentionModule(int64_t tokens = 96) {
   ModuleBuilder m;
-  const int64_t q = m.Parameter(0, proto::F32, {2, 96, 16});
-  const int64_t k = m.Parameter(1, proto::F32, {2, 96, 16});
-  const int64_t v = m.Parameter(2, proto::F32, {2, 96, 16});
-  const int64_t dout = m.Parameter(3, proto::F32, {2, 96, 16});
+  const int64_t q = m.Parameter(0, proto::F32, {2, tokens, 16});
+  const int64_t k = m.Parameter(1, proto::F32, {2, tokens, 16});
+  const int64_t v = m.Parameter(2, proto::F32, {2, tokens, 16});
+  const int64_t dout = m.Parameter(3, proto::F32, {2, tokens, 16});
   auto attrs = [](proto::Instruction& i) {
     i.set_value(0.25);
     i.set_causal(true);
   };
-  const int64_t fwd = m.Op(Opcode::kAttention, {q, k, v}, proto::F32, {2, 96, 17}, attrs);
-  m.Output(m.Op(Opcode::kAttentionGrad, {q, k, v, fwd, dout}, proto::F32, {2, 96 * 16 * 3}, attrs));
+  const int64_t fwd = m.Op(Opcode::kAttention, {q, k, v}, proto::F32, {2, tokens, 17}, attrs);
+  m.Output(m.Op(Opcode::kAttentionGrad, {q, k, v, fwd, dout}, proto::F32, {2, tokens * 16 * 3}, attrs));
   return m.module();
 }
 constexpr GemmShape kScoreBlock{PrimitiveType::kF32, 64, 64, 16, false, true};
@@ -192,6 +192,17 @@ TEST_F(GemmTuningTest, AFirstCompileMeasuresTheAttentionsLibraryAndRecordsIt) {
     EXPECT_EQ(r.candidates_size(), static_cast<int>(std::size(kGemmLibraries)));
   }
   EXPECT_EQ(measured, 1);
+}
+
+TEST_F(GemmTuningTest, AnAttentionSmallerThanABlockIsNotMeasured) {
+  // 40 queries and keys: its products take microseconds, too little to decide for the machine.
+  std::unique_ptr<Client> client = testing::MakeClient();
+  absl::StatusOr<std::shared_ptr<Executable>> exe =
+      client->Compile(AttentionModule(40), {.autotune = true, .gemm_tuning_file = path_});
+  ASSERT_TRUE(exe.ok()) << exe.status();
+  EXPECT_FALSE(GemmTuningRecord(path_).Lookup(kScoreBlock).has_value());
+  const int32_t preferred = static_cast<int32_t>(PreferredGemmLibrary());
+  EXPECT_EQ(AttentionLibraries(**exe), (std::vector<int32_t>{preferred, preferred}));
 }
 
 TEST_F(GemmTuningTest, DamagedLinesAreRefusedWithTheirLineAndTheRestIsRead) {

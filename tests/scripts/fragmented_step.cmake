@@ -69,12 +69,16 @@ endif()
 # time by kind of kernel, then by kernel.
 file(READ ${WORK}/debug.txt debug)
 foreach(expected "sync #0 step 0.0 item at examples/fragmented_step.cpp:${item_line}" "warning: step"
-                 "analysis at exit" "device time by kernel: " "  by kind: " " DOT " "  GRAPH ")
+                 "analysis at exit" "device time by kernel: " "  GRAPH ")
   string(FIND "${debug}" "${expected}" at)
   if(at EQUAL -1)
     message(FATAL_ERROR "debug output lacks '${expected}':\n${debug}")
   endif()
 endforeach()
+
+if(NOT debug MATCHES "\n  by kind: [A-Z_]+ [0-9.]+ ms \\([0-9]+%\\)")
+  message(FATAL_ERROR "debug output lacks the device time by kind of kernel:\n${debug}")
+endif()
 
 # The Chrome trace: host phases and device executions.
 file(READ ${WORK}/trace.json trace)

@@ -4,7 +4,8 @@
 # input and fuzzes each target for FUZZ_SECONDS (default 60). Exits non-zero on any crash; the
 # crashing inputs are copied to tests/fuzz/regressions/<target>/ to be committed with the fix.
 #   FUZZ_SECONDS=600 tests/fuzz/run_fuzzers.sh
-#   FUZZ_BUILD_DIR=/tmp/build-fuzz FUZZ_JOBS=2 FUZZ_CXX=clang++-17 tests/fuzz/run_fuzzers.sh
+#   FUZZ_BUILD_DIR=/tmp/build-fuzz FUZZ_JOBS=1 FUZZ_CXX=clang++-17 tests/fuzz/run_fuzzers.sh
+# FUZZ_JOBS (default: the machine's cores) bounds the build's parallel compiles.
 # Configures with the fuzz preset of CMakePresets.json: clang-16 and libclang-rt-16-dev (Debian 12, installed
 # by tools/setup.sh). Clang 14
 # cannot compile lazyrt: libstdc++ 12's <source_location> needs __builtin_source_location and x86
@@ -36,7 +37,8 @@ if ! grep -q '^cache_entry_fuzzer:' <<< "$build_targets"; then
   echo "run_fuzzers: no fuzz targets in $build: tests/CMakeLists.txt must add_subdirectory(fuzz)" >&2
   exit 1
 fi
-ninja -C "$build" -j"${FUZZ_JOBS:-1}" train_mlp seed_corpus_tool "${targets[@]}"
+# One compile per core, as the other stages build: one at a time left a core idle through this build.
+ninja -C "$build" -j"${FUZZ_JOBS:-$(nproc)}" train_mlp seed_corpus_tool "${targets[@]}"
 
 status=0
 rm -rf "$build/tests/fuzz/artifacts"  # only this run's failing inputs are news

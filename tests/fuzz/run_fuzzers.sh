@@ -42,7 +42,8 @@ ninja -C "$build" -j"${FUZZ_JOBS:-$(nproc)}" train_mlp seed_corpus_tool "${targe
 
 status=0
 rm -rf "$build/tests/fuzz/artifacts"  # only this run's failing inputs are news
-ctest --test-dir "$build" -L fuzz --output-on-failure || status=$?
+# One fuzzer per core: each is a single process, and its per-input timeout (25 s) is far above a slice.
+ctest --test-dir "$build" -L fuzz -j"$(nproc)" --output-on-failure || status=$?
 grep -h "regression input\|executions\|reached:" "$build/Testing/Temporary/LastTest.log" | sed 's/^-- /run_fuzzers: /' || true
 for target in "${targets[@]}"; do
   for input in "$build/tests/fuzz/artifacts/$target"/*; do

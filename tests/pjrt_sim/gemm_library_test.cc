@@ -7,7 +7,6 @@
 #include <random>
 #include <vector>
 
-#include "absl/strings/str_cat.h"
 #include "pjrt_sim/kernels/gemm.h"
 #include "pjrt_sim/kernels/kernels.h"
 #include "tests/pjrt_sim/dot_product_test_util.h"
@@ -23,8 +22,10 @@ const Product kProducts[] = {
     {4, 10, 7, 12, true, true, true},        {2, 5, 6, 0, false, false, false}, {2, 0, 6, 4, false, false, false},
 };
 
+// The reference loop runs once per product (in f64, with the magnitude of its terms for the tolerance);
+// every library and variant is then compared with it.
 template <typename T>
-void CheckLibrary(GemmLibrary library, PrimitiveType type) {
+void CheckLibraries(PrimitiveType type) {
   std::mt19937_64 rng(11);
   std::uniform_real_distribution<double> u(-1, 1);
   for (const Product& p : kProducts) {
@@ -33,50 +34,53 @@ void CheckLibrary(GemmLibrary library, PrimitiveType type) {
         b(static_cast<size_t>((p.broadcast_rhs ? 1 : p.batch) * b_size));
     for (T& x : a) x = static_cast<T>(u(rng));
     for (T& x : b) x = static_cast<T>(u(rng));
-    for (int64_t variant : {kDotSerial, kDotColumnPanels, kDotRowPanels}) {
-      const proto::Kernel kernel = DotKernel(p, variant, library);
-      const std::vector<ArrayShape> inputs = {{type, {static_cast<int64_t>(a.size())}},
-                                              {type, {static_cast<int64_t>(b.size())}}};
-      const ArrayShape output{type, {p.batch, p.m, p.n}};
-      absl::StatusOr<std::unique_ptr<Kernel>> built = BuildKernel(kernel, inputs, output);
-      ASSERT_TRUE(built.ok()) << built.status();
-      std::vector<T> c(static_cast<size_t>(p.batch * p.m * p.n), static_cast<T>(12345));  // must be overwritten
-      const void* in[] = {a.data(), b.data()};
-      void* out[] = {c.data()};
-      ASSERT_TRUE((*built)->Run(in, out).ok());
-      const std::string what = absl::StrCat(std::string(GemmLibraryName(library)), " variant ", variant, ": ", p.batch,
-                                            " x [", p.m, "x", p.k, "]x[", p.k, "x", p.n, "]") +
-                               (p.transpose_lhs ? " A^T" : "") + (p.transpose_rhs ? " B^T" : "");
-      for (int64_t bt = 0; bt < p.batch; ++bt) {
-        const T* ab = a.data() + bt * a_size;
-        const T* bb = b.data() + (p.broadcast_rhs ? 0 : bt * b_size);
-        for (int64_t i = 0; i < p.m; ++i) {
-          for (int64_t j = 0; j < p.n; ++j) {
-            double want = 0, magnitude = 0;
-            for (int64_t q = 0; q < p.k; ++q) {
-              const double x = ab[p.transpose_lhs ? q * p.m + i : i * p.k + q];
-              const double y = bb[p.transpose_rhs ? j * p.k + q : q * p.n + j];
-              want += x * y;
-              magnitude += std::abs(x * y);
-            }
-            const double epsilon = sizeof(T) == 4 ? 1e-6 : 1e-14;
-            const double got = c[static_cast<size_t>((bt * p.m + i) * p.n + j)];
-            ASSERT_NEAR(got, want, 4 * epsilon * (magnitude + 1) * std::sqrt(static_cast<double>(p.k) + 1))
-                << what << " at batch " << bt << " (" << i << ", " << j << ")";
+    std::vector<double> want(static_cast<size_t>(p.batch * p.m * p.n)), magnitude(want.size());
+    for (int64_t bt = 0; bt < p.batch; ++bt) {
+      const T* ab = a.data() + bt * a_size;
+      const T* bb = b.data() + (p.broadcast_rhs ? 0 : bt * b_size);
+      for (int64_t i = 0; i < p.m; ++i) {
+        for (int64_t j = 0; j < p.n; ++j) {
+          double sum = 0, sum_abs = 0;
+          for (int64_t q = 0; q < p.k; ++q) {
+            const double x = ab[p.transpose_lhs ? q * p.m + i : i * p.k + q];
+            const double y = bb[p.transpose_rhs ? j * p.k + q : q * p.n + j];
+            sum += x * y;
+            sum_abs += std::abs(x * y);
           }
+          want[static_cast<size_t>((bt * p.m + i) * p.n + j)] = sum;
+          magnitude[static_cast<size_t>((bt * p.m + i) * p.n + j)] = sum_abs;
+        }
+      }
+    }
+    const double epsilon = sizeof(T) == 4 ? 1e-6 : 1e-14;
+    const double k_factor = 4 * epsilon * std::sqrt(static_cast<double>(p.k) + 1);
+    for (GemmLibrary library : kGemmLibraries) {
+      for (int64_t variant : {kDotSerial, kDotColumnPanels, kDotRowPanels}) {
+        const proto::Kernel kernel = DotKernel(p, variant, library);
+        const std::vector<ArrayShape> inputs = {{type, {static_cast<int64_t>(a.size())}},
+                                                {type, {static_cast<int64_t>(b.size())}}};
+        const ArrayShape output{type, {p.batch, p.m, p.n}};
+        absl::StatusOr<std::unique_ptr<Kernel>> built = BuildKernel(kernel, inputs, output);
+        ASSERT_TRUE(built.ok()) << built.status();
+        std::vector<T> c(want.size(), static_cast<T>(12345));  // must be overwritten
+        const void* in[] = {a.data(), b.data()};
+        void* out[] = {c.data()};
+        ASSERT_TRUE((*built)->Run(in, out).ok());
+        for (size_t e = 0; e < c.size(); ++e) {
+          ASSERT_NEAR(c[e], want[e], k_factor * (magnitude[e] + 1))
+              << GemmLibraryName(library) << " variant " << variant << ": " << p.batch << " x [" << p.m << "x" << p.k
+              << "]x[" << p.k << "x" << p.n << "]" << (p.transpose_lhs ? " A^T" : "") << (p.transpose_rhs ? " B^T" : "")
+              << " at batch " << static_cast<int64_t>(e) / (p.m * p.n) << " (" << static_cast<int64_t>(e) / p.n % p.m
+              << ", " << static_cast<int64_t>(e) % p.n << ")";
         }
       }
     }
   }
 }
 
-TEST(GemmLibraryTest, EveryLibraryComputesTheProductInF32) {
-  for (GemmLibrary library : kGemmLibraries) CheckLibrary<float>(library, PrimitiveType::kF32);
-}
+TEST(GemmLibraryTest, EveryLibraryComputesTheProductInF32) { CheckLibraries<float>(PrimitiveType::kF32); }
 
-TEST(GemmLibraryTest, EveryLibraryComputesTheProductInF64) {
-  for (GemmLibrary library : kGemmLibraries) CheckLibrary<double>(library, PrimitiveType::kF64);
-}
+TEST(GemmLibraryTest, EveryLibraryComputesTheProductInF64) { CheckLibraries<double>(PrimitiveType::kF64); }
 
 TEST(GemmLibraryTest, AnUnknownLibraryIsRefusedAtBuild) {
   proto::Kernel kernel;

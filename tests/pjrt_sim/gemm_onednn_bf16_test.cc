@@ -78,6 +78,14 @@ TEST(GemmOneDnnBf16Test, DotKernelRoundsTheF32ProductOnce) {
     const int64_t a_size = p.m * p.k, b_size = p.k * p.n;
     const std::vector<uint16_t> a = RandomBf16(static_cast<size_t>(p.batch * a_size), rng),
                                 b = RandomBf16(static_cast<size_t>((p.broadcast_rhs ? 1 : p.batch) * b_size), rng);
+    std::vector<Reference> wants;  // once per product, for every variant
+    for (int64_t bt = 0; bt < p.batch; ++bt) {
+      for (int64_t i = 0; i < p.m; ++i) {
+        for (int64_t j = 0; j < p.n; ++j) {
+          wants.push_back(Dot(a.data() + bt * a_size, b.data() + (p.broadcast_rhs ? 0 : bt * b_size), p, i, j));
+        }
+      }
+    }
     for (int64_t variant : {kDotSerial, kDotColumnPanels, kDotRowPanels}) {
       const proto::Kernel kernel = DotKernel(p, variant, GemmLibrary::kOneDnn);
       const std::vector<ArrayShape> inputs = {{PrimitiveType::kBF16, {static_cast<int64_t>(a.size())}},
@@ -92,12 +100,11 @@ TEST(GemmOneDnnBf16Test, DotKernelRoundsTheF32ProductOnce) {
       const std::string what = absl::StrCat("variant ", variant, ": ", p.batch, " x [", p.m, "x", p.k, "]x[", p.k, "x",
                                             p.n, "]", p.transpose_lhs ? " A^T" : "", p.transpose_rhs ? " B^T" : "");
       for (int64_t bt = 0; bt < p.batch; ++bt) {
-        const uint16_t* ab = a.data() + bt * a_size;
-        const uint16_t* bb = b.data() + (p.broadcast_rhs ? 0 : bt * b_size);
         for (int64_t i = 0; i < p.m; ++i) {
           for (int64_t j = 0; j < p.n; ++j) {
-            const Reference want = Dot(ab, bb, p, i, j);
-            const double got = Bf16ToFloat(c[static_cast<size_t>((bt * p.m + i) * p.n + j)]);
+            const size_t at = static_cast<size_t>((bt * p.m + i) * p.n + j);
+            const Reference& want = wants[at];
+            const double got = Bf16ToFloat(c[at]);
             // One rounding to bf16 (half its 8-bit ulp, relative), after f32 sums.
             const double sums = F32SumTolerance(want, p.k);
             const double rounding = 0x1p-8 * (std::abs(want.value) + sums);

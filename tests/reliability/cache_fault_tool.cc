@@ -17,6 +17,7 @@
 //   cache_fault_tool kinds
 //       prints the number of damage kinds.
 #include <fcntl.h>
+#include <poll.h>
 #include <signal.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -89,12 +90,13 @@ std::unique_ptr<Store> OpenStore(const std::string& dir, absl::string_view produ
 // payload that proves it is whole and belongs to its key, independently of the store's checks.
 std::string MakePayload(const std::string& key, uint64_t number, size_t size, std::mt19937_64& rng) {
   std::string payload = absl::StrCat(key, " ", number, " ", size, "\n");
-  payload.reserve(size + 8);
-  while (payload.size() < size) {
-    const uint64_t r = rng();
-    // Half the bytes random, half a run: compressible enough to be realistic, big enough to take
-    // a while to write.
-    for (int i = 0; i < 8; ++i) payload.push_back(static_cast<char>((r >> (8 * i)) & (i < 4 ? 0xff : 0x0f)));
+  const size_t header = payload.size();
+  payload.resize(size + 8);
+  // Half of each 8 bytes random, half nibbles: compressible enough to be realistic, big enough to take
+  // a while to write. A word at a time: the writer should spend its time in Put, where the kills aim.
+  for (size_t at = header; at < size; at += 8) {
+    const uint64_t r = rng() & 0x0f0f0f0fffffffffu;
+    std::memcpy(payload.data() + at, &r, std::min<size_t>(8, size - at));
   }
   payload.resize(size);
   const uint64_t sum = XXH3_64bits(payload.data(), payload.size());
@@ -119,6 +121,9 @@ std::optional<std::string> CheckPayload(const std::string& key, const std::strin
 int Writer(const std::string& dir, uint64_t seed, int64_t puts) {
   // Every other writer also evicts, so kills land in eviction too.
   std::unique_ptr<Store> store = OpenStore(dir, kWriterProducer, false, seed % 2 == 1 ? (uint64_t{12} << 20) : 0);
+  // Tells SigkillRounds that the writes begin: it aims its kill from here, not from the process start.
+  std::fputs("open\n", stdout);
+  std::fflush(stdout);
   std::mt19937_64 rng(seed);
   for (int64_t i = 0; puts < 0 || i < puts; ++i) {
     const std::string key = absl::StrCat("entry-", rng() % kWriterKeys);
@@ -182,16 +187,26 @@ int SigkillRounds(const std::string& dir, int rounds, uint64_t seed) {
   int mid_write = 0, entries_seen = 0, stale_cleanups = 0;
   for (int round = 0; round < rounds; ++round) {
     const std::vector<std::string> temps_before = TempFiles(dir);
+    int ready[2];
+    if (pipe(ready) != 0) Fail("pipe failed");
     const pid_t pid = fork();
     if (pid < 0) Fail("fork failed");
     if (pid == 0) {
+      dup2(ready[1], STDOUT_FILENO);
       const std::string seed_text = std::to_string(seed * 1000 + static_cast<uint64_t>(round));
       execl("/proc/self/exe", "cache_fault_tool", "writer", dir.c_str(), seed_text.c_str(),
             static_cast<char*>(nullptr));
       _exit(127);
     }
-    std::this_thread::sleep_for(std::chrono::microseconds(2000 + rng() % 150000));
+    close(ready[1]);
+    // The kill lands a random time after the writer opened the store, within its first few puts (each
+    // takes milliseconds): timed from the process start, slow starts (sanitizers) left few kills in a write.
+    struct pollfd open_line = {ready[0], POLLIN, 0};
+    if (poll(&open_line, 1, 60'000) != 1)
+      Fail(absl::StrCat("round ", round, ": the writer did not open the store in 60 s"));
+    std::this_thread::sleep_for(std::chrono::microseconds(rng() % 40000));
     kill(pid, SIGKILL);
+    close(ready[0]);
     int status = 0;
     if (waitpid(pid, &status, 0) != pid) Fail("waitpid failed");
     if (!WIFSIGNALED(status) || WTERMSIG(status) != SIGKILL) {

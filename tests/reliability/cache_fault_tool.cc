@@ -188,25 +188,32 @@ int SigkillRounds(const std::string& dir, int rounds, uint64_t seed) {
   for (int round = 0; round < rounds; ++round) {
     const std::vector<std::string> temps_before = TempFiles(dir);
     int ready[2];
-    if (pipe(ready) != 0) Fail("pipe failed");
+    if (pipe2(ready, O_CLOEXEC) != 0) Fail("pipe failed");
     const pid_t pid = fork();
     if (pid < 0) Fail("fork failed");
     if (pid == 0) {
-      dup2(ready[1], STDOUT_FILENO);
+      dup2(ready[1], STDOUT_FILENO);  // the copy is not close-on-exec: the writer's stdout
       const std::string seed_text = std::to_string(seed * 1000 + static_cast<uint64_t>(round));
       execl("/proc/self/exe", "cache_fault_tool", "writer", dir.c_str(), seed_text.c_str(),
             static_cast<char*>(nullptr));
       _exit(127);
     }
     close(ready[1]);
-    // The kill lands a random time after the writer opened the store, within its first few puts (each
-    // takes milliseconds): timed from the process start, slow starts (sanitizers) left few kills in a write.
+    // The kill lands a random time after the writer opened the store, within its first puts (each takes
+    // milliseconds): timed from the process start, slow starts (sanitizers) left few kills in a write.
     struct pollfd open_line = {ready[0], POLLIN, 0};
-    if (poll(&open_line, 1, 60'000) != 1)
-      Fail(absl::StrCat("round ", round, ": the writer did not open the store in 60 s"));
-    std::this_thread::sleep_for(std::chrono::microseconds(rng() % 40000));
-    kill(pid, SIGKILL);
+    const int polled = poll(&open_line, 1, 60'000);
     close(ready[0]);
+    if (polled != 1 || (open_line.revents & POLLIN) == 0) {
+      kill(pid, SIGKILL);  // a writer left running would write on and hold the test's output open
+      int status = 0;
+      waitpid(pid, &status, 0);
+      Fail(absl::StrCat("round ", round, ": the writer ",
+                        polled == 0 ? "did not open the store in 60 s" : "ended before it opened the store",
+                        " (status ", status, ")"));
+    }
+    std::this_thread::sleep_for(std::chrono::microseconds(rng() % 100000));
+    kill(pid, SIGKILL);
     int status = 0;
     if (waitpid(pid, &status, 0) != pid) Fail("waitpid failed");
     if (!WIFSIGNALED(status) || WTERMSIG(status) != SIGKILL) {

@@ -135,45 +135,68 @@ class Emitter {
       program_steps[i] = s;
       steps[i] = materialized_[i] ? 1 : s;
     }
-    // Multi-output fusion: an elementwise value computed once for several readers that all sit in one
-    // later loop kernel of the same shape is computed by that kernel too, and written from there. Its
-    // own kernel would read the same inputs in a pass of its own (AdamW's new moments, for one: read
-    // again by the parameter update right after).
+    // Multi-output fusion: an elementwise value computed once for several readers is computed by the
+    // first kernel that reads it, if that is a loop of the value's shape, and written from there.
+    // Its own kernel would read the same inputs in a pass of its own: AdamW's new moments, read again
+    // by the parameter update right after; GELU's erf, read by the forward's product and again by the
+    // backward. A value read in that kernel only (and not a result) is never stored at all.
     absorbed_into_.assign(n, -1);
     if (!options_.enabled) return;
     std::vector<bool> is_output(n, false);
     for (int64_t out : m_.outputs) is_output[static_cast<size_t>(out)] = true;
+    // Per kernel: where the values it stores are read by later kernels. It may move into a later kernel
+    // itself only if that still runs before all of them.
+    std::vector<std::vector<int64_t>> later_reads(n);
     for (size_t i = 0; i < n; ++i) {
-      const int64_t into = AbsorbingKernel(static_cast<int64_t>(i));
-      if (into < 0 || program_steps[static_cast<size_t>(into)] + program_steps[i] > options_.max_program_steps)
+      const std::vector<int64_t> points = ReadingPoints(static_cast<int64_t>(i));
+      if (points.empty()) continue;
+      const int64_t into = points.front();
+      const auto read_there_or_later = [&](int64_t p) { return RunsAt(p) >= into; };
+      if (program_steps[static_cast<size_t>(into)] + program_steps[i] > options_.max_program_steps ||
+          !std::ranges::all_of(later_reads[i], read_there_or_later))
         continue;
       program_steps[static_cast<size_t>(into)] += program_steps[i];
       absorbed_into_[i] = into;
-      // A result is written by that kernel as an extra output; any other value is read by that kernel
-      // only, so it is computed there (once) and never stored.
-      if (!is_output[i]) materialized_[i] = false;
+      std::vector<int64_t>& reads = later_reads[static_cast<size_t>(into)];
+      for (int64_t p : later_reads[i]) reads.push_back(p);
+      for (int64_t p : points) {
+        if (p != into) reads.push_back(p);
+      }
+      later_reads[i].clear();
+      // Read by that kernel only: computed there, and stored only if it is a result.
+      if (points.back() == into && !is_output[i]) materialized_[i] = false;
     }
   }
 
-  // The loop kernel that can compute materialized elementwise value `id` as an extra output: the one
-  // kernel (of the same shape) whose program reads every use of it, each through elementwise fused
-  // ops only (so at the same point). -1 if there is none.
-  int64_t AbsorbingKernel(int64_t id) const {
+  // The points where the readers of materialized elementwise value `id` reach it, earliest first: each
+  // reader itself, or the first materialized value up the chain of fused elementwise ops (each with one
+  // reader) that starts there. Empty unless the first is a loop of `id`'s shape, which can compute `id`
+  // as an extra output, and every point is materialized (a reader in another kernel loads the stored
+  // value; none recomputes it through a view).
+  std::vector<int64_t> ReadingPoints(int64_t id) const {
     const HloInst& inst = Inst(id);
-    if (!materialized_[static_cast<size_t>(id)] || !IsElementwise(inst.opcode)) return -1;
-    int64_t kernel = -1;
+    if (!materialized_[static_cast<size_t>(id)] || !IsElementwise(inst.opcode)) return {};
+    std::vector<int64_t> points;
     for (int64_t reader : readers_[static_cast<size_t>(id)]) {
       int64_t at = reader;
-      // A fused elementwise value has exactly one reader (more would have materialized it).
       while (!materialized_[static_cast<size_t>(at)] && IsElementwise(Inst(at).opcode) &&
              readers_[static_cast<size_t>(at)].size() == 1) {
         at = readers_[static_cast<size_t>(at)][0];
       }
-      if (!materialized_[static_cast<size_t>(at)] || !IsElementwise(Inst(at).opcode)) return -1;
-      if (kernel >= 0 && kernel != at) return -1;
-      kernel = at;
+      if (!materialized_[static_cast<size_t>(at)]) return {};
+      points.push_back(at);
     }
-    return kernel >= 0 && Inst(kernel).shape.dims == inst.shape.dims ? kernel : -1;
+    std::ranges::sort(points);
+    if (points.empty() || !IsElementwise(Inst(points.front()).opcode) ||
+        Inst(points.front()).shape.dims != inst.shape.dims)
+      return {};
+    return points;
+  }
+
+  // The position of the kernel that computes `id`: its own, or the one it is absorbed into.
+  int64_t RunsAt(int64_t id) const {
+    const int64_t into = FinalKernel(id);
+    return into >= 0 ? into : id;
   }
 
   // The kernel that finally computes `id` (following absorptions), or -1 if `id` is not absorbed.

@@ -8,6 +8,7 @@
 #include <bit>
 #include <cmath>
 #include <numeric>
+#include <random>
 #include <set>
 
 #include "tests/pjrt_sim/compiler_test_util.h"
@@ -15,7 +16,19 @@
 namespace lazyrt::pjrt {
 namespace {
 
-class FusionTest : public CompilerTest {};
+class FusionTest : public CompilerTest {
+ protected:
+  // The bits of every result of `module`, fused and unfused, on `args` random arrays of `dims`.
+  void ExpectFusedBitsAreUnfusedBits(const proto::Module& module, const Dims& dims, int args) {
+    std::mt19937_64 rng(5);
+    std::vector<HostArray> in;
+    for (int i = 0; i < args; ++i)
+      in.push_back(F32(dims, testing::RandomFloats(rng, testing::NumElements(dims), -1, 1)));
+    const std::vector<HostArray> fused = Run(module, kFused, in), unfused = Run(module, kUnfused, in);
+    ASSERT_EQ(fused.size(), unfused.size());
+    for (size_t r = 0; r < fused.size(); ++r) EXPECT_EQ(fused[r].bytes, unfused[r].bytes) << "result " << r;
+  }
+};
 
 TEST_F(FusionTest, ElementwiseChainFusesIntoOneLoopKernel) {
   const Dims d = {16, 9};
@@ -86,15 +99,29 @@ TEST_F(FusionTest, UnitDimReshapesAreViews) {
   }
 }
 
-TEST_F(FusionTest, ElementwiseValueWithSeveralReadersIsComputedOnce) {
+// The kernel computing `op`, which must be exactly one.
+const proto::Kernel& KernelComputing(const proto::Executable& exe, Opcode op) {
+  EXPECT_EQ(KernelsComputing(exe, op), 1) << KernelSummary(exe);
+  for (const proto::Kernel& k : exe.kernels()) {
+    if (Computes(k, op)) return k;
+  }
+  return exe.kernels(0);
+}
+
+TEST_F(FusionTest, ElementwiseValueWithSeveralReadersIsComputedOnceByItsFirstReader) {
+  // e is read by two loops: the first computes it as an extra output and stores it for the second.
   ModuleBuilder b;
   const int64_t x = b.Parameter(0, proto::F32, {5});
   const int64_t e = b.Unary(Opcode::kExp, x);
   b.Output(b.Add(b.Unary(Opcode::kTanh, e), b.Unary(Opcode::kNegate, e)));
   b.Output(b.Mul(e, e));
   const proto::Executable exe = CompileToProto(b.module(), kFused);
-  EXPECT_EQ(KernelsComputing(exe, Opcode::kExp), 1) << KernelSummary(exe);
-  EXPECT_EQ(exe.kernels_size(), 3) << KernelSummary(exe);
+  ASSERT_EQ(exe.kernels_size(), 2) << KernelSummary(exe);
+  const proto::Kernel& first = KernelComputing(exe, Opcode::kExp);
+  EXPECT_EQ(&first, &exe.kernels(0));
+  ASSERT_EQ(first.extra_outputs_size(), 1);
+  EXPECT_THAT(exe.kernels(1).inputs(), ::testing::Contains(first.extra_outputs(0)));
+  ExpectFusedBitsAreUnfusedBits(b.module(), {5}, 1);
 }
 
 TEST_F(FusionTest, OptimizerUpdateIsOneMultiOutputKernel) {
@@ -143,16 +170,64 @@ TEST_F(FusionTest, ValueReadTwiceByOneKernelIsNeitherStoredNorRecomputed) {
   EXPECT_EQ(exps, 1);
 }
 
-TEST_F(FusionTest, ValueReadByTwoKernelsKeepsItsOwn) {
-  // e is read by a loop kernel and by a reduction: neither can compute it for the other.
+TEST_F(FusionTest, LoopStoresAValueForALaterReduction) {
+  // e is read by a loop kernel and then by a reduction: the loop computes e and stores it.
   ModuleBuilder b;
   const int64_t x = b.Parameter(0, proto::F32, {4, 6});
   const int64_t e = b.Unary(Opcode::kExp, x);
   b.Output(b.Unary(Opcode::kTanh, e));
   b.Output(b.Reduce(Combiner::kSum, e, {1}));
   const proto::Executable exe = CompileToProto(b.module(), kFused);
-  EXPECT_EQ(KernelsComputing(exe, Opcode::kExp), 1) << KernelSummary(exe);
+  ASSERT_EQ(exe.kernels_size(), 2) << KernelSummary(exe);
+  EXPECT_EQ(exe.kernels(0).extra_outputs_size(), 1) << KernelSummary(exe);
+  EXPECT_EQ(&KernelComputing(exe, Opcode::kExp), &exe.kernels(0));
+  ExpectFusedBitsAreUnfusedBits(b.module(), {4, 6}, 1);
+}
+
+TEST_F(FusionTest, ValueFirstReadByAReductionKeepsItsOwnKernel) {
+  // The reduction runs first and cannot compute e for the loop after it.
+  ModuleBuilder b;
+  const int64_t x = b.Parameter(0, proto::F32, {4, 6});
+  const int64_t e = b.Unary(Opcode::kExp, x);
+  b.Output(b.Reduce(Combiner::kSum, e, {1}));
+  b.Output(b.Unary(Opcode::kTanh, e));
+  const proto::Executable exe = CompileToProto(b.module(), kFused);
+  EXPECT_EQ(exe.kernels_size(), 3) << KernelSummary(exe);
   for (const proto::Kernel& k : exe.kernels()) EXPECT_EQ(k.extra_outputs_size(), 0) << KernelSummary(exe);
+  ExpectFusedBitsAreUnfusedBits(b.module(), {4, 6}, 1);
+}
+
+TEST_F(FusionTest, ValueReadThroughAViewKeepsItsOwnKernel) {
+  // The first loop reads e both as it is and transposed: computing e there would compute it at two
+  // points of the loop, so e is a kernel of its own.
+  ModuleBuilder b;
+  const int64_t x = b.Parameter(0, proto::F32, {5, 5});
+  const int64_t e = b.Unary(Opcode::kExp, x);
+  b.Output(b.Add(e, b.Transpose(e, {1, 0})));
+  b.Output(b.Unary(Opcode::kTanh, e));
+  const proto::Executable exe = CompileToProto(b.module(), kFused);
+  EXPECT_EQ(exe.kernels_size(), 3) << KernelSummary(exe);
+  EXPECT_EQ(KernelComputing(exe, Opcode::kExp).extra_outputs_size(), 0) << KernelSummary(exe);
+  ExpectFusedBitsAreUnfusedBits(b.module(), {5, 5}, 1);
+}
+
+TEST_F(FusionTest, KernelStoringAValueStaysBeforeItsLaterReaders) {
+  // The loop computing a = tanh(e) also stores e for the reduction s. Moving that loop into z, the
+  // only reader of a, would store e after s has read it: so it stays a kernel of its own.
+  ModuleBuilder b;
+  const Dims d = {4, 6};
+  const int64_t x = b.Parameter(0, proto::F32, d);
+  const int64_t e = b.Unary(Opcode::kExp, x);
+  const int64_t a = b.Unary(Opcode::kTanh, e);
+  const int64_t s = b.Reduce(Combiner::kSum, e, {1});
+  b.Output(b.Add(b.Mul(a, a), b.Broadcast(s, d, {0})));
+  const proto::Executable exe = CompileToProto(b.module(), kFused);
+  ASSERT_EQ(exe.kernels_size(), 3) << KernelSummary(exe);
+  const proto::Kernel& first = KernelComputing(exe, Opcode::kExp);
+  EXPECT_EQ(&first, &exe.kernels(0));
+  EXPECT_EQ(first.extra_outputs_size(), 1);
+  EXPECT_EQ(exe.kernels(1).kind(), proto::Kernel::REDUCE);
+  ExpectFusedBitsAreUnfusedBits(b.module(), d, 1);
 }
 
 TEST_F(FusionTest, LongChainsAreCutAtTheStepLimit) {

@@ -1619,7 +1619,8 @@ proto::Module RandomGraph(std::mt19937_64& rng, int64_t r, int64_t c, int ops) {
     if (v >= 0) pool.push_back(v);
   }
   b.Output(pool.back());
-  b.Output(pick());
+  // Intermediate values as results too: a value both read by later kernels and returned.
+  for (int extra = static_cast<int>(rng() % 4); extra-- > 0;) b.Output(pick());
   b.Output(b.Reduce(Combiner::kSum, pick(), {0, 1}));
   return b.module();
 }

@@ -34,22 +34,12 @@ void CheckLibraries(PrimitiveType type) {
         b(static_cast<size_t>((p.broadcast_rhs ? 1 : p.batch) * b_size));
     for (T& x : a) x = static_cast<T>(u(rng));
     for (T& x : b) x = static_cast<T>(u(rng));
-    std::vector<double> want(static_cast<size_t>(p.batch * p.m * p.n)), magnitude(want.size());
+    std::vector<ExactDot> want;
     for (int64_t bt = 0; bt < p.batch; ++bt) {
       const T* ab = a.data() + bt * a_size;
       const T* bb = b.data() + (p.broadcast_rhs ? 0 : bt * b_size);
       for (int64_t i = 0; i < p.m; ++i) {
-        for (int64_t j = 0; j < p.n; ++j) {
-          double sum = 0, sum_abs = 0;
-          for (int64_t q = 0; q < p.k; ++q) {
-            const double x = ab[p.transpose_lhs ? q * p.m + i : i * p.k + q];
-            const double y = bb[p.transpose_rhs ? j * p.k + q : q * p.n + j];
-            sum += x * y;
-            sum_abs += std::abs(x * y);
-          }
-          want[static_cast<size_t>((bt * p.m + i) * p.n + j)] = sum;
-          magnitude[static_cast<size_t>((bt * p.m + i) * p.n + j)] = sum_abs;
-        }
+        for (int64_t j = 0; j < p.n; ++j) want.push_back(ExactDotAt(ab, bb, p, i, j, [](T x) { return double{x}; }));
       }
     }
     const double epsilon = sizeof(T) == 4 ? 1e-6 : 1e-14;
@@ -67,7 +57,7 @@ void CheckLibraries(PrimitiveType type) {
         void* out[] = {c.data()};
         ASSERT_TRUE((*built)->Run(in, out).ok());
         for (size_t e = 0; e < c.size(); ++e) {
-          ASSERT_NEAR(c[e], want[e], k_factor * (magnitude[e] + 1))
+          ASSERT_NEAR(c[e], want[e].value, k_factor * (want[e].magnitude + 1))
               << GemmLibraryName(library) << " variant " << variant << ": " << p.batch << " x [" << p.m << "x" << p.k
               << "]x[" << p.k << "x" << p.n << "]" << (p.transpose_lhs ? " A^T" : "") << (p.transpose_rhs ? " B^T" : "")
               << " at batch " << static_cast<int64_t>(e) / (p.m * p.n) << " (" << static_cast<int64_t>(e) / p.n % p.m

@@ -33,23 +33,12 @@ std::vector<uint16_t> RandomBf16(size_t n, std::mt19937_64& rng) {
   return v;
 }
 
-// Sum of the exact products of row i of op(A) and column j of op(B), and the sum of their magnitudes.
-struct Reference {
-  double value, magnitude;
-};
-Reference Dot(const uint16_t* a, const uint16_t* b, const Product& p, int64_t i, int64_t j) {
-  Reference r{0, 0};
-  for (int64_t q = 0; q < p.k; ++q) {
-    const double x = Bf16ToFloat(a[p.transpose_lhs ? q * p.m + i : i * p.k + q]);
-    const double y = Bf16ToFloat(b[p.transpose_rhs ? j * p.k + q : q * p.n + j]);
-    r.value += x * y;
-    r.magnitude += std::abs(x * y);
-  }
-  return r;
+ExactDot Dot(const uint16_t* a, const uint16_t* b, const Product& p, int64_t i, int64_t j) {
+  return ExactDotAt(a, b, p, i, j, [](uint16_t x) { return double{Bf16ToFloat(x)}; });
 }
 
 // f32 sums of k terms: at most about k rounding errors of the magnitude each.
-double F32SumTolerance(const Reference& r, int64_t k) { return 0x1p-23 * r.magnitude * static_cast<double>(k + 1); }
+double F32SumTolerance(const ExactDot& r, int64_t k) { return 0x1p-23 * r.magnitude * static_cast<double>(k + 1); }
 
 TEST(GemmOneDnnBf16Test, PanelsAccumulateInF32) {
   if (!OneDnnHasBf16()) GTEST_SKIP() << "this CPU has neither AVX512-BF16 nor AMX";
@@ -64,7 +53,7 @@ TEST(GemmOneDnnBf16Test, PanelsAccumulateInF32) {
         << "oneDNN refused [" << p.m << "x" << p.k << "]x[" << p.k << "x" << p.n << "]";
     for (int64_t i = 0; i < p.m; ++i) {
       for (int64_t j = 0; j < p.n; ++j) {
-        const Reference want = Dot(a.data(), b.data(), p, i, j);
+        const ExactDot want = Dot(a.data(), b.data(), p, i, j);
         ASSERT_NEAR(c[static_cast<size_t>(i * p.n + j)], want.value, F32SumTolerance(want, p.k))
             << "[" << p.m << "x" << p.k << "]x[" << p.k << "x" << p.n << "] at (" << i << ", " << j << ")";
       }
@@ -78,7 +67,7 @@ TEST(GemmOneDnnBf16Test, DotKernelRoundsTheF32ProductOnce) {
     const int64_t a_size = p.m * p.k, b_size = p.k * p.n;
     const std::vector<uint16_t> a = RandomBf16(static_cast<size_t>(p.batch * a_size), rng),
                                 b = RandomBf16(static_cast<size_t>((p.broadcast_rhs ? 1 : p.batch) * b_size), rng);
-    std::vector<Reference> wants;  // once per product, for every variant
+    std::vector<ExactDot> wants;  // once per product, for every variant
     for (int64_t bt = 0; bt < p.batch; ++bt) {
       for (int64_t i = 0; i < p.m; ++i) {
         for (int64_t j = 0; j < p.n; ++j) {
@@ -103,7 +92,7 @@ TEST(GemmOneDnnBf16Test, DotKernelRoundsTheF32ProductOnce) {
         for (int64_t i = 0; i < p.m; ++i) {
           for (int64_t j = 0; j < p.n; ++j) {
             const size_t at = static_cast<size_t>((bt * p.m + i) * p.n + j);
-            const Reference& want = wants[at];
+            const ExactDot& want = wants[at];
             const double got = Bf16ToFloat(c[at]);
             // One rounding to bf16 (half its 8-bit ulp, relative), after f32 sums.
             const double sums = F32SumTolerance(want, p.k);

@@ -144,35 +144,48 @@ class Emitter {
     if (!options_.enabled) return;
     std::vector<bool> is_output(n, false);
     for (int64_t out : m_.outputs) is_output[static_cast<size_t>(out)] = true;
-    // Per kernel: where the values it stores are read by later kernels. It may move into a later kernel
-    // itself only if that still runs before all of them.
+    // Per kernel: the points where values it stores are read (each point at or after the kernel, as
+    // absorption never moves a kernel earlier). It may itself move into a later kernel only if that
+    // still runs at or before every one of them; the points it computes itself move along.
     std::vector<std::vector<int64_t>> later_reads(n);
+    // Per absorbed value: its readers' points outside the kernel it was absorbed into.
+    std::vector<std::vector<int64_t>> reads_elsewhere(n);
     for (size_t i = 0; i < n; ++i) {
-      const std::vector<int64_t> points = ReadingPoints(static_cast<int64_t>(i));
+      const int64_t id = static_cast<int64_t>(i);
+      const std::vector<int64_t> points = ReadingPoints(id);
       if (points.empty()) continue;
       const int64_t into = points.front();
-      const auto read_there_or_later = [&](int64_t p) { return RunsAt(p) >= into; };
+      // Every point is still a kernel of its own (at or after i: later than any absorption so far).
+      const auto moves_along_or_waits = [&](int64_t p) { return p == id || p >= into; };
       if (program_steps[static_cast<size_t>(into)] + program_steps[i] > options_.max_program_steps ||
-          !std::ranges::all_of(later_reads[i], read_there_or_later))
+          !std::ranges::all_of(later_reads[i], moves_along_or_waits))
         continue;
       program_steps[static_cast<size_t>(into)] += program_steps[i];
       absorbed_into_[i] = into;
       std::vector<int64_t>& reads = later_reads[static_cast<size_t>(into)];
       for (int64_t p : later_reads[i]) reads.push_back(p);
       for (int64_t p : points) {
-        if (p != into) reads.push_back(p);
+        if (p != into) reads_elsewhere[i].push_back(p);
       }
+      reads.insert(reads.end(), reads_elsewhere[i].begin(), reads_elsewhere[i].end());
       later_reads[i].clear();
-      // Read by that kernel only: computed there, and stored only if it is a result.
-      if (points.back() == into && !is_output[i]) materialized_[i] = false;
+    }
+    // A value read nowhere but in the kernel that computes it (its other readers were absorbed there
+    // too) is computed there and never stored, unless it is a result.
+    for (size_t i = 0; i < n; ++i) {
+      if (absorbed_into_[i] < 0 || is_output[i]) continue;
+      const int64_t at = RunsAt(static_cast<int64_t>(i));
+      if (std::ranges::all_of(reads_elsewhere[i], [&](int64_t p) { return RunsAt(p) == at; })) {
+        materialized_[i] = false;
+      }
     }
   }
 
   // The points where the readers of materialized elementwise value `id` reach it, earliest first: each
-  // reader itself, or the first materialized value up the chain of fused elementwise ops (each with one
-  // reader) that starts there. Empty unless the first is a loop of `id`'s shape, which can compute `id`
-  // as an extra output, and every point is materialized (a reader in another kernel loads the stored
-  // value; none recomputes it through a view).
+  // reader itself, or the first materialized value along the chain of fused elementwise ops (each with
+  // one reader) from it towards the readers. Empty unless the first is a loop (elementwise, so of `id`'s
+  // shape), which can compute `id` as an extra output, and every point is materialized (a reader in
+  // another kernel loads the stored value; none recomputes it through a view).
   std::vector<int64_t> ReadingPoints(int64_t id) const {
     const HloInst& inst = Inst(id);
     if (!materialized_[static_cast<size_t>(id)] || !IsElementwise(inst.opcode)) return {};
@@ -187,9 +200,7 @@ class Emitter {
       points.push_back(at);
     }
     std::ranges::sort(points);
-    if (points.empty() || !IsElementwise(Inst(points.front()).opcode) ||
-        Inst(points.front()).shape.dims != inst.shape.dims)
-      return {};
+    if (points.empty() || !IsElementwise(Inst(points.front()).opcode)) return {};
     return points;
   }
 
@@ -520,7 +531,8 @@ class Emitter {
   proto::Executable& exe_;
   std::vector<bool> materialized_;
   std::vector<std::vector<int64_t>> readers_;  // by instruction
-  // The loop kernel that computes a value (as an extra output if it is a result), or -1.
+  // The loop kernel that computes a value (as an extra output if it is stored: a result, or read by a
+  // later kernel), or -1.
   std::vector<int64_t> absorbed_into_;
   std::vector<int64_t> slot_;
 };

@@ -77,7 +77,7 @@ LAZYRT_VECTOR_CLONES_TEMPLATE void ScoreGradients(const T* p, const T* kept, T* 
   }
 }
 
-// Sixteen f32 lanes as two halves of 8: one 256-bit register each in the AVX2 and AVX-512 clones of a
+// Sixteen f32 lanes as two halves of 8: one 256-bit register each in the x86-64-v3 and v4 clones of a
 // LAZYRT_VECTOR_CLONES function. Not one 16-float vector type: GCC 12 kept such a type in memory in the
 // AVX2 clone and computed its lanes one by one through the stack.
 using Octet = float __attribute__((vector_size(8 * sizeof(float))));

@@ -23,7 +23,7 @@ constexpr int64_t kGrainElements = 1 << 14;
 // rows are independent chains, one lane each.
 constexpr int64_t kRowBlock = 8;
 
-// Four doubles: one 256-bit register in the AVX2 and AVX-512 clones of a LAZYRT_VECTOR_CLONES function.
+// Four doubles: one 256-bit register in the x86-64-v3 and v4 clones of a LAZYRT_VECTOR_CLONES function.
 // A block's 8 lanes are two of them, not one 8-double vector type: GCC 12 kept such a type in memory in
 // the AVX2 clone, moving its halves through the stack and general registers (layer norm and its gradient
 // on [4096,128]: 3 ms on an AVX2 Zen 3). Each lane's arithmetic is the scalar IEEE operation (no

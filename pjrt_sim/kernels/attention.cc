@@ -54,6 +54,14 @@ void ExpShifted(double* x, int64_t n, double shift) {
   for (int64_t c = 0; c < n; ++c) x[c] = Exp(x[c] - shift);
 }
 
+// factor[r] = exp(old_max[r] - new_max[r]) for r < n: how much a row's sums shrink when its maximum grows.
+LAZYRT_VECTOR_CLONES void Rescales(const float* old_max, const float* new_max, int64_t n, float* factor) {
+  for (int64_t r = 0; r < n; ++r) factor[r] = VectorExp(old_max[r] - new_max[r]);
+}
+void Rescales(const double* old_max, const double* new_max, int64_t n, double* factor) {
+  for (int64_t r = 0; r < n; ++r) factor[r] = Exp(old_max[r] - new_max[r]);
+}
+
 // x[c] *= factor for c < n.
 template <typename T>
 LAZYRT_VECTOR_CLONES_TEMPLATE void ScaleBy(T* x, int64_t n, T factor) {
@@ -271,11 +279,13 @@ class AttentionKernel final : public AttentionBase {
       T* out = out_all + b * l * (ev + 1);
       const size_t block = static_cast<size_t>(kBlock);
       const size_t values = block * static_cast<size_t>(ev);
-      T* scores = Scratch<T>(block * block + 2 * values + 2 * block);
+      T* scores = Scratch<T>(block * block + 2 * values + 4 * block);
       T* pv = scores + block * block;
       T* acc = pv + values;
       T* row_max = acc + values;
       T* row_sum = row_max + block;
+      T* block_max = row_sum + block;  // each row's maximum with this block's scores
+      T* rescale = block_max + block;
       std::fill_n(acc, rows * ev, T{0});
       std::fill_n(row_max, rows, -std::numeric_limits<T>::infinity());
       std::fill_n(row_sum, rows, T{0});
@@ -284,20 +294,20 @@ class AttentionKernel final : public AttentionBase {
       for (int64_t j0 = 0; j0 < key_end; j0 += kBlock) {
         const int64_t cols = std::min(kBlock, key_end - j0);
         Scores<T>(q, k, mask, mask_offset, i0, rows, j0, cols, scores);
+        // The keys after the query are -inf (causal): not looked at.
+        for (int64_t r = 0; r < rows; ++r)
+          block_max[r] = RowMax(scores + r * kBlock, SeenCols(i0 + r, j0, cols), row_max[r]);
+        Rescales(row_max, block_max, rows, rescale);  // 0 while a row had no key yet
         for (int64_t r = 0; r < rows; ++r) {
           T* p = scores + r * kBlock;
-          const int64_t seen = SeenCols(i0 + r, j0, cols);  // the others are -inf
-          const T new_max = RowMax(p, seen, row_max[r]);
-          if (new_max == -std::numeric_limits<T>::infinity()) {  // every key so far masked: nothing to add
+          if (block_max[r] == -std::numeric_limits<T>::infinity()) {  // every key so far masked: nothing to add
             std::fill_n(p, cols, T{0});
             continue;
           }
-          const T rescale = Exp(row_max[r] - new_max);  // 0 while the row had no key yet
-          Probabilities(p, i0 + r, j0, cols, new_max);
-          row_sum[r] = row_sum[r] * rescale + RowSum(p, seen);
-          row_max[r] = new_max;
-          T* a = acc + r * ev;
-          ScaleBy(a, ev, rescale);
+          Probabilities(p, i0 + r, j0, cols, block_max[r]);
+          row_sum[r] = row_sum[r] * rescale[r] + RowSum(p, SeenCols(i0 + r, j0, cols));
+          row_max[r] = block_max[r];
+          ScaleBy(acc + r * ev, ev, rescale[r]);
         }
         if (dropout_ > 0) Dropout<T>(seed, b, i0, rows, j0, cols, scores);  // after the sums: softmax, then drop
         Product<T>(library_, rows, ev, cols, {scores, kBlock, 1}, {v + j0 * ev, ev, 1}, {pv, ev, 1});

@@ -18,21 +18,19 @@
 #include <limits>
 
 // Marks a loop to be compiled for x86-64-v4 (AVX-512), x86-64-v3 (AVX2, FMA) and the baseline x86-64, the
-// CPU's best chosen when the program is loaded: function multiversioning where the compiler and the
-// platform have it (GCC and clang on x86-64 ELF), elsewhere the baseline's loop only. Not under
-// ThreadSanitizer, whose runtime is not yet up when the loader runs the resolvers.
-#if defined(__x86_64__) && defined(__ELF__) && !defined(__SANITIZE_THREAD__)
+// CPU's best chosen when the program is loaded: function multiversioning where GCC builds for x86-64 ELF,
+// elsewhere the baseline's loop only. Not under ThreadSanitizer, whose runtime is not yet up when the
+// loader runs the resolvers, nor under clang (the fuzzers, clang-tidy): clang 16's resolver for arch=
+// clones checks the CPU's vendor, never its features (llvm-project#55830, fixed in clang 18), and its
+// feature-named "avx2" clone has no FMA. The baseline calls fmaf for each fused multiply-add: ~10x
+// slower transcendental functions in those builds, the same bits.
+#if defined(__x86_64__) && defined(__ELF__) && !defined(__SANITIZE_THREAD__) && !defined(__clang__)
 #define LAZYRT_VECTOR_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
 #else
 #define LAZYRT_VECTOR_CLONES
 #endif
-// The same for a function template, where the compiler multiversions templates: GCC does, clang (16) does
-// not yet, so its builds (the fuzzers, clang-tidy) keep the baseline's loops in templates.
-#if defined(__clang__)
-#define LAZYRT_VECTOR_CLONES_TEMPLATE
-#else
+// The same for a function template (GCC multiversions templates too).
 #define LAZYRT_VECTOR_CLONES_TEMPLATE LAZYRT_VECTOR_CLONES
-#endif
 
 namespace lazyrt::pjrt {
 

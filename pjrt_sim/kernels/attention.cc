@@ -319,7 +319,8 @@ class AttentionKernel final : public AttentionBase {
         // no keys at all (S = 0) the output is 0, as torch's empty matrix product.
         const T inverse = s == 0 ? T{0} : T{1} / row_sum[r];
         for (int64_t c = 0; c < ev; ++c) o[c] = acc[r * ev + c] * inverse;
-        o[ev] = row_max[r] + std::log(row_sum[r]);
+        // Log: for f32 vector_math's, the same on every CPU (glibc's logf has per-CPU variants).
+        o[ev] = row_max[r] + Log(row_sum[r]);
       }
     });
   }

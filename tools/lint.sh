@@ -24,8 +24,12 @@ tidy=$(command -v run-clang-tidy-16) || { echo "lint: run-clang-tidy-16 is missi
 # so are the libtorch peers, built with -DLAZYRT_BUILD_PEERS=ON only: clang 16 cannot parse Debian's
 # libtorch 1.13 headers, c10::IValue).
 mapfile -t sources < <(git ls-files '*.cc' '*.cpp' | grep -v -e '^tests/fuzz/' -e '^benchmarks/peers/libtorch_')
+# clang takes GCC's precompiled test headers (tests/CMakeLists.txt) for its own and fails on them: its
+# compile commands drop that -include, which changes nothing (every test file includes what it uses).
+mkdir -p build/lint
+sed -E 's# -Winvalid-pch -include [^ ]*/cmake_pch\.hxx##g' build/compile_commands.json > build/lint/compile_commands.json
 echo "lint: clang-tidy on ${#sources[@]} files"
-"$tidy" -quiet -p build -j "$(nproc)" "${sources[@]/#/$PWD/}" > build/clang-tidy.log 2>&1 || {
+"$tidy" -quiet -p build/lint -j "$(nproc)" "${sources[@]/#/$PWD/}" > build/clang-tidy.log 2>&1 || {
   grep -E "warning:|error:" build/clang-tidy.log | sort -u | sed -n 1,50p  # sed reads to the end: no SIGPIPE under pipefail
   echo "lint: clang-tidy found problems (all of them in build/clang-tidy.log)" >&2
   exit 1

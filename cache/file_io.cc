@@ -13,6 +13,9 @@
 
 namespace lazyrt::cache {
 
+// How many taken temporary names one write skips (each another process's leftover) before it fails.
+constexpr int kMaxTakenTempNames = 64;
+
 UniqueFd& UniqueFd::operator=(UniqueFd&& other) noexcept {
   if (this != &other) {
     if (fd_ >= 0) close(fd_);
@@ -92,9 +95,16 @@ absl::Status WriteAll(int fd, absl::string_view data, absl::string_view path) {
 }
 
 absl::Status WriteFileAtomically(absl::string_view dir, absl::string_view file_name, absl::string_view contents) {
-  const std::string temp_path = PathInDir(dir, UniqueTempFileName(file_name));
+  std::string temp_path = PathInDir(dir, UniqueTempFileName(file_name));
   if (absl::Status status = CheckFileSizeLimit(contents.size(), temp_path); !status.ok()) return status;
   UniqueFd fd(open(temp_path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600));
+  // The name can be taken by a process killed while writing whose pid and thread id this one now has
+  // (a restarted container's): its counter began at 0 too. That leftover is swept once stale; this
+  // write takes the next name.
+  for (int taken = 1; !fd.valid() && errno == EEXIST && taken < kMaxTakenTempNames; ++taken) {
+    temp_path = PathInDir(dir, UniqueTempFileName(file_name));
+    fd = UniqueFd(open(temp_path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600));
+  }
   if (!fd.valid()) return ErrnoError(errno, "cannot create", temp_path);
   absl::Status status = WriteAll(fd.get(), contents, temp_path);
   if (status.ok() && fsync(fd.get()) != 0) status = ErrnoError(errno, "cannot fsync", temp_path);

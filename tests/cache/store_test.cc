@@ -1,6 +1,7 @@
 #include "cache/store.h"
 
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <cstdint>
@@ -19,6 +20,7 @@
 #include "absl/strings/str_cat.h"
 #include "cache/entry_format.h"
 #include "cache/layout.h"
+#include "cache/location.h"
 #include "tests/cache/child_processes.h"
 #include "tests/cache/scratch_dir.h"
 
@@ -109,6 +111,35 @@ TEST_F(StoreTest, PutThenLookupReturnsTheSameBytesAndHeader) {
   EXPECT_EQ(counters.writes, 1);
   EXPECT_EQ(counters.bytes_written, static_cast<int64_t>(ReadFile(EntryPath("k")).size()));
   EXPECT_EQ(counters.total_misses(), 0);
+}
+
+// A process killed while writing leaves its temporary file. A restart with the same pid and thread id (a
+// restarted container's) counts its temporary names from the same start, so the name it wants next can
+// be taken: the write takes the name after it, and the leftover stays for the stale sweep.
+TEST_F(StoreTest, TemporaryNamesLeftByAKilledProcessOfTheSamePidAreSkipped) {
+  const std::string probe = UniqueTempFileName("k");  // ".k.<pid>.<tid>.<counter>.tmp"
+  const std::string counted = probe.substr(0, probe.rfind(".tmp"));
+  const uint64_t counter = std::stoull(counted.substr(counted.rfind('.') + 1));
+  const std::string entry_name = EntryFileName("k");
+  std::vector<std::string> leftovers;
+  for (uint64_t next = counter + 1; next <= counter + 8; ++next) {
+    for (absl::string_view name : {kCacheDirTagFileName, absl::string_view(entry_name)}) {
+      leftovers.push_back(absl::StrCat(".", name, ".", getpid(), ".", gettid(), ".", next, ".tmp"));
+      ASSERT_TRUE(IsTempFileName(leftovers.back())) << leftovers.back();
+      // What a write killed early leaves: the start of the file's first bytes.
+      WriteFile(dir_ / leftovers.back(), std::string(name == kCacheDirTagFileName ? "Signature: 8a4" : "LZRT"));
+    }
+  }
+
+  std::unique_ptr<Store> store = OpenStore();
+  EXPECT_TRUE(IsMarkedCacheDir(dir_.path())) << "the mark was not written past the taken names";
+  EXPECT_TRUE(store->warning().empty()) << store->warning();
+  const std::string payload = MakePayload("k", 0, 0);
+  PutOk(*store, "k", payload);
+  LookupResult result = store->Lookup("k");
+  ASSERT_TRUE(std::holds_alternative<Entry>(result)) << MissOf(result)->detail;
+  EXPECT_EQ(std::get<Entry>(result).payload, payload);
+  for (const std::string& leftover : leftovers) EXPECT_TRUE(Exists(dir_ / leftover)) << leftover;
 }
 
 TEST_F(StoreTest, MissingKeyIsNotFound) {

@@ -3,6 +3,11 @@
 //   cache_fault_tool sigkill DIR ROUNDS SEED
 //       ROUNDS times: start a writer process (below) on DIR, SIGKILL it after a random delay, then
 //       check DIR. Fails unless every round's check passes and some kills landed mid-write.
+//   cache_fault_tool sigkill-open DIR ROUNDS SEED
+//       ROUNDS times: a child process opens a new cache directory under DIR and is SIGKILLed after a
+//       delay aimed at the opening itself (mkdir of the parents, the trust check, the CACHEDIR.TAG
+//       written); the directory must then open marked, with no warning, and keep an entry. Fails
+//       unless some kills landed inside the opening.
 //   cache_fault_tool writer DIR SEED [PUTS]
 //       Put()s large self-checking entries under a few keys, forever or PUTS times.
 //   cache_fault_tool check DIR
@@ -50,6 +55,7 @@
 #include "absl/strings/string_view.h"
 #include "cache/entry_format.h"
 #include "cache/layout.h"
+#include "cache/location.h"
 #include "cache/store.h"
 #include "pjrt_sim/executable.h"
 
@@ -180,6 +186,21 @@ int64_t Check(const std::string& dir, bool quiet = false) {
   return static_cast<int64_t>(verified->size());
 }
 
+// Left-behind temporary files are removed only once they are older than any write can be: ages DIR's
+// and lets eviction sweep them, checking that every one goes and every entry stays.
+void SweepStaleTempFiles(const std::string& dir) {
+  for (const std::string& temp : TempFiles(dir)) {
+    const struct timespec times[2] = {{0, UTIME_OMIT}, {time(nullptr) - 3 * 3600, 0}};
+    utimensat(AT_FDCWD, temp.c_str(), times, 0);
+  }
+  const int64_t before = Check(dir, true);
+  absl::StatusOr<std::vector<EvictedEntry>> evicted =
+      OpenStore(dir, kWriterProducer, false)->EvictTo(std::numeric_limits<uint64_t>::max());
+  if (!evicted.ok() || !evicted->empty()) Fail("sweeping stale temporary files in " + dir + " evicted or failed");
+  if (!TempFiles(dir).empty()) Fail("stale temporary files in " + dir + " were not swept");
+  if (Check(dir, true) != before) Fail("sweeping temporary files in " + dir + " lost entries");
+}
+
 int SigkillRounds(const std::string& dir, int rounds, uint64_t seed) {
   std::filesystem::remove_all(dir);
   std::filesystem::create_directories(dir);
@@ -222,19 +243,8 @@ int SigkillRounds(const std::string& dir, int rounds, uint64_t seed) {
     // A temporary file that was not there before: the kill landed while an entry was being written.
     if (TempFiles(dir).size() > temps_before.size()) ++mid_write;
     if (Check(dir, true) > 0) ++entries_seen;
-    // Left-behind temporary files are removed only once they are older than any write can be: age
-    // them and let eviction sweep them, checking that the entries survive the sweep.
     if (TempFiles(dir).size() > 8) {
-      for (const std::string& temp : TempFiles(dir)) {
-        const struct timespec times[2] = {{0, UTIME_OMIT}, {time(nullptr) - 3 * 3600, 0}};
-        utimensat(AT_FDCWD, temp.c_str(), times, 0);
-      }
-      const int64_t before = Check(dir, true);
-      absl::StatusOr<std::vector<EvictedEntry>> evicted =
-          OpenStore(dir, kWriterProducer, false)->EvictTo(std::numeric_limits<uint64_t>::max());
-      if (!evicted.ok() || !evicted->empty()) Fail("sweeping stale temporary files evicted or failed");
-      if (!TempFiles(dir).empty()) Fail("stale temporary files were not swept");
-      if (Check(dir, true) != before) Fail("sweeping temporary files lost entries");
+      SweepStaleTempFiles(dir);
       ++stale_cleanups;
     }
   }
@@ -250,6 +260,129 @@ int SigkillRounds(const std::string& dir, int rounds, uint64_t seed) {
       rounds, mid_write, entries_seen, stale_cleanups, static_cast<long long>(final_entries));
   if (mid_write == 0) Fail("no kill landed while an entry was being written: the test tested nothing");
   if (final_entries == 0) Fail("no entries at the end");
+  return 0;
+}
+
+// How far a killed Store::Open of a new directory got.
+enum class OpenStage { kNotStarted, kInside, kDone };
+
+// `parent` is the first directory the opening creates, `dir` the cache directory below it.
+OpenStage StageOf(const std::string& parent, const std::string& dir) {
+  if (!std::filesystem::exists(parent)) return OpenStage::kNotStarted;
+  return IsMarkedCacheDir(dir) ? OpenStage::kDone : OpenStage::kInside;
+}
+
+// Forks a child that opens `dir` and, when it has, writes one byte ('o' opened, 'f' failed) to the
+// returned pipe's read end and waits to be killed.
+std::pair<pid_t, int> ForkOpener(const std::string& dir) {
+  int ready[2];
+  if (pipe2(ready, O_CLOEXEC) != 0) Fail("pipe failed");
+  const pid_t pid = fork();
+  if (pid < 0) Fail("fork failed");
+  if (pid == 0) {
+    absl::StatusOr<std::unique_ptr<Store>> store =
+        Store::Open({.dir = dir, .producer_version = std::string(kWriterProducer)});
+    const char reply = store.ok() ? 'o' : 'f';
+    if (write(ready[1], &reply, 1) != 1) _exit(2);
+    pause();
+    _exit(0);
+  }
+  close(ready[1]);
+  return {pid, ready[0]};
+}
+
+void KillAndReap(pid_t pid) {
+  kill(pid, SIGKILL);
+  int status = 0;
+  if (waitpid(pid, &status, 0) != pid) Fail("waitpid failed");
+}
+
+int SigkillDuringOpen(const std::string& base, int rounds, uint64_t seed) {
+  std::filesystem::remove_all(base);
+  std::filesystem::create_directories(base);
+  // How long a child takes from the fork to an opened store, unkilled: the median of a few.
+  std::vector<double> opened_us;
+  for (int probe = 0; probe < 5; ++probe) {
+    const auto forked = std::chrono::steady_clock::now();
+    auto [pid, ready] = ForkOpener(absl::StrCat(base, "/probe-", probe, "/cache"));
+    struct pollfd line = {ready, POLLIN, 0};
+    char reply = 0;
+    const bool answered = poll(&line, 1, 60'000) == 1 && read(ready, &reply, 1) == 1;
+    opened_us.push_back(std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - forked).count());
+    close(ready);
+    KillAndReap(pid);
+    if (!answered || reply != 'o')
+      Fail(absl::StrCat("a child could not open a new cache directory (probe ", probe, ")"));
+  }
+  std::sort(opened_us.begin(), opened_us.end());
+  const double full_window = 2 * opened_us[opened_us.size() / 2];
+  // The kills aim between the latest delay that found nothing created and the earliest that found the
+  // directory marked, where the opening is under way; a kill inside widens the window again, so the
+  // delays keep moving over the whole opening rather than settling on one instant.
+  double low = 0, high = full_window;
+  std::mt19937_64 rng(seed);
+  int stages[3] = {0, 0, 0};
+  int left_temp_files = 0;
+  for (int round = 0; round < rounds; ++round) {
+    const std::string parent = absl::StrCat(base, "/round-", round);
+    const std::string dir = parent + "/cache";
+    const double delay = low + (high - low) * std::uniform_real_distribution<double>(0, 1)(rng);
+    const auto forked = std::chrono::steady_clock::now();
+    auto [pid, ready] = ForkOpener(dir);
+    std::this_thread::sleep_until(forked + std::chrono::duration<double, std::micro>(delay));
+    KillAndReap(pid);
+    char reply = 0;
+    const bool answered = read(ready, &reply, 1) == 1;  // the write end is closed: never blocks
+    close(ready);
+    if (answered && reply != 'o') Fail(absl::StrCat("round ", round, ": the child could not open ", dir));
+    const OpenStage stage = StageOf(parent, dir);
+    ++stages[static_cast<int>(stage)];
+    if (stage == OpenStage::kNotStarted) low = delay;
+    if (stage == OpenStage::kDone) high = delay;
+    if (stage == OpenStage::kInside) {
+      const double width = high - low;
+      low = std::max(0.0, low - width);
+      high = std::min(full_window, high + width);
+    }
+    if (high - low < 1) {
+      low = 0;
+      high = full_window;
+    }
+    // What the kill left is the cache's own: no file but temporary files of the mark and the mark.
+    const bool made = std::filesystem::exists(dir);
+    const std::vector<std::string> left = made ? TempFiles(dir) : std::vector<std::string>{};
+    if (!left.empty()) ++left_temp_files;
+    if (made) {
+      for (const auto& item : std::filesystem::directory_iterator(dir)) {
+        const std::string name = item.path().filename().string();
+        if (name != kCacheDirTagFileName && !IsTempFileName(name)) {
+          Fail(absl::StrCat("round ", round, ": the kill left ", item.path().string()));
+        }
+      }
+    }
+    // Whatever it left, the directory is a whole cache: it opens marked (on disk) and trusted, with
+    // no warning, and keeps an entry.
+    std::unique_ptr<Store> store = OpenStore(dir, kWriterProducer, false);
+    if (!IsMarkedCacheDir(dir) || !store->trusted() || !store->warning().empty()) {
+      Fail(absl::StrCat("round ", round, ": after a kill at ", delay, " us the directory opens ",
+                        IsMarkedCacheDir(dir) ? "" : "unmarked ", store->trusted() ? "" : "distrusted ",
+                        "with warning '", store->warning(), "'"));
+    }
+    const std::string key = absl::StrCat("entry-", round % kWriterKeys);
+    absl::StatusOr<PutOutcome> put = store->Put(key, MakePayload(key, 0, 4096, rng), 1, "{}");
+    if (!put.ok() || *put != PutOutcome::kWritten) {
+      Fail(absl::StrCat("round ", round,
+                        ": Put after the kill: ", put.ok() ? PutOutcomeName(*put) : put.status().message()));
+    }
+    if (Check(dir, true) != 1) Fail(absl::StrCat("round ", round, ": the entry put after the kill is not there"));
+    // The mark's temporary files are swept once stale, as an entry's are.
+    if (!left.empty()) SweepStaleTempFiles(dir);
+  }
+  std::printf(
+      "sigkill-open: %d rounds, %.0f us from fork to an opened store: killed before the opening made anything %d, "
+      "inside it %d (%d leaving temporary files), after it %d\n",
+      rounds, full_window / 2, stages[0], stages[1], left_temp_files, stages[2]);
+  if (stages[1] == 0) Fail("no kill landed inside Store::Open: the test tested nothing");
   return 0;
 }
 
@@ -494,6 +627,9 @@ int Main(const std::vector<std::string>& args) {
   if (command == "sigkill" && args.size() == 4) {
     return SigkillRounds(args[1], static_cast<int>(number(2)), static_cast<uint64_t>(number(3)));
   }
+  if (command == "sigkill-open" && args.size() == 4) {
+    return SigkillDuringOpen(args[1], static_cast<int>(number(2)), static_cast<uint64_t>(number(3)));
+  }
   if (command == "writer" && (args.size() == 3 || args.size() == 4)) {
     return Writer(args[1], static_cast<uint64_t>(number(2)), args.size() == 4 ? number(3) : -1);
   }
@@ -506,7 +642,8 @@ int Main(const std::vector<std::string>& args) {
     return 0;
   }
   std::fprintf(stderr,
-               "usage: cache_fault_tool sigkill DIR ROUNDS SEED | writer DIR SEED [PUTS] | check DIR | verify DIR |\n"
+               "usage: cache_fault_tool sigkill DIR ROUNDS SEED | sigkill-open DIR ROUNDS SEED | writer DIR SEED "
+               "[PUTS] | check DIR | verify DIR |\n"
                "       damage DIR ROUND (-1: swap every entry with the next) | craft DIR ROUND | kinds\n");
   return 2;
 }

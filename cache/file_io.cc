@@ -13,7 +13,7 @@
 
 namespace lazyrt::cache {
 
-// How many taken temporary names one write skips (each another process's leftover) before it fails.
+// How many temporary names one write tries while it finds them taken (each another process's file).
 constexpr int kMaxTakenTempNames = 64;
 
 UniqueFd& UniqueFd::operator=(UniqueFd&& other) noexcept {
@@ -98,9 +98,9 @@ absl::Status WriteFileAtomically(absl::string_view dir, absl::string_view file_n
   std::string temp_path = PathInDir(dir, UniqueTempFileName(file_name));
   if (absl::Status status = CheckFileSizeLimit(contents.size(), temp_path); !status.ok()) return status;
   UniqueFd fd(open(temp_path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600));
-  // The name can be taken by a process killed while writing whose pid and thread id this one now has
-  // (a restarted container's): its counter began at 0 too. That leftover is swept once stale; this
-  // write takes the next name.
+  // The name can be taken by another process with this pid and thread id: one in another pid namespace
+  // on a shared directory, or one killed while writing whose pid a restarted container reuses. Such a
+  // leftover is swept once stale; this write takes the next name.
   for (int taken = 1; !fd.valid() && errno == EEXIST && taken < kMaxTakenTempNames; ++taken) {
     temp_path = PathInDir(dir, UniqueTempFileName(file_name));
     fd = UniqueFd(open(temp_path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600));

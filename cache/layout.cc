@@ -1,9 +1,11 @@
 #include "cache/layout.h"
 
+#include <sys/random.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 
 #include "absl/strings/ascii.h"
@@ -23,6 +25,16 @@ constexpr absl::string_view kCacheDirTagName = "CACHEDIR.TAG";
 
 bool IsKeyChar(char c) {
   return absl::ascii_isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-' || c == '.';
+}
+
+// Where this process's temporary-name counter starts: at random, so that a process given the pid and thread id of one
+// killed mid-write (a restarted container's) does not count its way into the names that one left.
+uint64_t CounterStart() {
+  uint32_t start = 0;
+  if (getrandom(&start, sizeof start, GRND_NONBLOCK) != static_cast<ssize_t>(sizeof start)) {
+    start = static_cast<uint32_t>(std::chrono::steady_clock::now().time_since_epoch().count());
+  }
+  return start;
 }
 
 }  // namespace
@@ -55,7 +67,7 @@ std::optional<std::string> KeyFromEntryFileName(absl::string_view file_name) {
 }
 
 std::string UniqueTempFileName(absl::string_view final_name) {
-  static std::atomic<uint64_t> counter{0};
+  static std::atomic<uint64_t> counter{CounterStart()};
   return absl::StrCat(".", final_name, ".", getpid(), ".", gettid(), ".",
                       counter.fetch_add(1, std::memory_order_relaxed), kTempFileSuffix);
 }

@@ -34,8 +34,10 @@ bool IsCompileLeaseFileName(absl::string_view file_name);
 // The key of an entry file name; nullopt for every other name (temporary files, the event log).
 std::optional<std::string> KeyFromEntryFileName(absl::string_view file_name);
 
-// A name for the temporary file of a write of `final_name` that no other writer, in this or any
-// other process, uses at the same time: it carries the pid, the thread id and a per-process counter.
+// A name for the temporary file of a write of `final_name` that no other writer of this process uses:
+// it carries the pid, the thread id and a per-process counter that starts at random. Another process
+// (in another pid namespace, or a restart killed mid-write before) can have left the same name, which
+// WriteFileAtomically's O_EXCL creation finds taken and skips.
 std::string UniqueTempFileName(absl::string_view final_name);
 
 // Whether `file_name` has exactly the form UniqueTempFileName gives an entry file or the cache

@@ -113,33 +113,48 @@ TEST_F(StoreTest, PutThenLookupReturnsTheSameBytesAndHeader) {
   EXPECT_EQ(counters.total_misses(), 0);
 }
 
-// A process killed while writing leaves its temporary file. A restart with the same pid and thread id (a
-// restarted container's) counts its temporary names from the same start, so the name it wants next can
-// be taken: the write takes the name after it, and the leftover stays for the stale sweep.
-TEST_F(StoreTest, TemporaryNamesLeftByAKilledProcessOfTheSamePidAreSkipped) {
-  const std::string probe = UniqueTempFileName("k");  // ".k.<pid>.<tid>.<counter>.tmp"
+// The names this thread's next `count` temporary files of `final_name` would take, as another process
+// with this pid and thread id would have left them (one killed early in the write: the start of the
+// file's first bytes). Returns their paths.
+std::vector<std::string> TakeNextTemporaryNames(const ScratchDir& dir, absl::string_view final_name,
+                                                absl::string_view start, int count) {
+  const std::string probe = UniqueTempFileName(final_name);
   const std::string counted = probe.substr(0, probe.rfind(".tmp"));
   const uint64_t counter = std::stoull(counted.substr(counted.rfind('.') + 1));
-  const std::string entry_name = EntryFileName("k");
-  std::vector<std::string> leftovers;
-  for (uint64_t next = counter + 1; next <= counter + 8; ++next) {
-    for (absl::string_view name : {kCacheDirTagFileName, absl::string_view(entry_name)}) {
-      leftovers.push_back(absl::StrCat(".", name, ".", getpid(), ".", gettid(), ".", next, ".tmp"));
-      ASSERT_TRUE(IsTempFileName(leftovers.back())) << leftovers.back();
-      // What a write killed early leaves: the start of the file's first bytes.
-      WriteFile(dir_ / leftovers.back(), std::string(name == kCacheDirTagFileName ? "Signature: 8a4" : "LZRT"));
-    }
+  EXPECT_EQ(probe, absl::StrCat(".", final_name, ".", getpid(), ".", gettid(), ".", counter, ".tmp"));
+  std::vector<std::string> taken;
+  for (uint64_t next = counter + 1; next <= counter + static_cast<uint64_t>(count); ++next) {
+    taken.push_back(dir / absl::StrCat(".", final_name, ".", getpid(), ".", gettid(), ".", next, ".tmp"));
+    EXPECT_TRUE(IsTempFileName(taken.back().substr(dir.path().size() + 1))) << taken.back();
+    WriteFile(taken.back(), std::string(start));
   }
+  return taken;
+}
 
+// Another process with this pid and thread id (in another pid namespace, or killed mid-write and
+// restarted in a container) can have left the names this one's writes want next: the mark and the
+// entry are written under the names after them, and the leftovers stay for the stale sweep.
+TEST_F(StoreTest, TemporaryNamesTakenByAnotherProcessWithThisPidAreSkipped) {
+  std::vector<std::string> leftovers = TakeNextTemporaryNames(dir_, kCacheDirTagFileName, "Signature: 8a4", 8);
   std::unique_ptr<Store> store = OpenStore();
   EXPECT_TRUE(IsMarkedCacheDir(dir_.path())) << "the mark was not written past the taken names";
   EXPECT_TRUE(store->warning().empty()) << store->warning();
+
+  for (const std::string& taken : TakeNextTemporaryNames(dir_, EntryFileName("k"), "LZRT", 8)) {
+    leftovers.push_back(taken);
+  }
   const std::string payload = MakePayload("k", 0, 0);
   PutOk(*store, "k", payload);
   LookupResult result = store->Lookup("k");
   ASSERT_TRUE(std::holds_alternative<Entry>(result)) << MissOf(result)->detail;
   EXPECT_EQ(std::get<Entry>(result).payload, payload);
-  for (const std::string& leftover : leftovers) EXPECT_TRUE(Exists(dir_ / leftover)) << leftover;
+  for (const std::string& leftover : leftovers) EXPECT_TRUE(Exists(leftover)) << leftover;
+
+  // A write that finds every name it may try taken fails, naming the last.
+  const std::vector<std::string> all_taken = TakeNextTemporaryNames(dir_, EntryFileName("k"), "LZRT", 64);
+  absl::StatusOr<PutOutcome> blocked = store->Put("k", payload, 5, "{}");
+  ASSERT_FALSE(blocked.ok());
+  EXPECT_TRUE(absl::StrContains(blocked.status().message(), all_taken.back())) << blocked.status();
 }
 
 TEST_F(StoreTest, MissingKeyIsNotFound) {

@@ -291,10 +291,14 @@ std::pair<pid_t, int> ForkOpener(const std::string& dir) {
   return {pid, ready[0]};
 }
 
-void KillAndReap(pid_t pid) {
+// Kills an opener, which ends only so: a child that ended otherwise crashed or failed a sanitizer's check.
+void KillOpener(pid_t pid, const std::string& dir) {
   kill(pid, SIGKILL);
   int status = 0;
   if (waitpid(pid, &status, 0) != pid) Fail("waitpid failed");
+  if (!WIFSIGNALED(status) || WTERMSIG(status) != SIGKILL) {
+    Fail(absl::StrCat("the process opening ", dir, " ended before it was killed (status ", status, ")"));
+  }
 }
 
 int SigkillDuringOpen(const std::string& base, int rounds, uint64_t seed) {
@@ -304,13 +308,14 @@ int SigkillDuringOpen(const std::string& base, int rounds, uint64_t seed) {
   std::vector<double> opened_us;
   for (int probe = 0; probe < 5; ++probe) {
     const auto forked = std::chrono::steady_clock::now();
-    auto [pid, ready] = ForkOpener(absl::StrCat(base, "/probe-", probe, "/cache"));
+    const std::string dir = absl::StrCat(base, "/probe-", probe, "/cache");
+    auto [pid, ready] = ForkOpener(dir);
     struct pollfd line = {ready, POLLIN, 0};
     char reply = 0;
     const bool answered = poll(&line, 1, 60'000) == 1 && read(ready, &reply, 1) == 1;
     opened_us.push_back(std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - forked).count());
     close(ready);
-    KillAndReap(pid);
+    KillOpener(pid, dir);
     if (!answered || reply != 'o')
       Fail(absl::StrCat("a child could not open a new cache directory (probe ", probe, ")"));
   }
@@ -330,7 +335,7 @@ int SigkillDuringOpen(const std::string& base, int rounds, uint64_t seed) {
     const auto forked = std::chrono::steady_clock::now();
     auto [pid, ready] = ForkOpener(dir);
     std::this_thread::sleep_until(forked + std::chrono::duration<double, std::micro>(delay));
-    KillAndReap(pid);
+    KillOpener(pid, dir);
     char reply = 0;
     const bool answered = read(ready, &reply, 1) == 1;  // the write end is closed: never blocks
     close(ready);

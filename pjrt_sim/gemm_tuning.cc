@@ -5,16 +5,20 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <map>
 #include <thread>
 #include <vector>
 
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -142,22 +146,44 @@ int LockFile(const std::string& path) {
   return fd;
 }
 
+// Writes `text` to `path` through `path`.tmp and a rename, so that a reader sees the old file or the whole
+// new one. Called with the lock held: the lock holder is the only writer, so one temporary name serves
+// every process, and a killed writer's leftover is replaced by the next one instead of piling up. It is
+// unlinked first and created O_EXCL, so a symbolic link planted there is never followed.
 bool WriteAtomically(const std::string& path, const std::string& text) {
-  const std::string temp = absl::StrCat(path, ".tmp.", getpid());
-  {
-    std::ofstream out(temp, std::ios::binary | std::ios::trunc);
-    out << text;
-    out.flush();
-    if (!out) {
-      std::remove(temp.c_str());
-      return false;
-    }
+  const std::string temp = path + ".tmp";
+  unlink(temp.c_str());
+  const int fd = open(temp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+  if (fd < 0) return false;
+  bool written = true;
+  for (size_t done = 0; written && done < text.size();) {
+    const ssize_t n = write(fd, text.data() + done, text.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    written = n > 0;
+    if (written) done += static_cast<size_t>(n);
   }
-  if (std::rename(temp.c_str(), path.c_str()) != 0) {
-    std::remove(temp.c_str());
+  written = close(fd) == 0 && written;
+  if (!written || std::rename(temp.c_str(), path.c_str()) != 0) {
+    unlink(temp.c_str());
     return false;
   }
   return true;
+}
+
+// Removes the "<file>.tmp.<pid>" files that writers before the single temporary name left when they were
+// killed mid-write. Called with the lock held: no writer is using one.
+void RemovePerProcessLeftovers(const std::string& path) {
+  const std::filesystem::path file(path);
+  const std::string prefix = file.filename().string() + ".tmp.";
+  std::error_code error;
+  for (std::filesystem::directory_iterator it(file.parent_path(), error), end; !error && it != end;
+       it.increment(error)) {
+    const std::string name = it->path().filename().string();
+    const absl::string_view pid = absl::string_view(name).substr(std::min(prefix.size(), name.size()));
+    if (absl::StartsWith(name, prefix) && !pid.empty() && std::ranges::all_of(pid, absl::ascii_isdigit)) {
+      unlink(it->path().c_str());
+    }
+  }
 }
 
 }  // namespace
@@ -207,6 +233,7 @@ GemmLibrary GemmTuningRecord::Record(const GemmShape& shape, GemmLibrary measure
     for (const auto& [key, library] : entries)
       absl::StrAppend(&text, key, "\t", std::string(GemmLibraryName(library)), "\n");
     if (!WriteAtomically(path_, text)) Warn(path_, "cannot be written: choice not recorded");
+    RemovePerProcessLeftovers(path_);
   }
   const GemmLibrary recorded = it->second;
   close(lock);

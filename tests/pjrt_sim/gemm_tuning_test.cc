@@ -7,12 +7,14 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <random>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "pjrt_sim/cpu_isa.h"
 #include "tests/pjrt_sim/pjrt_test_util.h"
@@ -253,6 +255,36 @@ TEST_F(GemmTuningTest, AFileThatIsNotARecordIsIgnoredAndRewrittenWhenRecording) 
     // The first writer wins: a later measurement does not replace the entry.
     EXPECT_EQ(record.Record(shape, GemmLibrary::kOneDnn), GemmLibrary::kBlis);
   }
+}
+
+// The temporary file of a writer killed mid-write: the next writer replaces it (one name, held under the
+// lock) and removes the per-process ones earlier versions left (".tmp.<pid>"), nothing else; a symbolic
+// link planted at the temporary name is replaced, not followed.
+TEST_F(GemmTuningTest, AKilledWritersTemporaryFilesAreReplacedAndRemovedWhenRecording) {
+  WriteFile("lazyrt-gemm-tuning 1\n");
+  const std::filesystem::path dir = std::filesystem::path(path_).parent_path();
+  const std::filesystem::path victim = dir_ / "victim.txt";
+  std::ofstream(victim) << "not to be written";
+  std::filesystem::create_symlink(victim, path_ + ".tmp");
+  for (const char* leftover : {".tmp.123", ".tmp.4194304"}) std::ofstream(path_ + leftover) << "half a record";
+  const std::vector<std::string> kept = {path_ + ".tmp.", path_ + ".tmp.12a", path_ + ".tmpx.1", path_ + ".keep"};
+  for (const std::string& other : kept) std::ofstream(other) << "not ours";
+
+  const GemmTuningRecord record(path_);
+  const GemmShape shape{PrimitiveType::kF32, 3, 4, 5, false, false};
+  EXPECT_EQ(record.Record(shape, GemmLibrary::kOneDnn), GemmLibrary::kOneDnn);
+  EXPECT_EQ(record.Lookup(shape), GemmLibrary::kOneDnn);
+
+  std::ifstream in(victim);
+  EXPECT_EQ(std::string(std::istreambuf_iterator<char>(in), {}), "not to be written");
+  std::vector<std::string> left;
+  for (const auto& entry : std::filesystem::directory_iterator(dir)) left.push_back(entry.path().string());
+  std::sort(left.begin(), left.end());
+  std::vector<std::string> want = kept;
+  want.push_back(path_);
+  want.push_back(path_ + ".lock");
+  std::sort(want.begin(), want.end());
+  EXPECT_EQ(left, want);
 }
 
 TEST_F(GemmTuningTest, AnOversizedFileIsNotRead) {

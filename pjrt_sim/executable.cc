@@ -421,12 +421,14 @@ std::vector<Executable::KernelTime> Executable::kernel_times() const {
   return times;
 }
 
-std::string KernelIterationText(const proto::Kernel& kernel) {
+std::string KernelIterationText(const proto::Executable& exe, const proto::Kernel& kernel) {
   if (kernel.kind() == proto::Kernel::DOT) {
     return absl::StrFormat("%d x [%dx%d]x[%dx%d]", kernel.batch(), kernel.m(), kernel.k(), kernel.k(), kernel.n());
   }
-  if (kernel.iteration_shape().dims().empty()) return "scalar";
-  return absl::StrJoin(kernel.iteration_shape().dims(), "x");
+  const bool written = !kernel.has_iteration_shape() && kernel.output() >= 0 && kernel.output() < exe.slots_size();
+  const proto::Shape& shape = written ? exe.slots(static_cast<int>(kernel.output())).shape() : kernel.iteration_shape();
+  if (shape.dims().empty()) return "scalar";
+  return absl::StrJoin(shape.dims(), "x");
 }
 
 absl::StatusOr<std::vector<std::shared_ptr<Buffer>>> Executable::Execute(std::span<const std::shared_ptr<Buffer>> args,

@@ -81,7 +81,12 @@ TEST(NormalizeOpcodes, KernelMatchesReferenceInOneKernel) {
   absl::StatusOr<std::shared_ptr<Executable>> exe = client->Compile(b.module(), {});
   ASSERT_TRUE(exe.ok()) << exe.status();
   int normalize_kernels = 0;
-  for (const proto::Kernel& k : (*exe)->proto().kernels()) normalize_kernels += k.kind() == proto::Kernel::NORMALIZE;
+  for (const proto::Kernel& k : (*exe)->proto().kernels()) {
+    if (k.kind() != proto::Kernel::NORMALIZE) continue;
+    ++normalize_kernels;
+    // What the profile and `lazyrt cache show` print for it: the array it writes, not "scalar".
+    EXPECT_EQ(KernelIterationText((*exe)->proto(), k), "3x2x5");
+  }
   EXPECT_EQ(normalize_kernels, 1);
   absl::StatusOr<std::vector<testing::HostArray>> out =
       testing::ExecuteOnHost(*client, **exe, {testing::MakeArray(PrimitiveType::kF64, dims, in)});

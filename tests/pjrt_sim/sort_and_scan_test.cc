@@ -219,7 +219,7 @@ TEST(SortAndScanKernels, LoaderRejectsBadKernelFields) {
       "bad cumsum");
   rejected([&](proto::Executable& e) { e.mutable_kernels(sort_kernel)->mutable_iteration_shape()->add_dims(1); },
            "bad argsort");
-  EXPECT_EQ(KernelIterationText(good.kernels(scan_kernel)), "4x3");
+  EXPECT_EQ(KernelIterationText(good, good.kernels(scan_kernel)), "4x3");
 }
 
 }  // namespace

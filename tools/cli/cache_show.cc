@@ -246,7 +246,7 @@ void PrintExecutable(const proto::Executable& exe) {
       {{"#", Align::kRight}, {"KIND"}, {"ITERATION"}, {"VARIANT", Align::kRight}, {"GRAIN", Align::kRight}, {"LABEL"}});
   for (int i = 0; i < exe.kernels_size(); ++i) {
     const proto::Kernel& kernel = exe.kernels(i);
-    kernels.AddRow({absl::StrCat(i), proto::Kernel::Kind_Name(kernel.kind()), pjrt::KernelIterationText(kernel),
+    kernels.AddRow({absl::StrCat(i), proto::Kernel::Kind_Name(kernel.kind()), pjrt::KernelIterationText(exe, kernel),
                     absl::StrCat(kernel.variant()), kernel.grain() == 0 ? "-" : absl::StrCat(kernel.grain()),
                     kernel.label()});
   }

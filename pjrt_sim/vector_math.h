@@ -37,12 +37,9 @@ namespace lazyrt::pjrt {
 // 2^n for n in [-126, 127] (a normal float built from its exponent bits).
 inline float PowerOfTwo(int32_t n) { return std::bit_cast<float>(static_cast<uint32_t>(n + 127) << 23); }
 
-// exp(x) = 2^n exp(r), n = round(x / ln 2), r = x - n ln 2 in [-ln 2 / 2, ln 2 / 2] (Cephes' expf
-// reduction and polynomial). ln 2 is split in two so that n * the first part is exact.
-inline float VectorExp(float x) {
-  // Beyond these bounds the result is inf or 0; clamping keeps n in range. NaN passes through both.
-  x = x > 88.8f ? 88.8f : x;
-  x = x < -104.0f ? -104.0f : x;
+// exp(x) for x in [-104, 88.8] (and NaN): what VectorExp computes there, without its clamps, for callers
+// whose arguments are known to lie there (erf's, whose other lanes are discarded).
+inline float VectorExpInRange(float x) {
   // Adding 1.5 * 2^23 rounds to an integer, held in the low bits: no float-to-int conversion (which is
   // undefined on NaN).
   constexpr float kShifter = 0x1.8p23f;
@@ -60,6 +57,15 @@ inline float VectorExp(float x) {
   const int32_t ni = static_cast<int32_t>(std::bit_cast<uint32_t>(shifted) - std::bit_cast<uint32_t>(kShifter));
   const int32_t half = ni >> 1;
   return p * PowerOfTwo(half) * PowerOfTwo(ni - half);
+}
+
+// exp(x) = 2^n exp(r), n = round(x / ln 2), r = x - n ln 2 in [-ln 2 / 2, ln 2 / 2] (Cephes' expf
+// reduction and polynomial). ln 2 is split in two so that n * the first part is exact.
+inline float VectorExp(float x) {
+  // Beyond these bounds the result is inf or 0; clamping keeps n in range. NaN passes through both.
+  x = x > 88.8f ? 88.8f : x;
+  x = x < -104.0f ? -104.0f : x;
+  return VectorExpInRange(x);
 }
 
 // log(x) = e ln 2 + log(m), x = m 2^e with m in [sqrt(1/2), sqrt(2)) (Cephes' logf polynomial).
@@ -135,7 +141,9 @@ inline float VectorErf(float x) {
   const float q01 = std::fma(-5.3526807f, t, -7.806815f), q23 = std::fma(-1.0858487e-02f, t, -9.438936e-01f);
   const float q45 = std::fma(-4.201731e-04f, t, 2.1650817e-03f), q67 = std::fma(-1.33017165e-05f, t, 7.7454875e-05f);
   const float q = std::fma(1.5998297e-06f, t4 * t4, std::fma(std::fma(q67, t2, q45), t4, std::fma(q23, t2, q01)));
-  const float large = 1.0f - VectorExp(q);
+  // For |x| in [1, 4], q is in [-17.4, -1.8] (log erfc): exp's clamps would change nothing. In the lanes
+  // of smaller |x| it may be anything, and the select below discards it.
+  const float large = 1.0f - VectorExpInRange(q);
   return std::copysign(a < 1.0f ? small : large, x);
 }
 

@@ -29,7 +29,8 @@ std::string KernelProfileText() {
         if (times[k].runs == 0) continue;
         const pjrt::proto::Kernel& kernel = exe->proto().kernels(static_cast<int>(k));
         rows.push_back({ir::HashToHex(key), pjrt::proto::Kernel::Kind_Name(kernel.kind()),
-                        pjrt::KernelIterationText(exe->proto(), kernel), kernel.label(), static_cast<int>(k), times[k]});
+                        pjrt::KernelIterationText(exe->proto(), kernel), kernel.label(), static_cast<int>(k),
+                        times[k]});
         total_ns += times[k].total_ns;
       }
     });

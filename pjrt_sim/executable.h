@@ -112,8 +112,9 @@ class Executable : public std::enable_shared_from_this<Executable> {
 };
 
 // What kernel `kernel` of `exe` iterates over, for people: "1 x [128x784]x[784x256]" for a GEMM (batch x
-// [m x k] x [k x n]), the iteration space ("128x256", "scalar") of a loop or reduction, and the shape of
-// what the others write (a layer norm's "4096x128", attention's packed result).
+// [m x k] x [k x n]), the iteration space ("128x256", "scalar") of a kernel that has one (loops,
+// reductions, scans, sorts), else the shape of what it writes (a layer norm's "4096x128", attention's
+// packed result, a gather's or concatenation's result).
 std::string KernelIterationText(const proto::Executable& exe, const proto::Kernel& kernel);
 
 }  // namespace lazyrt::pjrt

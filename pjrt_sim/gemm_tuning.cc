@@ -147,27 +147,29 @@ int LockFile(const std::string& path) {
 }
 
 // Writes `text` to `path` through `path`.tmp and a rename, so that a reader sees the old file or the whole
-// new one. Called with the lock held: the lock holder is the only writer, so one temporary name serves
-// every process, and a killed writer's leftover is replaced by the next one instead of piling up. It is
-// unlinked first and created O_EXCL, so a symbolic link planted there is never followed.
-bool WriteAtomically(const std::string& path, const std::string& text) {
+// new one; returns 0 or the errno of what failed. Called with the lock held: the lock holder is the only
+// writer, so one temporary name serves every process, and a killed writer's leftover is replaced by the
+// next one instead of piling up. It is unlinked first and created O_EXCL, so a symbolic link planted there
+// is never followed. Mode 0644 (less the umask), as the record was before: other users of a shared path may
+// read it.
+int WriteAtomically(const std::string& path, const std::string& text) {
   const std::string temp = path + ".tmp";
   unlink(temp.c_str());
-  const int fd = open(temp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
-  if (fd < 0) return false;
-  bool written = true;
-  for (size_t done = 0; written && done < text.size();) {
+  const int fd = open(temp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+  if (fd < 0) return errno;
+  int error = 0;
+  for (size_t done = 0; error == 0 && done < text.size();) {
     const ssize_t n = write(fd, text.data() + done, text.size() - done);
-    if (n < 0 && errno == EINTR) continue;
-    written = n > 0;
-    if (written) done += static_cast<size_t>(n);
+    if (n > 0) {
+      done += static_cast<size_t>(n);
+    } else if (n == 0 || errno != EINTR) {
+      error = n == 0 ? EIO : errno;
+    }
   }
-  written = close(fd) == 0 && written;
-  if (!written || std::rename(temp.c_str(), path.c_str()) != 0) {
-    unlink(temp.c_str());
-    return false;
-  }
-  return true;
+  if (close(fd) != 0 && error == 0) error = errno;
+  if (error == 0 && std::rename(temp.c_str(), path.c_str()) != 0) error = errno;
+  if (error != 0) unlink(temp.c_str());
+  return error;
 }
 
 // Removes the "<file>.tmp.<pid>" files that writers before the single temporary name left when they were
@@ -176,8 +178,8 @@ void RemovePerProcessLeftovers(const std::string& path) {
   const std::filesystem::path file(path);
   const std::string prefix = file.filename().string() + ".tmp.";
   std::error_code error;
-  for (std::filesystem::directory_iterator it(file.parent_path(), error), end; !error && it != end;
-       it.increment(error)) {
+  const std::filesystem::path dir = file.has_parent_path() ? file.parent_path() : std::filesystem::path(".");
+  for (std::filesystem::directory_iterator it(dir, error), end; !error && it != end; it.increment(error)) {
     const std::string name = it->path().filename().string();
     const absl::string_view pid = absl::string_view(name).substr(std::min(prefix.size(), name.size()));
     if (absl::StartsWith(name, prefix) && !pid.empty() && std::ranges::all_of(pid, absl::ascii_isdigit)) {
@@ -232,7 +234,9 @@ GemmLibrary GemmTuningRecord::Record(const GemmShape& shape, GemmLibrary measure
     std::string text = absl::StrCat(kHeader, "\n");
     for (const auto& [key, library] : entries)
       absl::StrAppend(&text, key, "\t", std::string(GemmLibraryName(library)), "\n");
-    if (!WriteAtomically(path_, text)) Warn(path_, "cannot be written: choice not recorded");
+    if (const int error = WriteAtomically(path_, text); error != 0) {
+      Warn(path_, absl::StrCat("cannot be written (", std::strerror(error), "): choice not recorded"));
+    }
     RemovePerProcessLeftovers(path_);
   }
   const GemmLibrary recorded = it->second;

@@ -38,7 +38,7 @@ namespace lazyrt::pjrt {
 inline float PowerOfTwo(int32_t n) { return std::bit_cast<float>(static_cast<uint32_t>(n + 127) << 23); }
 
 // exp(x) for x in [-104, 88.8] (and NaN): what VectorExp computes there, without its clamps, for callers
-// whose arguments are known to lie there (erf's, whose other lanes are discarded).
+// whose arguments are known to lie there (erf's). Outside, the result is wrong but defined behaviour.
 inline float VectorExpInRange(float x) {
   // Adding 1.5 * 2^23 rounds to an integer, held in the low bits: no float-to-int conversion (which is
   // undefined on NaN).
@@ -141,8 +141,8 @@ inline float VectorErf(float x) {
   const float q01 = std::fma(-5.3526807f, t, -7.806815f), q23 = std::fma(-1.0858487e-02f, t, -9.438936e-01f);
   const float q45 = std::fma(-4.201731e-04f, t, 2.1650817e-03f), q67 = std::fma(-1.33017165e-05f, t, 7.7454875e-05f);
   const float q = std::fma(1.5998297e-06f, t4 * t4, std::fma(std::fma(q67, t2, q45), t4, std::fma(q23, t2, q01)));
-  // For |x| in [1, 4], q is in [-17.4, -1.8] (log erfc): exp's clamps would change nothing. In the lanes
-  // of smaller |x| it may be anything, and the select below discards it.
+  // For |x| in [1, 4], q is in [-18.0, -1.8] (log erfc): exp's clamps would change nothing. In the lanes
+  // of smaller |x| it is in [-1.9, 0.001] (or NaN), and the select below discards it.
   const float large = 1.0f - VectorExpInRange(q);
   return std::copysign(a < 1.0f ? small : large, x);
 }

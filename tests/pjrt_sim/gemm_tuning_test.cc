@@ -287,6 +287,22 @@ TEST_F(GemmTuningTest, AKilledWritersTemporaryFilesAreReplacedAndRemovedWhenReco
   EXPECT_EQ(left, want);
 }
 
+// The same for a record named by a relative path (LAZYRT_GEMM_TUNING_FILE=gemm_tuning.txt): its
+// directory is the working directory.
+TEST_F(GemmTuningTest, ARelativePathsLeftoversAreRemovedToo) {
+  std::filesystem::create_directories(dir_);
+  const std::filesystem::path cwd = std::filesystem::current_path();
+  std::filesystem::current_path(dir_);
+  std::ofstream("gemm_tuning.txt.tmp.77") << "half a record";
+  const GemmTuningRecord record("gemm_tuning.txt");
+  const GemmShape shape{PrimitiveType::kF32, 3, 4, 5, false, false};
+  EXPECT_EQ(record.Record(shape, GemmLibrary::kBlis), GemmLibrary::kBlis);
+  const bool left = std::filesystem::exists("gemm_tuning.txt.tmp.77");
+  std::filesystem::current_path(cwd);
+  EXPECT_FALSE(left);
+  EXPECT_EQ(GemmTuningRecord((dir_ / "gemm_tuning.txt").string()).Lookup(shape), GemmLibrary::kBlis);
+}
+
 TEST_F(GemmTuningTest, AnOversizedFileIsNotRead) {
   WriteFile("lazyrt-gemm-tuning 1\n" + std::string(5 << 20, '\n'));
   ::testing::internal::CaptureStderr();

@@ -35,13 +35,13 @@
 #include "lowering/lower.h"
 #include "pjrt_sim/client.h"
 #include "pjrt_sim/compiler.h"
+#include "pjrt_sim/elapsed.h"
 
 namespace {
 
 using Clock = std::chrono::steady_clock;
+using lazyrt::MsSince;
 using lazyrt::Tensor;
-
-double MsSince(Clock::time_point t) { return std::chrono::duration<double, std::milli>(Clock::now() - t).count(); }
 
 struct Flags {
   std::vector<int64_t> sizes = {10, 100, 1000, 3000, 10000, 30000, 100000, 300000, 1000000};

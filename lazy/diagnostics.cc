@@ -21,6 +21,7 @@
 #include "lazy/diagnostics_internal.h"
 #include "lazy/diagnostics_stacks.h"
 #include "lazy/runtime.h"
+#include "pjrt_sim/elapsed.h"
 
 namespace lazyrt {
 namespace detail {
@@ -307,7 +308,7 @@ void RecordNewGraph(State& s, Site& site, const SyncEvent& e, const ir::PostOrde
 
 }  // namespace
 
-double NowMs() { return std::chrono::duration<double, std::milli>(Clock::now() - Get().origin).count(); }
+double NowMs() { return MsSince(Get().origin); }
 
 bool TimingEnabled() {
   const Options& o = Opts();

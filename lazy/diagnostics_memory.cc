@@ -8,16 +8,16 @@
 namespace lazyrt::detail {
 namespace {
 
-// Samples kept for the trace; older ones are dropped.
+// SampleLog kept for the trace; older ones are dropped.
 constexpr size_t kMaxSamples = 100000;
 
-struct Samples {
+struct SampleLog {
   std::mutex mu;
   std::deque<MemorySample> samples;
 };
 
-Samples& Get() {
-  static Samples* s = new Samples;  // never destroyed: the exit sync records after static destructors
+SampleLog& GetSampleLog() {
+  static SampleLog* s = new SampleLog;  // never destroyed: the exit sync records after static destructors
   return *s;
 }
 
@@ -25,7 +25,7 @@ Samples& Get() {
 
 void RecordMemorySample(const pjrt::Device& device, int64_t bytes_in_use) {
   const MemorySample sample{.ms = NowMs(), .device = device.id(), .bytes_in_use = bytes_in_use};
-  Samples& s = Get();
+  SampleLog& s = GetSampleLog();
   std::lock_guard<std::mutex> lock(s.mu);
   s.samples.push_back(sample);
   if (s.samples.size() > kMaxSamples) s.samples.pop_front();
@@ -34,7 +34,7 @@ void RecordMemorySample(const pjrt::Device& device, int64_t bytes_in_use) {
 void RecordMemorySample(const pjrt::Device& device) { RecordMemorySample(device, device.memory_stats().bytes_in_use); }
 
 std::vector<MemorySample> MemorySamples() {
-  Samples& s = Get();
+  SampleLog& s = GetSampleLog();
   std::lock_guard<std::mutex> lock(s.mu);
   return {s.samples.begin(), s.samples.end()};
 }

@@ -42,14 +42,14 @@ struct Executable {
   int64_t runs = 0;
 };
 
-struct State {
+struct ReshardingLog {
   std::mutex mu;
   std::map<MeshKey, std::vector<std::string>> axis_names;
   std::map<uint64_t, Executable> executables;  // by graph key
 };
 
-State& Get() {
-  static State* s = new State;  // never destroyed: the exit sync records after static destructors
+ReshardingLog& GetReshardingLog() {
+  static ReshardingLog* s = new ReshardingLog;  // never destroyed: the exit sync records after static destructors
   return *s;
 }
 
@@ -149,14 +149,14 @@ Advice AdviceFor(const Named& n, const Executable& exe) {
 
 void RememberMeshAxisNames(const std::vector<int64_t>& shape, const std::vector<int64_t>& devices,
                            const std::vector<std::string>& names) {
-  State& s = Get();
+  ReshardingLog& s = GetReshardingLog();
   std::lock_guard<std::mutex> lock(s.mu);
   s.axis_names[{shape, devices}] = names;
 }
 
 void RecordReshardings(uint64_t graph_key, const pjrt::proto::Executable& exe, const ir::PostOrder& order) {
   if (exe.reshardings().empty()) return;
-  State& s = Get();
+  ReshardingLog& s = GetReshardingLog();
   std::lock_guard<std::mutex> lock(s.mu);
   auto it = s.executables.find(graph_key);
   if (it != s.executables.end()) {
@@ -181,7 +181,7 @@ void RecordReshardings(uint64_t graph_key, const pjrt::proto::Executable& exe, c
 }
 
 void AddReshardingFindings(std::vector<Finding>& out) {
-  State& s = Get();
+  ReshardingLog& s = GetReshardingLog();
   std::lock_guard<std::mutex> lock(s.mu);
   for (const auto& [key, e] : s.executables) {
     for (const Named& n : e.reshardings) {

@@ -14,6 +14,7 @@
 #include "lowering/dtype.h"
 #include "lowering/lower.h"
 #include "pjrt_sim/cpu_isa.h"
+#include "pjrt_sim/elapsed.h"
 #include "pjrt_sim/gemm_tuning.h"
 #include "pjrt_sim/version.h"
 
@@ -21,7 +22,6 @@ namespace lazyrt::detail {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-double MsSince(Clock::time_point t) { return std::chrono::duration<double, std::milli>(Clock::now() - t).count(); }
 
 // The persistent cache's name for a graph key.
 std::string DiskKey(ir::HashValue key) { return absl::StrCat("g", ir::HashToHex(key)); }

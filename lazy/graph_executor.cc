@@ -17,6 +17,7 @@
 #include "lazy/runtime.h"
 #include "lazy/sync.h"
 #include "lowering/dtype.h"
+#include "pjrt_sim/elapsed.h"
 #include "pjrt_sim/element_ops.h"
 
 namespace lazyrt {
@@ -24,7 +25,6 @@ namespace detail {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-double MsSince(Clock::time_point t) { return std::chrono::duration<double, std::milli>(Clock::now() - t).count(); }
 
 // Executions a device may have queued before a sync waits for the oldest: the host runs ahead of the
 // device by this many steps at most, so a step's memory is back in the pool when the step after next

@@ -13,6 +13,7 @@
 #include <utility>
 #include <vector>
 
+#include "pjrt_sim/elapsed.h"
 #include "pjrt_sim/element_ops.h"
 #include "pjrt_sim/executable.h"
 #include "pjrt_sim/hlo.h"
@@ -27,10 +28,6 @@ namespace lazyrt::pjrt {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-double MsSince(Clock::time_point start) {
-  return std::chrono::duration<double, std::milli>(Clock::now() - start).count();
-}
 
 // Fills memory of `shape` with values typical of real data (small, finite; indices near 0).
 void FillProbeData(const ArrayShape& shape, void* data, std::mt19937_64& rng) {

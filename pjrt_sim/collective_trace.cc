@@ -9,13 +9,13 @@
 namespace lazyrt::pjrt {
 namespace {
 
-struct Log {
+struct CollectiveLog {
   std::mutex mu;
   std::deque<CollectiveSpanRecord> spans;
 };
 
-Log& GetLog() {
-  static auto* log = new Log();  // never destroyed: streams may still run collectives at exit
+CollectiveLog& GetCollectiveLog() {
+  static auto* log = new CollectiveLog();  // never destroyed: streams may still run collectives at exit
   return *log;
 }
 
@@ -28,14 +28,14 @@ CollectiveSpan::~CollectiveSpan() {
   if (device_ == nullptr) return;
   CollectiveSpanRecord record{device_->id(), std::move(what_), start_, std::chrono::steady_clock::now()};
   device_->RecordCollective(std::chrono::duration_cast<std::chrono::nanoseconds>(record.end - record.start).count());
-  Log& log = GetLog();
+  CollectiveLog& log = GetCollectiveLog();
   std::lock_guard<std::mutex> lock(log.mu);
   if (log.spans.size() == kMaxCollectiveSpans) log.spans.pop_front();
   log.spans.push_back(std::move(record));
 }
 
 std::vector<CollectiveSpanRecord> CollectiveSpans() {
-  Log& log = GetLog();
+  CollectiveLog& log = GetCollectiveLog();
   std::lock_guard<std::mutex> lock(log.mu);
   return {log.spans.begin(), log.spans.end()};
 }

@@ -10,6 +10,7 @@
 #include "pjrt_sim/autotune.h"
 #include "pjrt_sim/buffer_assignment.h"
 #include "pjrt_sim/cpu_isa.h"
+#include "pjrt_sim/elapsed.h"
 #include "pjrt_sim/fusion.h"
 #include "pjrt_sim/gemm_tuning.h"
 #include "pjrt_sim/hlo.h"
@@ -24,10 +25,6 @@ namespace lazyrt::pjrt {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-double MsSince(Clock::time_point start) {
-  return std::chrono::duration<double, std::milli>(Clock::now() - start).count();
-}
 
 std::atomic<int64_t> g_passes_run{0};
 

@@ -254,7 +254,7 @@ T Erf(T x) {
 template <typename T>
 T Maximum(T a, T b) {
   if constexpr (std::is_floating_point_v<T>) {
-    return ((a != a) | (a > b)) ? a : b;
+    return ((a != a) | (a > b)) ? a : b;  // NOLINT(misc-redundant-expression): the NaN test
   } else {
     return a > b ? a : b;
   }
@@ -262,7 +262,7 @@ T Maximum(T a, T b) {
 template <typename T>
 T Minimum(T a, T b) {
   if constexpr (std::is_floating_point_v<T>) {
-    return ((a != a) | (a < b)) ? a : b;
+    return ((a != a) | (a < b)) ? a : b;  // NOLINT(misc-redundant-expression): the NaN test
   } else {
     return a < b ? a : b;
   }

@@ -25,7 +25,7 @@
 namespace lazyrt::pjrt {
 namespace {
 
-constexpr int64_t kBlock = FusedProgram::kBlock;
+constexpr int64_t kFusedBlock = FusedProgram::kBlock;
 constexpr int64_t kMaxElements = int64_t{1} << 40;  // as the module verifier allows
 
 // Whether `count` operands of `size` elements, `stride` apart, fit in `available` elements; no
@@ -81,8 +81,8 @@ class LoopKernel final : public Kernel {
       void* scratch = Scratch(program_.scratch_bytes());
       program_.Prepare(inputs, scratch);
       absl::InlinedVector<void*, 4> dsts(results), computed_into(results);
-      for (int64_t b = begin; b < end; b += kBlock) {
-        const int64_t n = std::min(kBlock, end - b);
+      for (int64_t b = begin; b < end; b += kFusedBlock) {
+        const int64_t n = std::min(kFusedBlock, end - b);
         for (size_t r = 0; r < results; ++r) {
           dsts[r] = static_cast<char*>(outputs[r]) + b * ByteWidth(result_types_[r]);
           computed_into[r] = computed_in_place[r] ? dsts[r] : nullptr;
@@ -243,7 +243,7 @@ class ReduceKernel final : public Kernel {
         // Rows shorter than a block are evaluated a block of whole rows at a time (the program's cost per
         // evaluation, ~15 ns a step, was paid per row: 4096 rows of 114 logits), each row still reduced
         // by one CombineRun over its values, as a row of one block always was: the same bits.
-        const int64_t rows_per_block = row_length_ > 0 && row_length_ < kBlock ? kBlock / row_length_ : 1;
+        const int64_t rows_per_block = row_length_ > 0 && row_length_ < kFusedBlock ? kFusedBlock / row_length_ : 1;
         if (rows_per_block > 1) {
           for (int64_t r = r0; r < r1; r += rows_per_block) {
             const int64_t rows = std::min(rows_per_block, r1 - r);
@@ -256,8 +256,8 @@ class ReduceKernel final : public Kernel {
         } else {
           for (int64_t r = r0; r < r1; ++r) {
             A a = identity;
-            for (int64_t b = r * row_length_; b < (r + 1) * row_length_; b += kBlock) {
-              const int64_t n = std::min(kBlock, (r + 1) * row_length_ - b);
+            for (int64_t b = r * row_length_; b < (r + 1) * row_length_; b += kFusedBlock) {
+              const int64_t n = std::min(kFusedBlock, (r + 1) * row_length_ - b);
               a = CombineRun<A>(combiner_, a, static_cast<const T*>(program_.Evaluate(inputs, b, n, scratch)), n);
             }
             acc[static_cast<size_t>(r - r0)] = a;
@@ -310,8 +310,8 @@ class ReduceKernel final : public Kernel {
       StoreBlockTyped(acc.data(), output, outputs);
       return;
     }
-    for (int64_t b = 0; b < total; b += kBlock) {
-      const int64_t n = std::min(kBlock, total - b);
+    for (int64_t b = 0; b < total; b += kFusedBlock) {
+      const int64_t n = std::min(kFusedBlock, total - b);
       const T* x = static_cast<const T*>(program_.Evaluate(inputs, b, n, scratch));
       for (int64_t i = 0; i < n; ++i) {
         A& a = acc[static_cast<size_t>(out_index)];
@@ -338,7 +338,7 @@ class ReduceKernel final : public Kernel {
   template <typename T, typename A, typename NextRun>
   void AddRuns(std::span<const void* const> inputs, void* scratch, int64_t r0, int64_t r1, A* acc,
                const int64_t& out_index, NextRun next_run) const {
-    const int64_t runs_per_block = run_length_ < kBlock ? kBlock / run_length_ : 1;
+    const int64_t runs_per_block = run_length_ < kFusedBlock ? kFusedBlock / run_length_ : 1;
     if (runs_per_block > 1) {
       for (int64_t r = r0; r < r1; r += runs_per_block) {
         const int64_t runs = std::min(runs_per_block, r1 - r);
@@ -351,8 +351,8 @@ class ReduceKernel final : public Kernel {
       return;
     }
     for (int64_t r = r0; r < r1; ++r) {
-      for (int64_t b = 0; b < run_length_; b += kBlock) {
-        const int64_t n = std::min(kBlock, run_length_ - b);
+      for (int64_t b = 0; b < run_length_; b += kFusedBlock) {
+        const int64_t n = std::min(kFusedBlock, run_length_ - b);
         Accumulate<A, T>(combiner_, acc + out_index + b,
                          static_cast<const T*>(program_.Evaluate(inputs, r * run_length_ + b, n, scratch)), n);
       }
@@ -363,9 +363,9 @@ class ReduceKernel final : public Kernel {
   // The accumulators, rounded once to the output's type.
   template <typename A>
   void StoreBlockTyped(const A* acc, void* dst, int64_t n) const {
-    for (int64_t b = 0; b < n; b += kBlock) {
+    for (int64_t b = 0; b < n; b += kFusedBlock) {
       StoreBlock(acc + b, kComputeTypeOf<A>, output_.type, static_cast<char*>(dst) + b * ByteWidth(output_.type),
-                 std::min(kBlock, n - b));
+                 std::min(kFusedBlock, n - b));
     }
   }
 

@@ -24,7 +24,7 @@
 #include "scratch_dir.h"
 
 namespace lazyrt::cache {
-namespace {
+namespace compile_lease_test {
 
 using testing::Exists;
 using testing::ReadFile;
@@ -246,5 +246,5 @@ TEST(CompileLease, AReadOnlyStoreTakesNoLease) {
   EXPECT_FALSE(Exists(dir + "/" + CompileLeaseFileName(kKey)));
 }
 
-}  // namespace
+}  // namespace compile_lease_test
 }  // namespace lazyrt::cache

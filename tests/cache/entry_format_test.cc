@@ -10,7 +10,7 @@
 #include <gtest/gtest.h>
 
 namespace lazyrt::cache {
-namespace {
+namespace entry_format_test {
 
 constexpr absl::string_view kProducer = "test-compiler/1";
 constexpr absl::string_view kKey = "graph-0123abcd";
@@ -207,5 +207,5 @@ TEST(EntryFormat, GarbagePayloadWithAValidChecksumIsDecompress) {
   EXPECT_EQ(ReasonOf(DecodeFile(*file + garbage)), MissReason::kDecompress);
 }
 
-}  // namespace
+}  // namespace entry_format_test
 }  // namespace lazyrt::cache

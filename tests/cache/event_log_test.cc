@@ -18,7 +18,7 @@
 #include "tests/cache/scratch_dir.h"
 
 namespace lazyrt::cache {
-namespace {
+namespace event_log_test {
 
 using Json = nlohmann::json;
 using testing::ReadFile;
@@ -184,5 +184,5 @@ TEST_F(EventLogTest, TheStoreLogsEveryOutcomeAndStatsReadThemBack) {
   EXPECT_EQ(stats->events.bytes_written, store.counters().bytes_written);
 }
 
-}  // namespace
+}  // namespace event_log_test
 }  // namespace lazyrt::cache

@@ -8,7 +8,7 @@
 #include "cache/entry_format.h"
 
 namespace lazyrt::cache {
-namespace {
+namespace layout_test {
 
 TEST(Layout, KeysAreSafeFileNames) {
   EXPECT_TRUE(ValidateKey("graph-0123abcdef_v1.2").ok());
@@ -38,5 +38,5 @@ TEST(Layout, TempFileNamesAreUniqueHiddenAndRecognized) {
   EXPECT_LE(UniqueTempFileName(EntryFileName(std::string(kMaxKeyBytes, 'k'))).size(), 255u);
 }
 
-}  // namespace
+}  // namespace layout_test
 }  // namespace lazyrt::cache

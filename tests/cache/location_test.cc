@@ -14,7 +14,7 @@
 #include "tests/cache/scratch_dir.h"
 
 namespace lazyrt::cache {
-namespace {
+namespace location_test {
 
 using testing::Exists;
 using testing::ScratchDir;
@@ -118,5 +118,5 @@ TEST_F(LocationTest, StoreOpenResolvesAndCreatesTheDirectory) {
   EXPECT_TRUE((*store)->trusted());
 }
 
-}  // namespace
+}  // namespace location_test
 }  // namespace lazyrt::cache

@@ -3,7 +3,7 @@
 #include <gtest/gtest.h>
 
 namespace lazyrt::cache {
-namespace {
+namespace miss_reason_test {
 
 TEST(MissReason, NamesAreTheStableLowercaseOnes) {
   EXPECT_EQ(MissReasonName(MissReason::kNotFound), "not_found");
@@ -26,5 +26,5 @@ TEST(MissReason, NamesParseBack) {
   EXPECT_FALSE(MissReasonFromName("no_such_reason").has_value());
 }
 
-}  // namespace
+}  // namespace miss_reason_test
 }  // namespace lazyrt::cache

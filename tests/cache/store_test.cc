@@ -25,7 +25,7 @@
 #include "tests/cache/scratch_dir.h"
 
 namespace lazyrt::cache {
-namespace {
+namespace store_test {
 
 using testing::DirNames;
 using testing::Exists;
@@ -590,5 +590,5 @@ TEST_F(StoreTest, ConcurrentThreadsShareOneStore) {
   EXPECT_EQ(counters.hits + counters.total_misses() + counters.writes, 8 * 50);
 }
 
-}  // namespace
+}  // namespace store_test
 }  // namespace lazyrt::cache

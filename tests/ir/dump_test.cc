@@ -4,7 +4,7 @@
 #include <gtest/gtest.h>
 
 namespace lazyrt::ir {
-namespace {
+namespace dump_test {
 
 using ::testing::HasSubstr;
 
@@ -34,5 +34,5 @@ TEST(GraphDot, IsADigraphWithEdges) {
   EXPECT_THAT(dot, HasSubstr("label=\"Mul\\nf32[2,3]\""));
 }
 
-}  // namespace
+}  // namespace dump_test
 }  // namespace lazyrt::ir

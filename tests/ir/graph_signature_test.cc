@@ -4,7 +4,7 @@
 #include <unistd.h>
 
 namespace lazyrt::ir {
-namespace {
+namespace graph_signature_test {
 
 // leaf(shape) -> mul(leaf, constant value) -> sum
 GraphSignature Build(Shape leaf_shape, double value, const char* op = "Mul") {
@@ -134,5 +134,5 @@ TEST(DisplayPath, RelativeToTheWorkingDirectory) {
   EXPECT_EQ(DisplayPath("/elsewhere/train.cc"), "/elsewhere/train.cc");
 }
 
-}  // namespace
+}  // namespace graph_signature_test
 }  // namespace lazyrt::ir

@@ -5,7 +5,7 @@
 #include "ir/node.h"
 
 namespace lazyrt::ir {
-namespace {
+namespace hash_test {
 
 Value Leaf(Shape shape) { return Value{MakeNode(OpKind::kDeviceData, OperandList{}, ShapeList{shape})}; }
 
@@ -85,5 +85,5 @@ TEST(HashBytes, IsXxh3AndStable) {
   EXPECT_EQ(HashToHex(0x2D06800538D394C2ull), "2d06800538d394c2");
 }
 
-}  // namespace
+}  // namespace hash_test
 }  // namespace lazyrt::ir

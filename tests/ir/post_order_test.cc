@@ -3,7 +3,7 @@
 #include <gtest/gtest.h>
 
 namespace lazyrt::ir {
-namespace {
+namespace post_order_test {
 
 const Shape kS(DType::kF32, {4});
 
@@ -75,5 +75,5 @@ TEST(DagHash, DependsOnRootOrder) {
   EXPECT_NE(PostOrder(r1).dag_hash(), PostOrder(r2).dag_hash());
 }
 
-}  // namespace
+}  // namespace post_order_test
 }  // namespace lazyrt::ir

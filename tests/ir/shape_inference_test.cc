@@ -4,7 +4,7 @@
 #include <gtest/gtest.h>
 
 namespace lazyrt::ir {
-namespace {
+namespace shape_inference_test {
 
 using ::testing::HasSubstr;
 
@@ -108,5 +108,5 @@ TEST(NormalizeDim, NegativeAndOutOfRange) {
   EXPECT_THAT(bad.status().message(), HasSubstr("-3 to 2"));
 }
 
-}  // namespace
+}  // namespace shape_inference_test
 }  // namespace lazyrt::ir

@@ -7,7 +7,7 @@
 #include "pjrt_sim/all_reduce_combiner.h"
 
 namespace lazyrt {
-namespace {
+namespace all_reduce_combine_option_test {
 
 using ::testing::HasSubstr;
 
@@ -35,5 +35,5 @@ TEST(AllReduceCombineOption, RefusesWhatIsNotASizeInRange) {
   }
 }
 
-}  // namespace
+}  // namespace all_reduce_combine_option_test
 }  // namespace lazyrt

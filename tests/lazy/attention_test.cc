@@ -15,7 +15,7 @@
 #include "lazy/tensor.h"
 
 namespace lazyrt {
-namespace {
+namespace attention_test {
 
 using ::testing::HasSubstr;
 using Dims = std::vector<int64_t>;
@@ -371,5 +371,5 @@ TEST(Attention, ErrorsNameTheShapesAndTheValidOnes) {
   ExpectError([&] { scaled_dot_product_attention(zeros({2, 4, 0}), zeros({2, 6, 0}), v); }, {op, "E = 0"});
 }
 
-}  // namespace
+}  // namespace attention_test
 }  // namespace lazyrt

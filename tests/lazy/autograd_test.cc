@@ -11,7 +11,7 @@
 #include "lazy/tensor.h"
 
 namespace lazyrt {
-namespace {
+namespace autograd_test {
 
 using Fn = std::function<Tensor(const std::vector<Tensor>&)>;
 
@@ -216,5 +216,5 @@ TEST(Autograd, ForwardBackwardAndUpdateInOneGraph) {
   EXPECT_FLOAT_EQ(static_cast<float>(loss.item()), 1.25f);
 }
 
-}  // namespace
+}  // namespace autograd_test
 }  // namespace lazyrt

@@ -14,7 +14,7 @@
 #include "pjrt_sim/opcode.h"
 
 namespace lazyrt {
-namespace {
+namespace collective_trace_test {
 
 using ::testing::HasSubstr;
 
@@ -70,5 +70,5 @@ TEST(CollectiveTrace, TimeoutIsASetting) {
               HasSubstr("LAZYRT_COLLECTIVE_TIMEOUT_MS=soon"));
 }
 
-}  // namespace
+}  // namespace collective_trace_test
 }  // namespace lazyrt

@@ -23,7 +23,7 @@
 #include "lazy/tensor.h"
 
 namespace lazyrt {
-namespace {
+namespace compile_lease_sync_test {
 
 constexpr int kProcesses = 4;
 
@@ -125,5 +125,5 @@ TEST(CompileLeaseAcrossProcesses, ProcessesSyncingOneNewGraphTogetherCompileItOn
   std::filesystem::remove_all(dir);
 }
 
-}  // namespace
+}  // namespace compile_lease_sync_test
 }  // namespace lazyrt

@@ -17,7 +17,7 @@
 #include "lazy/tensor.h"
 
 namespace lazyrt {
-namespace {
+namespace conformance_test {
 
 using ::testing::AllOf;
 using ::testing::ElementsAre;
@@ -372,5 +372,5 @@ TEST(Conformance, MillionElementReductionsAreAccurate) {
   }
 }
 
-}  // namespace
+}  // namespace conformance_test
 }  // namespace lazyrt

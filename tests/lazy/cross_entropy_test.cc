@@ -11,7 +11,7 @@
 #include "tests/lazy/op_test_util.h"
 
 namespace lazyrt {
-namespace {
+namespace cross_entropy_test {
 
 using ::testing::AllOf;
 using testing::ErrorOf;
@@ -118,5 +118,5 @@ TEST(CrossEntropy, LabelErrors) {
   EXPECT_THAT(ErrorOf([&] { nn::cross_entropy(x, F64({0, 1}, {2})); }), HasSubstr("integer labels"));
 }
 
-}  // namespace
+}  // namespace cross_entropy_test
 }  // namespace lazyrt

@@ -17,7 +17,7 @@
 #include "tests/lazy/device_test_util.h"
 
 namespace lazyrt {
-namespace {
+namespace device_threads_test {
 
 using testing::TrainMlp;
 
@@ -54,5 +54,5 @@ TEST(DeviceThreads, EightDevicesRunOnAStreamEachAndOneSharedKernelPool) {
   EXPECT_LE(threads, bound) << "devices " << device_count() << ", cores " << cores;
 }
 
-}  // namespace
+}  // namespace device_threads_test
 }  // namespace lazyrt

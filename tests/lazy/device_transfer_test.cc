@@ -13,7 +13,7 @@
 #include "tests/lazy/device_test_util.h"
 
 namespace lazyrt {
-namespace {
+namespace device_transfer_test {
 
 using ::testing::AllOf;
 using ::testing::HasSubstr;
@@ -223,5 +223,5 @@ TEST(DeviceTransfer, GradientGoesBackToTheSourceDevice) {
   EXPECT_EQ(u.grad().to_vector<float>(), (std::vector<float>{5.5F, 6.25F}));
 }
 
-}  // namespace
+}  // namespace device_transfer_test
 }  // namespace lazyrt

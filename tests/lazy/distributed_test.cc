@@ -14,7 +14,7 @@
 #include "lazy/tracing.h"
 
 namespace lazyrt {
-namespace {
+namespace distributed_test {
 
 using ::testing::AllOf;
 using ::testing::HasSubstr;
@@ -120,5 +120,5 @@ TEST(MakeArrayFromProcessLocalData, RefusesTwoSplitDims) {
   }
 }
 
-}  // namespace
+}  // namespace distributed_test
 }  // namespace lazyrt

@@ -5,7 +5,7 @@
 #include "lazy/tensor.h"
 
 namespace lazyrt {
-namespace {
+namespace errors_test {
 
 using ::testing::AllOf;
 using ::testing::HasSubstr;
@@ -109,5 +109,5 @@ TEST(Metrics, ReadingAnUnknownCounterIsAnErrorNamingTheKnownOnes) {
   }
 }
 
-}  // namespace
+}  // namespace errors_test
 }  // namespace lazyrt

@@ -12,7 +12,7 @@
 #include "lazy/tensor.h"
 
 namespace lazyrt {
-namespace {
+namespace execution_test {
 
 using ::testing::AllOf;
 using ::testing::ElementsAre;
@@ -169,5 +169,5 @@ TEST(Execution, MetricsReportListsCountersAndTimers) {
   EXPECT_THAT(metrics_report(), AllOf(HasSubstr("graphs_compiled"), HasSubstr("sync_to_host"), HasSubstr("compile")));
 }
 
-}  // namespace
+}  // namespace execution_test
 }  // namespace lazyrt

@@ -11,7 +11,7 @@
 #include "tests/lazy/op_test_util.h"
 
 namespace lazyrt {
-namespace {
+namespace indexing_test {
 
 using ::testing::AllOf;
 using testing::ErrorOf;
@@ -206,5 +206,5 @@ TEST(Indexing, ShapeAndDTypeErrors) {
   EXPECT_THAT(ErrorOf([&] { index_add(x, 0, I64({0, 1}, {1, 2}), x); }), HasSubstr("1-D integer index"));
 }
 
-}  // namespace
+}  // namespace indexing_test
 }  // namespace lazyrt

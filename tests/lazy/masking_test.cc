@@ -8,7 +8,7 @@
 #include "tests/lazy/op_test_util.h"
 
 namespace lazyrt {
-namespace {
+namespace masking_test {
 
 using testing::ErrorOf;
 using testing::F64;
@@ -70,5 +70,5 @@ TEST(Masking, TrilAndTriuMatchReferenceLoops) {
   EXPECT_THAT(ErrorOf([] { tril(F64({1, 2}, {2})); }), HasSubstr("tril: needs a tensor of at least 2 dimensions"));
 }
 
-}  // namespace
+}  // namespace masking_test
 }  // namespace lazyrt

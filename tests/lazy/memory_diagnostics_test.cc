@@ -16,7 +16,7 @@
 #include "tests/lazy/device_test_util.h"
 
 namespace lazyrt {
-namespace {
+namespace memory_diagnostics_test {
 
 using nlohmann::json;
 using testing::SettleAllDevices;
@@ -97,5 +97,5 @@ TEST(MemoryDiagnostics, TraceHasMemoryCountersPerDevice) {
   EXPECT_GT(last_ts, 0);
 }
 
-}  // namespace
+}  // namespace memory_diagnostics_test
 }  // namespace lazyrt

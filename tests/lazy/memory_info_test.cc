@@ -9,7 +9,7 @@
 #include "tests/lazy/device_test_util.h"
 
 namespace lazyrt {
-namespace {
+namespace memory_info_test {
 
 using ::testing::AllOf;
 using ::testing::HasSubstr;
@@ -77,5 +77,5 @@ TEST(MemoryInfo, UnknownDeviceNamesTheValidRange) {
   EXPECT_THROW(reset_peak_memory(Device{-1}), Error);
 }
 
-}  // namespace
+}  // namespace memory_info_test
 }  // namespace lazyrt

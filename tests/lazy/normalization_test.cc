@@ -12,7 +12,7 @@
 #include "tests/lazy/op_test_util.h"
 
 namespace lazyrt {
-namespace {
+namespace normalization_test {
 
 using testing::ErrorOf;
 using testing::F64;
@@ -210,5 +210,5 @@ TEST(Normalization, Errors) {
   EXPECT_THAT(ErrorOf([&] { layer_norm(x, {5}); }), HasSubstr("normalization_test.cc:" + std::to_string(line)));
 }
 
-}  // namespace
+}  // namespace normalization_test
 }  // namespace lazyrt

@@ -26,7 +26,7 @@
 #include "lazy/tensor.h"
 
 namespace lazyrt {
-namespace {
+namespace ops_reference_test {
 
 using Dims = std::vector<int64_t>;
 using Values = std::vector<double>;
@@ -1760,5 +1760,5 @@ TEST(OpsReference, Factories) {
   }
 }
 
-}  // namespace
+}  // namespace ops_reference_test
 }  // namespace lazyrt

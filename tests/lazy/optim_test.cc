@@ -22,7 +22,7 @@
 #include "lazy/tensor.h"
 
 namespace lazyrt {
-namespace {
+namespace optim_test {
 
 using ::testing::ElementsAre;
 
@@ -526,5 +526,5 @@ TEST(Nn, CrossEntropyMatchesLogSoftmaxNllAndItsGradient) {
   }
 }
 
-}  // namespace
+}  // namespace optim_test
 }  // namespace lazyrt

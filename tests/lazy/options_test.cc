@@ -6,7 +6,7 @@
 #include <gtest/gtest.h>
 
 namespace lazyrt {
-namespace {
+namespace options_test {
 
 using ::testing::HasSubstr;
 
@@ -56,5 +56,5 @@ TEST(ParseByteSize, Units) {
   EXPECT_FALSE(ParseByteSize("5X").ok());
 }
 
-}  // namespace
+}  // namespace options_test
 }  // namespace lazyrt

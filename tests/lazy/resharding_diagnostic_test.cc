@@ -24,7 +24,7 @@
 #include "tests/lazy/device_test_util.h"
 
 namespace lazyrt {
-namespace {
+namespace resharding_diagnostic_test {
 
 using ::testing::HasSubstr;
 using testing::RandomValues;
@@ -171,5 +171,5 @@ TEST(ReshardingDiagnostic, ADataParallelMlpHasNone) {
   EXPECT_EQ(found.size(), before) << found.back().message;
 }
 
-}  // namespace
+}  // namespace resharding_diagnostic_test
 }  // namespace lazyrt

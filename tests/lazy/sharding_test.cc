@@ -16,7 +16,7 @@
 #include "pjrt_sim/module_verifier.h"
 
 namespace lazyrt {
-namespace {
+namespace sharding_test {
 
 using ::testing::AllOf;
 using ::testing::ElementsAre;
@@ -283,5 +283,5 @@ TEST(ShardedExecution, TheSecondStepHitsTheCache) {
   EXPECT_EQ(CounterValue(counters::kExecutableCacheHit), hits + 2);
 }
 
-}  // namespace
+}  // namespace sharding_test
 }  // namespace lazyrt

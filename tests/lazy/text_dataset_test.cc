@@ -13,7 +13,7 @@
 #include "lazy/splitmix.h"
 
 namespace lazyrt::data {
-namespace {
+namespace text_dataset_test {
 
 using ::testing::HasSubstr;
 
@@ -124,5 +124,5 @@ TEST(TextDatasetTest, LoadCorpusReadsADirectorysTextFilesButNotIndexesOrLinks) {
   std::filesystem::remove_all(dir);
 }
 
-}  // namespace
+}  // namespace text_dataset_test
 }  // namespace lazyrt::data

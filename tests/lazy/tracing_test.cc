@@ -6,7 +6,7 @@
 #include "lazy/tensor.h"
 
 namespace lazyrt {
-namespace {
+namespace tracing_test {
 
 using ::testing::HasSubstr;
 
@@ -169,5 +169,5 @@ TEST(GraphDump, TextAndDot) {
   EXPECT_THAT(graph_dot({y}), HasSubstr("digraph"));
 }
 
-}  // namespace
+}  // namespace tracing_test
 }  // namespace lazyrt

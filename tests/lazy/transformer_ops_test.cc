@@ -18,7 +18,7 @@
 #include "lazy/tensor.h"
 
 namespace lazyrt {
-namespace {
+namespace transformer_ops_test {
 
 using ::testing::HasSubstr;
 using Values = std::vector<double>;
@@ -553,5 +553,5 @@ TEST(Stack, NewDimAtAnyPosition) {
   GradCheck([](const Tensor& t) { return stack({t, t * TensorArg(t)}, 1); }, RandomValues(6, 53), {2, 3});
 }
 
-}  // namespace
+}  // namespace transformer_ops_test
 }  // namespace lazyrt

@@ -11,7 +11,7 @@
 #include "pjrt_sim/opcode.h"
 
 namespace lazyrt::lowering {
-namespace {
+namespace attention_lowering_test {
 
 using ir::AttrKey;
 using ir::DType;
@@ -82,5 +82,5 @@ TEST(AttentionLowering, ShapeInferenceRefusesWhatTheKernelCannotDo) {
               ::testing::HasSubstr("broadcast to the scores [2,5,7]"));
 }
 
-}  // namespace
+}  // namespace attention_lowering_test
 }  // namespace lazyrt::lowering

@@ -15,7 +15,7 @@
 #include "pjrt_sim/opcode.h"
 
 namespace lazyrt::lowering {
-namespace {
+namespace lower_test {
 
 using ir::Attributes;
 using ir::AttrKey;
@@ -125,5 +125,5 @@ TEST(Lowering, DTypesMapOneToOne) {
   }
 }
 
-}  // namespace
+}  // namespace lower_test
 }  // namespace lazyrt::lowering

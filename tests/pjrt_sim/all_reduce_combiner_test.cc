@@ -13,7 +13,7 @@
 #include "tests/pjrt_sim/pjrt_test_util.h"
 
 namespace lazyrt::pjrt {
-namespace {
+namespace all_reduce_combiner_test {
 
 using testing::Dims;
 using testing::HostArray;
@@ -210,5 +210,5 @@ TEST_P(CombinedExecutableTest, ComputesTheSameBitsAsOneAllReducePerValue) {
 
 INSTANTIATE_TEST_SUITE_P(Partitions, CombinedExecutableTest, ::testing::Values(2, 4));
 
-}  // namespace
+}  // namespace all_reduce_combiner_test
 }  // namespace lazyrt::pjrt

@@ -15,7 +15,7 @@
 #include "tests/pjrt_sim/pjrt_test_util.h"
 
 namespace lazyrt::pjrt {
-namespace {
+namespace attention_kernel_test {
 
 using testing::Dims;
 using ::testing::HasSubstr;
@@ -367,5 +367,5 @@ TEST(AttentionLoader, RefusesKernelsThatDoNotFitTheirSlots) {
   EXPECT_FALSE(BuildKernel(k, operands, {PrimitiveType::kF32, {2, 98}}).ok());
 }
 
-}  // namespace
+}  // namespace attention_kernel_test
 }  // namespace lazyrt::pjrt

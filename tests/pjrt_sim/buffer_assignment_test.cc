@@ -13,7 +13,7 @@
 #include "tests/pjrt_sim/compiler_test_util.h"
 
 namespace lazyrt::pjrt {
-namespace {
+namespace buffer_assignment_test {
 
 class BufferAssignmentTest : public CompilerTest {};
 
@@ -112,5 +112,5 @@ TEST_F(BufferAssignmentTest, NeverOverlapsLiveValues) {
   }
 }
 
-}  // namespace
+}  // namespace buffer_assignment_test
 }  // namespace lazyrt::pjrt

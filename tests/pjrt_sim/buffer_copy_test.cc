@@ -11,7 +11,7 @@
 #include "pjrt_sim/client.h"
 
 namespace lazyrt::pjrt {
-namespace {
+namespace buffer_copy_test {
 
 using ::testing::HasSubstr;
 
@@ -102,5 +102,5 @@ TEST(BufferCopy, KeepsTheSourceAliveUntilRead) {
   EXPECT_EQ(client->device(0)->memory_stats().bytes_in_use, 0);
 }
 
-}  // namespace
+}  // namespace buffer_copy_test
 }  // namespace lazyrt::pjrt

@@ -13,7 +13,7 @@
 #include "tests/pjrt_sim/pjrt_test_util.h"
 
 namespace lazyrt::pjrt {
-namespace {
+namespace collectives_test {
 
 using testing::Dims;
 using ::testing::HasSubstr;
@@ -452,5 +452,5 @@ TEST(CollectiveCompilerTest, CommonSubexpressionsKeepDifferentGroupsApart) {
   EXPECT_EQ((*r)[3][2].values<float>(), (std::vector<float>{4, 40}));
 }
 
-}  // namespace
+}  // namespace collectives_test
 }  // namespace lazyrt::pjrt

@@ -11,7 +11,7 @@
 #include "tests/pjrt_sim/pjrt_test_util.h"
 
 namespace lazyrt::pjrt {
-namespace {
+namespace communicator_test {
 
 using ::testing::HasSubstr;
 using testing::HostArray;
@@ -313,5 +313,5 @@ TEST(PartitionedExecutionTest, CollectivesAreSpansOnEveryDevice) {
   EXPECT_TRUE(seen[0] && seen[1]);
 }
 
-}  // namespace
+}  // namespace communicator_test
 }  // namespace lazyrt::pjrt

@@ -10,7 +10,7 @@
 #include "tests/pjrt_sim/pjrt_test_util.h"
 
 namespace lazyrt::pjrt {
-namespace {
+namespace cpu_isa_test {
 
 using ::testing::HasSubstr;
 
@@ -66,5 +66,5 @@ TEST(CpuIsaTest, AnExecutableTunedOnOtherFeaturesIsRefused) {
   }
 }
 
-}  // namespace
+}  // namespace cpu_isa_test
 }  // namespace lazyrt::pjrt

@@ -12,7 +12,7 @@
 #include "pjrt_sim/stream.h"
 
 namespace lazyrt::pjrt {
-namespace {
+namespace device_test {
 
 using ::testing::AllOf;
 using ::testing::HasSubstr;
@@ -122,5 +122,5 @@ TEST(Stream, WorkEnqueuedDuringAnInlineRunWaitsForIt) {
   EXPECT_EQ(order, (std::vector<int>{1, 2}));
 }
 
-}  // namespace
+}  // namespace device_test
 }  // namespace lazyrt::pjrt

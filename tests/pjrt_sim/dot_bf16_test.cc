@@ -12,7 +12,7 @@
 #include "tests/pjrt_sim/pjrt_test_util.h"
 
 namespace lazyrt::pjrt {
-namespace {
+namespace dot_bf16_test {
 
 using testing::Dims;
 using testing::HostArray;
@@ -193,5 +193,5 @@ TEST(DotBf16Test, OtherMixedTypesAreRefused) {
   EXPECT_TRUE(BuildKernel(kernel, bf16, {PrimitiveType::kF32, {1, 4, 5}}).ok());
 }
 
-}  // namespace
+}  // namespace dot_bf16_test
 }  // namespace lazyrt::pjrt

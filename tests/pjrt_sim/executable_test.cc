@@ -15,7 +15,7 @@
 #include "tests/pjrt_sim/pjrt_test_util.h"
 
 namespace lazyrt::pjrt {
-namespace {
+namespace executable_test {
 
 using testing::Dims;
 using ::testing::HasSubstr;
@@ -810,5 +810,5 @@ TEST_F(ExecutableTest, ExecutableWithoutParametersOrResults) {
   EXPECT_TRUE(loaded.ok()) << loaded.status();
 }
 
-}  // namespace
+}  // namespace executable_test
 }  // namespace lazyrt::pjrt

@@ -11,7 +11,7 @@
 #include "tests/pjrt_sim/pjrt_test_util.h"
 
 namespace lazyrt::pjrt {
-namespace {
+namespace fused_select_test {
 
 using testing::Dims;
 using testing::HostArray;
@@ -73,5 +73,5 @@ TEST(FusedSelectTest, F64) { CheckSelect<double>(proto::F64, PrimitiveType::kF64
 TEST(FusedSelectTest, S32) { CheckSelect<int32_t>(proto::S32, PrimitiveType::kS32); }
 TEST(FusedSelectTest, S64) { CheckSelect<int64_t>(proto::S64, PrimitiveType::kS64); }
 
-}  // namespace
+}  // namespace fused_select_test
 }  // namespace lazyrt::pjrt

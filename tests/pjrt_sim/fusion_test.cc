@@ -14,7 +14,7 @@
 #include "tests/pjrt_sim/compiler_test_util.h"
 
 namespace lazyrt::pjrt {
-namespace {
+namespace fusion_test {
 
 class FusionTest : public CompilerTest {
  protected:
@@ -358,5 +358,5 @@ TEST_F(FusionTest, ReduceDoesNotFuseAnOperandWithOtherReaders) {
   EXPECT_EQ(exe.kernels_size(), 2);
 }
 
-}  // namespace
+}  // namespace fusion_test
 }  // namespace lazyrt::pjrt

@@ -12,7 +12,7 @@
 #include "tests/pjrt_sim/dot_product_test_util.h"
 
 namespace lazyrt::pjrt {
-namespace {
+namespace gemm_library_test {
 
 const Product kProducts[] = {
     {1, 128, 256, 784, false, true, false},  // the MLP's layer-1 forward
@@ -94,5 +94,5 @@ TEST(GemmLibraryTest, LibraryNumbersAreUniqueAndNamed) {
   EXPECT_FALSE(GemmLibraryFromNumber(-1).has_value());
 }
 
-}  // namespace
+}  // namespace gemm_library_test
 }  // namespace lazyrt::pjrt

@@ -17,7 +17,7 @@
 #include "tests/pjrt_sim/dot_product_test_util.h"
 
 namespace lazyrt::pjrt {
-namespace {
+namespace gemm_onednn_bf16_test {
 
 const Product kProducts[] = {
     {1, 128, 384, 128, false, true, false},  // the GPT's qkv projection, at a tenth of its tokens
@@ -169,5 +169,5 @@ TEST(GemmOneDnnBf16Test, ThreadsMeetingNewShapesAtOnceAgree) {
   }
 }
 
-}  // namespace
+}  // namespace gemm_onednn_bf16_test
 }  // namespace lazyrt::pjrt

@@ -20,7 +20,7 @@
 #include "tests/pjrt_sim/pjrt_test_util.h"
 
 namespace lazyrt::pjrt {
-namespace {
+namespace gemm_tuning_test {
 
 using testing::HostArray;
 using testing::ModuleBuilder;
@@ -310,5 +310,5 @@ TEST_F(GemmTuningTest, AnOversizedFileIsNotRead) {
   EXPECT_NE(::testing::internal::GetCapturedStderr().find("larger than"), std::string::npos);
 }
 
-}  // namespace
+}  // namespace gemm_tuning_test
 }  // namespace lazyrt::pjrt

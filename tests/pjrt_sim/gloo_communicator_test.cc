@@ -15,7 +15,7 @@
 #include "tests/pjrt_sim/pjrt_test_util.h"
 
 namespace lazyrt::pjrt {
-namespace {
+namespace gloo_communicator_test {
 
 using ::testing::HasSubstr;
 using Clock = std::chrono::steady_clock;
@@ -153,5 +153,5 @@ TEST_F(GlooCommunicatorTest, AMemberThatNeverArrivesFailsTheOthersWithinTheTimeo
   }
 }
 
-}  // namespace
+}  // namespace gloo_communicator_test
 }  // namespace lazyrt::pjrt

@@ -9,7 +9,7 @@
 #include "tests/pjrt_sim/pjrt_test_util.h"
 
 namespace lazyrt::pjrt {
-namespace {
+namespace index_add_rows_test {
 
 using testing::Dims;
 using testing::HostArray;
@@ -97,5 +97,5 @@ TEST(IndexAddRowsTest, Bf16MatchesTheReferenceLoop) {
   for (const Case& c : kCases) Check<uint16_t>(proto::BF16, PrimitiveType::kBF16, c, rng);
 }
 
-}  // namespace
+}  // namespace index_add_rows_test
 }  // namespace lazyrt::pjrt

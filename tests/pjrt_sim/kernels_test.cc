@@ -15,7 +15,7 @@
 #include "tests/pjrt_sim/pjrt_test_util.h"
 
 namespace lazyrt::pjrt {
-namespace {
+namespace kernels_test {
 
 // bf16 rounding (branch-free, so that its loops vectorize) against its definition: round to nearest, ties to
 // even, on the bits; every NaN the quiet NaN 0x7fc0. Over a stride through all 2^32 bit patterns, every
@@ -1661,5 +1661,5 @@ TEST_F(FusedVsUnfused, SmallFusionLimitGivesSameBits) {
   for (size_t i = 1; i < results.size(); ++i) EXPECT_EQ(results[i], results[0]) << "limit index " << i;
 }
 
-}  // namespace
+}  // namespace kernels_test
 }  // namespace lazyrt::pjrt

@@ -6,7 +6,7 @@
 #include "tests/pjrt_sim/pjrt_test_util.h"
 
 namespace lazyrt::pjrt {
-namespace {
+namespace module_verifier_test {
 
 using ::testing::HasSubstr;
 using testing::ModuleBuilder;
@@ -557,5 +557,5 @@ TEST(ModuleVerifier, RejectsArithmeticOnPred) {
   ExpectRejected(total.module(), {"reduce", "a sum takes numeric types (arithmetic is not defined on pred), not pred"});
 }
 
-}  // namespace
+}  // namespace module_verifier_test
 }  // namespace lazyrt::pjrt

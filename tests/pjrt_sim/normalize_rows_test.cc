@@ -12,7 +12,7 @@
 #include "tests/pjrt_sim/pjrt_test_util.h"
 
 namespace lazyrt::pjrt {
-namespace {
+namespace normalize_rows_test {
 
 constexpr double kEpsilon = 1e-5;
 
@@ -97,5 +97,5 @@ TEST(NormalizeRowsTest, EveryTypeAndOpMatchesTheReferenceBitForBit) {
   }
 }
 
-}  // namespace
+}  // namespace normalize_rows_test
 }  // namespace lazyrt::pjrt

@@ -13,7 +13,7 @@
 #include "tests/pjrt_sim/pjrt_test_util.h"
 
 namespace lazyrt::pjrt {
-namespace {
+namespace normalize_test {
 
 using ::testing::HasSubstr;
 using testing::ModuleBuilder;
@@ -137,5 +137,5 @@ TEST(NormalizeOpcodes, LoaderRejectsBadKernelFields) {
   EXPECT_THAT(error_of(k, std::vector<ArrayShape>{ints}, ints), HasSubstr("floating"));
 }
 
-}  // namespace
+}  // namespace normalize_test
 }  // namespace lazyrt::pjrt

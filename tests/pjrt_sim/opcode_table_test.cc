@@ -16,7 +16,7 @@
 #include "tests/pjrt_sim/pjrt_test_util.h"
 
 namespace lazyrt::pjrt {
-namespace {
+namespace opcode_table_test {
 
 using ::testing::HasSubstr;
 using testing::HostArray;
@@ -169,5 +169,5 @@ TEST(OpcodeTable, EveryCombinerAndTypeHasAVerifierRuleAndAKernel) {
   }
 }
 
-}  // namespace
+}  // namespace opcode_table_test
 }  // namespace lazyrt::pjrt

@@ -17,7 +17,7 @@
 #include "tests/pjrt_sim/compiler_test_util.h"
 
 namespace lazyrt::pjrt {
-namespace {
+namespace passes_test {
 
 class PassesTest : public CompilerTest {};
 
@@ -610,5 +610,5 @@ TEST_F(PassesTest, CompileOptionsFingerprintNamesEveryOption) {
   EXPECT_EQ(a.Fingerprint(), CompileOptions{}.Fingerprint());
 }
 
-}  // namespace
+}  // namespace passes_test
 }  // namespace lazyrt::pjrt

@@ -9,7 +9,7 @@
 #include "tests/pjrt_sim/pjrt_test_util.h"
 
 namespace lazyrt::pjrt {
-namespace {
+namespace scatter_test {
 
 using ::testing::HasSubstr;
 using testing::ModuleBuilder;
@@ -106,5 +106,5 @@ TEST(ScatterOpcodes, LoaderRejectsBadKernelFields) {
       BuildKernel(bad, std::vector<ArrayShape>{x, {PrimitiveType::kS64, {2}}, {PrimitiveType::kF32, {2, 4}}}, x).ok());
 }
 
-}  // namespace
+}  // namespace scatter_test
 }  // namespace lazyrt::pjrt

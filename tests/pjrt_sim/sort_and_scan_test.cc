@@ -12,7 +12,7 @@
 #include "tests/pjrt_sim/pjrt_test_util.h"
 
 namespace lazyrt::pjrt {
-namespace {
+namespace sort_and_scan_test {
 
 using testing::Dims;
 using ::testing::HasSubstr;
@@ -222,5 +222,5 @@ TEST(SortAndScanKernels, LoaderRejectsBadKernelFields) {
   EXPECT_EQ(KernelIterationText(good, good.kernels(scan_kernel)), "4x3");
 }
 
-}  // namespace
+}  // namespace sort_and_scan_test
 }  // namespace lazyrt::pjrt

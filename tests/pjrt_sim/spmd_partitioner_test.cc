@@ -7,7 +7,7 @@
 #include "tests/pjrt_sim/spmd_test_util.h"
 
 namespace lazyrt::pjrt {
-namespace {
+namespace spmd_partitioner_test {
 
 using ::testing::HasSubstr;
 using namespace spmd_test;  // NOLINT(google-build-using-namespace): the helpers of these tests
@@ -247,5 +247,5 @@ TEST(SpmdPartitioner, RefusesAModuleWithoutAMesh) {
   EXPECT_THAT(PartitionSpmd(b.module()).status().message(), HasSubstr("no mesh"));
 }
 
-}  // namespace
+}  // namespace spmd_partitioner_test
 }  // namespace lazyrt::pjrt

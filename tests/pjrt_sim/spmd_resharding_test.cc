@@ -6,7 +6,7 @@
 #include "tests/pjrt_sim/spmd_test_util.h"
 
 namespace lazyrt::pjrt {
-namespace {
+namespace spmd_resharding_test {
 
 using spmd_test::kWhole;
 using spmd_test::Partitioned;
@@ -117,5 +117,5 @@ TEST(SpmdResharding, TheExecutableKeepsTheRecordsThroughSerialization) {
   EXPECT_FALSE(Executable::Load(std::move(bad)).ok());
 }
 
-}  // namespace
+}  // namespace spmd_resharding_test
 }  // namespace lazyrt::pjrt

@@ -7,7 +7,7 @@
 #include "tests/pjrt_sim/spmd_test_util.h"
 
 namespace lazyrt::pjrt {
-namespace {
+namespace spmd_rules_test {
 
 using namespace spmd_test;  // NOLINT(google-build-using-namespace): the helpers of these tests
 
@@ -159,5 +159,5 @@ TEST(SpmdRules, ASplitMovedToAnotherDimIsOneAllToAll) {
   ExpectSameNumbers(b.module(), {Random({4, 6}, 18)});
 }
 
-}  // namespace
+}  // namespace spmd_rules_test
 }  // namespace lazyrt::pjrt

@@ -14,7 +14,7 @@
 #include "tests/pjrt_sim/pjrt_test_util.h"
 
 namespace lazyrt::pjrt {
-namespace {
+namespace vector_math_test {
 
 using testing::Dims;
 using testing::HostArray;
@@ -177,5 +177,5 @@ TEST(VectorMathTest, KernelsGiveTheScalarFunctionsBits) {
   }
 }
 
-}  // namespace
+}  // namespace vector_math_test
 }  // namespace lazyrt::pjrt

@@ -20,7 +20,7 @@
 #include "lazy/tensor.h"
 
 namespace lazyrt {
-namespace {
+namespace bad_input_test {
 
 using ::testing::AllOf;
 using ::testing::HasSubstr;
@@ -161,5 +161,5 @@ TEST(BadInputEnvironment, UnparsableValue) {
   }
 }
 
-}  // namespace
+}  // namespace bad_input_test
 }  // namespace lazyrt

@@ -36,7 +36,7 @@
 #include "tools/cli/run_report_reader.h"
 
 namespace lazyrt {
-namespace {
+namespace hostile_environment_test {
 
 using cache::EntryMetadata;
 using cache::LookupResult;
@@ -415,5 +415,5 @@ TEST(ValuesFromOutside, RunReportsOfEveryShapeAreErrorsOrReadNeverACrash) {
   EXPECT_THAT(std::string(cli::ReadReportFindings(path).status().message()), HasSubstr("not a regular file"));
 }
 
-}  // namespace
+}  // namespace hostile_environment_test
 }  // namespace lazyrt

@@ -24,7 +24,7 @@
 #include "lazy/tensor.h"
 
 namespace lazyrt {
-namespace {
+namespace runtime_faults_test {
 
 using ::testing::AllOf;
 using ::testing::HasSubstr;
@@ -225,5 +225,5 @@ TEST(RuntimeFaults, FailedComputationIsReportedWhenReadAndDoesNotPoisonLaterStep
   EXPECT_EQ(BytesInUse(), idle);
 }
 
-}  // namespace
+}  // namespace runtime_faults_test
 }  // namespace lazyrt

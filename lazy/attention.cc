@@ -25,11 +25,9 @@ namespace {
 
 constexpr absl::string_view kOp = "scaled_dot_product_attention";
 
-std::vector<int64_t> DimsOf(const Tensor& t) { return {t.dims().begin(), t.dims().end()}; }
-
 // Rows [begin, begin + rows * width) of the last dim of `packed`, reshaped to [batch..., rows, width].
 Tensor Unpack(const Tensor& packed, int64_t begin, int64_t rows, int64_t width, const SourceLocation& loc) {
-  std::vector<int64_t> dims = DimsOf(packed);
+  std::vector<int64_t> dims = packed.sizes();
   dims.back() = rows;
   dims.push_back(width);
   return reshape(slice(packed, -1, begin, begin + rows * width, 1, loc), dims, loc);
@@ -65,7 +63,7 @@ Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tens
     Tensor probs = softmax(scores + TensorArg(attn_mask, loc), -1, loc);
     if (dropout_p > 0) {
       const Tensor drawn =
-          rand(DimsOf(probs), Scalar::Static(0.0), Scalar::Static(1.0), probs.dtype(), probs.device(), loc);
+          rand(probs.sizes(), Scalar::Static(0.0), Scalar::Static(1.0), probs.dtype(), probs.device(), loc);
       const double keep = dropout_p < 1 ? 1 / (1 - dropout_p) : 0;
       probs = where(ge(drawn, Scalar::Static(dropout_p), loc), probs * ScalarArg(Scalar::Static(keep), loc),
                     zeros({}, probs.dtype(), probs.device(), loc), loc);
@@ -102,7 +100,7 @@ Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tens
           // Self-attention's three gradients are alike: [..., 3, L, E] slices of one array. Sliced along
           // that 3, each is a view the compiler reads through into its readers (say, the transpose back
           // to [batch, time, heads, E]), where a slice of the flat rows must be copied out first.
-          std::vector<int64_t> dims = DimsOf(grads);
+          std::vector<int64_t> dims = grads.sizes();
           dims.back() = 3;
           dims.insert(dims.end(), {l, e});
           const Tensor parts = reshape(grads, dims, loc);

@@ -46,8 +46,6 @@ std::optional<std::vector<int64_t>> KnownIntegers(const Tensor& t) {
   return values;
 }
 
-std::vector<int64_t> DimsOf(const Tensor& t) { return {t.dims().begin(), t.dims().end()}; }
-
 void RequireSameDType(const Tensor& x, const Tensor& src, absl::string_view op, absl::string_view what,
                       const SourceLocation& loc) {
   if (x.dtype() != src.dtype()) {
@@ -148,11 +146,11 @@ Tensor embedding(const Tensor& indices, const Tensor& weight, SourceLocation loc
       rows, "embedding", {weight, flat},
       [loc](const Tensor& g, const Tensor&, const Grads& in) -> Grads {
         // Rows looked up several times receive the sum of their gradients: O(tokens * dim), not a one_hot.
-        return {detail::IndexAddUnchecked(zeros(DimsOf(in[0]), g.dtype(), g.device(), loc), 0, in[1], g, loc),
+        return {detail::IndexAddUnchecked(zeros(in[0].sizes(), g.dtype(), g.device(), loc), 0, in[1], g, loc),
                 Tensor()};
       },
       loc);
-  std::vector<int64_t> out = DimsOf(indices);
+  std::vector<int64_t> out = indices.sizes();
   out.push_back(weight.dim(1));
   return reshape(rows, out, loc);
 }

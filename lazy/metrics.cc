@@ -80,7 +80,7 @@ struct Registry {
   std::map<std::string, Timer, std::less<>> timers;
 };
 
-Registry& Get() {
+Registry& GetRegistry() {
   static Registry* r = new Registry;
   return *r;
 }
@@ -88,7 +88,7 @@ Registry& Get() {
 }  // namespace
 
 std::atomic<int64_t>& Counter(absl::string_view name) {
-  Registry& r = Get();
+  Registry& r = GetRegistry();
   std::lock_guard<std::mutex> lock(r.mu);
   auto it = r.counters.find(name);
   if (it == r.counters.end()) {
@@ -117,14 +117,14 @@ int64_t CounterValue(absl::string_view name, std::source_location loc) {
         absl::StrCat("CounterValue: no counter is named '", name, "'; the counters are ", absl::StrJoin(*known, ", ")),
         loc);
   }
-  Registry& r = Get();
+  Registry& r = GetRegistry();
   std::lock_guard<std::mutex> lock(r.mu);
   auto it = r.counters.find(name);
   return it == r.counters.end() ? 0 : it->second->load();
 }
 
 void RecordTime(absl::string_view name, double ms) {
-  Registry& r = Get();
+  Registry& r = GetRegistry();
   std::lock_guard<std::mutex> lock(r.mu);
   auto it = r.timers.find(name);
   if (it == r.timers.end()) it = r.timers.emplace(std::string(name), Timer{}).first;
@@ -132,7 +132,7 @@ void RecordTime(absl::string_view name, double ms) {
 }
 
 std::vector<std::pair<std::string, int64_t>> metrics_counters() {
-  Registry& r = Get();
+  Registry& r = GetRegistry();
   std::lock_guard<std::mutex> lock(r.mu);
   std::vector<std::pair<std::string, int64_t>> out;
   for (const auto& [name, value] : r.counters) out.emplace_back(name, value->load());
@@ -140,7 +140,7 @@ std::vector<std::pair<std::string, int64_t>> metrics_counters() {
 }
 
 std::vector<TimerSummary> metrics_timers() {
-  Registry& r = Get();
+  Registry& r = GetRegistry();
   std::lock_guard<std::mutex> lock(r.mu);
   std::vector<TimerSummary> out;
   for (const auto& [name, timer] : r.timers) out.push_back(timer.Summary(name));

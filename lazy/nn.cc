@@ -93,8 +93,7 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& labels, int64_t ignore_
   const Tensor picked = detail::GatherAs(log_softmax(rows, 1, loc), 1, safe, "cross_entropy", loc);  // [M, 1]
   const Tensor zero = zeros({}, logits.dtype(), logits.device(), loc);
   const Tensor losses = reshape(where(kept, neg(picked, loc), zero, loc), {-1}, loc);
-  if (reduction == "none")
-    return reshape(losses, std::vector<int64_t>(labels.dims().begin(), labels.dims().end()), loc);
+  if (reduction == "none") return reshape(losses, labels.sizes(), loc);
   const Tensor total = sum(losses, {}, false, loc);
   if (reduction == "sum") return total;
   return total / TensorArg(sum(cast(kept, logits.dtype(), loc), {}, false, loc), loc);

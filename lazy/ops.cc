@@ -164,7 +164,7 @@ Tensor BinaryScalar(OpKind op, const Tensor& a, Scalar s, bool scalar_first, con
               ga = g * TensorArg(y, loc) * ScalarArg(Scalar(std::log(s.value())), loc);
             } else {  // a^s: s a^(s-1), and 0 for s == 0 (PyTorch; not 0 * inf = NaN at a = 0)
               if (s.is_static() && s.value() == 0) {
-                return {zeros(std::vector<int64_t>(a.dims().begin(), a.dims().end()), a.dtype(), a.device(), loc)};
+                return {zeros(a.sizes(), a.dtype(), a.device(), loc)};
               }
               const Scalar s_minus_1 = s.is_static() ? Scalar::Static(s.value() - 1) : Scalar(s.value() - 1);
               ga = g * TensorArg(ScalarArg(s, loc) * pow(a, s_minus_1, loc), loc);
@@ -254,8 +254,7 @@ Tensor UnaryGrad(OpKind op, const Tensor& g, const Tensor& x, const Tensor& y, c
   // with it into one loop (two fewer kernels and two fewer 128x256 / 128x128 stores in the MLP step).
   if (op == OpKind::kRelu) return where(le(y, Scalar::Static(0), loc), zeros({}, g.dtype(), g.device(), loc), g, loc);
   // sign: zero everywhere (as PyTorch, a tensor of zeros rather than no gradient at all).
-  if (op == OpKind::kSign)
-    return zeros(std::vector<int64_t>(x.dims().begin(), x.dims().end()), g.dtype(), g.device(), loc);
+  if (op == OpKind::kSign) return zeros(x.sizes(), g.dtype(), g.device(), loc);
   return Tensor();
 }
 
@@ -702,9 +701,7 @@ Tensor reshape(const Tensor& x, std::vector<int64_t> sizes, SourceLocation loc) 
                         ir::Attributes{{AttrKey::kSizes, std::move(resolved)}});
   return Record(
       r, "reshape", {x},
-      [loc](const Tensor& g, const Tensor&, const Grads& in) -> Grads {
-        return {reshape(g, std::vector<int64_t>(in[0].dims().begin(), in[0].dims().end()), loc)};
-      },
+      [loc](const Tensor& g, const Tensor&, const Grads& in) -> Grads { return {reshape(g, in[0].sizes(), loc)}; },
       loc);
 }
 
@@ -809,7 +806,7 @@ Tensor slice(const Tensor& x, int64_t dim, int64_t start, int64_t end, int64_t s
         }
         // Scatter g back: position s + i * step along d receives g's slice i (an index_add into zeros).
         Tensor positions = arange(s, s + g.dim(d) * step, step, DType::kI64, g.device(), loc);
-        Tensor zero = zeros(std::vector<int64_t>(x.dims().begin(), x.dims().end()), g.dtype(), g.device(), loc);
+        Tensor zero = zeros(x.sizes(), g.dtype(), g.device(), loc);
         return {detail::IndexAddUnchecked(zero, d, positions, g, loc)};
       },
       loc);
@@ -859,7 +856,7 @@ Tensor index_select(const Tensor& x, int64_t dim, const Tensor& index, SourceLoc
       [d, loc](const Tensor& g, const Tensor&, const Grads& in) -> Grads {
         // Rows picked several times receive the sum of their gradients: a scatter-add, O(n * row).
         const Tensor& x = in[0];
-        Tensor zero = zeros(std::vector<int64_t>(x.dims().begin(), x.dims().end()), g.dtype(), g.device(), loc);
+        Tensor zero = zeros(x.sizes(), g.dtype(), g.device(), loc);
         return {detail::IndexAddUnchecked(zero, d, in[1], g, loc), Tensor()};
       },
       loc);
@@ -883,7 +880,7 @@ Tensor detail::GatherAs(const Tensor& x, int64_t d, const Tensor& index, const c
       [d, loc](const Tensor& g, const Tensor&, const Grads& in) -> Grads {
         // grad_x[.., k, ..] = sum over j of g[.., j, ..] where index[.., j, ..] == k: a scatter-add.
         const Tensor& x = in[0];
-        Tensor zero = zeros(std::vector<int64_t>(x.dims().begin(), x.dims().end()), g.dtype(), g.device(), loc);
+        Tensor zero = zeros(x.sizes(), g.dtype(), g.device(), loc);
         return {detail::ScatterAddUnchecked(zero, d, in[1], g, loc), Tensor()};
       },
       loc);

@@ -6,12 +6,11 @@
 
 namespace lazyrt {
 namespace {
-std::vector<int64_t> DimsOf(const Tensor& t) { return {t.dims().begin(), t.dims().end()}; }
 
 // Optimizer state starts as device data uploaded from the host, not as a traced zeros(): the first
 // step then traces the very graph every later step does.
 Tensor ZerosLike(const Tensor& p, const SourceLocation& loc) {
-  const std::vector<int64_t> dims = DimsOf(p);
+  const std::vector<int64_t> dims = p.sizes();
   if (p.dtype() == DType::kF64)
     return Tensor::FromData(std::vector<double>(static_cast<size_t>(p.numel())), dims, p.device(), loc);
   if (p.dtype() == DType::kF32)

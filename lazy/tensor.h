@@ -102,6 +102,8 @@ class Tensor {
   const Shape& shape() const;
   DType dtype() const { return shape().dtype(); }
   const ir::Dims& dims() const { return shape().dims(); }
+  // The dims as the factory functions and reshape take them.
+  std::vector<int64_t> sizes() const { return {dims().begin(), dims().end()}; }
   int64_t dim(int64_t i) const;
   int64_t rank() const { return shape().rank(); }
   int64_t numel() const { return shape().numel(); }

@@ -35,15 +35,11 @@ void CombineInto(PrimitiveType type, Combiner combiner, void* acc, const void* v
 
 namespace {
 
-Device* OwnDevice(const CollectiveCall& call) {
-  return call.devices[static_cast<size_t>(call.group[static_cast<size_t>(call.rank)])];
-}
-
 // Copies `bytes` of a peer's memory into this member's device memory, counting them there.
 void Receive(const CollectiveCall& call, void* dst, const void* src, int64_t bytes) {
   if (bytes <= 0) return;
   std::memcpy(dst, src, static_cast<size_t>(bytes));
-  OwnDevice(call)->RecordReceived(bytes);
+  call.own_device()->RecordReceived(bytes);
 }
 
 // dst (count elements) = the members' pieces (each `count` elements at `offset` bytes into their send)
@@ -51,7 +47,7 @@ void Receive(const CollectiveCall& call, void* dst, const void* src, int64_t byt
 absl::Status CombinePieces(const CollectiveCall& call, PrimitiveType type, Combiner combiner, int64_t count,
                            int64_t offset, std::span<const void* const> sends, void* dst) {
   const int64_t bytes = count * ByteWidth(type);
-  ASSIGN_OR_RETURN(DeviceMemory received, OwnDevice(call)->Allocate(bytes));
+  ASSIGN_OR_RETURN(DeviceMemory received, call.own_device()->Allocate(bytes));
   for (size_t r = 0; r < sends.size(); ++r) {
     const void* piece = static_cast<const char*>(sends[r]) + offset;
     if (static_cast<int64_t>(r) != call.rank) {
@@ -175,7 +171,7 @@ absl::Status InProcessCommunicator::Meet(const CollectiveCall& call, const void*
         "%s of execution %d: partition(s) %s of replica group {%s} %s within %.3g s; partition %d on %s waited "
         "(present: %s)",
         call.what, call.run_id, absl::StrJoin(missing, ", "), absl::StrJoin(call.group, ","), missing_what, timeout_s,
-        call.group[me], OwnDevice(call)->DebugString(), absl::StrJoin(present, ", ")));
+        call.group[me], call.own_device()->DebugString(), absl::StrJoin(present, ", ")));
     aborted_.emplace(call.run_id, status);
     changed_.notify_all();
     return status;
@@ -183,7 +179,7 @@ absl::Status InProcessCommunicator::Meet(const CollectiveCall& call, const void*
 
   const auto arrived_at = std::chrono::steady_clock::now();
   absl::Status status = wait([&](size_t r) { return rv->arrived[r]; }, "did not arrive");
-  OwnDevice(call)->RecordCollectiveWait(
+  call.own_device()->RecordCollectiveWait(
       std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - arrived_at).count());
   for (size_t k = 0; status.ok() && k < phases.size(); ++k) {
     const Buffers buffers = rv->buffers;

@@ -35,6 +35,9 @@ struct CollectiveCall {
   // Every partition's device, by partition: where each member's buffers live, and whom to name.
   std::span<Device* const> devices;
   std::string what;  // the collective, for errors and the trace: "all_reduce 'all_reduce(dot)' (kernel 3)"
+
+  // The calling member's device.
+  Device* own_device() const { return devices[static_cast<size_t>(group[static_cast<size_t>(rank)])]; }
 };
 
 // acc[i] = combine(acc[i], value[i]) for i < count, in the element type's own storage (bf16 and f16

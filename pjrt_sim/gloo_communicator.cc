@@ -20,10 +20,6 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-Device* OwnDevice(const CollectiveCall& call) {
-  return call.devices[static_cast<size_t>(call.group[static_cast<size_t>(call.rank)])];
-}
-
 // Gloo takes mutable pointers for what it only sends.
 uint8_t* Bytes(const void* p) { return static_cast<uint8_t*>(const_cast<void*>(p)); }
 
@@ -133,7 +129,7 @@ absl::Status GlooCommunicator::Run(const CollectiveCall& call, int64_t bytes,
     collective_ns_.fetch_add(std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - start).count());
     calls_.fetch_add(1);
     bytes_received_.fetch_add(bytes);
-    OwnDevice(call)->RecordReceived(bytes);
+    call.own_device()->RecordReceived(bytes);
     return status;
   } catch (const ::gloo::IoException& e) {
     error = absl::StrCat("connection to a peer failed or timed out: ", e.what());
@@ -161,7 +157,7 @@ absl::Status GlooCommunicator::AllReduce(const CollectiveCall& call, PrimitiveTy
   const int64_t share_bytes = share * width;
   return Run(call, 2 * (members - 1) * share_bytes,
              [&](const std::shared_ptr<::gloo::Context>& context) -> absl::Status {
-               Device* device = OwnDevice(call);
+               Device* device = call.own_device();
                ASSIGN_OR_RETURN(DeviceMemory padded, device->Allocate(share_bytes * members));
                ASSIGN_OR_RETURN(DeviceMemory pieces, device->Allocate(share_bytes * members));
                std::memset(padded.data(), 0, static_cast<size_t>(padded.size()));
@@ -181,7 +177,7 @@ absl::Status GlooCommunicator::ReduceScatter(const CollectiveCall& call, Primiti
   const int64_t bytes = count * ByteWidth(type);
   if (AloneOrEmpty(call, bytes, send, recv)) return absl::OkStatus();
   return Run(call, (members - 1) * bytes, [&](const std::shared_ptr<::gloo::Context>& context) -> absl::Status {
-    Device* device = OwnDevice(call);
+    Device* device = call.own_device();
     ASSIGN_OR_RETURN(DeviceMemory pieces, device->Allocate(bytes * members));
     AllToAllBytes(context, send, pieces.data(), bytes, timeout_);
     CombineInOrder(type, combiner, count, members, pieces.data(), recv);

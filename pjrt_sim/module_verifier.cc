@@ -16,7 +16,6 @@ namespace lazyrt::pjrt {
 namespace {
 
 constexpr int kMaxRank = 16;
-constexpr int64_t kMaxElements = int64_t{1} << 40;
 
 std::string ShapeText(const proto::Shape& s) {
   return absl::StrCat(absl::AsciiStrToLower(proto::ElementType_Name(s.type())), "[", absl::StrJoin(s.dims(), ","), "]");

@@ -2,10 +2,16 @@
 // and topologically ordered, every shape consistent with its opcode and operands, attributes in range.
 #pragma once
 
+#include <cstdint>
+
 #include "absl/status/status.h"
 #include "pjrt_sim/module.pb.h"
 
 namespace lazyrt::pjrt {
+
+// The most elements an array of a verified module has (2^40: 4 TiB of f32); the kernels check the
+// iteration spaces they are given against it too.
+inline constexpr int64_t kMaxElements = int64_t{1} << 40;
 
 // OK, or INVALID_ARGUMENT naming the first bad instruction ("%5 add: ...") and what is wrong.
 absl::Status VerifyModule(const proto::Module& module);

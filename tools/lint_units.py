@@ -1,6 +1,7 @@
 """The translation units tools/lint.sh gives clang-tidy: every compile command of a compile database
-that compiles a source read from standard input, itself or in a CMake unity batch. Exits non-zero,
-naming them, if some sources are compiled by no command.
+that compiles a source read from standard input, itself or in a CMake unity batch, as an anchored
+regular expression (run-clang-tidy's file arguments). Exits non-zero, naming them, if some sources are
+compiled by no command.
 
   git ls-files '*.cc' | python3 tools/lint_units.py ROOT build/compile_commands.json
 """
@@ -21,7 +22,8 @@ def main() -> int:
         if "/Unity/unity_" in path:
             with open(path, encoding="utf-8") as batch:
                 members = re.findall(r'^#include "([^"]+)"', batch.read(), re.MULTILINE)
-            members = [os.path.relpath(m, root) for m in members]
+            # Absolute paths, or relative to the batch (CMake's UNITY_BUILD_RELOCATABLE).
+            members = [os.path.relpath(os.path.join(os.path.dirname(path), m), root) for m in members]
         else:
             members = [os.path.relpath(path, root)]
         if any(m in wanted for m in members):
@@ -32,7 +34,11 @@ def main() -> int:
         print(f"lint: no command of {database} compiles these (configure with the release preset):",
               *missing, sep="\n  ", file=sys.stderr)
         return 1
-    print(*units, sep="\n")
+    if not units:
+        print(f"lint: no command of {database} compiles any of the sources", file=sys.stderr)
+        return 1
+    # run-clang-tidy takes each argument as a regular expression searched in the database's file names.
+    print(*("^" + re.escape(u) + "$" for u in units), sep="\n")
     return 0
 
 

@@ -21,7 +21,7 @@ namespace {
 // pool; an OpenMP team per pool thread would put 2 x 2 threads on 2 cores, and an idle team's threads
 // spin (GOMP_SPINCOUNT) against the pool's. OpenMP's thread count is a per-thread setting: set it once
 // on each thread that calls oneDNN.
-void SingleThreaded() {
+void OneDnnSingleThreaded() {
   thread_local const bool set = [] {
     omp_set_num_threads(1);
     return true;
@@ -85,7 +85,7 @@ bool OneDnnGemm(int64_t m, int64_t n, int64_t k, MatrixView<const float> a, Matr
     for (int64_t i = 0; i < m; ++i) std::fill_n(c.data + i * c.row_stride, n, 0.0f);
     return true;
   }
-  SingleThreaded();
+  OneDnnSingleThreaded();
   return CallOneDnn({m, n, k, a.row_stride, a.col_stride, b.row_stride, b.col_stride, kF32Sgemm}, [&] {
     return dnnl_sgemm(oa->transposed ? 'T' : 'N', ob->transposed ? 'T' : 'N', m, n, k, 1.0f, a.data, oa->ld, b.data,
                       ob->ld, 0.0f, c.data, oc->ld) == dnnl_success;
@@ -100,7 +100,7 @@ bool OneDnnHasBf16() {
 bool OneDnnGemmBf16(int64_t m, int64_t n, int64_t k, MatrixView<const uint16_t> a, MatrixView<const uint16_t> b,
                     MatrixView<float> c) {
   if (!OneDnnHasBf16() || m <= 0 || n <= 0 || k <= 0 || c.col_stride != 1) return false;
-  SingleThreaded();
+  OneDnnSingleThreaded();
   const MatmulKey key{m, n, k, a.row_stride, a.col_stride, b.row_stride, b.col_stride, c.row_stride};
   return CallOneDnn(key, [&] {
     OneDnnThread& state = ThisThread();  // built by a thread's first call: under the first calls' lock

@@ -23,7 +23,7 @@ bool Express(MatrixView<T> v, int64_t rows, int64_t cols, CblasOperand* out) {
 }
 
 // OpenBLAS's own pool would run beside the device's on the same cores: every call runs on its caller.
-void SingleThreaded() {
+void OpenBlasSingleThreaded() {
   static std::once_flag once;
   std::call_once(once, [] { openblas_set_num_threads(1); });
 }
@@ -38,7 +38,7 @@ bool Run(int64_t m, int64_t n, int64_t k, MatrixView<const T> a, MatrixView<cons
     for (int64_t i = 0; i < m; ++i) std::fill_n(c.data + i * c.row_stride, n, T{0});
     return true;
   }
-  SingleThreaded();
+  OpenBlasSingleThreaded();
   call(oa, ob, oc);
   return true;
 }

@@ -18,6 +18,7 @@
 #include "pjrt_sim/kernels/fused_program.h"
 #include "pjrt_sim/kernels/gemm.h"
 #include "pjrt_sim/kernels/normalize.h"
+#include "pjrt_sim/module_verifier.h"
 #include "pjrt_sim/status_macros.h"
 #include "pjrt_sim/thread_pool.h"
 #include "pjrt_sim/vector_math.h"
@@ -26,7 +27,6 @@ namespace lazyrt::pjrt {
 namespace {
 
 constexpr int64_t kFusedBlock = FusedProgram::kBlock;
-constexpr int64_t kMaxElements = int64_t{1} << 40;  // as the module verifier allows
 
 // Whether `count` operands of `size` elements, `stride` apart, fit in `available` elements; no
 // product may overflow (a wrapped product could look small).

@@ -36,7 +36,7 @@ void GradCheck(const std::string& name, const Fn& f, std::vector<std::vector<int
     values.push_back(inputs.back().to_vector<double>());
   }
   Tensor probe = f(inputs);
-  Tensor weights = Random(std::vector<int64_t>(probe.dims().begin(), probe.dims().end()), rng);
+  Tensor weights = Random(probe.sizes(), rng);
   std::vector<double> w_host = weights.to_vector<double>();
 
   auto loss_of = [&](const std::vector<std::vector<double>>& vals) {

@@ -34,7 +34,7 @@ TEST(Indexing, EmbeddingMatchesReferenceAndItsGradientIsAScatterAdd) {
   Tensor weight = F64(w, {vocab, dim});
   weight.requires_grad_();
   const Tensor out = embedding(I64(ids, {2, 3}), weight);
-  EXPECT_EQ(std::vector<int64_t>(out.dims().begin(), out.dims().end()), (std::vector<int64_t>{2, 3, dim}));
+  EXPECT_EQ(out.sizes(), (std::vector<int64_t>{2, 3, dim}));
   const std::vector<double> got = out.to_vector<double>();
   for (size_t t = 0; t < ids.size(); ++t) {
     for (int64_t c = 0; c < dim; ++c) {

@@ -8,7 +8,7 @@
 namespace lazyrt::detail {
 namespace {
 
-// SampleLog kept for the trace; older ones are dropped.
+// Samples kept for the trace; older ones are dropped.
 constexpr size_t kMaxSamples = 100000;
 
 struct SampleLog {

@@ -111,8 +111,9 @@ constexpr int64_t kMinPanelMacs = int64_t{1} << 21;
 
 // Whether an attention kernel's queries (L) and keys (S) fill at least one block each.
 bool FullBlocks(const proto::Executable& exe, const proto::Kernel& attention) {
-  const ArrayShape q = FromProto(exe.slots(static_cast<int>(attention.inputs(0))).shape());  // [B..., L, E]
-  const ArrayShape k = FromProto(exe.slots(static_cast<int>(attention.inputs(1))).shape());  // [B..., S, E]
+  const ArrayShape q = InputShape(attention, 0, FromProto(exe.slots(static_cast<int>(attention.inputs(0))).shape()));
+  const ArrayShape k = InputShape(attention, 1, FromProto(exe.slots(static_cast<int>(attention.inputs(1))).shape()));
+  // q [B..., L, E], k [B..., S, E]
   return q.dims.end()[-2] >= kAttentionBlock && k.dims.end()[-2] >= kAttentionBlock;
 }
 

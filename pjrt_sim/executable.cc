@@ -20,6 +20,7 @@
 #include "pjrt_sim/device.h"
 #include "pjrt_sim/hlo.h"
 #include "pjrt_sim/kernels/collectives.h"
+#include "pjrt_sim/kernels/strided_view.h"
 #include "pjrt_sim/replica_groups.h"
 #include "pjrt_sim/status_macros.h"
 #include "pjrt_sim/version.h"
@@ -321,6 +322,10 @@ absl::StatusOr<std::shared_ptr<Executable>> Executable::Load(proto::Executable p
     };
     const int64_t out = kernel.output();
     if (!writable(out)) return Invalid(absl::StrCat("kernel ", k, " writes a slot it may not"));
+    if (kernel.operand_views_size() > 0 && !ReadsOperandViews(kernel.kind())) {
+      return Invalid(absl::StrCat("kernel ", k, " (", proto::Kernel::Kind_Name(kernel.kind()),
+                                  ") has operand views, which only ATTENTION, ATTENTION_GRAD and CONCATENATE read"));
+    }
     std::vector<ArrayShape> extra_outputs;
     for (int64_t extra : kernel.extra_outputs()) {
       if (!writable(extra)) return Invalid(absl::StrCat("kernel ", k, " writes a slot it may not"));

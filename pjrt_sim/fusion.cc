@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <iterator>
 #include <map>
+#include <optional>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
@@ -54,6 +55,58 @@ std::vector<int64_t> RowMajorStrides(const std::vector<int64_t>& dims) {
   return s;
 }
 
+// A view of a stored array as element offset and strides over the `space_rank` iteration dims.
+struct Strided {
+  int64_t offset = 0;
+  std::vector<int64_t> strides;
+};
+Strided Flatten(const std::vector<int64_t>& stored_dims, const View& view, size_t space_rank) {
+  const std::vector<int64_t> rs = RowMajorStrides(stored_dims);
+  Strided s{0, std::vector<int64_t>(space_rank, 0)};
+  for (size_t j = 0; j < view.size(); ++j) {
+    s.offset += view[j].offset * rs[j];
+    if (view[j].src >= 0) s.strides[static_cast<size_t>(view[j].src)] += view[j].scale * rs[j];
+  }
+  return s;
+}
+
+// The view of the operand of `inst` (a broadcast, transpose, slice or unit dim reshape of `in`) that
+// `view` of `inst` reads.
+View ViewOfOperand(const HloInst& inst, const HloInst& in, const View& view) {
+  View v;
+  switch (inst.opcode) {
+    case Opcode::kBroadcast:
+      for (size_t i = 0; i < inst.dims.size(); ++i) {
+        const bool kept = in.shape.dims[i] == inst.shape.dims[static_cast<size_t>(inst.dims[i])];
+        v.push_back(kept ? view[static_cast<size_t>(inst.dims[i])] : AxisMap{-1, 0, 0});
+      }
+      return v;
+    case Opcode::kTranspose:
+      v.resize(view.size());
+      for (size_t i = 0; i < inst.dims.size(); ++i) v[static_cast<size_t>(inst.dims[i])] = view[i];
+      return v;
+    case Opcode::kSlice:
+      for (size_t j = 0; j < view.size(); ++j) {
+        // Along a result dim of size <= 1 the stride never matters (and may be huge: x[::2^62]).
+        const int64_t stride = inst.shape.dims[j] <= 1 ? 1 : inst.stride[j];
+        v.push_back({view[j].src, view[j].scale * stride, inst.start[j] + stride * view[j].offset});
+      }
+      return v;
+    default: {  // a reshape of unit dims only (IsFusable): the other dims keep their maps
+      size_t j = 0;
+      for (int64_t d : in.shape.dims) {
+        if (d == 1) {
+          v.push_back({-1, 0, 0});
+          continue;
+        }
+        while (inst.shape.dims[j] == 1) ++j;
+        v.push_back(view[j++]);
+      }
+      return v;
+    }
+  }
+}
+
 class Emitter {
  public:
   Emitter(const HloModule& m, const FusionOptions& o, proto::Executable& exe) : m_(m), options_(o), exe_(exe) {}
@@ -97,7 +150,11 @@ class Emitter {
       // recompute in each reader.
       if (IsElementwise(op) && readers_[i].size() > 1) materialized_[i] = true;
       if (ReadsMaterializedOperands(op)) {
-        for (int64_t operand : inst.operands) materialized_[static_cast<size_t>(operand)] = true;
+        for (size_t j = 0; j < inst.operands.size(); ++j) {
+          const int64_t operand = inst.operands[j];
+          const std::optional<ViewedOperand> view = j < ViewableOperands(inst) ? ViewOf(operand) : std::nullopt;
+          materialized_[static_cast<size_t>(view ? view->base : operand)] = true;
+        }
       }
       // A reduction takes its operand fused only if it is the operand's sole reader (or the operand is
       // free to recompute).
@@ -179,6 +236,41 @@ class Emitter {
         materialized_[i] = false;
       }
     }
+  }
+
+  // Kernels that read operands through views where they are transposes, slices or unit dim reshapes of
+  // a stored value with contiguous rows, instead of copies a loop kernel made first: an attention its q,
+  // k, v (and the forward result and d(output); the projections' [B, T, H, D] read as [B, H, T, D]), not
+  // its mask or dropout seed; a concatenation every operand (the heads' gradients, transposed back).
+  static size_t ViewableOperands(const HloInst& inst) {
+    switch (inst.opcode) {
+      case Opcode::kAttention: return 3;
+      case Opcode::kAttentionGrad: return 5;
+      case Opcode::kConcatenate: return inst.operands.size();
+      default: return 0;
+    }
+  }
+  struct ViewedOperand {
+    int64_t base;  // the stored value read
+    Strided strided;
+  };
+  std::optional<ViewedOperand> ViewOf(int64_t operand) const {
+    const size_t rank = Inst(operand).shape.dims.size();
+    View view = IdentityView(rank);
+    int64_t at = operand;
+    for (;;) {
+      const HloInst& inst = Inst(at);
+      if (inst.opcode != Opcode::kTranspose && inst.opcode != Opcode::kSlice &&
+          !(inst.opcode == Opcode::kReshape && IsUnitDimReshape(inst, Inst(inst.operands[0])))) {
+        break;
+      }
+      view = ViewOfOperand(inst, Inst(inst.operands[0]), view);
+      at = inst.operands[0];
+    }
+    if (at == operand || rank == 0) return std::nullopt;
+    Strided strided = Flatten(Inst(at).shape.dims, view, rank);
+    if (strided.strides.back() != 1) return std::nullopt;
+    return ViewedOperand{at, std::move(strided)};
   }
 
   // The points where the readers of materialized elementwise value `id` reach it, earliest first: each
@@ -282,17 +374,11 @@ class Emitter {
     const bool extra_result = !is_root && materialized_[static_cast<size_t>(id)] && FinalKernel(id) == b.root;
     if (materialized_[static_cast<size_t>(id)] && !is_root && !extra_result) {
       // Read the value from memory through the view.
-      const std::vector<int64_t> rs = RowMajorStrides(inst.shape.dims);
-      std::vector<int64_t> strides(space_rank, 0);
-      int64_t offset = 0;
-      for (size_t j = 0; j < view.size(); ++j) {
-        offset += view[j].offset * rs[j];
-        if (view[j].src >= 0) strides[static_cast<size_t>(view[j].src)] += view[j].scale * rs[j];
-      }
+      const Strided strided = Flatten(inst.shape.dims, view, space_rank);
       step.set_load(true);
       step.set_input(InputIndex(b, slot_[static_cast<size_t>(id)]));
-      step.set_offset(offset);
-      for (int64_t s : strides) step.add_strides(s);
+      step.set_offset(strided.offset);
+      for (int64_t s : strided.strides) step.add_strides(s);
     } else {
       switch (inst.opcode) {
         case Opcode::kConstant:
@@ -321,42 +407,12 @@ class Emitter {
           step.add_args(seed);
           break;
         }
-        case Opcode::kBroadcast: {
+        case Opcode::kBroadcast:
+        case Opcode::kTranspose:
+        case Opcode::kSlice:
+        case Opcode::kReshape: {  // of unit dims only (IsFusable)
           const HloInst& in = Inst(inst.operands[0]);
-          View v;
-          for (size_t i = 0; i < inst.dims.size(); ++i) {
-            const bool kept = in.shape.dims[i] == inst.shape.dims[static_cast<size_t>(inst.dims[i])];
-            v.push_back(kept ? view[static_cast<size_t>(inst.dims[i])] : AxisMap{-1, 0, 0});
-          }
-          return Memo(b, key, Build(b, inst.operands[0], v, space_rank, false));
-        }
-        case Opcode::kTranspose: {
-          View v(view.size());
-          for (size_t i = 0; i < inst.dims.size(); ++i) v[static_cast<size_t>(inst.dims[i])] = view[i];
-          return Memo(b, key, Build(b, inst.operands[0], v, space_rank, false));
-        }
-        case Opcode::kSlice: {
-          View v = view;
-          for (size_t j = 0; j < v.size(); ++j) {
-            // Along a result dim of size <= 1 the stride never matters (and may be huge: x[::2^62]).
-            const int64_t stride = inst.shape.dims[j] <= 1 ? 1 : inst.stride[j];
-            v[j] = {view[j].src, view[j].scale * stride, inst.start[j] + stride * view[j].offset};
-          }
-          return Memo(b, key, Build(b, inst.operands[0], v, space_rank, false));
-        }
-        case Opcode::kReshape: {  // of unit dims only (IsFusable): the other dims keep their maps
-          const HloInst& in = Inst(inst.operands[0]);
-          View v;
-          size_t j = 0;
-          for (int64_t d : in.shape.dims) {
-            if (d == 1) {
-              v.push_back({-1, 0, 0});
-              continue;
-            }
-            while (inst.shape.dims[j] == 1) ++j;
-            v.push_back(view[j++]);
-          }
-          return Memo(b, key, Build(b, inst.operands[0], v, space_rank, false));
+          return Memo(b, key, Build(b, inst.operands[0], ViewOfOperand(inst, in, view), space_rank, false));
         }
         LAZYRT_ELEMENTWISE_OPCODE_CASES:
           for (int64_t op : inst.operands) step.add_args(Build(b, op, view, space_rank, false));
@@ -478,7 +534,8 @@ class Emitter {
       case Opcode::kConcatenate:
         k->set_kind(proto::Kernel::CONCATENATE);
         k->set_axis(inst.axis);
-        break;
+        AddInputs(inst, *k);
+        return;
       case Opcode::kAttention:
       case Opcode::kAttentionGrad:
         k->set_kind(inst.opcode == Opcode::kAttention ? proto::Kernel::ATTENTION : proto::Kernel::ATTENTION_GRAD);
@@ -486,7 +543,8 @@ class Emitter {
         k->set_causal(inst.causal);
         k->set_dropout(inst.dropout);
         k->set_stream(inst.stream);
-        break;
+        AddInputs(inst, *k);
+        return;
       case Opcode::kLayerNorm:
       case Opcode::kRmsNorm:
       case Opcode::kLayerNormGrad:
@@ -524,6 +582,28 @@ class Emitter {
         OpcodeUnreachable("fusion: a kernel", static_cast<int32_t>(inst.opcode));
     }
     for (int64_t op : inst.operands) k->add_inputs(slot_[static_cast<size_t>(op)]);
+  }
+
+  // The kernel's inputs: each operand's slot, or where an operand is read through a view (ViewOf: it is
+  // not stored itself), the slot of the value it views and the view.
+  void AddInputs(const HloInst& inst, proto::Kernel& k) const {
+    for (int64_t operand : inst.operands) {
+      proto::OperandView* entry = k.add_operand_views();
+      const std::optional<ViewedOperand> view =
+          materialized_[static_cast<size_t>(operand)] ? std::nullopt : ViewOf(operand);
+      if (!view) {
+        k.add_inputs(slot_[static_cast<size_t>(operand)]);
+        continue;
+      }
+      k.add_inputs(slot_[static_cast<size_t>(view->base)]);
+      const std::vector<int64_t>& dims = Inst(operand).shape.dims;
+      entry->mutable_dims()->Assign(dims.begin(), dims.end());
+      entry->set_offset(view->strided.offset);
+      entry->mutable_strides()->Assign(view->strided.strides.begin(), view->strided.strides.end());
+    }
+    if (std::ranges::all_of(k.operand_views(), [](const proto::OperandView& v) { return v.dims().empty(); })) {
+      k.clear_operand_views();
+    }
   }
 
   const HloModule& m_;

@@ -200,7 +200,7 @@ std::optional<GemmShape> TunedGemmShape(const proto::Executable& exe, const prot
                      kernel.transpose_rhs()};
   }
   if (kernel.kind() != proto::Kernel::ATTENTION && kernel.kind() != proto::Kernel::ATTENTION_GRAD) return std::nullopt;
-  const ArrayShape q = FromProto(exe.slots(static_cast<int>(kernel.inputs(0))).shape());  // [B..., L, E]
+  const ArrayShape q = InputShape(kernel, 0, FromProto(exe.slots(static_cast<int>(kernel.inputs(0))).shape()));
   return GemmShape{q.type, kAttentionBlock, kAttentionBlock, q.dims.back(), false, true};
 }
 

@@ -11,6 +11,7 @@
 #include "absl/strings/str_join.h"
 #include "pjrt_sim/element_ops.h"
 #include "pjrt_sim/kernels/gemm.h"
+#include "pjrt_sim/status_macros.h"
 #include "pjrt_sim/thread_pool.h"
 #include "pjrt_sim/vector_math.h"
 
@@ -23,6 +24,16 @@ std::string ShapesText(std::span<const ArrayShape> operands) {
   return absl::StrJoin(operands, ", ", [](std::string* out, const ArrayShape& s) {
     absl::StrAppend(out, PrimitiveTypeName(s.type), "[", absl::StrJoin(s.dims, ","), "]");
   });
+}
+
+// The element offset of batch element b (linear over `batch_dims`) with `strides` per batch dim.
+int64_t BatchOffset(int64_t b, std::span<const int64_t> batch_dims, std::span<const int64_t> strides) {
+  int64_t offset = 0;
+  for (size_t d = batch_dims.size(); d-- > 0;) {
+    offset += (b % batch_dims[d]) * strides[d];
+    b /= batch_dims[d];
+  }
+  return offset;
 }
 
 bool BatchDimsAre(const ArrayShape& s, std::span<const int64_t> batch) {
@@ -181,24 +192,32 @@ class AttentionBase : public Kernel {
   }
 
   // The mask's element offset for batch element b (its batch dims broadcast).
-  int64_t MaskOffset(int64_t b) const {
-    int64_t offset = 0;
-    for (size_t d = lay_.batch_dims.size(); d-- > 0;) {
-      const int64_t size = lay_.batch_dims[d];
-      offset += (b % size) * lay_.mask_batch_strides[d];
-      b /= size;
-    }
-    return offset;
-  }
+  int64_t MaskOffset(int64_t b) const { return BatchOffset(b, lay_.batch_dims, lay_.mask_batch_strides); }
 
-  // scores[r * kBlock + c] = q[i0 + r] . k[j0 + c] * scale, masked: -inf where the bool mask is false,
-  // plus the float mask. Keys after the query (causal) are left as they are: no reader looks past
-  // SeenCols.
+  // Rows [first, first + n) of operand i (`cols` wide) of batch element b, contiguous: where they are if
+  // the operand's are, else copied into `buffer` (n x cols). A view's rows are far apart (the
+  // projections' heads: 384 floats), and a block's products read such rows from a few cache sets only
+  // (the attention ran 10% slower on them than on copies).
   template <typename T>
-  void Scores(const T* q, const T* k, const void* mask, int64_t mask_offset, int64_t i0, int64_t rows, int64_t j0,
+  const T* ContiguousRows(std::span<const void* const> inputs, size_t i, int64_t b, int64_t first, int64_t n,
+                          int64_t cols, T* buffer) const {
+    const OperandAccess& access = lay_.access[i];
+    const T* rows = static_cast<const T*>(inputs[i]) + access.Start(b, lay_.batch_dims) + first * access.row_stride;
+    if (access.row_stride == cols) return rows;
+    for (int64_t r = 0; r < n; ++r) std::copy_n(rows + r * access.row_stride, cols, buffer + r * cols);
+    return buffer;
+  }
+  // Whether operand i is copied by ContiguousRows.
+  bool Gathered(size_t i, int64_t cols) const { return lay_.access[i].row_stride != cols; }
+
+  // scores[r * kBlock + c] = q_rows[r] . k[j0 + c] * scale (q_rows: the queries from i0), masked: -inf
+  // where the bool mask is false, plus the float mask. Keys after the query (causal) are left as they are:
+  // no reader looks past SeenCols.
+  template <typename T>
+  void Scores(const T* q_rows, const T* k, const void* mask, int64_t mask_offset, int64_t i0, int64_t rows, int64_t j0,
               int64_t cols, T* scores) const {
     const int64_t e = lay_.e;
-    Product<T>(library_, rows, cols, e, {q + i0 * e, e, 1}, {k + j0 * e, 1, e}, {scores, kBlock, 1});
+    Product<T>(library_, rows, cols, e, {q_rows, e, 1}, {k + j0 * e, 1, e}, {scores, kBlock, 1});
     const T scale = static_cast<T>(scale_);
     constexpr T kMinusInf = -std::numeric_limits<T>::infinity();
     for (int64_t r = 0; r < rows; ++r) {
@@ -263,9 +282,6 @@ class AttentionKernel final : public AttentionBase {
     const int64_t l = lay_.l, s = lay_.s, e = lay_.e, ev = lay_.ev;
     const int64_t query_blocks = (l + kBlock - 1) / kBlock;
     if (query_blocks == 0 || lay_.batch == 0) return;
-    const T* q_all = static_cast<const T*>(inputs[0]);
-    const T* k_all = static_cast<const T*>(inputs[1]);
-    const T* v_all = static_cast<const T*>(inputs[2]);
     const void* mask = lay_.has_mask ? inputs[3] : nullptr;
     T* out_all = static_cast<T*>(output);
     const uint64_t seed = Seed(inputs);
@@ -273,13 +289,20 @@ class AttentionKernel final : public AttentionBase {
       const int64_t b = task / query_blocks;
       const int64_t i0 = (task % query_blocks) * kBlock;
       const int64_t rows = std::min(kBlock, l - i0);
-      const T* q = q_all + b * l * e;
-      const T* k = k_all + b * s * e;
-      const T* v = v_all + b * s * ev;
       T* out = out_all + b * l * (ev + 1);
       const size_t block = static_cast<size_t>(kBlock);
       const size_t values = block * static_cast<size_t>(ev);
-      T* scores = Scratch<T>(block * block + 2 * values + 4 * block);
+      const int64_t key_end = KeyEnd(i0, rows);
+      // Copies of the query block and the keys and values it sees, where they are views.
+      const size_t copies = static_cast<size_t>((Gathered(0, e) ? rows * e : 0) + (Gathered(1, e) ? key_end * e : 0) +
+                                                (Gathered(2, ev) ? key_end * ev : 0));
+      T* scores = Scratch<T>(block * block + 2 * values + 4 * block + copies);
+      T* copied = scores + block * block + 2 * values + 4 * block;
+      const T* q = ContiguousRows<T>(inputs, 0, b, i0, rows, e, copied);
+      if (q == copied) copied += rows * e;
+      const T* k = ContiguousRows<T>(inputs, 1, b, 0, key_end, e, copied);
+      if (k == copied) copied += key_end * e;
+      const T* v = ContiguousRows<T>(inputs, 2, b, 0, key_end, ev, copied);
       T* pv = scores + block * block;
       T* acc = pv + values;
       T* row_max = acc + values;
@@ -290,7 +313,6 @@ class AttentionKernel final : public AttentionBase {
       std::fill_n(row_max, rows, -std::numeric_limits<T>::infinity());
       std::fill_n(row_sum, rows, T{0});
       const int64_t mask_offset = lay_.has_mask ? MaskOffset(b) : 0;
-      const int64_t key_end = KeyEnd(i0, rows);
       for (int64_t j0 = 0; j0 < key_end; j0 += kBlock) {
         const int64_t cols = std::min(kBlock, key_end - j0);
         Scores<T>(q, k, mask, mask_offset, i0, rows, j0, cols, scores);
@@ -348,27 +370,28 @@ class AttentionGradKernel final : public AttentionBase {
     const int64_t l = lay_.l, s = lay_.s, e = lay_.e, ev = lay_.ev;
     const int64_t per_batch = l * e + s * e + s * ev;
     if (lay_.batch == 0 || per_batch == 0) return;
-    const T* q_all = static_cast<const T*>(inputs[0]);
-    const T* k_all = static_cast<const T*>(inputs[1]);
-    const T* v_all = static_cast<const T*>(inputs[2]);
-    const T* fwd_all = static_cast<const T*>(inputs[3]);
-    const T* dout_all = static_cast<const T*>(inputs[4]);
     const void* mask = lay_.has_mask ? inputs[5] : nullptr;
     T* grads_all = static_cast<T*>(output);
     const uint64_t seed = Seed(inputs);
     ThreadPool::Get().ParallelFor(lay_.batch, [&](int64_t b) {
-      const T* q = q_all + b * l * e;
-      const T* k = k_all + b * s * e;
-      const T* v = v_all + b * s * ev;
-      const T* fwd = fwd_all + b * l * (ev + 1);
-      const T* dout = dout_all + b * l * ev;
       T* dq = grads_all + b * per_batch;
       T* dk = dq + l * e;
       T* dv = dk + s * e;
       std::fill_n(dq, per_batch, T{0});
       const size_t block = static_cast<size_t>(kBlock);
       const size_t wide = block * static_cast<size_t>(std::max(e, ev));
-      T* p = Scratch<T>(3 * block * block + wide + 2 * static_cast<size_t>(l));
+      // Copies of q, k, v, the forward result and d(output), where they are views.
+      const int64_t widths[] = {e, e, ev, ev + 1, ev}, lengths[] = {l, s, s, l, l};
+      size_t copies = 0;
+      for (size_t i = 0; i < 5; ++i) copies += Gathered(i, widths[i]) ? static_cast<size_t>(lengths[i] * widths[i]) : 0;
+      T* p = Scratch<T>(3 * block * block + wide + 2 * static_cast<size_t>(l) + copies);
+      T* copied = p + 3 * block * block + wide + 2 * static_cast<size_t>(l);
+      const T* operand[5];
+      for (size_t i = 0; i < 5; ++i) {
+        operand[i] = ContiguousRows<T>(inputs, i, b, 0, lengths[i], widths[i], copied);
+        if (operand[i] == copied) copied += lengths[i] * widths[i];
+      }
+      const T *q = operand[0], *k = operand[1], *v = operand[2], *fwd = operand[3], *dout = operand[4];
       T* ds = p + block * block;
       T* dropped = ds + block * block;  // P with the dropout applied (P itself without dropout)
       T* product = dropped + block * block;
@@ -388,7 +411,7 @@ class AttentionGradKernel final : public AttentionBase {
         // Causal: the query blocks before the one holding query j0 see none of these keys.
         for (int64_t i0 = causal_ ? j0 / kBlock * kBlock : 0; i0 < l; i0 += kBlock) {
           const int64_t rows = std::min(kBlock, l - i0);
-          Scores<T>(q, k, mask, mask_offset, i0, rows, j0, cols, p);
+          Scores<T>(q + i0 * e, k, mask, mask_offset, i0, rows, j0, cols, p);
           for (int64_t r = 0; r < rows; ++r) {
             T* pr = p + r * kBlock;
             Probabilities(pr, i0 + r, j0, cols, lse[i0 + r]);
@@ -478,6 +501,17 @@ absl::StatusOr<AttentionLayout> CheckLayout(std::span<const ArrayShape> operands
     lay.mask_row_stride = strides[rank - 2];
     lay.mask_col_stride = strides[rank - 1];
   }
+  for (size_t i = 0; i < base; ++i) {  // row-major until a view says otherwise
+    const std::vector<int64_t>& dims = operands[i].dims;
+    OperandAccess& access = lay.access.emplace_back();
+    access.row_stride = dims[rank - 1];
+    int64_t stride = dims[rank - 2] * dims[rank - 1];
+    access.batch_strides.resize(rank - 2);
+    for (size_t d = rank - 2; d-- > 0;) {
+      access.batch_strides[d] = stride;
+      stride *= dims[d];
+    }
+  }
   std::vector<int64_t> want = lay.batch_dims;
   if (grad) {
     want.push_back(lay.l * lay.e + lay.s * lay.e + lay.s * lay.ev);  // each term bounded by an operand's size
@@ -491,10 +525,9 @@ absl::StatusOr<AttentionLayout> CheckLayout(std::span<const ArrayShape> operands
   return lay;
 }
 
-}  // namespace
-
-absl::StatusOr<AttentionLayout> CheckAttention(std::span<const ArrayShape> operands, const ArrayShape& result,
-                                               bool grad, const AttentionParams& params) {
+// The parameters, then the layout of the operands but the seed.
+absl::StatusOr<AttentionLayout> CheckParamsAndLayout(std::span<const ArrayShape> operands, const ArrayShape& result,
+                                                     bool grad, const AttentionParams& params) {
   if (!std::isfinite(params.scale))
     return absl::InvalidArgumentError(absl::StrCat("the scale ", params.scale, " is not finite"));
   if (!(params.dropout >= 0 && params.dropout <= 1)) {
@@ -505,6 +538,35 @@ absl::StatusOr<AttentionLayout> CheckAttention(std::span<const ArrayShape> opera
     return absl::InvalidArgumentError("with dropout, the last operand must be the s64[] seed");
   }
   return CheckLayout(operands.first(operands.size() - 1), result, grad);
+}
+
+}  // namespace
+
+int64_t OperandAccess::Start(int64_t b, std::span<const int64_t> batch_dims) const {
+  return offset + BatchOffset(b, batch_dims, batch_strides);
+}
+
+absl::StatusOr<AttentionLayout> CheckAttention(std::span<const ArrayShape> operands, const ArrayShape& result,
+                                               bool grad, const AttentionParams& params,
+                                               std::span<const OperandView> views) {
+  ASSIGN_OR_RETURN(const std::vector<ArrayShape> read, ShapesRead(views, operands));
+  const size_t viewable = grad ? 5 : 3;
+  for (size_t i = viewable; i < views.size(); ++i) {
+    if (!views[i].dims.empty()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("input ", i, " is read through a view, but only q, k, v and the gradient operands may be"));
+    }
+  }
+  ASSIGN_OR_RETURN(AttentionLayout layout, CheckParamsAndLayout(read, result, grad, params));
+  for (size_t i = 0; i < views.size(); ++i) {
+    const OperandView& view = views[i];
+    if (view.dims.empty()) continue;
+    OperandAccess& access = layout.access[i];
+    access.offset = view.offset;
+    access.batch_strides.assign(view.strides.begin(), view.strides.end() - 2);
+    access.row_stride = view.strides.end()[-2];
+  }
+  return layout;
 }
 
 std::unique_ptr<Kernel> MakeAttentionKernel(AttentionLayout layout, const AttentionParams& params) {

@@ -12,6 +12,7 @@
 #include "absl/status/statusor.h"
 #include "pjrt_sim/kernels/gemm.h"
 #include "pjrt_sim/kernels/kernels.h"
+#include "pjrt_sim/kernels/strided_view.h"
 #include "pjrt_sim/types.h"
 
 namespace lazyrt::pjrt {
@@ -29,6 +30,15 @@ struct AttentionParams {
   GemmLibrary library = GemmLibrary::kBlis;  // of the block products (proto::Kernel.gemm_library)
 };
 
+// Where the elements of an operand [B..., R, C] are: row i of batch element b (linear over the batch dims)
+// starts at Start(b) + i * row_stride, and its columns are contiguous.
+struct OperandAccess {
+  int64_t offset = 0;
+  std::vector<int64_t> batch_strides;
+  int64_t row_stride = 0;
+  int64_t Start(int64_t b, std::span<const int64_t> batch_dims) const;
+};
+
 // The sizes of an ATTENTION or ATTENTION_GRAD instruction, checked against its operands and result.
 struct AttentionLayout {
   PrimitiveType type = PrimitiveType::kF32;  // of q, k, v and the results: f32 or f64
@@ -39,12 +49,17 @@ struct AttentionLayout {
   // Element strides of the mask over the batch dims, then along L and S (0 where it is broadcast).
   std::vector<int64_t> batch_dims, mask_batch_strides;
   int64_t mask_row_stride = 0, mask_col_stride = 0;
+  // Of q, k, v (and of the forward result and d(output)): row-major, or as the operand views say.
+  std::vector<OperandAccess> access;
 };
 
 // Checks the parameters, operands and result of an attention (grad: ATTENTION_GRAD) and returns their
-// layout; the error says what does not fit. Shared by the module verifier and the kernel loader.
+// layout; the error says what does not fit. Shared by the module verifier and the kernel loader, which
+// also passes the operand views of the kernel (at most one per operand; q, k, v, the forward result and
+// d(output) may be views of their inputs, with contiguous rows, that stay inside them).
 absl::StatusOr<AttentionLayout> CheckAttention(std::span<const ArrayShape> operands, const ArrayShape& result,
-                                               bool grad, const AttentionParams& params);
+                                               bool grad, const AttentionParams& params,
+                                               std::span<const OperandView> views = {});
 
 // The kernels (inputs as the instructions' operands), for a layout and parameters CheckAttention accepted.
 std::unique_ptr<Kernel> MakeAttentionKernel(AttentionLayout layout, const AttentionParams& params);

@@ -11,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "pjrt_sim/element_ops.h"
 #include "pjrt_sim/hlo.h"
+#include "pjrt_sim/kernels/strided_view.h"
 #include "pjrt_sim/vector_math.h"
 
 namespace lazyrt::pjrt {
@@ -42,14 +43,6 @@ T LoadAs(const void* base, PrimitiveType type, int64_t i) {
     case PrimitiveType::kPred: return static_cast<T>(static_cast<const uint8_t*>(base)[i]);
   }
   return T{};
-}
-
-// Coordinates of linear point `p` in `dims` (row-major).
-void Unravel(int64_t p, std::span<const int64_t> dims, int64_t* coords) {
-  for (size_t d = dims.size(); d-- > 0;) {
-    coords[d] = dims[d] == 0 ? 0 : p % dims[d];
-    p = dims[d] == 0 ? 0 : p / dims[d];
-  }
 }
 
 // Whether arrays of `type` hold exactly the compute type T (no conversion on load).
@@ -100,27 +93,9 @@ void RunLoad(const Step& s, std::span<const int64_t> dims, const void* base, int
     LoadRun<T>(base, s.type, s.offset + begin, 1, n, out);
     return;
   }
-  // Strided: walk the coordinates of the block like an odometer, a run of the innermost dim at a time.
-  const size_t rank = dims.size();
-  int64_t coords[16];
-  Unravel(begin, dims, coords);
-  int64_t index = s.offset;
-  for (size_t d = 0; d < rank; ++d) index += coords[d] * s.strides[d];
-  const int64_t inner_dim = dims[rank - 1], inner_stride = s.strides[rank - 1];
-  int64_t i = 0;
-  while (i < n) {
-    const int64_t run = std::min(n - i, inner_dim - coords[rank - 1]);
-    LoadRun<T>(base, s.type, index, inner_stride, run, out + i);
-    i += run;
-    index += run * inner_stride;
-    coords[rank - 1] += run;
-    for (size_t d = rank - 1; d > 0 && coords[d] == dims[d]; --d) {  // carry
-      index -= coords[d] * s.strides[d];
-      coords[d] = 0;
-      ++coords[d - 1];
-      index += s.strides[d - 1];
-    }
-  }
+  ForEachRun(dims, s.strides, s.offset, begin, n, [&](int64_t index, int64_t run, int64_t at) {
+    LoadRun<T>(base, s.type, index, s.strides.back(), run, out + at);
+  });
 }
 
 // --- The loop of each kind of step: what Evaluate calls, chosen once by Build ----------------------
@@ -321,8 +296,9 @@ StepFn ChooseStepFn(const Step& s, int scalar) {
     case Opcode::kCompare:
       return DispatchComputeType(s.arg_type, [&]<typename T>() -> StepFn {
         switch (s.direction) {
-#define LAZYRT_X(name, ...) \
-  case CompareDirection::k##name: return PairStepFor<T, CompareDirection::k##name>(scalar);
+#define LAZYRT_X(name, ...)       \
+  case CompareDirection::k##name: \
+    return PairStepFor<T, CompareDirection::k##name>(scalar);
           LAZYRT_COMPARE_DIRECTIONS(LAZYRT_X)
 #undef LAZYRT_X
         }
@@ -422,19 +398,8 @@ absl::StatusOr<FusedProgram> FusedProgram::Build(const google::protobuf::Repeate
       if (static_cast<size_t>(p.strides_size()) != rank) return fail("a stride per iteration dim is needed");
       s.offset = p.offset();
       s.strides.assign(p.strides().begin(), p.strides().end());
-      // Bounds: the smallest and largest index reached over the whole space must be inside the input.
-      // Overflow-checked: huge strides must not wrap around to an index that looks in range.
-      if (space.numel() > 0) {
-        int64_t lo = s.offset, hi = s.offset;
-        bool overflow = false;
-        for (size_t d = 0; d < rank; ++d) {
-          int64_t reach = 0;
-          overflow = overflow || __builtin_mul_overflow(s.strides[d], space.dims[d] - 1, &reach);
-          int64_t& end = reach < 0 ? lo : hi;
-          overflow = overflow || __builtin_add_overflow(end, reach, &end);
-        }
-        if (overflow || lo < 0 || hi >= in.numel()) return fail("load reaches outside its input");
-      }
+      if (!StridedViewInBounds(s.offset, s.strides, space.dims, in.numel()))
+        return fail("load reaches outside its input");
       const bool scalar = std::all_of(s.strides.begin(), s.strides.end(), [](int64_t x) { return x == 0; });
       s.access = scalar ? Access::kScalar : (s.strides == row_major ? Access::kContiguous : Access::kStrided);
       if (s.access == Access::kStrided && rank == 0) s.access = Access::kScalar;

@@ -18,6 +18,7 @@
 #include "pjrt_sim/kernels/fused_program.h"
 #include "pjrt_sim/kernels/gemm.h"
 #include "pjrt_sim/kernels/normalize.h"
+#include "pjrt_sim/kernels/strided_view.h"
 #include "pjrt_sim/module_verifier.h"
 #include "pjrt_sim/status_macros.h"
 #include "pjrt_sim/thread_pool.h"
@@ -872,12 +873,17 @@ class IndexAddKernel final : public Kernel {
   AxisSplit split_;
 };
 
+// Copies each input's rows into its place along the axis. An input may be a view of its slot (a
+// transpose of a head, say): its rows are then gathered a run of the last dim at a time, and the copy the
+// transpose would have made before is never made.
 class ConcatKernel final : public Kernel {
  public:
-  ConcatKernel(std::vector<ArrayShape> inputs, ArrayShape output, int64_t axis)
-      : inputs_(std::move(inputs)), output_(std::move(output)), axis_(axis) {}
+  ConcatKernel(std::vector<ArrayShape> inputs, std::vector<OperandView> views, ArrayShape output, int64_t axis)
+      : inputs_(std::move(inputs)), views_(std::move(views)), output_(std::move(output)), axis_(axis) {
+    views_.resize(inputs_.size());
+  }
   absl::Status Run(std::span<const void* const> inputs, std::span<void* const> outputs) const override {
-    void* output = outputs[0];
+    char* output = static_cast<char*>(outputs[0]);
     const AxisSplit out(output_.dims, axis_);
     const int64_t width = ByteWidth(output_.type);
     // Tasks of whole outer rows, at least kMinTaskBytes each.
@@ -891,10 +897,25 @@ class ConcatKernel final : public Kernel {
       int64_t at = 0;
       for (size_t i = 0; i < inputs_.size(); ++i) {
         const AxisSplit in(inputs_[i].dims, axis_);
-        const size_t run = static_cast<size_t>(in.size * in.inner * width);
-        for (int64_t o = begin; o < end && run > 0; ++o) {  // a zero-size input may have no memory
-          std::memcpy(static_cast<char*>(output) + (o * out.size + at) * out.inner * width,
-                      static_cast<const char*>(inputs[i]) + o * run, run);
+        const int64_t run = in.size * in.inner;  // elements of an outer row
+        const char* src = static_cast<const char*>(inputs[i]);
+        const OperandView& view = views_[i];
+        // Where element `p` of the input's outer rows from `begin` goes.
+        const auto dst = [&](int64_t p) {
+          return output + ((begin + p / run) * out.size * out.inner + at * out.inner + p % run) * width;
+        };
+        if (run == 0 || begin == end) {  // a zero-size input may have no memory
+        } else if (view.dims.empty()) {
+          for (int64_t o = begin; o < end; ++o) {
+            std::memcpy(dst((o - begin) * run), src + o * run * width, static_cast<size_t>(run * width));
+          }
+        } else {
+          // The view's elements of these rows in order, a run of its last dim at a time (contiguous in the
+          // input; never across an outer row of the output, whose length is a multiple of the last dim).
+          ForEachRun(view.dims, view.strides, view.offset, begin * run, (end - begin) * run,
+                     [&](int64_t index, int64_t n, int64_t p) {
+                       std::memcpy(dst(p), src + index * width, static_cast<size_t>(n * width));
+                     });
         }
         at += in.size;
       }
@@ -903,7 +924,8 @@ class ConcatKernel final : public Kernel {
   }
 
  private:
-  std::vector<ArrayShape> inputs_;
+  std::vector<ArrayShape> inputs_;  // as read: a view's dims where it has one
+  std::vector<OperandView> views_;  // one per input
   ArrayShape output_;
   int64_t axis_;
 };
@@ -922,6 +944,12 @@ absl::StatusOr<GemmLibrary> LibraryOf(const proto::Kernel& k) {
 }
 
 }  // namespace
+
+ArrayShape InputShape(const proto::Kernel& kernel, int i, const ArrayShape& slot) {
+  if (i >= kernel.operand_views_size() || kernel.operand_views(i).dims().empty()) return slot;
+  const auto& dims = kernel.operand_views(i).dims();
+  return {slot.type, {dims.begin(), dims.end()}};
+}
 
 absl::StatusOr<std::unique_ptr<Kernel>> BuildKernel(const proto::Kernel& k, std::span<const ArrayShape> inputs,
                                                     const ArrayShape& output,
@@ -1044,25 +1072,29 @@ absl::StatusOr<std::unique_ptr<Kernel>> BuildKernel(const proto::Kernel& k, std:
     }
     case proto::Kernel::CONCATENATE: {
       const int64_t axis = k.axis();
-      bool ok = !inputs.empty() && axis >= 0 && axis < static_cast<int64_t>(output.dims.size());
+      const std::vector<OperandView> views = OperandViewsOf(k);
+      absl::StatusOr<std::vector<ArrayShape>> read = ShapesRead(views, inputs);
+      if (!read.ok()) return Expect(false, k, std::string(read.status().message()));
+      const std::vector<ArrayShape>& parts = *read;
+      bool ok = !parts.empty() && axis >= 0 && axis < static_cast<int64_t>(output.dims.size());
       int64_t total = 0;
-      for (size_t i = 0; ok && i < inputs.size(); ++i) {
-        ok = inputs[i].type == output.type && inputs[i].dims.size() == output.dims.size();
+      for (size_t i = 0; ok && i < parts.size(); ++i) {
+        ok = parts[i].type == output.type && parts[i].dims.size() == output.dims.size();
         for (size_t d = 0; ok && d < output.dims.size(); ++d) {
-          ok = d == static_cast<size_t>(axis) || inputs[i].dims[d] == output.dims[d];
+          ok = d == static_cast<size_t>(axis) || parts[i].dims[d] == output.dims[d];
         }
-        if (ok) total += inputs[i].dims[static_cast<size_t>(axis)];
+        if (ok) total += parts[i].dims[static_cast<size_t>(axis)];
       }
       ok = ok && total == output.dims[static_cast<size_t>(axis)];
       RETURN_IF_ERROR(Expect(ok, k, "bad concatenation"));
-      return std::make_unique<ConcatKernel>(std::vector<ArrayShape>(inputs.begin(), inputs.end()), output, axis);
+      return std::make_unique<ConcatKernel>(parts, views, output, axis);
     }
     case proto::Kernel::ATTENTION:
     case proto::Kernel::ATTENTION_GRAD: {
       const bool grad = k.kind() == proto::Kernel::ATTENTION_GRAD;
       ASSIGN_OR_RETURN(const GemmLibrary library, LibraryOf(k));
       const AttentionParams params{k.scale(), k.causal(), k.dropout(), k.stream(), library};
-      absl::StatusOr<AttentionLayout> layout = CheckAttention(inputs, output, grad, params);
+      absl::StatusOr<AttentionLayout> layout = CheckAttention(inputs, output, grad, params, OperandViewsOf(k));
       if (!layout.ok()) return Expect(false, k, std::string(layout.status().message()));
       return grad ? MakeAttentionGradKernel(*std::move(layout), params)
                   : MakeAttentionKernel(*std::move(layout), params);

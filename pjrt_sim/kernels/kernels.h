@@ -65,4 +65,7 @@ absl::StatusOr<std::unique_ptr<Kernel>> BuildKernel(const proto::Kernel& kernel,
                                                     const ArrayShape& output,
                                                     std::span<const ArrayShape> extra_outputs = {});
 
+// The shape `kernel` reads input `i` as, given its slot's shape: its operand view's dims, or the slot's.
+ArrayShape InputShape(const proto::Kernel& kernel, int i, const ArrayShape& slot);
+
 }  // namespace lazyrt::pjrt

@@ -10,7 +10,10 @@
 #include <limits>
 #include <optional>
 #include <random>
+#include <tuple>
+#include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "pjrt_sim/module_verifier.h"
 #include "tests/pjrt_sim/pjrt_test_util.h"
 
@@ -279,6 +282,95 @@ TEST_F(AttentionKernelTest, MasksBroadcastWithStrideZero) {
   Check({{2}, 70, 70, 8, 8, {1, 70, 70}, false, true}, "f32 and causal");
 }
 
+// The projections' layout: q, k and v are heads of one [B, T, 3, H, D] array and d(output) a [B, T, H, D]
+// one, each taken as [B, H, T, D] by a slice, a unit dim reshape and a transpose (as the GPT's attention
+// reads them). The attention kernels read them where they are, through operand views: no kernel copies
+// a head first, and the results are the bits of the same attention on contiguous copies.
+class AttentionViewTest : public AttentionKernelTest {
+ protected:
+  // `keep_q`: q [B, H, T, D] is also a result, so stored by a kernel of its own, which the attention
+  // then reads as it is.
+  void Check(int64_t b, int64_t t, int64_t h, int64_t d, bool causal, bool keep_q) {
+    SCOPED_TRACE(
+        absl::StrCat("b ", b, " t ", t, " h ", h, " d ", d, causal ? " causal" : "", keep_q ? ", q kept" : ""));
+    std::mt19937_64 rng(static_cast<uint64_t>(b * 1000 + t * 10 + h + causal));
+    const std::vector<float> qkv = RandomFloats(rng, b * t * 3 * h * d), dout = RandomFloats(rng, b * t * h * d);
+    const auto attrs = [&](proto::Instruction& i) {
+      i.set_value(0.3);
+      i.set_causal(causal);
+    };
+    ModuleBuilder m;
+    const int64_t packed = m.Parameter(0, proto::F32, {b, t, 3, h, d});
+    const int64_t dout_btd = m.Parameter(1, proto::F32, {b, t, h, d});
+    std::vector<int64_t> heads;  // q, k, v as [B, H, T, D]
+    for (int64_t part = 0; part < 3; ++part) {
+      const int64_t slice = m.Slice(packed, {0, 0, part, 0, 0}, {b, t, part + 1, h, d}, {1, 1, 1, 1, 1});
+      heads.push_back(m.Transpose(m.Reshape(slice, {b, t, h, d}), {0, 2, 1, 3}));
+    }
+    const int64_t dout_bhtd = m.Transpose(dout_btd, {0, 2, 1, 3});
+    const int64_t fwd = m.Op(Opcode::kAttention, heads, proto::F32, {b, h, t, d + 1}, attrs);
+    const int64_t grads = m.Op(Opcode::kAttentionGrad, {heads[0], heads[1], heads[2], fwd, dout_bhtd}, proto::F32,
+                               {b, h, 3 * t * d}, attrs);
+    m.Output(fwd);
+    m.Output(grads);
+    if (keep_q) m.Output(heads[0]);
+    ASSERT_TRUE(VerifyModule(m.module()).ok()) << VerifyModule(m.module());
+    absl::StatusOr<std::shared_ptr<Executable>> exe = client_->Compile(m.module(), {});
+    ASSERT_TRUE(exe.ok()) << exe.status();
+    absl::StatusOr<std::shared_ptr<Executable>> loaded = client_->LoadSerializedExecutable((*exe)->Serialize());
+    ASSERT_TRUE(loaded.ok()) << loaded.status();
+    int views = 0;
+    for (const proto::Kernel& k : (*loaded)->proto().kernels()) {
+      if (k.kind() != proto::Kernel::ATTENTION && k.kind() != proto::Kernel::ATTENTION_GRAD) {
+        EXPECT_TRUE(keep_q) << "a kernel besides the attentions: " << k.label();
+        continue;
+      }
+      for (const proto::OperandView& v : k.operand_views()) views += v.dims_size() > 0 ? 1 : 0;
+    }
+    EXPECT_EQ(views, keep_q ? 3 + 4 - 2 : 3 + 4);  // k, v (and q unless it is stored) in each, d(output)
+    absl::StatusOr<std::vector<HostArray>> out = testing::ExecuteOnHost(
+        *client_, **loaded,
+        {MakeArray(PrimitiveType::kF32, {b, t, 3, h, d}, qkv), MakeArray(PrimitiveType::kF32, {b, t, h, d}, dout)});
+    ASSERT_TRUE(out.ok()) << out.status();
+
+    // The same attention on contiguous [B, H, T, D] copies made on the host.
+    auto head = [&](const std::vector<float>& from, int64_t parts, int64_t part) {
+      std::vector<float> x;
+      for (int64_t bi = 0; bi < b; ++bi)
+        for (int64_t hi = 0; hi < h; ++hi)
+          for (int64_t ti = 0; ti < t; ++ti)
+            for (int64_t di = 0; di < d; ++di)
+              x.push_back(from[static_cast<size_t>((((bi * t + ti) * parts + part) * h + hi) * d + di)]);
+      return x;
+    };
+    Problem p({b, h}, t, t, d, d, {}, false, causal);
+    p.scale = 0.3;
+    const ModuleBuilder contiguous = Build(p);
+    absl::StatusOr<std::shared_ptr<Executable>> plain = client_->Compile(contiguous.module(), {});
+    ASSERT_TRUE(plain.ok()) << plain.status();
+    absl::StatusOr<std::vector<HostArray>> want =
+        testing::ExecuteOnHost(*client_, **plain,
+                               {MakeArray(PrimitiveType::kF32, {b, h, t, d}, head(qkv, 3, 0)),
+                                MakeArray(PrimitiveType::kF32, {b, h, t, d}, head(qkv, 3, 1)),
+                                MakeArray(PrimitiveType::kF32, {b, h, t, d}, head(qkv, 3, 2)),
+                                MakeArray(PrimitiveType::kF32, {b, h, t, d}, head(dout, 1, 0))});
+    ASSERT_TRUE(want.ok()) << want.status();
+    EXPECT_EQ((*out)[0].values<float>(), (*want)[0].values<float>()) << "forward";
+    EXPECT_EQ((*out)[1].values<float>(), (*want)[1].values<float>()) << "gradients";
+    if (keep_q) {
+      EXPECT_EQ((*out)[2].values<float>(), head(qkv, 3, 0)) << "q";
+    }
+  }
+};
+
+TEST_F(AttentionViewTest, ReadsTheHeadsOfTheProjectionsWhereTheyAre) {
+  Check(2, 70, 3, 8, false, false);
+  Check(2, 130, 2, 16, true, false);
+  Check(1, 5, 4, 4, true, false);
+}
+
+TEST_F(AttentionViewTest, ReadsAStoredHeadAsItIs) { Check(2, 70, 3, 8, true, true); }
+
 // Malformed instructions: each refused by the verifier with what is wrong.
 TEST(AttentionVerifier, RefusesMalformedInstructions) {
   const Problem p({2}, 4, 6, 8, 3, {2, 4, 6}, true);
@@ -365,6 +457,51 @@ TEST(AttentionLoader, RefusesKernelsThatDoNotFitTheirSlots) {
   k.set_scale(0.5);
   k.set_kind(proto::Kernel::ATTENTION_GRAD);
   EXPECT_FALSE(BuildKernel(k, operands, {PrimitiveType::kF32, {2, 98}}).ok());
+}
+
+// An operand view is checked against the input it reads: inside it, rows contiguous, of q, k, v or a
+// gradient operand only, a stride per dim; the error names the view and what is wrong.
+TEST(AttentionLoader, RefusesOperandViewsOutsideTheirRules) {
+  // q, k, v as [2, 4, 8] heads of one [2, 4, 3, 8] input (its slot, three times).
+  const ArrayShape packed{PrimitiveType::kF32, {2, 4, 3, 8}};
+  const std::vector<ArrayShape> operands = {packed, packed, packed};
+  const ArrayShape result{PrimitiveType::kF32, {2, 4, 9}};
+  auto kernel = [](std::vector<std::tuple<std::vector<int64_t>, int64_t, std::vector<int64_t>>> views) {
+    proto::Kernel k;
+    k.set_kind(proto::Kernel::ATTENTION);
+    k.set_scale(0.5);
+    for (const auto& [dims, offset, strides] : views) {
+      proto::OperandView* v = k.add_operand_views();
+      v->mutable_dims()->Assign(dims.begin(), dims.end());
+      v->set_offset(offset);
+      v->mutable_strides()->Assign(strides.begin(), strides.end());
+    }
+    return k;
+  };
+  const std::vector<int64_t> dims = {2, 4, 8}, strides = {96, 24, 1};
+  EXPECT_TRUE(
+      BuildKernel(kernel({{dims, 0, strides}, {dims, 8, strides}, {dims, 16, strides}}), operands, result).ok());
+  auto refuse = [&](const proto::Kernel& k, const std::string& part) {
+    const absl::StatusOr<std::unique_ptr<Kernel>> built = BuildKernel(k, operands, result);
+    ASSERT_FALSE(built.ok()) << part;
+    EXPECT_THAT(std::string(built.status().message()), HasSubstr(part));
+  };
+  refuse(kernel({{dims, 0, strides}, {dims, 8, strides}, {dims, 17, strides}}), "reaches outside its input");
+  refuse(kernel({{dims, 0, strides}, {dims, -1, strides}, {dims, 16, strides}}), "reaches outside its input");
+  refuse(kernel({{dims, 0, {96, 24, 2}}, {dims, 8, strides}, {dims, 16, strides}}), "rows that are not contiguous");
+  refuse(kernel({{dims, 0, {96, 1}}, {dims, 8, strides}, {dims, 16, strides}}), "a stride per dim");
+  refuse(kernel({{dims, 0, {int64_t{1} << 62, 24, 1}}, {dims, 8, strides}, {dims, 16, strides}}),
+         "reaches outside its input");
+  refuse(kernel({{{2, 4, 800}, 0, strides}, {dims, 8, strides}, {dims, 16, strides}}), "more elements than its input");
+  refuse(kernel({{dims, 0, strides}, {dims, 8, strides}, {dims, 16, strides}, {dims, 0, strides}}),
+         "4 operand views for 3 inputs");
+  // A view of the mask (the fourth operand of a forward attention).
+  std::vector<ArrayShape> with_mask = operands;
+  with_mask.push_back(packed);
+  const absl::StatusOr<std::unique_ptr<Kernel>> masked =
+      BuildKernel(kernel({{}, {}, {}, {dims, 0, strides}}), with_mask, result);
+  ASSERT_FALSE(masked.ok());
+  EXPECT_THAT(std::string(masked.status().message()), HasSubstr("only q, k, v and the gradient operands"));
 }
 
 }  // namespace attention_kernel_test

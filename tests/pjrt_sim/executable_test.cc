@@ -409,6 +409,13 @@ TEST_F(ExecutableTest, RejectsMalformedProgramsAndKernels) {
   EXPECT_THAT(
       tamper([&](proto::Executable& p) { p.mutable_kernels(0)->set_kind(static_cast<proto::Kernel::Kind>(42)); }),
       HasSubstr("unknown kernel kind"));
+  // Operand views are read by attention and concatenation kernels only: a loop would ignore one.
+  EXPECT_THAT(tamper([&](proto::Executable& p) {
+                proto::OperandView* v = p.mutable_kernels(0)->add_operand_views();
+                v->add_dims(1);
+                v->add_strides(1);
+              }),
+              HasSubstr("has operand views, which only ATTENTION, ATTENTION_GRAD and CONCATENATE read"));
   // A kernel writing a parameter, an alias, or nothing that exists.
   EXPECT_THAT(tamper([&](proto::Executable& p) { p.mutable_kernels(0)->set_output(0); }),
               HasSubstr("writes a slot it may not"));

@@ -110,6 +110,31 @@ const proto::Kernel* KernelComputing(const proto::Executable& exe, Opcode op) {
   return found;
 }
 
+// A concatenation reads transposes and slices whose rows stay contiguous through views of the arrays
+// they view, not through copies kernels of their own make first; an operand whose rows do not (its last
+// dim moved) is copied by a loop as before. The bits are those of the unfused graph.
+TEST_F(FusionTest, ConcatenationReadsTransposesAndSlicesThroughViews) {
+  const Dims d = {4, 4, 4, 4};
+  ModuleBuilder b;
+  const int64_t x = b.Parameter(0, proto::F32, d), y = b.Parameter(1, proto::F32, d), z = b.Parameter(2, proto::F32, d);
+  const int64_t heads = b.Transpose(x, {0, 2, 1, 3});
+  const int64_t part = b.Transpose(b.Slice(y, {0, 1, 0, 0}, {4, 3, 4, 4}, {1, 1, 1, 1}), {0, 2, 1, 3});  // [4,4,2,4]
+  const int64_t columns = b.Transpose(z, {0, 1, 3, 2});  // its rows are columns of z
+  b.Output(b.Op(Opcode::kConcatenate, {heads, part, columns}, proto::F32, {4, 4, 10, 4},
+                [](proto::Instruction& i) { i.set_axis(2); }));
+  const proto::Executable exe = CompileToProto(b.module(), kFused);
+  ASSERT_EQ(exe.kernels_size(), 2) << KernelSummary(exe);
+  EXPECT_EQ(exe.kernels(0).kind(), proto::Kernel::LOOP);  // the columns' transpose
+  const proto::Kernel& concat = exe.kernels(1);
+  ASSERT_EQ(concat.kind(), proto::Kernel::CONCATENATE);
+  ASSERT_EQ(concat.operand_views_size(), 3);
+  EXPECT_THAT(concat.operand_views(0).strides(), ::testing::ElementsAre(64, 4, 16, 1));
+  EXPECT_EQ(concat.operand_views(1).offset(), 16);  // y[:, 1:3] from its second row block
+  EXPECT_THAT(concat.operand_views(1).dims(), ::testing::ElementsAre(4, 4, 2, 4));
+  EXPECT_EQ(concat.operand_views(2).dims_size(), 0);
+  ExpectFusedBitsAreUnfusedBits(b.module(), d, 3);
+}
+
 TEST_F(FusionTest, ElementwiseValueWithSeveralReadersIsComputedOnceByItsFirstReader) {
   // e is read by two loops: the first computes it as an extra output and stores it for the second.
   ModuleBuilder b;

@@ -1,0 +1,67 @@
+#include "pjrt_sim/kernels/strided_view.h"
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+
+namespace lazyrt::pjrt {
+
+std::vector<OperandView> OperandViewsOf(const proto::Kernel& kernel) {
+  std::vector<OperandView> views;
+  for (const proto::OperandView& v : kernel.operand_views()) {
+    views.push_back({{v.dims().begin(), v.dims().end()}, v.offset(), {v.strides().begin(), v.strides().end()}});
+  }
+  return views;
+}
+
+bool StridedViewInBounds(int64_t offset, std::span<const int64_t> strides, std::span<const int64_t> dims,
+                         int64_t numel) {
+  if (std::ranges::find(dims, 0) != dims.end()) return true;
+  // The smallest and largest index reached over the whole array.
+  int64_t lo = offset, hi = offset;
+  for (size_t d = 0; d < dims.size(); ++d) {
+    int64_t reach = 0;
+    if (__builtin_mul_overflow(strides[d], dims[d] - 1, &reach)) return false;
+    int64_t& end = reach < 0 ? lo : hi;
+    if (__builtin_add_overflow(end, reach, &end)) return false;
+  }
+  return lo >= 0 && hi < numel;
+}
+
+absl::Status CheckOperandView(const OperandView& view, const ArrayShape& input) {
+  const auto fail = [&](absl::string_view what) {
+    return absl::InvalidArgumentError(absl::StrCat("the view (dims [", absl::StrJoin(view.dims, ","), "], offset ",
+                                                   view.offset, ", strides [", absl::StrJoin(view.strides, ","),
+                                                   "]) of ", input.ToString(), " ", what));
+  };
+  if (view.dims.empty() || view.dims.size() > 16) return fail("needs 1 to 16 dims");
+  if (view.strides.size() != view.dims.size()) return fail("needs a stride per dim");
+  int64_t elements = 1;
+  for (int64_t d : view.dims) {
+    if (d < 0 || __builtin_mul_overflow(elements, d, &elements) || elements > input.numel()) {
+      return fail("has more elements than its input");
+    }
+  }
+  if (view.strides.back() != 1) return fail("has rows that are not contiguous");
+  if (!StridedViewInBounds(view.offset, view.strides, view.dims, input.numel())) {
+    return fail("reaches outside its input");
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<ArrayShape>> ShapesRead(std::span<const OperandView> views,
+                                                   std::span<const ArrayShape> inputs) {
+  if (views.size() > inputs.size()) {
+    return absl::InvalidArgumentError(absl::StrCat(views.size(), " operand views for ", inputs.size(), " inputs"));
+  }
+  std::vector<ArrayShape> shapes(inputs.begin(), inputs.end());
+  for (size_t i = 0; i < views.size(); ++i) {
+    if (views[i].dims.empty()) continue;
+    if (absl::Status s = CheckOperandView(views[i], inputs[i]); !s.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat("input ", i, ": ", s.message()));
+    }
+    shapes[i].dims = views[i].dims;
+  }
+  return shapes;
+}
+
+}  // namespace lazyrt::pjrt

@@ -296,9 +296,8 @@ StepFn ChooseStepFn(const Step& s, int scalar) {
     case Opcode::kCompare:
       return DispatchComputeType(s.arg_type, [&]<typename T>() -> StepFn {
         switch (s.direction) {
-#define LAZYRT_X(name, ...)       \
-  case CompareDirection::k##name: \
-    return PairStepFor<T, CompareDirection::k##name>(scalar);
+#define LAZYRT_X(name, ...) \
+  case CompareDirection::k##name: return PairStepFor<T, CompareDirection::k##name>(scalar);
           LAZYRT_COMPARE_DIRECTIONS(LAZYRT_X)
 #undef LAZYRT_X
         }

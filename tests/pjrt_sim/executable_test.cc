@@ -496,6 +496,47 @@ TEST_F(ExecutableTest, RejectsMalformedProgramsAndKernels) {
               HasSubstr("unknown kind"));
 }
 
+// A concatenation's operand views are checked against the slots they read, as an attention's are: a view
+// that fits loads and computes what the operand itself gives; one reaching past its slot, or with more
+// views than inputs, is refused with what is wrong.
+TEST_F(ExecutableTest, ConcatenationViewsAreCheckedAgainstTheirSlots) {
+  const proto::Executable good = CompileOrDie(EveryKernelKind(), {.fusion = true, .autotune = false})->proto();
+  int concat = -1;
+  for (int k = 0; k < good.kernels_size(); ++k) {
+    if (good.kernels(k).kind() == proto::Kernel::CONCATENATE) concat = k;
+  }
+  ASSERT_GE(concat, 0);
+  const std::vector<HostArray> want =
+      testing::ExecuteOnHost(*client_, *Executable::Load(good).value(), EveryKernelKindArgs()).value();
+  // The first operand, [6, 4], viewed as itself: the same results.
+  const auto with_view = [&](int64_t offset, int views, int64_t row_stride = 4) {
+    proto::Executable p = good;
+    for (int v = 0; v < views; ++v) {
+      proto::OperandView* view = p.mutable_kernels(concat)->add_operand_views();
+      if (v > 0) continue;
+      view->add_dims(6);
+      view->add_dims(4);
+      view->set_offset(offset);
+      view->add_strides(row_stride);
+      view->add_strides(1);
+    }
+    return p;
+  };
+  const absl::StatusOr<std::shared_ptr<Executable>> same = Executable::Load(with_view(0, 1));
+  ASSERT_TRUE(same.ok()) << same.status();
+  const absl::StatusOr<std::vector<HostArray>> got = testing::ExecuteOnHost(*client_, **same, EveryKernelKindArgs());
+  ASSERT_TRUE(got.ok()) << got.status();
+  for (size_t r = 0; r < want.size(); ++r) EXPECT_EQ((*got)[r].bytes, want[r].bytes) << "result " << r;
+  // Row 1 of the softmax (result 0) six times: the concatenation (result 4) reads through the view.
+  const absl::StatusOr<std::shared_ptr<Executable>> repeated = Executable::Load(with_view(4, 1, 0));
+  ASSERT_TRUE(repeated.ok()) << repeated.status();
+  const std::vector<HostArray> rows = testing::ExecuteOnHost(*client_, **repeated, EveryKernelKindArgs()).value();
+  const std::vector<float> softmax = want[0].values<float>(), joined = rows[4].values<float>();
+  for (size_t i = 0; i < 24; ++i) EXPECT_EQ(joined[i], softmax[4 + i % 4]) << i;
+  EXPECT_THAT(Message(LoadBothWays(with_view(1, 1))), HasSubstr("reaches outside its input"));
+  EXPECT_THAT(Message(LoadBothWays(with_view(0, 3))), HasSubstr("3 operand views for 2 inputs"));
+}
+
 TEST_F(ExecutableTest, RejectsDotAndReduceThatDoNotFit) {
   ModuleBuilder b("dot");
   b.Output(b.Dot(b.Parameter(0, proto::F32, {4, 8}), b.Parameter(1, proto::F32, {8, 2})));

@@ -277,7 +277,9 @@ class Emitter {
   // reader itself, or the first materialized value along the chain of fused elementwise ops (each with
   // one reader) from it towards the readers. Empty unless the first is a loop (elementwise, so of `id`'s
   // shape), which can compute `id` as an extra output, and every point is materialized (a reader in
-  // another kernel loads the stored value; none recomputes it through a view).
+  // another kernel loads the stored value; none recomputes it through a view). The base of an operand view
+  // (ViewOf) is never moved so: the view's first op is a reader that is not stored, or one stored before
+  // the attention or concatenation reading through it.
   std::vector<int64_t> ReadingPoints(int64_t id) const {
     const HloInst& inst = Inst(id);
     if (!materialized_[static_cast<size_t>(id)] || !IsElementwise(inst.opcode)) return {};

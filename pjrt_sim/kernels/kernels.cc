@@ -911,7 +911,7 @@ class ConcatKernel final : public Kernel {
           }
         } else {
           // The view's elements of these rows in order, a run of its last dim at a time (contiguous in the
-          // input; never across an outer row of the output, whose length is a multiple of the last dim).
+          // input; never across one of the input's outer rows, whose length `run` is a multiple of the last dim).
           ForEachRun(view.dims, view.strides, view.offset, begin * run, (end - begin) * run,
                      [&](int64_t index, int64_t n, int64_t p) {
                        std::memcpy(dst(p), src + index * width, static_cast<size_t>(n * width));

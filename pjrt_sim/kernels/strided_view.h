@@ -37,9 +37,10 @@ std::vector<OperandView> OperandViewsOf(const proto::Kernel& kernel);
 bool StridedViewInBounds(int64_t offset, std::span<const int64_t> strides, std::span<const int64_t> dims,
                          int64_t numel);
 
-// Checks a view of `input` with dims: a stride per dim, no more elements than the input, every index
-// inside it, and contiguous rows (the last stride 1), which kernels copy or multiply a row at a time. The
-// error says what is wrong with which view.
+// Checks a view of `input` with dims: a stride per dim, no more elements than the input (and dims
+// bounded as a slot's, also in a view of no elements), every index inside it, and contiguous rows (the
+// last stride 1), which kernels copy or multiply a row at a time. The error says what is wrong with which
+// view.
 absl::Status CheckOperandView(const OperandView& view, const ArrayShape& input);
 
 // The shapes a kernel reads its inputs as: each view's (checked by CheckOperandView), the input's where

@@ -367,6 +367,7 @@ TEST_F(AttentionViewTest, ReadsTheHeadsOfTheProjectionsWhereTheyAre) {
   Check(2, 70, 3, 8, false, false);
   Check(2, 130, 2, 16, true, false);
   Check(1, 5, 4, 4, true, false);
+  Check(2, 0, 3, 8, true, false);  // no time steps: views of an empty array
 }
 
 TEST_F(AttentionViewTest, ReadsAStoredHeadAsItIs) { Check(2, 70, 3, 8, true, true); }
@@ -493,6 +494,11 @@ TEST(AttentionLoader, RefusesOperandViewsOutsideTheirRules) {
   refuse(kernel({{dims, 0, {int64_t{1} << 62, 24, 1}}, {dims, 8, strides}, {dims, 16, strides}}),
          "reaches outside its input");
   refuse(kernel({{{2, 4, 800}, 0, strides}, {dims, 8, strides}, {dims, 16, strides}}), "more elements than its input");
+  // A view of nothing still has dims bounded as a slot's (their products feed the kernel's sizes).
+  refuse(kernel({{{0, int64_t{1} << 62, 8}, 0, strides}, {dims, 8, strides}, {dims, 16, strides}}),
+         "has a dimension out of range");
+  refuse(kernel({{{0, int64_t{1} << 30, int64_t{1} << 30}, 0, strides}, {dims, 8, strides}, {dims, 16, strides}}),
+         "has more elements than its input");
   refuse(kernel({{dims, 0, strides}, {dims, 8, strides}, {dims, 16, strides}, {dims, 0, strides}}),
          "4 operand views for 3 inputs");
   // A view of the mask (the fourth operand of a forward attention).

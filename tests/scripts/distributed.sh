@@ -40,6 +40,18 @@ rank_pid() {
   fail "rank $1 never started"
 }
 
+# Waits until rank 0 of the job has printed step $1's line (its stdout is the launcher's log of it), so
+# that every rank has compiled and run the job's first steps together.
+wait_for_step() {
+  local log
+  log=$(readlink "/proc/$(rank_pid 0)/fd/1")
+  for _ in $(seq 1200); do
+    grep -q "step $1/" "$log" 2>/dev/null && return
+    sleep 0.05
+  done
+  fail "rank 0 did not reach step $1 within 60 s"
+}
+
 case $check in
   gpt_match)
     for n in 2 4; do
@@ -65,9 +77,12 @@ case $check in
     # Rank 1 of 3 dies (or stops) once the job has run a few steps; ranks 0 and 2 must end, within the
     # collective timeout and the launcher's grace, with an error naming rank 1.
     export LAZYRT_COLLECTIVE_TIMEOUT_MS=3000
-    start_job 3 "$gpt" "${small[@]}" --batch 6 --steps 1000000
+    # --eval-every 2: rank 0 prints a line each second step, so that the kill waits for the job to run.
+    # A fixed sleep let it land while the ranks were still compiling their first graph, one of them
+    # (ASan, a loaded machine) for longer than the launcher's grace.
+    start_job 3 "$gpt" "${small[@]}" --eval-every 2 --batch 6 --steps 1000000
     victim=$(rank_pid 1)
-    sleep 1.5
+    wait_for_step 4
     start=$SECONDS
     if [ "$check" = kill ]; then kill -9 "$victim"; else kill -STOP "$victim"; fi
     wait "$job_pid"

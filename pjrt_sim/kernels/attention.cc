@@ -195,19 +195,21 @@ class AttentionBase : public Kernel {
   int64_t MaskOffset(int64_t b) const { return BatchOffset(b, lay_.batch_dims, lay_.mask_batch_strides); }
 
   // Rows [first, first + n) of operand i (`cols` wide) of batch element b, contiguous: where they are if
-  // the operand's are, else copied into `buffer` (n x cols). A view's rows are far apart (the
-  // projections' heads: 384 floats), and a block's products read such rows from a few cache sets only
-  // (the attention ran 10% slower on them than on copies).
+  // the operand's are, else copied to `spare` (n x cols), which then moves past the copy. A view's rows are far apart
+  // (the projections' heads: 384 floats), and a block's products read such rows from a few cache sets only (the
+  // attention ran 10% slower on them than on copies).
   template <typename T>
   const T* ContiguousRows(std::span<const void* const> inputs, size_t i, int64_t b, int64_t first, int64_t n,
-                          int64_t cols, T* buffer) const {
+                          int64_t cols, T*& spare) const {
     const OperandAccess& access = lay_.access[i];
     const T* rows = static_cast<const T*>(inputs[i]) + access.Start(b, lay_.batch_dims) + first * access.row_stride;
-    if (access.row_stride == cols) return rows;
-    for (int64_t r = 0; r < n; ++r) std::copy_n(rows + r * access.row_stride, cols, buffer + r * cols);
-    return buffer;
+    if (!Gathered(i, cols)) return rows;
+    T* copy = spare;
+    for (int64_t r = 0; r < n; ++r) std::copy_n(rows + r * access.row_stride, cols, copy + r * cols);
+    spare += n * cols;
+    return copy;
   }
-  // Whether operand i is copied by ContiguousRows.
+  // Whether ContiguousRows copies operand i.
   bool Gathered(size_t i, int64_t cols) const { return lay_.access[i].row_stride != cols; }
 
   // scores[r * kBlock + c] = q_rows[r] . k[j0 + c] * scale (q_rows: the queries from i0), masked: -inf
@@ -299,9 +301,7 @@ class AttentionKernel final : public AttentionBase {
       T* scores = Scratch<T>(block * block + 2 * values + 4 * block + copies);
       T* copied = scores + block * block + 2 * values + 4 * block;
       const T* q = ContiguousRows<T>(inputs, 0, b, i0, rows, e, copied);
-      if (q == copied) copied += rows * e;
       const T* k = ContiguousRows<T>(inputs, 1, b, 0, key_end, e, copied);
-      if (k == copied) copied += key_end * e;
       const T* v = ContiguousRows<T>(inputs, 2, b, 0, key_end, ev, copied);
       T* pv = scores + block * block;
       T* acc = pv + values;
@@ -387,10 +387,7 @@ class AttentionGradKernel final : public AttentionBase {
       T* p = Scratch<T>(3 * block * block + wide + 2 * static_cast<size_t>(l) + copies);
       T* copied = p + 3 * block * block + wide + 2 * static_cast<size_t>(l);
       const T* operand[5];
-      for (size_t i = 0; i < 5; ++i) {
-        operand[i] = ContiguousRows<T>(inputs, i, b, 0, lengths[i], widths[i], copied);
-        if (operand[i] == copied) copied += lengths[i] * widths[i];
-      }
+      for (size_t i = 0; i < 5; ++i) operand[i] = ContiguousRows<T>(inputs, i, b, 0, lengths[i], widths[i], copied);
       const T *q = operand[0], *k = operand[1], *v = operand[2], *fwd = operand[3], *dout = operand[4];
       T* ds = p + block * block;
       T* dropped = ds + block * block;  // P with the dropout applied (P itself without dropout)

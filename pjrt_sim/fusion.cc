@@ -134,6 +134,35 @@ class Emitter {
            (inst.opcode == Opcode::kReshape && IsUnitDimReshape(inst, Inst(inst.operands[0])));
   }
 
+  // Arithmetic on one stored array, besides constants and broadcasts of small stored arrays (a row of
+  // biases, a column of means): each reader computes it from that array instead of loading it stored,
+  // which costs a reader the same load and saves the store (with its write-allocate read). The GPT's
+  // x = dot + bias, read by GELU's forward and again by its backward, is not written at all.
+  bool CheapToRecompute(const HloInst& inst) const {
+    if (inst.opcode != Opcode::kAdd && inst.opcode != Opcode::kSubtract && inst.opcode != Opcode::kMultiply &&
+        inst.opcode != Opcode::kNegate && inst.opcode != Opcode::kMaximum && inst.opcode != Opcode::kMinimum) {
+      return false;
+    }
+    std::optional<int64_t> full;  // the one stored array read at about the result's size
+    for (int64_t operand : inst.operands) {
+      const HloInst& in = Inst(operand);
+      if (in.opcode == Opcode::kConstant) continue;
+      int64_t stored = operand;
+      if (in.opcode == Opcode::kBroadcast) {
+        const HloInst& source = Inst(in.operands[0]);
+        if (source.opcode == Opcode::kConstant) continue;
+        if (IsFusable(source)) return false;
+        if (source.shape.numel() * 2 <= inst.shape.numel()) continue;
+        stored = in.operands[0];
+      } else if (IsFusable(in)) {
+        return false;
+      }
+      if (full && *full != stored) return false;
+      full = stored;
+    }
+    return true;
+  }
+
   void Classify() {
     const size_t n = m_.insts.size();
     materialized_.assign(n, false);
@@ -146,9 +175,9 @@ class Emitter {
       const HloInst& inst = m_.insts[i];
       const Opcode op = inst.opcode;
       if (!options_.enabled || !IsFusable(inst) || IsRng(op)) materialized_[i] = true;
-      // Elementwise work with several readers is computed once; views and generators are cheap to
-      // recompute in each reader.
-      if (IsElementwise(op) && readers_[i].size() > 1) materialized_[i] = true;
+      // Elementwise work with several readers is computed once, unless it is as cheap as loading it;
+      // views and generators are cheap to recompute in each reader.
+      if (IsElementwise(op) && readers_[i].size() > 1 && !CheapToRecompute(inst)) materialized_[i] = true;
       if (ReadsMaterializedOperands(op)) {
         for (size_t j = 0; j < inst.operands.size(); ++j) {
           const int64_t operand = inst.operands[j];
@@ -159,7 +188,7 @@ class Emitter {
       // A reduction takes its operand fused only if it is the operand's sole reader (or the operand is
       // free to recompute).
       if (op == Opcode::kReduce && IsElementwise(Inst(inst.operands[0]).opcode) &&
-          readers_[static_cast<size_t>(inst.operands[0])].size() > 1) {
+          readers_[static_cast<size_t>(inst.operands[0])].size() > 1 && !CheapToRecompute(Inst(inst.operands[0]))) {
         materialized_[static_cast<size_t>(inst.operands[0])] = true;
       }
     }

@@ -151,6 +151,47 @@ TEST_F(FusionTest, ElementwiseValueWithSeveralReadersIsComputedOnceByItsFirstRea
   ExpectFusedBitsAreUnfusedBits(b.module(), {5}, 1);
 }
 
+TEST_F(FusionTest, BiasAddWithSeveralReadersIsRecomputedByEachInsteadOfStored) {
+  // v = x + bias is read by a loop and by a reduction: each computes it from x (and the small bias) as it
+  // would load it stored, so it is written nowhere (GELU's input, read by its forward and backward).
+  ModuleBuilder b;
+  const Dims d = {6, 40};
+  const int64_t x = b.Parameter(0, proto::F32, d), bias = b.Parameter(1, proto::F32, {40});
+  const int64_t v = b.Add(x, b.Broadcast(bias, d, {1}));
+  b.Output(b.Unary(Opcode::kTanh, v));
+  b.Output(b.Reduce(Combiner::kSum, b.Mul(v, v), {1}));
+  const proto::Executable exe = CompileToProto(b.module(), kFused);
+  ASSERT_EQ(exe.kernels_size(), 2) << KernelSummary(exe);
+  for (const proto::Kernel& k : exe.kernels()) EXPECT_EQ(k.extra_outputs_size(), 0) << KernelSummary(exe);
+  EXPECT_EQ(KernelsComputing(exe, Opcode::kAdd), 2) << KernelSummary(exe);
+  EXPECT_EQ(exe.arena_bytes(), 0);
+  std::mt19937_64 rng(3);
+  const std::vector<HostArray> args = {F32(d, testing::RandomFloats(rng, testing::NumElements(d), -2, 2)),
+                                       F32({40}, testing::RandomFloats(rng, 40, -1, 1))};
+  const std::vector<HostArray> fused = Run(b.module(), kFused, args), unfused = Run(b.module(), kUnfused, args);
+  ASSERT_EQ(fused.size(), unfused.size());
+  for (size_t r = 0; r < fused.size(); ++r) EXPECT_EQ(fused[r].bytes, unfused[r].bytes) << "result " << r;
+}
+
+TEST_F(FusionTest, ArithmeticReadingTwoFullArraysIsStillComputedOnce) {
+  // Recomputing x + y (or x + a broadcast as large as x) in each reader would load two arrays where the
+  // stored sum is one: it is computed once, by its first reader, and stored for the reduction.
+  for (bool broadcast : {false, true}) {
+    SCOPED_TRACE(broadcast ? "x + broadcast(y)" : "x + y");
+    const Dims d = broadcast ? Dims{6, 40, 1} : Dims{6, 40};
+    ModuleBuilder b;
+    const int64_t x = b.Parameter(0, proto::F32, d);
+    const int64_t y =
+        broadcast ? b.Broadcast(b.Parameter(1, proto::F32, {6, 40}), d, {0, 1}) : b.Parameter(1, proto::F32, d);
+    const int64_t v = b.Add(x, y);
+    b.Output(b.Unary(Opcode::kTanh, v));
+    b.Output(b.Reduce(Combiner::kSum, b.Mul(v, v), {1}));
+    const proto::Executable exe = CompileToProto(b.module(), kFused);
+    EXPECT_EQ(KernelsComputing(exe, Opcode::kAdd), 1) << KernelSummary(exe);
+    EXPECT_EQ(exe.kernels(0).extra_outputs_size(), 1) << KernelSummary(exe);
+  }
+}
+
 TEST_F(FusionTest, OptimizerUpdateIsOneMultiOutputKernel) {
   // An AdamW-like update: the new moment m' is a result and is read again by the new weight p'. One
   // loop kernel computes both and writes m' as an extra output; nothing reads m' back from memory.

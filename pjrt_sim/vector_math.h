@@ -121,10 +121,9 @@ inline float VectorLogistic(float x) {
 }
 
 // erf(x): x P(x^2) below |x| = 1, 1 - exp(Q(|x| - 2.5)) from 1 to 4 (Q approximates log erfc), 1 beyond
-// (erfc(4) is below half an ulp of 1). Minimax fits made for this file.
-inline float VectorErf(float x) {
-  float a = std::fabs(x);
-  a = a > 4.0f ? 4.0f : a;  // NaN passes
+// (erfc(4) is below half an ulp of 1). Minimax fits made for this file. The two parts are functions of
+// their own so that an array's loop can take the first alone where no element needs the second.
+inline float ErfBelowOne(float a) {  // a = |x| < 1 (any a in the lanes whose result is discarded)
   const float z = a * a;
   float poly = std::fma(7.889477e-05f, z, -8.020957e-04f);
   poly = std::fma(poly, z, 5.1895496e-03f);
@@ -132,7 +131,9 @@ inline float VectorErf(float x) {
   poly = std::fma(poly, z, 1.12836e-01f);
   poly = std::fma(poly, z, -3.7612626e-01f);
   poly = std::fma(poly, z, 1.1283791f);
-  const float small = a * poly;
+  return a * poly;
+}
+inline float ErfFromOne(float a) {  // a = min(|x|, 4) >= 1 (any a in the lanes whose result is discarded)
   // Q by Estrin's scheme: pairs, then pairs of pairs. The chain through Q and exp bounds a vector loop
   // of erf (the CPU overlaps too few iterations to hide it), and Horner's 16 dependent operations were
   // half of it: 0.71 -> 0.55 ns an element on a Zen 5, still within the test's 2 ulp.
@@ -142,9 +143,13 @@ inline float VectorErf(float x) {
   const float q45 = std::fma(-4.201731e-04f, t, 2.1650817e-03f), q67 = std::fma(-1.33017165e-05f, t, 7.7454875e-05f);
   const float q = std::fma(1.5998297e-06f, t4 * t4, std::fma(std::fma(q67, t2, q45), t4, std::fma(q23, t2, q01)));
   // For |x| in [1, 4], q is in [-18.0, -1.8] (log erfc): exp's clamps would change nothing. In the lanes
-  // of smaller |x| it is in [-1.9, 0.001] (or NaN), and the select below discards it.
-  const float large = 1.0f - VectorExpInRange(q);
-  return std::copysign(a < 1.0f ? small : large, x);
+  // of smaller |x| it is in [-1.9, 0.001] (or NaN), and the select in VectorErf discards it.
+  return 1.0f - VectorExpInRange(q);
+}
+inline float VectorErf(float x) {
+  float a = std::fabs(x);
+  a = a > 4.0f ? 4.0f : a;  // NaN passes
+  return std::copysign(a < 1.0f ? ErfBelowOne(a) : ErfFromOne(a), x);
 }
 
 // The functions over arrays, out[i] = f(x[i]) for i < n, as the kernels run them: each compiled for

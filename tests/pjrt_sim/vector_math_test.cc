@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstdint>
 #include <limits>
+#include <random>
 #include <vector>
 
 #include "pjrt_sim/vector_math.h"
@@ -140,6 +141,32 @@ TEST(VectorMathTest, EdgeCasesAreExact) {
   for (const Function& f : kFunctions) {
     EXPECT_TRUE(std::isnan(f.vector(kNaN))) << f.name;
     EXPECT_TRUE(std::isnan(f.vector(-kNaN))) << f.name;
+  }
+}
+
+// The array erf takes the polynomial alone over runs with no element at or above 1 in magnitude: every
+// element must still be the scalar function's bits, whichever elements of a run are large (or NaN,
+// infinite, -0), wherever runs begin and however short the last one is.
+TEST(VectorMathTest, ErfOfAnArrayIsTheScalarBitsWhateverMixOfSmallAndLargeElements) {
+  std::mt19937 rng(7);
+  std::uniform_real_distribution<float> small(-0.999f, 0.999f);
+  const float odd_ones[] = {1.0f, -1.0f, 0.9999999f, 1.0000001f, 3.5f, -7.0f, kInf, -kInf, kNaN, -kNaN, -0.0f, 0.0f};
+  for (int64_t n : {1, 63, 64, 65, 200, 1024, 1031}) {
+    for (const float odd : odd_ones) {
+      for (int64_t at : {int64_t{0}, n / 2, n - 1}) {
+        std::vector<float> x(static_cast<size_t>(n)), out(static_cast<size_t>(n));
+        for (float& v : x) v = small(rng);
+        x[static_cast<size_t>(at)] = odd;
+        for (int64_t offset : {int64_t{0}, std::min<int64_t>(n - 1, 3)}) {  // runs starting off the array's start
+          VectorErf(x.data() + offset, n - offset, out.data());
+          for (int64_t i = 0; i < n - offset; ++i) {
+            const float in = x[static_cast<size_t>(i + offset)];
+            ASSERT_EQ(std::bit_cast<uint32_t>(out[static_cast<size_t>(i)]), std::bit_cast<uint32_t>(VectorErf(in)))
+                << "erf(" << std::hexfloat << in << ") at " << i << " of " << n - offset;
+          }
+        }
+      }
+    }
   }
 }
 

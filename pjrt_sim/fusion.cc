@@ -134,10 +134,11 @@ class Emitter {
            (inst.opcode == Opcode::kReshape && IsUnitDimReshape(inst, Inst(inst.operands[0])));
   }
 
-  // Arithmetic on one stored array, besides constants and broadcasts of small stored arrays (a row of
-  // biases, a column of means): each reader computes it from that array instead of loading it stored,
-  // which costs a reader the same load and saves the store (with its write-allocate read). The GPT's
-  // x = dot + bias, read by GELU's forward and again by its backward, is not written at all.
+  // Arithmetic on one stored array, besides constants and broadcasts of small stored arrays (at most an
+  // eighth of the result: a row of biases, a column of means): each reader computes it from that array
+  // instead of loading it stored, which costs a reader about the same load and saves the store (with its
+  // write-allocate read). The GPT's x = dot + bias, read by GELU's forward and again by its backward, is
+  // not written at all.
   bool CheapToRecompute(const HloInst& inst) const {
     if (inst.opcode != Opcode::kAdd && inst.opcode != Opcode::kSubtract && inst.opcode != Opcode::kMultiply &&
         inst.opcode != Opcode::kNegate && inst.opcode != Opcode::kMaximum && inst.opcode != Opcode::kMinimum) {
@@ -152,7 +153,7 @@ class Emitter {
         const HloInst& source = Inst(in.operands[0]);
         if (source.opcode == Opcode::kConstant) continue;
         if (IsFusable(source)) return false;
-        if (source.shape.numel() * 2 <= inst.shape.numel()) continue;
+        if (source.shape.numel() * 8 <= inst.shape.numel()) continue;
         stored = in.operands[0];
       } else if (IsFusable(in)) {
         return false;
@@ -161,6 +162,16 @@ class Emitter {
       full = stored;
     }
     return true;
+  }
+
+  // A materialized reshape is an alias of its operand's memory, so that is materialized too (later
+  // reshapes first: one may read another). A view reshape is read through by its readers.
+  void MaterializeAliasedOperands() {
+    for (size_t i = m_.insts.size(); i-- > 0;) {
+      if (m_.insts[i].opcode == Opcode::kReshape && materialized_[i]) {
+        materialized_[static_cast<size_t>(m_.insts[i].operands[0])] = true;
+      }
+    }
   }
 
   void Classify() {
@@ -192,13 +203,7 @@ class Emitter {
         materialized_[static_cast<size_t>(inst.operands[0])] = true;
       }
     }
-    // A materialized reshape is an alias of its operand's memory, so that is materialized too (later
-    // reshapes first: one may read another). A view reshape is read through by its readers.
-    for (size_t i = n; i-- > 0;) {
-      if (m_.insts[i].opcode == Opcode::kReshape && materialized_[i]) {
-        materialized_[static_cast<size_t>(m_.insts[i].operands[0])] = true;
-      }
-    }
+    MaterializeAliasedOperands();
     // Cut programs that would grow past the step limit (also bounds the emitter's recursion).
     std::vector<int64_t> steps(n, 0), program_steps(n, 1);
     for (size_t i = 0; i < n; ++i) {
@@ -221,6 +226,9 @@ class Emitter {
       program_steps[i] = s;
       steps[i] = materialized_[i] ? 1 : s;
     }
+    // A cut may have stored a unit dim reshape (an alias) of a value computed in the program it was cut
+    // from. Storing that value as well only shortens the programs that read it.
+    MaterializeAliasedOperands();
     // Multi-output fusion: an elementwise value computed once for several readers is computed by the
     // first kernel that reads it, if that is a loop of the value's shape, and written from there.
     // Its own kernel would read the same inputs in a pass of its own: AdamW's new moments, read again

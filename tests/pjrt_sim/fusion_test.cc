@@ -155,7 +155,7 @@ TEST_F(FusionTest, BiasAddWithSeveralReadersIsRecomputedByEachInsteadOfStored) {
   // v = x + bias is read by a loop and by a reduction: each computes it from x (and the small bias) as it
   // would load it stored, so it is written nowhere (GELU's input, read by its forward and backward).
   ModuleBuilder b;
-  const Dims d = {6, 40};
+  const Dims d = {16, 40};  // the bias an eighth of the sum or less
   const int64_t x = b.Parameter(0, proto::F32, d), bias = b.Parameter(1, proto::F32, {40});
   const int64_t v = b.Add(x, b.Broadcast(bias, d, {1}));
   b.Output(b.Unary(Opcode::kTanh, v));
@@ -170,6 +170,25 @@ TEST_F(FusionTest, BiasAddWithSeveralReadersIsRecomputedByEachInsteadOfStored) {
                                        F32({40}, testing::RandomFloats(rng, 40, -1, 1))};
   const std::vector<HostArray> fused = Run(b.module(), kFused, args), unfused = Run(b.module(), kUnfused, args);
   ASSERT_EQ(fused.size(), unfused.size());
+  for (size_t r = 0; r < fused.size(); ++r) EXPECT_EQ(fused[r].bytes, unfused[r].bytes) << "result " << r;
+}
+
+TEST_F(FusionTest, BiasAddReadByALoopAndReducedDirectlyIsStoredNowhere) {
+  // The reduction takes v itself, not a product of it: it computes v from x and the bias too.
+  ModuleBuilder b;
+  const Dims d = {16, 40};  // the bias an eighth of the sum or less
+  const int64_t x = b.Parameter(0, proto::F32, d), bias = b.Parameter(1, proto::F32, {40});
+  const int64_t v = b.Add(x, b.Broadcast(bias, d, {1}));
+  b.Output(b.Unary(Opcode::kTanh, v));
+  b.Output(b.Reduce(Combiner::kSum, v, {0}));
+  const proto::Executable exe = CompileToProto(b.module(), kFused);
+  ASSERT_EQ(exe.kernels_size(), 2) << KernelSummary(exe);
+  EXPECT_EQ(KernelsComputing(exe, Opcode::kAdd), 2) << KernelSummary(exe);
+  EXPECT_EQ(exe.arena_bytes(), 0);
+  std::mt19937_64 rng(4);
+  const std::vector<HostArray> args = {F32(d, testing::RandomFloats(rng, testing::NumElements(d), -2, 2)),
+                                       F32({40}, testing::RandomFloats(rng, 40, -1, 1))};
+  const std::vector<HostArray> fused = Run(b.module(), kFused, args), unfused = Run(b.module(), kUnfused, args);
   for (size_t r = 0; r < fused.size(); ++r) EXPECT_EQ(fused[r].bytes, unfused[r].bytes) << "result " << r;
 }
 
@@ -349,6 +368,28 @@ TEST_F(FusionTest, LongChainsAreCutAtTheStepLimit) {
       EXPECT_LE(computed, limit) << k.label();
     }
   }
+}
+
+TEST_F(FusionTest, ACutAtAUnitDimReshapeStoresTheValueItAliases) {
+  // add(reshape(tanh(x)), a chain of 9 on y) is 12 steps: the cut at 10 stores both operands. A stored
+  // reshape is an alias of its operand's slot, so tanh(x) must be stored too (it was left without a slot,
+  // and the alias pointed at none).
+  ModuleBuilder b;
+  const int64_t x = b.Parameter(0, proto::F32, {7, 1}), y = b.Parameter(1, proto::F32, {7});
+  int64_t w = y;
+  for (int i = 0; i < 9; ++i) w = b.Unary(i % 2 ? Opcode::kTanh : Opcode::kNegate, w);
+  b.Output(b.Add(b.Reshape(b.Unary(Opcode::kTanh, x), {7}), w));
+  const CompileOptions cut{.fusion = true, .autotune = false, .max_fusion_steps = 10};
+  const proto::Executable exe = CompileToProto(b.module(), cut);
+  for (const proto::Slot& slot : exe.slots()) {
+    if (slot.kind() == proto::Slot::ALIAS) {
+      EXPECT_GE(slot.index(), 0) << KernelSummary(exe);
+    }
+  }
+  std::mt19937_64 rng(9);
+  const std::vector<HostArray> args = {F32({7, 1}, testing::RandomFloats(rng, 7, -1, 1)),
+                                       F32({7}, testing::RandomFloats(rng, 7, -1, 1))};
+  EXPECT_EQ(Run(b.module(), cut, args)[0].bytes, Run(b.module(), kUnfused, args)[0].bytes);
 }
 
 TEST_F(FusionTest, ReduceInputFusionPutsExpIntoTheReduceKernel) {

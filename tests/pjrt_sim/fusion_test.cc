@@ -18,15 +18,21 @@ namespace fusion_test {
 
 class FusionTest : public CompilerTest {
  protected:
-  // The bits of every result of `module`, fused and unfused, on `args` random arrays of `dims`.
-  void ExpectFusedBitsAreUnfusedBits(const proto::Module& module, const Dims& dims, int args) {
+  // The bits of every result of `module`, compiled with `fused` and unfused, on random arrays of the
+  // parameters' dims.
+  void ExpectFusedBitsAreUnfusedBits(const proto::Module& module, const std::vector<Dims>& parameter_dims,
+                                     const CompileOptions& fused_options = kFused) {
     std::mt19937_64 rng(5);
     std::vector<HostArray> in;
-    for (int i = 0; i < args; ++i)
+    for (const Dims& dims : parameter_dims)
       in.push_back(F32(dims, testing::RandomFloats(rng, testing::NumElements(dims), -1, 1)));
-    const std::vector<HostArray> fused = Run(module, kFused, in), unfused = Run(module, kUnfused, in);
+    const std::vector<HostArray> fused = Run(module, fused_options, in), unfused = Run(module, kUnfused, in);
     ASSERT_EQ(fused.size(), unfused.size());
     for (size_t r = 0; r < fused.size(); ++r) EXPECT_EQ(fused[r].bytes, unfused[r].bytes) << "result " << r;
+  }
+  // The same, on `args` parameters of `dims`.
+  void ExpectFusedBitsAreUnfusedBits(const proto::Module& module, const Dims& dims, int args) {
+    ExpectFusedBitsAreUnfusedBits(module, std::vector<Dims>(static_cast<size_t>(args), dims));
   }
 };
 
@@ -152,44 +158,24 @@ TEST_F(FusionTest, ElementwiseValueWithSeveralReadersIsComputedOnceByItsFirstRea
 }
 
 TEST_F(FusionTest, BiasAddWithSeveralReadersIsRecomputedByEachInsteadOfStored) {
-  // v = x + bias is read by a loop and by a reduction: each computes it from x (and the small bias) as it
-  // would load it stored, so it is written nowhere (GELU's input, read by its forward and backward).
-  ModuleBuilder b;
+  // v = x + bias is read by a loop and by a reduction (of v itself, or of a product of it): each computes
+  // it from x (and the small bias) as it would load it stored, so it is written nowhere (GELU's input,
+  // read by its forward and backward).
   const Dims d = {16, 40};  // the bias an eighth of the sum or less
-  const int64_t x = b.Parameter(0, proto::F32, d), bias = b.Parameter(1, proto::F32, {40});
-  const int64_t v = b.Add(x, b.Broadcast(bias, d, {1}));
-  b.Output(b.Unary(Opcode::kTanh, v));
-  b.Output(b.Reduce(Combiner::kSum, b.Mul(v, v), {1}));
-  const proto::Executable exe = CompileToProto(b.module(), kFused);
-  ASSERT_EQ(exe.kernels_size(), 2) << KernelSummary(exe);
-  for (const proto::Kernel& k : exe.kernels()) EXPECT_EQ(k.extra_outputs_size(), 0) << KernelSummary(exe);
-  EXPECT_EQ(KernelsComputing(exe, Opcode::kAdd), 2) << KernelSummary(exe);
-  EXPECT_EQ(exe.arena_bytes(), 0);
-  std::mt19937_64 rng(3);
-  const std::vector<HostArray> args = {F32(d, testing::RandomFloats(rng, testing::NumElements(d), -2, 2)),
-                                       F32({40}, testing::RandomFloats(rng, 40, -1, 1))};
-  const std::vector<HostArray> fused = Run(b.module(), kFused, args), unfused = Run(b.module(), kUnfused, args);
-  ASSERT_EQ(fused.size(), unfused.size());
-  for (size_t r = 0; r < fused.size(); ++r) EXPECT_EQ(fused[r].bytes, unfused[r].bytes) << "result " << r;
-}
-
-TEST_F(FusionTest, BiasAddReadByALoopAndReducedDirectlyIsStoredNowhere) {
-  // The reduction takes v itself, not a product of it: it computes v from x and the bias too.
-  ModuleBuilder b;
-  const Dims d = {16, 40};  // the bias an eighth of the sum or less
-  const int64_t x = b.Parameter(0, proto::F32, d), bias = b.Parameter(1, proto::F32, {40});
-  const int64_t v = b.Add(x, b.Broadcast(bias, d, {1}));
-  b.Output(b.Unary(Opcode::kTanh, v));
-  b.Output(b.Reduce(Combiner::kSum, v, {0}));
-  const proto::Executable exe = CompileToProto(b.module(), kFused);
-  ASSERT_EQ(exe.kernels_size(), 2) << KernelSummary(exe);
-  EXPECT_EQ(KernelsComputing(exe, Opcode::kAdd), 2) << KernelSummary(exe);
-  EXPECT_EQ(exe.arena_bytes(), 0);
-  std::mt19937_64 rng(4);
-  const std::vector<HostArray> args = {F32(d, testing::RandomFloats(rng, testing::NumElements(d), -2, 2)),
-                                       F32({40}, testing::RandomFloats(rng, 40, -1, 1))};
-  const std::vector<HostArray> fused = Run(b.module(), kFused, args), unfused = Run(b.module(), kUnfused, args);
-  for (size_t r = 0; r < fused.size(); ++r) EXPECT_EQ(fused[r].bytes, unfused[r].bytes) << "result " << r;
+  for (bool reduce_directly : {false, true}) {
+    SCOPED_TRACE(reduce_directly ? "sum(v)" : "sum(v * v)");
+    ModuleBuilder b;
+    const int64_t x = b.Parameter(0, proto::F32, d), bias = b.Parameter(1, proto::F32, {40});
+    const int64_t v = b.Add(x, b.Broadcast(bias, d, {1}));
+    b.Output(b.Unary(Opcode::kTanh, v));
+    b.Output(b.Reduce(Combiner::kSum, reduce_directly ? v : b.Mul(v, v), {reduce_directly ? 0 : 1}));
+    const proto::Executable exe = CompileToProto(b.module(), kFused);
+    ASSERT_EQ(exe.kernels_size(), 2) << KernelSummary(exe);
+    for (const proto::Kernel& k : exe.kernels()) EXPECT_EQ(k.extra_outputs_size(), 0) << KernelSummary(exe);
+    EXPECT_EQ(KernelsComputing(exe, Opcode::kAdd), 2) << KernelSummary(exe);
+    EXPECT_EQ(exe.arena_bytes(), 0);
+    ExpectFusedBitsAreUnfusedBits(b.module(), {d, {40}});
+  }
 }
 
 TEST_F(FusionTest, ArithmeticReadingTwoFullArraysIsStillComputedOnce) {
@@ -386,10 +372,7 @@ TEST_F(FusionTest, ACutAtAUnitDimReshapeStoresTheValueItAliases) {
       EXPECT_GE(slot.index(), 0) << KernelSummary(exe);
     }
   }
-  std::mt19937_64 rng(9);
-  const std::vector<HostArray> args = {F32({7, 1}, testing::RandomFloats(rng, 7, -1, 1)),
-                                       F32({7}, testing::RandomFloats(rng, 7, -1, 1))};
-  EXPECT_EQ(Run(b.module(), cut, args)[0].bytes, Run(b.module(), kUnfused, args)[0].bytes);
+  ExpectFusedBitsAreUnfusedBits(b.module(), {{7, 1}, {7}}, cut);
 }
 
 TEST_F(FusionTest, ReduceInputFusionPutsExpIntoTheReduceKernel) {

@@ -245,15 +245,20 @@ absl::Status Autotune(proto::Executable& exe, Device* device, const GemmTuningRe
     if (tuned_dot) {
       // The kernel's GEMM library (the machine's: the record's, or the CPU's preferred; libraries
       // round differently, and tuning a variant must never change a result), whole and split into panels.
-      const std::string name(
-          GemmLibraryName(GemmLibraryFromNumber(kernel.gemm_library()).value_or(GemmLibrary::kBlis)));
+      const GemmLibrary library = GemmLibraryFromNumber(kernel.gemm_library()).value_or(GemmLibrary::kBlis);
+      const std::string name(GemmLibraryName(library));
       candidates.emplace_back(name, kernel);
       if (threads > 1 && kernel.batch() * kernel.m() * kernel.n() * kernel.k() >= kMinPanelMacs) {
         proto::Kernel columns = kernel, rows = kernel;
         columns.set_variant(kDotColumnPanels);
         rows.set_variant(kDotRowPanels);
-        candidates.emplace_back(absl::StrCat(name, "_column_panels_x", threads), columns);
-        candidates.emplace_back(absl::StrCat(name, "_row_panels_x", threads), rows);
+        const PrimitiveType operand = FromProto(exe.slots(static_cast<int>(kernel.inputs(0))).shape()).type;
+        if (DotHasFixedTiles(operand, library)) {  // its row and column variants run the same tiles
+          candidates.emplace_back(absl::StrCat(name, "_tiles_x", threads), rows);
+        } else {
+          candidates.emplace_back(absl::StrCat(name, "_column_panels_x", threads), columns);
+          candidates.emplace_back(absl::StrCat(name, "_row_panels_x", threads), rows);
+        }
       }
     } else if ((kernel.kind() == proto::Kernel::LOOP || kernel.kind() == proto::Kernel::REDUCE) && threads > 1 &&
                FromProto(kernel.iteration_shape()).numel() >= (1 << 15)) {

@@ -382,9 +382,19 @@ class ReduceKernel final : public Kernel {
   std::vector<int64_t> out_strides_;
 };
 
+// A native 16-bit product is cut into kFixedTiles tiles across the longer of M and N (at least kMinTile
+// wide, a multiple of 16), whatever the variant and the thread count. Every oneDNN call packs the
+// operand it reads whole again and costs a start of its own: in the bf16 GPT step on a 2-core Xeon
+// (AMX), the DOTs took 33.5-36.2 ms a step in 8 tiles of rows and 29.6-30.8 in 2 tiles across the longer
+// side. Across the longer side, each tile reads the smaller operand whole and half of the larger: a
+// weight gradient (M 128, N 512, K 4096) in row tiles read all of its 4 MB dY per tile, 11.9-12.1 ms a
+// step for the weight gradients against 10.3-10.5 in column tiles (autotuning's warm caches did not
+// show the difference). Two tiles: one per core of the 2-core machines this runs on.
+constexpr int64_t kFixedTiles = 2, kMinTile = 64;
+
 // Batched GEMM through the kernel's GEMM library. Variant 0 runs each product on the calling thread; variant 1 splits
 // its columns (kDotColumnPanels), variant 2 its rows (kDotRowPanels), into one panel per pool thread (native
-// bf16: into tiles of the product's shape alone, see RunNativeBf16).
+// bf16: into tiles of the product's shape alone, kFixedTiles).
 // 16-bit floats (bf16, f16) are widened to f32, multiplied by the f32 GEMM and rounded to their type once:
 // a product of two 16-bit values is exact in f32 and the sums accumulate in f32, as PyTorch's CPU
 // matmul of bf16 does. On oneDNN where the CPU multiplies bf16 natively (AVX512-BF16, AMX), bf16
@@ -408,8 +418,7 @@ class DotKernel final : public Kernel {
       RunTyped<float>(inputs[0], inputs[1], output);
     } else if (type_ == PrimitiveType::kF64) {
       RunTyped<double>(inputs[0], inputs[1], output);
-    } else if (!(type_ == PrimitiveType::kBF16 && library_ == GemmLibrary::kOneDnn && OneDnnHasBf16() &&
-                 RunNativeBf16(inputs[0], inputs[1], output))) {
+    } else if (!(DotHasFixedTiles(type_, library_) && RunNativeBf16(inputs[0], inputs[1], output))) {
       RunWidened(inputs[0], inputs[1], output);
     }
     return absl::OkStatus();
@@ -418,23 +427,21 @@ class DotKernel final : public Kernel {
  private:
   // Calls gemm(rows, cols, A, B, C) for every product and panel, with row-major views of A[m,k],
   // B[k,n] (transposed in memory or not: only the strides differ) and C[m,n]. With `fixed_tiles` the
-  // panels are tiles of rows (or, in the column variant, of columns) whose size depends on the product's
-  // shape alone: the serial variant runs them in order on the calling thread, the split ones spread them
-  // over the pool, and every variant and thread count calls the library on the same tiles.
+  // panels are the kFixedTiles tiles of the product's shape: the serial variant runs them in order on the
+  // calling thread, the split ones spread them over the pool, and every variant and thread count calls
+  // the library on the same tiles.
   template <typename In, typename Out, typename PanelGemm>
   void ForEachPanel(const In* lhs, const In* rhs, Out* output, bool fixed_tiles, PanelGemm gemm) const {
     const int64_t m = k_.m(), n = k_.n(), kk = k_.k();
     if (m == 0 || n == 0) return;
     const int64_t a_rs = k_.transpose_lhs() ? 1 : kk, a_cs = k_.transpose_lhs() ? m : 1;
     const int64_t b_rs = k_.transpose_rhs() ? 1 : n, b_cs = k_.transpose_rhs() ? kk : 1;
-    const bool by_rows = k_.variant() == kDotRowPanels || (fixed_tiles && k_.variant() == kDotSerial);
+    const bool by_rows = fixed_tiles ? m >= n : k_.variant() == kDotRowPanels;
     const int64_t split = by_rows ? m : n;
     int64_t panels = k_.variant() == kDotSerial ? 1 : ThreadPool::Get().size();
     int64_t panel = (split + panels - 1) / panels;
     if (fixed_tiles) {
-      // At most kMaxTiles tiles of at least kMinTile rows or columns, a multiple of 16.
-      constexpr int64_t kMaxTiles = 8, kMinTile = 64;
-      panel = std::max(kMinTile, ((split + kMaxTiles - 1) / kMaxTiles + 15) / 16 * 16);
+      panel = std::max(kMinTile, ((split + kFixedTiles - 1) / kFixedTiles + 15) / 16 * 16);
       panels = (split + panel - 1) / panel;
     }
     for (int64_t b = 0; b < k_.batch(); ++b) {
@@ -944,6 +951,10 @@ absl::StatusOr<GemmLibrary> LibraryOf(const proto::Kernel& k) {
 }
 
 }  // namespace
+
+bool DotHasFixedTiles(PrimitiveType operand, GemmLibrary library) {
+  return operand == PrimitiveType::kBF16 && library == GemmLibrary::kOneDnn && OneDnnHasBf16();
+}
 
 ArrayShape InputShape(const proto::Kernel& kernel, int i, const ArrayShape& slot) {
   if (i >= kernel.operand_views_size() || kernel.operand_views(i).dims().empty()) return slot;

@@ -11,6 +11,7 @@
 
 #include "absl/status/statusor.h"
 #include "pjrt_sim/executable.pb.h"
+#include "pjrt_sim/kernels/gemm.h"
 #include "pjrt_sim/types.h"
 
 namespace lazyrt::pjrt {
@@ -19,6 +20,11 @@ namespace lazyrt::pjrt {
 inline constexpr int64_t kDotSerial = 0;        // each product on one thread
 inline constexpr int64_t kDotColumnPanels = 1;  // columns of the product split over the device's pool
 inline constexpr int64_t kDotRowPanels = 2;     // rows split over the pool
+
+// Whether a DOT of `operand` arrays on `library` multiplies them natively in 16 bits (bf16 on oneDNN where
+// the CPU has AVX512-BF16 or AMX). Such a product is cut into tiles fixed by its shape, which every
+// variant runs (in order, or over the pool): its row and column variants are the same.
+bool DotHasFixedTiles(PrimitiveType operand, GemmLibrary library);
 
 // An array's dims seen around one axis: [outer, size, inner] elements.
 struct AxisSplit {

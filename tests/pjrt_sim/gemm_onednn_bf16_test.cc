@@ -107,20 +107,21 @@ TEST(GemmOneDnnBf16Test, DotKernelRoundsTheF32ProductOnce) {
 }
 
 // A long K, as a weight gradient sums over batch x tokens: oneDNN's bf16 GEMM orders such sums by the
-// call's M and N, so the DOT kernel calls it on the same tiles in every variant. Serial and split give
-// the same f32 product (what autotuning compares), bit for bit, so that a split can be chosen at all.
+// call's M and N, so the DOT kernel calls it on the same tiles in every variant. Serial, column and row
+// variants give the same f32 product (what autotuning compares), bit for bit, so that a split can be
+// chosen at all; the products are longer in M, in N, and neither.
 TEST(GemmOneDnnBf16Test, DotVariantsAgreeBitForBitOnALongK) {
   if (!OneDnnHasBf16()) GTEST_SKIP() << "this CPU has neither AVX512-BF16 nor AMX";
   std::mt19937_64 rng(13);
   for (const Product& p :
        {Product{1, 512, 128, 4096, true, false, false}, Product{1, 128, 512, 4096, true, false, false},
-        Product{1, 100, 70, 3000, false, true, false}}) {
+        Product{1, 100, 70, 3000, false, true, false}, Product{1, 96, 96, 2048, false, false, false}}) {
     const std::vector<uint16_t> a = RandomBf16(static_cast<size_t>(p.m * p.k), rng),
                                 b = RandomBf16(static_cast<size_t>(p.k * p.n), rng);
     const std::vector<ArrayShape> inputs = {{PrimitiveType::kBF16, {static_cast<int64_t>(a.size())}},
                                             {PrimitiveType::kBF16, {static_cast<int64_t>(b.size())}}};
     std::vector<std::vector<float>> products;
-    for (int64_t variant : {kDotSerial, kDotRowPanels}) {
+    for (int64_t variant : {kDotSerial, kDotColumnPanels, kDotRowPanels}) {
       absl::StatusOr<std::unique_ptr<Kernel>> built = BuildKernel(DotKernel(p, variant, GemmLibrary::kOneDnn), inputs,
                                                                   ArrayShape{PrimitiveType::kF32, {1, p.m, p.n}});
       ASSERT_TRUE(built.ok()) << built.status();
@@ -131,8 +132,8 @@ TEST(GemmOneDnnBf16Test, DotVariantsAgreeBitForBitOnALongK) {
       products.push_back(std::move(c));
     }
     const std::string what = absl::StrCat("[", p.m, "x", p.k, "]x[", p.k, "x", p.n, "]");
-    // (Column panels tile the columns: other calls than the serial variant's rows, and other bits.)
-    EXPECT_EQ(products[1], products[0]) << what << ": row panels against serial";
+    EXPECT_EQ(products[1], products[0]) << what << ": column panels against serial";
+    EXPECT_EQ(products[2], products[0]) << what << ": row panels against serial";
   }
 }
 

@@ -6,6 +6,7 @@
 #include <mutex>
 #include <set>
 #include <tuple>
+#include <type_traits>
 
 #include "pjrt_sim/cpu_isa.h"
 #include "pjrt_sim/kernels/gemm.h"
@@ -32,8 +33,9 @@ void OneDnnSingleThreaded() {
 // One matmul primitive per (shape, strides) and thread: building one takes tens of microseconds (a
 // JIT kernel the first time), executing it a few. Per thread, because a primitive's library-managed
 // scratchpad is not to be shared by concurrent executions.
-using MatmulKey = std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t>;
-constexpr int64_t kF32Sgemm = -1;  // the last element of an f32 GEMM's key, where a bf16 one has C's row stride
+// (m, n, k, A's strides, B's strides, C's row stride or kF32Sgemm, C's oneDNN data type).
+using MatmulKey = std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t>;
+constexpr int64_t kF32Sgemm = -1;  // in an f32 GEMM's key, where a bf16 one has C's row stride
 
 struct Bf16Matmul {
   dnnl::memory::desc a, b, c;
@@ -86,7 +88,7 @@ bool OneDnnGemm(int64_t m, int64_t n, int64_t k, MatrixView<const float> a, Matr
     return true;
   }
   OneDnnSingleThreaded();
-  return CallOneDnn({m, n, k, a.row_stride, a.col_stride, b.row_stride, b.col_stride, kF32Sgemm}, [&] {
+  return CallOneDnn({m, n, k, a.row_stride, a.col_stride, b.row_stride, b.col_stride, kF32Sgemm, 0}, [&] {
     return dnnl_sgemm(oa->transposed ? 'T' : 'N', ob->transposed ? 'T' : 'N', m, n, k, 1.0f, a.data, oa->ld, b.data,
                       ob->ld, 0.0f, c.data, oc->ld) == dnnl_success;
   });
@@ -97,20 +99,26 @@ bool OneDnnHasBf16() {
   return has;
 }
 
-bool OneDnnGemmBf16(int64_t m, int64_t n, int64_t k, MatrixView<const uint16_t> a, MatrixView<const uint16_t> b,
-                    MatrixView<float> c) {
+namespace {
+
+// C of `Out` (f32, or bf16 as its bits) = A B, bf16 operands accumulated in f32.
+template <typename Out>
+bool OneDnnGemmBf16Into(int64_t m, int64_t n, int64_t k, MatrixView<const uint16_t> a, MatrixView<const uint16_t> b,
+                        MatrixView<Out> c) {
   if (!OneDnnHasBf16() || m <= 0 || n <= 0 || k <= 0 || c.col_stride != 1) return false;
   OneDnnSingleThreaded();
-  const MatmulKey key{m, n, k, a.row_stride, a.col_stride, b.row_stride, b.col_stride, c.row_stride};
+  using dnnl::memory;
+  constexpr memory::data_type kOut = std::is_same_v<Out, float> ? memory::data_type::f32 : memory::data_type::bf16;
+  const MatmulKey key{
+      m, n, k, a.row_stride, a.col_stride, b.row_stride, b.col_stride, c.row_stride, int64_t{static_cast<int>(kOut)}};
   return CallOneDnn(key, [&] {
     OneDnnThread& state = ThisThread();  // built by a thread's first call: under the first calls' lock
     try {
       auto it = state.matmuls.find(key);
       if (it == state.matmuls.end()) {
-        using dnnl::memory;
         const memory::desc ad({m, k}, memory::data_type::bf16, {a.row_stride, a.col_stride});
         const memory::desc bd({k, n}, memory::data_type::bf16, {b.row_stride, b.col_stride});
-        const memory::desc cd({m, n}, memory::data_type::f32, {c.row_stride, 1});
+        const memory::desc cd({m, n}, kOut, {c.row_stride, 1});
         const dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(ad, bd, cd), state.engine);
         it = state.matmuls.emplace(key, Bf16Matmul{ad, bd, cd, dnnl::matmul(pd)}).first;
       }
@@ -126,6 +134,18 @@ bool OneDnnGemmBf16(int64_t m, int64_t n, int64_t k, MatrixView<const uint16_t> 
       return false;  // a layout or type no implementation takes here: the caller widens to f32
     }
   });
+}
+
+}  // namespace
+
+bool OneDnnGemmBf16(int64_t m, int64_t n, int64_t k, MatrixView<const uint16_t> a, MatrixView<const uint16_t> b,
+                    MatrixView<float> c) {
+  return OneDnnGemmBf16Into(m, n, k, a, b, c);
+}
+
+bool OneDnnGemmBf16(int64_t m, int64_t n, int64_t k, MatrixView<const uint16_t> a, MatrixView<const uint16_t> b,
+                    MatrixView<uint16_t> c) {
+  return OneDnnGemmBf16Into(m, n, k, a, b, c);
 }
 
 }  // namespace lazyrt::pjrt

@@ -475,37 +475,30 @@ class DotKernel final : public Kernel {
                  });
   }
 
-  // The f32 product, rounded once to the output's type: written straight to an f32 output, else into the
-  // calling thread's scratch, each panel rounding its own part while it is in its core's cache (one
-  // thread rounding a 4096x512 product after both panels took longer than the product). False if
-  // oneDNN refused a panel; the output may then hold other panels' results, which the caller's widening
-  // path overwrites.
+  // The f32 product, rounded once to a bf16 output (by oneDNN as it stores each tile) or not (an f32
+  // output), straight into the output: rounding the f32 tiles from scratch afterwards wrote and read
+  // twice the output's bytes again (a 2048x512 tile's 4 MiB outgrew the core's L2). False if oneDNN
+  // refused a tile; the output may then hold other tiles' results, which the caller's widening path
+  // overwrites.
   bool RunNativeBf16(const void* lhs, const void* rhs, void* output) const {
-    const int64_t products = k_.batch() * k_.m() * k_.n();
     if (k_.k() == 0) return false;  // zeros: the widening path writes them
-    const bool direct = output_type_ == PrimitiveType::kF32;
-    float* c = direct ? static_cast<float*>(output)
-                      : static_cast<float*>(Scratch(static_cast<size_t>(products) * sizeof(float)));
-    const int64_t width = ByteWidth(output_type_);
     std::atomic<bool> refused{false};
     // Fixed tiles: oneDNN's bf16 GEMM sums a long K in an order that depends on the call's M and N (a
     // 512x4096x128 product in two panels of rows gave other bits than whole), which made every split
     // variant differ from the serial one and autotuning keep the products that most need both cores
     // (the weight gradients, K = batch x tokens) on one.
-    ForEachPanel(static_cast<const uint16_t*>(lhs), static_cast<const uint16_t*>(rhs), c, true,
-                 [&](int64_t rows, int64_t cols, MatrixView<const uint16_t> a, MatrixView<const uint16_t> b,
-                     MatrixView<float> out) {
-                   if (!OneDnnGemmBf16(rows, cols, k_.k(), a, b, out)) {
-                     refused = true;
-                     return;
-                   }
-                   if (direct) return;
-                   for (int64_t i = 0; i < rows; ++i) {
-                     const float* row = out.data + i * out.row_stride;
-                     StoreBlock(row, ComputeType::kF32, output_type_, static_cast<char*>(output) + (row - c) * width,
-                                cols);
-                   }
-                 });
+    auto run = [&]<typename Out>(Out* c) {
+      ForEachPanel(static_cast<const uint16_t*>(lhs), static_cast<const uint16_t*>(rhs), c, true,
+                   [&](int64_t rows, int64_t cols, MatrixView<const uint16_t> a, MatrixView<const uint16_t> b,
+                       MatrixView<Out> out) {
+                     if (!OneDnnGemmBf16(rows, cols, k_.k(), a, b, out)) refused = true;
+                   });
+    };
+    if (output_type_ == PrimitiveType::kF32) {
+      run(static_cast<float*>(output));
+    } else {  // bf16, the operands' type
+      run(static_cast<uint16_t*>(output));
+    }
     return !refused;
   }
 

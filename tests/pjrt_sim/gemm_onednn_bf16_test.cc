@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <barrier>
+#include <bit>
 #include <cmath>
 #include <random>
 #include <thread>
@@ -134,6 +135,45 @@ TEST(GemmOneDnnBf16Test, DotVariantsAgreeBitForBitOnALongK) {
     const std::string what = absl::StrCat("[", p.m, "x", p.k, "]x[", p.k, "x", p.n, "]");
     EXPECT_EQ(products[1], products[0]) << what << ": column panels against serial";
     EXPECT_EQ(products[2], products[0]) << what << ": row panels against serial";
+  }
+}
+
+// A bf16 result is rounded by oneDNN as it stores each tile: to nearest even, exactly as FloatToBf16
+// rounds the unrounded f32 product (the bits autotuning compares), in every variant.
+TEST(GemmOneDnnBf16Test, ABf16ResultIsTheF32ProductRoundedToNearestEven) {
+  if (!OneDnnHasBf16()) GTEST_SKIP() << "this CPU has neither AVX512-BF16 nor AMX";
+  std::mt19937_64 rng(17);
+  for (const Product& p : {Product{1, 256, 192, 128, false, true, false}, Product{1, 96, 320, 1024, true, false, false},
+                           Product{1, 33, 7, 5, false, false, false}}) {
+    const std::vector<uint16_t> a = RandomBf16(static_cast<size_t>(p.m * p.k), rng),
+                                b = RandomBf16(static_cast<size_t>(p.k * p.n), rng);
+    const std::vector<ArrayShape> inputs = {{PrimitiveType::kBF16, {static_cast<int64_t>(a.size())}},
+                                            {PrimitiveType::kBF16, {static_cast<int64_t>(b.size())}}};
+    const void* in[] = {a.data(), b.data()};
+    for (int64_t variant : {kDotSerial, kDotRowPanels}) {
+      const proto::Kernel kernel = DotKernel(p, variant, GemmLibrary::kOneDnn);
+      absl::StatusOr<std::unique_ptr<Kernel>> f32 =
+          BuildKernel(kernel, inputs, ArrayShape{PrimitiveType::kF32, {1, p.m, p.n}});
+      absl::StatusOr<std::unique_ptr<Kernel>> bf16 =
+          BuildKernel(kernel, inputs, ArrayShape{PrimitiveType::kBF16, {1, p.m, p.n}});
+      ASSERT_TRUE(f32.ok() && bf16.ok()) << f32.status() << " " << bf16.status();
+      std::vector<float> product(static_cast<size_t>(p.m * p.n));
+      std::vector<uint16_t> rounded(product.size(), 0xffff);
+      void* f32_out[] = {product.data()};
+      void* bf16_out[] = {rounded.data()};
+      ASSERT_TRUE((*f32)->Run(in, f32_out).ok());
+      ASSERT_TRUE((*bf16)->Run(in, bf16_out).ok());
+      int ties = 0;  // products halfway between two bf16 values: the even one wins
+      for (size_t i = 0; i < product.size(); ++i) {
+        ASSERT_EQ(rounded[i], FloatToBf16(product[i]))
+            << "variant " << variant << " [" << p.m << "x" << p.k << "]x[" << p.k << "x" << p.n << "] element " << i
+            << ": f32 product " << product[i];
+        ties += (std::bit_cast<uint32_t>(product[i]) & 0xffff) == 0x8000;
+      }
+      if (p.k >= 128) {
+        EXPECT_GT(ties, 0) << "no product was a tie: the test does not see the rounding of ties";
+      }
+    }
   }
 }
 

@@ -83,8 +83,9 @@ void PrepareGemmLibrary();
 bool OneDnnHasBf16();
 bool OneDnnGemmBf16(int64_t m, int64_t n, int64_t k, MatrixView<const uint16_t> a, MatrixView<const uint16_t> b,
                     MatrixView<float> c);
-// The same rounded once to bf16 by oneDNN as it stores C (to nearest even, as FloatToBf16; a NaN keeps
-// its sign and high payload bits, where FloatToBf16 makes every NaN 0x7fc0).
+// The same rounded once to bf16 by oneDNN as it stores C: to nearest even, as FloatToBf16, except that a
+// NaN keeps its sign and high payload bits (FloatToBf16 makes every NaN 0x7fc0) and a subnormal f32 sum
+// becomes a zero of its sign (VCVTNEPS2BF16 flushes them; FloatToBf16 keeps them).
 bool OneDnnGemmBf16(int64_t m, int64_t n, int64_t k, MatrixView<const uint16_t> a, MatrixView<const uint16_t> b,
                     MatrixView<uint16_t> c);
 

@@ -382,19 +382,19 @@ class ReduceKernel final : public Kernel {
   std::vector<int64_t> out_strides_;
 };
 
-// A native 16-bit product is cut into kFixedTiles tiles across the longer of M and N (at least kMinTile
-// wide, a multiple of 16), whatever the variant and the thread count. Every oneDNN call packs the
+// A native bf16 product is cut into kDotFixedTiles tiles across the longer of M and N (a multiple of 16
+// wide; one tile below 2 kMinTile), whatever the variant and the thread count. Every oneDNN call packs the
 // operand it reads whole again and costs a start of its own: in the bf16 GPT step on a 2-core Xeon
 // (AMX), the DOTs took 33.5-36.2 ms a step in 8 tiles of rows and 29.6-30.8 in 2 tiles across the longer
 // side. Across the longer side, each tile reads the smaller operand whole and half of the larger: a
 // weight gradient (M 128, N 512, K 4096) in row tiles read all of its 4 MB dY per tile, 11.9-12.1 ms a
 // step for the weight gradients against 10.3-10.5 in column tiles (autotuning's warm caches did not
 // show the difference). Two tiles: one per core of the 2-core machines this runs on.
-constexpr int64_t kFixedTiles = 2, kMinTile = 64;
+constexpr int64_t kMinTile = 64;
 
 // Batched GEMM through the kernel's GEMM library. Variant 0 runs each product on the calling thread; variant 1 splits
 // its columns (kDotColumnPanels), variant 2 its rows (kDotRowPanels), into one panel per pool thread (native
-// bf16: into tiles of the product's shape alone, kFixedTiles).
+// bf16: into tiles of the product's shape alone, kDotFixedTiles).
 // 16-bit floats (bf16, f16) are widened to f32, multiplied by the f32 GEMM and rounded to their type once:
 // a product of two 16-bit values is exact in f32 and the sums accumulate in f32, as PyTorch's CPU
 // matmul of bf16 does. On oneDNN where the CPU multiplies bf16 natively (AVX512-BF16, AMX), bf16
@@ -427,7 +427,7 @@ class DotKernel final : public Kernel {
  private:
   // Calls gemm(rows, cols, A, B, C) for every product and panel, with row-major views of A[m,k],
   // B[k,n] (transposed in memory or not: only the strides differ) and C[m,n]. With `fixed_tiles` the
-  // panels are the kFixedTiles tiles of the product's shape: the serial variant runs them in order on the
+  // panels are the kDotFixedTiles tiles of the product's shape: the serial variant runs them in order on the
   // calling thread, the split ones spread them over the pool, and every variant and thread count calls
   // the library on the same tiles.
   template <typename In, typename Out, typename PanelGemm>
@@ -441,7 +441,9 @@ class DotKernel final : public Kernel {
     int64_t panels = k_.variant() == kDotSerial ? 1 : ThreadPool::Get().size();
     int64_t panel = (split + panels - 1) / panels;
     if (fixed_tiles) {
-      panel = std::max(kMinTile, ((split + kFixedTiles - 1) / kFixedTiles + 15) / 16 * 16);
+      // A tile narrower than kMinTile would pack the other operand whole again for a sliver.
+      panel =
+          split < kDotFixedTiles * kMinTile ? split : ((split + kDotFixedTiles - 1) / kDotFixedTiles + 15) / 16 * 16;
       panels = (split + panel - 1) / panel;
     }
     for (int64_t b = 0; b < k_.batch(); ++b) {

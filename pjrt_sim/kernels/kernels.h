@@ -22,8 +22,9 @@ inline constexpr int64_t kDotColumnPanels = 1;  // columns of the product split 
 inline constexpr int64_t kDotRowPanels = 2;     // rows split over the pool
 
 // Whether a DOT of `operand` arrays on `library` multiplies them natively in 16 bits (bf16 on oneDNN where
-// the CPU has AVX512-BF16 or AMX). Such a product is cut into tiles fixed by its shape, which every
-// variant runs (in order, or over the pool): its row and column variants are the same.
+// the CPU has AVX512-BF16 or AMX). Such a product is cut into kDotFixedTiles tiles fixed by its shape,
+// which every variant runs (in order, or over the pool): its row and column variants are the same.
+inline constexpr int64_t kDotFixedTiles = 2;
 bool DotHasFixedTiles(PrimitiveType operand, GemmLibrary library);
 
 // An array's dims seen around one axis: [outer, size, inner] elements.

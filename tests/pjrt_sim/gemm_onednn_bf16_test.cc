@@ -5,7 +5,6 @@
 #include <gtest/gtest.h>
 
 #include <barrier>
-#include <bit>
 #include <cmath>
 #include <random>
 #include <thread>
@@ -138,19 +137,26 @@ TEST(GemmOneDnnBf16Test, DotVariantsAgreeBitForBitOnALongK) {
   }
 }
 
-// A bf16 result is rounded by oneDNN as it stores each tile: to nearest even, exactly as FloatToBf16
-// rounds the unrounded f32 product (the bits autotuning compares), in every variant.
-TEST(GemmOneDnnBf16Test, ABf16ResultIsTheF32ProductRoundedToNearestEven) {
+// A bf16 result is rounded by oneDNN as it stores each tile: exactly as FloatToBf16 rounds the unrounded
+// f32 product (the bits autotuning compares), in every variant, a weight gradient's long K included.
+TEST(GemmOneDnnBf16Test, ABf16ResultIsTheF32ProductRoundedOnce) {
   if (!OneDnnHasBf16()) GTEST_SKIP() << "this CPU has neither AVX512-BF16 nor AMX";
   std::mt19937_64 rng(17);
   for (const Product& p : {Product{1, 256, 192, 128, false, true, false}, Product{1, 96, 320, 1024, true, false, false},
-                           Product{1, 33, 7, 5, false, false, false}}) {
+                           Product{1, 128, 512, 4096, true, false, false}, Product{1, 33, 7, 5, false, false, false}}) {
     const std::vector<uint16_t> a = RandomBf16(static_cast<size_t>(p.m * p.k), rng),
                                 b = RandomBf16(static_cast<size_t>(p.k * p.n), rng);
+    const std::string what = absl::StrCat("[", p.m, "x", p.k, "]x[", p.k, "x", p.n, "]");
+    // oneDNN itself stores bf16 for this shape (else the kernel would widen, and round as FloatToBf16 does).
+    std::vector<uint16_t> whole(static_cast<size_t>(p.m * p.n));
+    ASSERT_TRUE(OneDnnGemmBf16(p.m, p.n, p.k, {a.data(), p.transpose_lhs ? 1 : p.k, p.transpose_lhs ? p.m : 1},
+                               {b.data(), p.transpose_rhs ? 1 : p.n, p.transpose_rhs ? p.k : 1},
+                               MatrixView<uint16_t>{whole.data(), p.n, 1}))
+        << "oneDNN refused a bf16 result for " << what;
     const std::vector<ArrayShape> inputs = {{PrimitiveType::kBF16, {static_cast<int64_t>(a.size())}},
                                             {PrimitiveType::kBF16, {static_cast<int64_t>(b.size())}}};
     const void* in[] = {a.data(), b.data()};
-    for (int64_t variant : {kDotSerial, kDotRowPanels}) {
+    for (int64_t variant : {kDotSerial, kDotColumnPanels, kDotRowPanels}) {
       const proto::Kernel kernel = DotKernel(p, variant, GemmLibrary::kOneDnn);
       absl::StatusOr<std::unique_ptr<Kernel>> f32 =
           BuildKernel(kernel, inputs, ArrayShape{PrimitiveType::kF32, {1, p.m, p.n}});
@@ -163,15 +169,37 @@ TEST(GemmOneDnnBf16Test, ABf16ResultIsTheF32ProductRoundedToNearestEven) {
       void* bf16_out[] = {rounded.data()};
       ASSERT_TRUE((*f32)->Run(in, f32_out).ok());
       ASSERT_TRUE((*bf16)->Run(in, bf16_out).ok());
-      int ties = 0;  // products halfway between two bf16 values: the even one wins
       for (size_t i = 0; i < product.size(); ++i) {
         ASSERT_EQ(rounded[i], FloatToBf16(product[i]))
-            << "variant " << variant << " [" << p.m << "x" << p.k << "]x[" << p.k << "x" << p.n << "] element " << i
-            << ": f32 product " << product[i];
-        ties += (std::bit_cast<uint32_t>(product[i]) & 0xffff) == 0x8000;
+            << "variant " << variant << " " << what << " element " << i << ": f32 product " << product[i];
       }
-      if (p.k >= 128) {
-        EXPECT_GT(ties, 0) << "no product was a tie: the test does not see the rounding of ties";
+    }
+  }
+}
+
+// Sums exactly halfway between two bf16 values, exact in f32 in any order: 1 + 2^-8 lies between 1 and
+// 1 + 2^-7 and must round to 1 (the even one), 1 + 2^-7 + 2^-8 to 1 + 2^-6. Truncation would give
+// 1 + 2^-7 for the second, rounding halves away from zero 1 + 2^-7 for the first.
+TEST(GemmOneDnnBf16Test, ABf16ResultRoundsHalfwaySumsToEven) {
+  if (!OneDnnHasBf16()) GTEST_SKIP() << "this CPU has neither AVX512-BF16 nor AMX";
+  constexpr int64_t kM = 2, kN = 16, kK = 32;
+  std::vector<uint16_t> a(kM * kK, 0), b(kK * kN, FloatToBf16(1.0f));
+  a[0] = FloatToBf16(1.0f), a[1] = FloatToBf16(0x1p-8f);
+  a[kK] = FloatToBf16(1.0f), a[kK + 1] = FloatToBf16(0x1p-7f), a[kK + 2] = FloatToBf16(0x1p-8f);
+  const uint16_t want[kM] = {FloatToBf16(1.0f), FloatToBf16(1.0f + 0x1p-6f)};
+  const Product p{1, kM, kN, kK, false, false, false};
+  const std::vector<ArrayShape> inputs = {{PrimitiveType::kBF16, {kM * kK}}, {PrimitiveType::kBF16, {kK * kN}}};
+  const void* in[] = {a.data(), b.data()};
+  for (int64_t variant : {kDotSerial, kDotRowPanels}) {
+    absl::StatusOr<std::unique_ptr<Kernel>> built =
+        BuildKernel(DotKernel(p, variant, GemmLibrary::kOneDnn), inputs, ArrayShape{PrimitiveType::kBF16, {1, kM, kN}});
+    ASSERT_TRUE(built.ok()) << built.status();
+    std::vector<uint16_t> c(kM * kN, 0xffff);
+    void* out[] = {c.data()};
+    ASSERT_TRUE((*built)->Run(in, out).ok());
+    for (int64_t i = 0; i < kM; ++i) {
+      for (int64_t j = 0; j < kN; ++j) {
+        EXPECT_EQ(c[static_cast<size_t>(i * kN + j)], want[i]) << "variant " << variant << " row " << i << " col " << j;
       }
     }
   }

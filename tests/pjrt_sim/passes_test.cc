@@ -591,7 +591,9 @@ TEST_F(PassesTest, AutotuneKeepsEachKernelsFastestIdenticalCandidate) {
     EXPECT_EQ(chosen->us(), fastest) << record.chosen();
     const proto::Kernel& kernel = exe.kernels(static_cast<int>(record.kernel()));
     if (kernel.kind() == proto::Kernel::DOT) {
-      const int64_t variant = record.chosen().find("row_panels") != std::string::npos      ? kDotRowPanels
+      const int64_t variant = record.chosen().find("row_panels") != std::string::npos ||
+                                      record.chosen().find("_tiles_") != std::string::npos
+                                  ? kDotRowPanels
                               : record.chosen().find("column_panels") != std::string::npos ? kDotColumnPanels
                                                                                            : kDotSerial;
       EXPECT_EQ(kernel.variant(), variant) << record.chosen();

@@ -134,12 +134,14 @@ class Emitter {
            (inst.opcode == Opcode::kReshape && IsUnitDimReshape(inst, Inst(inst.operands[0])));
   }
 
-  // Arithmetic on one stored array, besides constants and broadcasts of small stored arrays (at most an
-  // eighth of the result: a row of biases, a column of means): each reader computes it from that array
-  // instead of loading it stored, which costs a reader about the same load and saves the store (with its
-  // write-allocate read). The GPT's x = dot + bias, read by GELU's forward and again by its backward, is
-  // not written at all.
+  // A convert of a stored array from a type no wider, and arithmetic on one stored array (besides
+  // constants and broadcasts of small stored arrays, at most an eighth of the result: a row of biases, a
+  // column of means): each reader computes it from that array instead of loading it stored, which costs a
+  // reader about the same load (or less, through a convert) and saves the store with its write-allocate
+  // read. The GPT's x = dot + bias, read by GELU's forward and again by its backward, is not written at
+  // all; nor, with bf16 products, f32(dot) read by a layer norm's gradient and by its reductions.
   bool CheapToRecompute(const HloInst& inst) const {
+    if (WideningConvertOfStored(inst)) return true;
     if (inst.opcode != Opcode::kAdd && inst.opcode != Opcode::kSubtract && inst.opcode != Opcode::kMultiply &&
         inst.opcode != Opcode::kNegate && inst.opcode != Opcode::kMaximum && inst.opcode != Opcode::kMinimum) {
       return false;
@@ -155,6 +157,8 @@ class Emitter {
         if (IsFusable(source)) return false;
         if (source.shape.numel() * 8 <= inst.shape.numel()) continue;
         stored = in.operands[0];
+      } else if (const std::optional<int64_t> converted = WideningConvertOfStored(in)) {
+        stored = *converted;
       } else if (IsFusable(in)) {
         return false;
       }
@@ -162,6 +166,13 @@ class Emitter {
       full = stored;
     }
     return true;
+  }
+  // The stored array `inst` converts, if it is a convert from a type no wider than its own.
+  std::optional<int64_t> WideningConvertOfStored(const HloInst& inst) const {
+    if (inst.opcode != Opcode::kConvert) return std::nullopt;
+    const HloInst& source = Inst(inst.operands[0]);
+    if (IsFusable(source) || ByteWidth(source.shape.type) > ByteWidth(inst.shape.type)) return std::nullopt;
+    return inst.operands[0];
   }
 
   // A materialized reshape is an alias of its operand's memory, so that is materialized too (later

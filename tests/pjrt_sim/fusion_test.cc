@@ -11,6 +11,7 @@
 #include <random>
 #include <set>
 
+#include "pjrt_sim/element_ops.h"
 #include "tests/pjrt_sim/compiler_test_util.h"
 
 namespace lazyrt::pjrt {
@@ -176,6 +177,42 @@ TEST_F(FusionTest, BiasAddWithSeveralReadersIsRecomputedByEachInsteadOfStored) {
     EXPECT_EQ(exe.arena_bytes(), 0);
     ExpectFusedBitsAreUnfusedBits(b.module(), {d, {40}});
   }
+}
+
+TEST_F(FusionTest, WideningConvertOfAStoredArrayIsRecomputedByEachReader) {
+  // With bf16 products, f32(h) and f32(h) + bias are read by a loop and by a reduction (a layer norm's
+  // gradient and its sums; GELU's forward and backward): each reader loads the bf16 array and converts
+  // it, fewer bytes than the stored f32 value, which is written nowhere. A narrowing convert (f32 to
+  // bf16 of an f32 array) would load more than the stored value: it is computed once.
+  const Dims d = {16, 40};
+  std::mt19937_64 rng(9);
+  std::vector<uint16_t> h_bits;
+  for (float v : testing::RandomFloats(rng, testing::NumElements(d), -2, 2)) h_bits.push_back(FloatToBf16(v));
+  const HostArray h_array = MakeArray<uint16_t>(PrimitiveType::kBF16, d, h_bits);
+  const HostArray bias_array = F32({40}, testing::RandomFloats(rng, 40, -1, 1));
+  for (bool add_bias : {false, true}) {
+    SCOPED_TRACE(add_bias ? "f32(h) + bias" : "f32(h)");
+    ModuleBuilder b;
+    const int64_t h = b.Parameter(0, proto::BF16, d), bias = b.Parameter(1, proto::F32, {40});
+    const int64_t wide = b.Convert(h, proto::F32);
+    const int64_t v = add_bias ? b.Add(wide, b.Broadcast(bias, d, {1})) : wide;
+    b.Output(b.Unary(Opcode::kTanh, v));
+    b.Output(b.Reduce(Combiner::kSum, b.Mul(v, v), {0}));
+    const proto::Executable exe = CompileToProto(b.module(), kFused);
+    ASSERT_EQ(exe.kernels_size(), 2) << KernelSummary(exe);
+    for (const proto::Kernel& k : exe.kernels()) EXPECT_EQ(k.extra_outputs_size(), 0) << KernelSummary(exe);
+    EXPECT_EQ(KernelsComputing(exe, Opcode::kConvert), 2) << KernelSummary(exe);
+    EXPECT_EQ(exe.arena_bytes(), 0);
+    const std::vector<HostArray> fused = Run(b.module(), kFused, {h_array, bias_array}),
+                                 unfused = Run(b.module(), kUnfused, {h_array, bias_array});
+    for (size_t r = 0; r < fused.size(); ++r) EXPECT_EQ(fused[r].bytes, unfused[r].bytes) << "result " << r;
+  }
+  ModuleBuilder b;
+  const int64_t narrow = b.Convert(b.Parameter(0, proto::F32, d), proto::BF16);
+  b.Output(b.Unary(Opcode::kTanh, narrow));
+  b.Output(b.Reduce(Combiner::kSum, b.Mul(narrow, narrow), {0}));
+  const proto::Executable exe = CompileToProto(b.module(), kFused);
+  EXPECT_EQ(KernelsComputing(exe, Opcode::kConvert), 1) << KernelSummary(exe);
 }
 
 TEST_F(FusionTest, ArithmeticReadingTwoFullArraysIsStillComputedOnce) {

@@ -1,6 +1,7 @@
 #include "pjrt_sim/fusion.h"
 
 #include <algorithm>
+#include <functional>
 #include <iterator>
 #include <map>
 #include <optional>
@@ -116,10 +117,12 @@ class Emitter {
     AssignSlots();
     int64_t fused_away = 0;
     for (size_t i = 0; i < m_.insts.size(); ++i) {
+      if (moved_here_[i] >= 0) EmitKernel(moved_here_[i]);
       if (!materialized_[i] || absorbed_into_[i] >= 0) {
         ++fused_away;
         continue;
       }
+      if (moved_[i]) continue;
       const HloInst& inst = m_.insts[i];
       if (inst.opcode == Opcode::kParameter || inst.opcode == Opcode::kReshape) continue;
       EmitKernel(static_cast<int64_t>(i));
@@ -246,6 +249,8 @@ class Emitter {
     // by the parameter update right after; GELU's erf, read by the forward's product and again by the
     // backward. A value read in that kernel only (and not a result) is never stored at all.
     absorbed_into_.assign(n, -1);
+    moved_here_.assign(n, -1);
+    moved_.assign(n, false);
     if (!options_.enabled) return;
     std::vector<bool> is_output(n, false);
     for (int64_t out : m_.outputs) is_output[static_cast<size_t>(out)] = true;
@@ -274,6 +279,52 @@ class Emitter {
       }
       reads.insert(reads.end(), reads_elsewhere[i].begin(), reads_elsewhere[i].end());
       later_reads[i].clear();
+    }
+    // Sibling fusion: a loop and a reduction over rows or columns of the same space that read one value
+    // become one kernel (a reduction storing the loop's results): one pass over their inputs for both (a
+    // bias's gradient, the column sums of dY, beside dY rounded to bf16 for the products), and the value
+    // they share is stored by neither. The kernel runs where the later of the two was if everything the
+    // earlier one stores is read there or later, else where the earlier was if everything the later one
+    // loads is written before that.
+    for (size_t i = 0; i < n; ++i) {
+      const int64_t computed_in = absorbed_into_[i];
+      if (computed_in < 0) continue;
+      for (int64_t reader : reads_elsewhere[i]) {
+        const bool loop_first = IsElementwise(Inst(computed_in).opcode);
+        const int64_t loop = loop_first ? computed_in : reader, reduce = loop_first ? reader : computed_in;
+        if (!IsElementwise(Inst(loop).opcode) || Inst(reduce).opcode != Opcode::kReduce ||
+            !ReducesRowsOrColumns(Inst(reduce)) || absorbed_into_[static_cast<size_t>(loop)] >= 0 ||
+            absorbed_into_[static_cast<size_t>(reduce)] >= 0 || moved_here_[static_cast<size_t>(loop)] >= 0 ||
+            moved_[static_cast<size_t>(reduce)] || Inst(Inst(reduce).operands[0]).shape.dims != Inst(loop).shape.dims ||
+            program_steps[static_cast<size_t>(reduce)] + program_steps[static_cast<size_t>(loop)] >
+                options_.max_program_steps) {
+          continue;
+        }
+        const std::optional<std::vector<int64_t>> loop_points = PointsReading(loop);
+        if (!loop_points) continue;
+        const int64_t first = std::min(loop, reduce), second = std::max(loop, reduce);
+        const auto waits = [&](int64_t p) { return p >= second; };
+        const std::optional<std::vector<int64_t>> first_points = first == loop ? loop_points : PointsReading(reduce);
+        const bool at_second = first_points && std::ranges::all_of(*first_points, waits) &&
+                               std::ranges::all_of(later_reads[static_cast<size_t>(first)], waits);
+        const int64_t second_root = second == loop ? loop : Inst(reduce).operands[0];
+        if (!at_second && !ReadyBefore(second_root, loop, reduce, first)) continue;
+        program_steps[static_cast<size_t>(reduce)] += program_steps[static_cast<size_t>(loop)];
+        absorbed_into_[static_cast<size_t>(loop)] = reduce;
+        if ((at_second ? second : first) != reduce) {
+          moved_here_[static_cast<size_t>(loop)] = reduce;
+          moved_[static_cast<size_t>(reduce)] = true;
+        }
+        std::ranges::copy_if(*loop_points, std::back_inserter(reads_elsewhere[static_cast<size_t>(loop)]),
+                             [&](int64_t p) { return p != reduce; });
+        std::vector<int64_t>& reads = later_reads[static_cast<size_t>(reduce)];
+        reads.insert(reads.end(), later_reads[static_cast<size_t>(loop)].begin(),
+                     later_reads[static_cast<size_t>(loop)].end());
+        reads.insert(reads.end(), reads_elsewhere[static_cast<size_t>(loop)].begin(),
+                     reads_elsewhere[static_cast<size_t>(loop)].end());
+        later_reads[static_cast<size_t>(loop)].clear();
+        break;
+      }
     }
     // A value read nowhere but in the kernel that computes it (its other readers were absorbed there
     // too) is computed there and never stored, unless it is a result.
@@ -331,6 +382,15 @@ class Emitter {
   std::vector<int64_t> ReadingPoints(int64_t id) const {
     const HloInst& inst = Inst(id);
     if (!materialized_[static_cast<size_t>(id)] || !IsElementwise(inst.opcode)) return {};
+    std::optional<std::vector<int64_t>> points = PointsReading(id);
+    if (!points || points->empty()) return {};
+    const HloInst& first = Inst(points->front());
+    if (!IsElementwise(first.opcode) && !(first.opcode == Opcode::kReduce && ReducesRowsOrColumns(first))) return {};
+    return *std::move(points);
+  }
+  // The points where the readers of `id` reach it (as ReadingPoints), earliest first; nothing if one
+  // reaches it through a view or a chain that ends unstored.
+  std::optional<std::vector<int64_t>> PointsReading(int64_t id) const {
     std::vector<int64_t> points;
     for (int64_t reader : readers_[static_cast<size_t>(id)]) {
       int64_t at = reader;
@@ -338,12 +398,43 @@ class Emitter {
              readers_[static_cast<size_t>(at)].size() == 1) {
         at = readers_[static_cast<size_t>(at)][0];
       }
-      if (!materialized_[static_cast<size_t>(at)]) return {};
+      if (!materialized_[static_cast<size_t>(at)]) return std::nullopt;
       points.push_back(at);
     }
     std::ranges::sort(points);
-    if (points.empty() || !IsElementwise(Inst(points.front()).opcode)) return {};
     return points;
+  }
+  // Whether a reduction's kernel evaluates its space in parallel passes, over independent rows (the
+  // reduced dims a suffix) or chunks of columns (a prefix): where it can also compute a loop's values.
+  bool ReducesRowsOrColumns(const HloInst& reduce) const {
+    const size_t rank = Inst(reduce.operands[0]).shape.dims.size();
+    std::vector<bool> reduced(rank, false);
+    for (int64_t d : reduce.dims) reduced[static_cast<size_t>(d)] = true;
+    return std::ranges::is_sorted(reduced) || std::ranges::is_sorted(reduced, std::greater<>());
+  }
+  // Whether every stored value that the kernel of `loop` and `reduce` loads to compute `id` is written
+  // before position `at`: a parameter, or computed by a kernel that runs earlier.
+  bool ReadyBefore(int64_t id, int64_t loop, int64_t reduce, int64_t at) const {
+    const HloInst& inst = Inst(id);
+    const int64_t final_kernel = FinalKernel(id);
+    const bool computed_here =
+        !materialized_[static_cast<size_t>(id)] || id == loop || final_kernel == loop || final_kernel == reduce;
+    if (computed_here && IsFusable(inst)) {
+      return std::ranges::all_of(inst.operands, [&](int64_t op) { return ReadyBefore(op, loop, reduce, at); });
+    }
+    int64_t stored = id;  // a stored reshape is its operand's memory
+    while (Inst(stored).opcode == Opcode::kReshape && materialized_[static_cast<size_t>(stored)])
+      stored = Inst(stored).operands[0];
+    if (Inst(stored).opcode == Opcode::kParameter) return true;
+    const int64_t kernel = RunsAt(stored);
+    return (moved_[static_cast<size_t>(kernel)] ? MovedTo(kernel) : kernel) < at;
+  }
+  // Where a reduction that moved runs: the position of the loop it took in.
+  int64_t MovedTo(int64_t reduce) const {
+    for (size_t i = 0; i < moved_here_.size(); ++i) {
+      if (moved_here_[i] == reduce) return static_cast<int64_t>(i);
+    }
+    return reduce;
   }
 
   // The position of the kernel that computes `id`: its own, or the one it is absorbed into.
@@ -528,8 +619,22 @@ class Emitter {
         k->set_combiner(static_cast<int32_t>(inst.combiner));
         for (int64_t d : inst.dims) k->add_reduce_dims(d);
         *k->mutable_iteration_shape() = ToProto(in.shape);
-        Build(b, inst.operands[0], IdentityView(in.shape.dims.size()), in.shape.dims.size(),
-              !materialized_[static_cast<size_t>(inst.operands[0])]);
+        const size_t rank = in.shape.dims.size();
+        const int64_t root =
+            Build(b, inst.operands[0], IdentityView(rank), rank, !materialized_[static_cast<size_t>(inst.operands[0])]);
+        // Loops moved into the reduction (sibling fusion) are results of the program too. Its last step
+        // must be the value reduced: after theirs, a convert forwards it (no copy, FusedProgram).
+        for (size_t j = 0; j < m_.insts.size(); ++j) {
+          if (materialized_[j] && FinalKernel(static_cast<int64_t>(j)) == id)
+            Build(b, static_cast<int64_t>(j), IdentityView(rank), rank, false);
+        }
+        if (root != k->program_size() - 1) {
+          proto::Step forward;
+          forward.set_opcode(static_cast<int32_t>(Opcode::kConvert));
+          forward.set_type(k->program(static_cast<int>(root)).type());
+          forward.add_args(root);
+          AddStep(b, std::move(forward));
+        }
         return;
       }
       case Opcode::kDot: {
@@ -664,6 +769,10 @@ class Emitter {
   // The loop kernel that computes a value (as an extra output if it is stored: a result, or read by a
   // later kernel), or -1.
   std::vector<int64_t> absorbed_into_;
+  // Sibling fusion: the reduction whose kernel runs at a loop's position instead of its own (-1: none),
+  // and whether a reduction's kernel runs so.
+  std::vector<int64_t> moved_here_;
+  std::vector<bool> moved_;
   std::vector<int64_t> slot_;
 };
 

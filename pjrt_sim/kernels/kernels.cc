@@ -186,11 +186,12 @@ LAZYRT_VECTOR_CLONES_TEMPLATE A CombineRun(Combiner combiner, A a, const T* x, i
 class ReduceKernel final : public Kernel {
  public:
   ReduceKernel(FusedProgram program, ArrayShape space, std::vector<int64_t> reduce_dims, Combiner combiner,
-               ArrayShape output, int64_t grain)
+               ArrayShape output, std::vector<PrimitiveType> extra_types, int64_t grain)
       : program_(std::move(program)),
         space_(std::move(space)),
         combiner_(combiner),
         output_(std::move(output)),
+        extra_types_(std::move(extra_types)),
         grain_(grain) {
     const size_t rank = space_.dims.size();
     std::vector<bool> reduced(rank, false);
@@ -216,20 +217,32 @@ class ReduceKernel final : public Kernel {
   }
 
   absl::Status Run(std::span<const void* const> inputs, std::span<void* const> outputs) const override {
-    void* output = outputs[0];
     DispatchComputeType(output_.type, [&]<typename T>() {
       if constexpr (std::is_same_v<T, float>) {
-        if (RoundsEachStep(combiner_)) return RunTyped<T, double>(inputs, output);
+        if (RoundsEachStep(combiner_)) return RunTyped<T, double>(inputs, outputs);
       }
-      RunTyped<T, T>(inputs, output);
+      RunTyped<T, T>(inputs, outputs);
     });
     return absl::OkStatus();
   }
 
  private:
+  // The values of points [begin, begin + n), with the extra results (sibling fusion) stored there.
+  template <typename T>
+  const T* Evaluate(std::span<const void* const> inputs, std::span<void* const> results, int64_t begin, int64_t n,
+                    void* scratch) const {
+    const T* values = static_cast<const T*>(program_.Evaluate(inputs, begin, n, scratch));
+    for (size_t r = 0; r < extra_types_.size(); ++r) {
+      StoreBlock(program_.ResultBlock(scratch, r + 1), ComputeTypeOf(program_.result_type(r + 1)), extra_types_[r],
+                 static_cast<char*>(results[r + 1]) + begin * ByteWidth(extra_types_[r]), n);
+    }
+    return values;
+  }
+
   // Values computed in T, accumulated in A.
   template <typename T, typename A>
-  void RunTyped(std::span<const void* const> inputs, void* output) const {
+  void RunTyped(std::span<const void* const> inputs, std::span<void* const> results) const {
+    void* output = results[0];
     const int64_t outputs = output_.numel();
     const A identity = ReduceIdentity<A>(combiner_);
     thread_local std::vector<A> acc_storage;
@@ -248,7 +261,7 @@ class ReduceKernel final : public Kernel {
         if (rows_per_block > 1) {
           for (int64_t r = r0; r < r1; r += rows_per_block) {
             const int64_t rows = std::min(rows_per_block, r1 - r);
-            const T* x = static_cast<const T*>(program_.Evaluate(inputs, r * row_length_, rows * row_length_, scratch));
+            const T* x = Evaluate<T>(inputs, results, r * row_length_, rows * row_length_, scratch);
             for (int64_t i = 0; i < rows; ++i) {
               acc[static_cast<size_t>(r - r0 + i)] =
                   CombineRun<A>(combiner_, identity, x + i * row_length_, row_length_);
@@ -259,7 +272,7 @@ class ReduceKernel final : public Kernel {
             A a = identity;
             for (int64_t b = r * row_length_; b < (r + 1) * row_length_; b += kFusedBlock) {
               const int64_t n = std::min(kFusedBlock, (r + 1) * row_length_ - b);
-              a = CombineRun<A>(combiner_, a, static_cast<const T*>(program_.Evaluate(inputs, b, n, scratch)), n);
+              a = CombineRun<A>(combiner_, a, Evaluate<T>(inputs, results, b, n, scratch), n);
             }
             acc[static_cast<size_t>(r - r0)] = a;
           }
@@ -284,7 +297,7 @@ class ReduceKernel final : public Kernel {
       ThreadPool::Get().ParallelFor(chunks, [&](int64_t c) {
         void* scratch = Scratch(program_.scratch_bytes());
         program_.Prepare(inputs, scratch);
-        AddRuns<T, A>(inputs, scratch, c * runs_per_chunk, std::min(runs, (c + 1) * runs_per_chunk),
+        AddRuns<T, A>(inputs, results, scratch, c * runs_per_chunk, std::min(runs, (c + 1) * runs_per_chunk),
                       sums.data() + c * run_length_, no_offset, [] {});
       });
       for (int64_t c = 1; c < chunks; ++c) {
@@ -306,14 +319,14 @@ class ReduceKernel final : public Kernel {
     if (run_length_ > 1) {
       // Columns: runs of the kept suffix, each added into the outputs at out_index; an odometer over
       // the dims before the suffix finds the next run's outputs.
-      AddRuns<T, A>(inputs, scratch, 0, total / run_length_, acc.data(), out_index,
+      AddRuns<T, A>(inputs, results, scratch, 0, total / run_length_, acc.data(), out_index,
                     [&] { NextPoint(kept_suffix_, coords, out_index); });
       StoreBlockTyped(acc.data(), output, outputs);
       return;
     }
     for (int64_t b = 0; b < total; b += kFusedBlock) {
       const int64_t n = std::min(kFusedBlock, total - b);
-      const T* x = static_cast<const T*>(program_.Evaluate(inputs, b, n, scratch));
+      const T* x = Evaluate<T>(inputs, results, b, n, scratch);
       for (int64_t i = 0; i < n; ++i) {
         A& a = acc[static_cast<size_t>(out_index)];
         a = Combine<A>(combiner_, a, static_cast<A>(x[i]));
@@ -337,13 +350,13 @@ class ReduceKernel final : public Kernel {
   // next_run after each (which may move out_index). Runs shorter than a block are evaluated a block of
   // whole runs at a time, added in the same order.
   template <typename T, typename A, typename NextRun>
-  void AddRuns(std::span<const void* const> inputs, void* scratch, int64_t r0, int64_t r1, A* acc,
-               const int64_t& out_index, NextRun next_run) const {
+  void AddRuns(std::span<const void* const> inputs, std::span<void* const> results, void* scratch, int64_t r0,
+               int64_t r1, A* acc, const int64_t& out_index, NextRun next_run) const {
     const int64_t runs_per_block = run_length_ < kFusedBlock ? kFusedBlock / run_length_ : 1;
     if (runs_per_block > 1) {
       for (int64_t r = r0; r < r1; r += runs_per_block) {
         const int64_t runs = std::min(runs_per_block, r1 - r);
-        const T* x = static_cast<const T*>(program_.Evaluate(inputs, r * run_length_, runs * run_length_, scratch));
+        const T* x = Evaluate<T>(inputs, results, r * run_length_, runs * run_length_, scratch);
         for (int64_t j = 0; j < runs; ++j) {
           Accumulate<A, T>(combiner_, acc + out_index, x + j * run_length_, run_length_);
           next_run();
@@ -354,8 +367,8 @@ class ReduceKernel final : public Kernel {
     for (int64_t r = r0; r < r1; ++r) {
       for (int64_t b = 0; b < run_length_; b += kFusedBlock) {
         const int64_t n = std::min(kFusedBlock, run_length_ - b);
-        Accumulate<A, T>(combiner_, acc + out_index + b,
-                         static_cast<const T*>(program_.Evaluate(inputs, r * run_length_ + b, n, scratch)), n);
+        Accumulate<A, T>(combiner_, acc + out_index + b, Evaluate<T>(inputs, results, r * run_length_ + b, n, scratch),
+                         n);
       }
       next_run();
     }
@@ -374,6 +387,7 @@ class ReduceKernel final : public Kernel {
   ArrayShape space_;
   Combiner combiner_;
   ArrayShape output_;
+  std::vector<PrimitiveType> extra_types_;  // of the extra results, stored over the iteration space
   int64_t grain_;
   bool row_reduce_ = false;
   int64_t row_length_ = 1;
@@ -962,26 +976,32 @@ absl::StatusOr<std::unique_ptr<Kernel>> BuildKernel(const proto::Kernel& k, std:
                                                     std::span<const ArrayShape> extra_outputs) {
   if (k.extra_outputs_size() != static_cast<int>(extra_outputs.size()) ||
       k.extra_roots_size() != k.extra_outputs_size() ||
-      (k.extra_outputs_size() > 0 && k.kind() != proto::Kernel::LOOP)) {
-    return Expect(false, k, "extra outputs need a LOOP kernel and a result step each");
+      (k.extra_outputs_size() > 0 && k.kind() != proto::Kernel::LOOP && k.kind() != proto::Kernel::REDUCE)) {
+    return Expect(false, k, "extra outputs need a LOOP or REDUCE kernel and a result step each");
   }
+  const std::span<const int64_t> extra_roots(k.extra_roots().data(), static_cast<size_t>(k.extra_roots_size()));
+  // The types of the extra results, each of the iteration space's dims.
+  const auto extra_result_types = [&](const FusedProgram& program,
+                                      const ArrayShape& space) -> absl::StatusOr<std::vector<PrimitiveType>> {
+    std::vector<PrimitiveType> types;
+    for (size_t r = 0; r < extra_outputs.size(); ++r) {
+      if (extra_outputs[r].dims != space.dims || program.result_type(r + 1) != extra_outputs[r].type) {
+        return Expect(false, k,
+                      absl::StrCat("extra output ", r, " is not a ", PrimitiveTypeName(program.result_type(r + 1)),
+                                   " array of the iteration space's dims"));
+      }
+      types.push_back(extra_outputs[r].type);
+    }
+    return types;
+  };
   switch (k.kind()) {
     case proto::Kernel::LOOP: {
       if (!(FromProto(k.iteration_shape()) == output)) return Expect(false, k, "iteration space must be the output");
       ASSIGN_OR_RETURN(FusedProgram program,
-                       FusedProgram::Build(
-                           k.program(), inputs, output,
-                           std::span<const int64_t>(k.extra_roots().data(), static_cast<size_t>(k.extra_roots_size())),
-                           /*results_stored=*/true));
+                       FusedProgram::Build(k.program(), inputs, output, extra_roots, /*results_stored=*/true));
+      ASSIGN_OR_RETURN(std::vector<PrimitiveType> extra_types, extra_result_types(program, output));
       std::vector<PrimitiveType> result_types = {output.type};
-      for (size_t r = 0; r < extra_outputs.size(); ++r) {
-        if (extra_outputs[r].dims != output.dims || program.result_type(r + 1) != extra_outputs[r].type) {
-          return Expect(false, k,
-                        absl::StrCat("extra output ", r, " is not a ", PrimitiveTypeName(program.result_type(r + 1)),
-                                     " array of the output's dims"));
-        }
-        result_types.push_back(extra_outputs[r].type);
-      }
+      result_types.insert(result_types.end(), extra_types.begin(), extra_types.end());
       // Stored results must be of their arrays' types: the store rounds a 16-bit one (results_stored).
       if (program.result_type() != output.type) return Expect(false, k, "program type differs from the output");
       return std::make_unique<LoopKernel>(std::move(program), output, std::move(result_types), k.grain());
@@ -1006,9 +1026,12 @@ absl::StatusOr<std::unique_ptr<Kernel>> BuildKernel(const proto::Kernel& k, std:
       RETURN_IF_ERROR(Expect(sorted && kept == output.dims && space.type == output.type && space_ok &&
                                  combiner.has_value() && Accepts(TypeClassOf(*combiner), output.type),
                              k, "bad reduction"));
-      ASSIGN_OR_RETURN(FusedProgram program, FusedProgram::Build(k.program(), inputs, space));
+      // Its values are reduced, not stored: a 16-bit result is rounded before (results_stored false).
+      ASSIGN_OR_RETURN(FusedProgram program, FusedProgram::Build(k.program(), inputs, space, extra_roots));
       if (program.result_type() != output.type) return Expect(false, k, "program type differs from the output");
-      return std::make_unique<ReduceKernel>(std::move(program), space, std::move(dims), *combiner, output, k.grain());
+      ASSIGN_OR_RETURN(std::vector<PrimitiveType> extra_types, extra_result_types(program, space));
+      return std::make_unique<ReduceKernel>(std::move(program), space, std::move(dims), *combiner, output,
+                                            std::move(extra_types), k.grain());
     }
     case proto::Kernel::DOT: {
       int64_t products = 0;

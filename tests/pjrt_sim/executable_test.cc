@@ -382,6 +382,23 @@ TEST_F(ExecutableTest, RejectsLoadReachingOutsideItsInput) {
               HasSubstr("load reaches outside its input"));
 }
 
+TEST_F(ExecutableTest, ReductionsExtraOutputsCoverItsIterationSpace) {
+  // Sibling fusion: the reduction sums e over rows and stores tanh(e) beside, an array of its iteration
+  // space [4, 6]; its own [4] output in that place is refused.
+  ModuleBuilder b("reduce_and_loop");
+  const int64_t e = b.Unary(Opcode::kExp, b.Parameter(0, proto::F32, {4, 6}));
+  b.Output(b.Reduce(Combiner::kSum, e, {1}));
+  b.Output(b.Unary(Opcode::kTanh, e));
+  const proto::Executable good = CompileOrDie(b.module(), {.fusion = true, .autotune = false})->proto();
+  ASSERT_EQ(good.kernels_size(), 1);
+  ASSERT_EQ(good.kernels(0).kind(), proto::Kernel::REDUCE);
+  ASSERT_EQ(good.kernels(0).extra_outputs_size(), 1);
+  EXPECT_TRUE(LoadBothWays(good).ok());
+  proto::Executable bad = good;
+  bad.mutable_kernels(0)->set_extra_outputs(0, good.kernels(0).output());
+  EXPECT_THAT(Message(LoadBothWays(bad)), HasSubstr("extra output 0 is not a f32 array of the iteration space's dims"));
+}
+
 TEST_F(ExecutableTest, RejectsMalformedProgramsAndKernels) {
   const proto::Executable good = CompileOrDie(Chain(), {.fusion = true, .autotune = false})->proto();
   const auto tamper = [&](const std::function<void(proto::Executable&)>& f) {
@@ -461,7 +478,7 @@ TEST_F(ExecutableTest, RejectsMalformedProgramsAndKernels) {
                 other->set_offset(p.arena_bytes() - 64);
                 extra(p.slots_size() - 1, last)(p);
               }),
-              HasSubstr("of the output's dims"));
+              HasSubstr("of the iteration space's dims"));
   EXPECT_TRUE(LoadBothWays([&] {
                 proto::Executable p = good;
                 extra(out, last)(p);  // the output written twice: pointless, but within bounds

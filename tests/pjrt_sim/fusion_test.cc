@@ -280,31 +280,91 @@ TEST_F(FusionTest, ValueReadTwiceByOneKernelIsNeitherStoredNorRecomputed) {
   EXPECT_EQ(exps, 1);
 }
 
-TEST_F(FusionTest, LoopStoresAValueForALaterReduction) {
-  // e is read by a loop kernel and then by a reduction: the loop computes e and stores it.
+TEST_F(FusionTest, LoopBesideALaterReductionOfItsSpaceJoinsIt) {
+  // e is read by a loop (tanh) and then by a reduction over rows or over columns: the reduction computes
+  // e, and the loop's result beside its sums, in one pass; e is stored nowhere.
+  for (const int64_t dim : {1, 0}) {
+    SCOPED_TRACE(dim == 1 ? "rows" : "columns");
+    ModuleBuilder b;
+    const int64_t x = b.Parameter(0, proto::F32, {40, 60});
+    const int64_t e = b.Unary(Opcode::kExp, x);
+    b.Output(b.Unary(Opcode::kTanh, e));
+    b.Output(b.Reduce(Combiner::kSum, e, {dim}));
+    const proto::Executable exe = CompileToProto(b.module(), kFused);
+    ASSERT_EQ(exe.kernels_size(), 1) << KernelSummary(exe);
+    EXPECT_EQ(exe.kernels(0).kind(), proto::Kernel::REDUCE);
+    EXPECT_EQ(exe.kernels(0).extra_outputs_size(), 1) << KernelSummary(exe);
+    EXPECT_EQ(KernelsComputing(exe, Opcode::kExp), 1) << KernelSummary(exe);
+    EXPECT_EQ(exe.arena_bytes(), 0);
+    ExpectFusedBitsAreUnfusedBits(b.module(), {40, 60}, 1);
+  }
+}
+
+TEST_F(FusionTest, ReductionOverMiddleDimsLeavesTheLoopAlone) {
+  // A reduction over neither rows nor columns walks its space on one thread: the loop keeps its own
+  // kernel (in parallel) and stores e for it.
   ModuleBuilder b;
-  const int64_t x = b.Parameter(0, proto::F32, {4, 6});
+  const Dims d = {4, 6, 5};
+  const int64_t x = b.Parameter(0, proto::F32, d);
   const int64_t e = b.Unary(Opcode::kExp, x);
   b.Output(b.Unary(Opcode::kTanh, e));
   b.Output(b.Reduce(Combiner::kSum, e, {1}));
   const proto::Executable exe = CompileToProto(b.module(), kFused);
   ASSERT_EQ(exe.kernels_size(), 2) << KernelSummary(exe);
+  EXPECT_EQ(exe.kernels(0).kind(), proto::Kernel::LOOP);
   EXPECT_EQ(exe.kernels(0).extra_outputs_size(), 1) << KernelSummary(exe);
-  EXPECT_EQ(KernelComputing(exe, Opcode::kExp), &exe.kernels(0)) << KernelSummary(exe);
-  ExpectFusedBitsAreUnfusedBits(b.module(), {4, 6}, 1);
+  ExpectFusedBitsAreUnfusedBits(b.module(), d, 1);
 }
 
-TEST_F(FusionTest, ValueFirstReadByAReductionKeepsItsOwnKernel) {
-  // The reduction runs first and cannot compute e for the loop after it.
+TEST_F(FusionTest, LoopAfterAReductionOfItsSpaceJoinsIt) {
+  // The reduction comes first: it computes e, and the later loop's tanh(e) beside its sums (the loop
+  // reads nothing written after the reduction); e is stored nowhere.
   ModuleBuilder b;
   const int64_t x = b.Parameter(0, proto::F32, {4, 6});
   const int64_t e = b.Unary(Opcode::kExp, x);
   b.Output(b.Reduce(Combiner::kSum, e, {1}));
   b.Output(b.Unary(Opcode::kTanh, e));
   const proto::Executable exe = CompileToProto(b.module(), kFused);
-  EXPECT_EQ(exe.kernels_size(), 3) << KernelSummary(exe);
-  for (const proto::Kernel& k : exe.kernels()) EXPECT_EQ(k.extra_outputs_size(), 0) << KernelSummary(exe);
+  ASSERT_EQ(exe.kernels_size(), 1) << KernelSummary(exe);
+  EXPECT_EQ(exe.kernels(0).kind(), proto::Kernel::REDUCE);
+  EXPECT_EQ(exe.kernels(0).extra_outputs_size(), 1) << KernelSummary(exe);
+  EXPECT_EQ(KernelsComputing(exe, Opcode::kExp), 1) << KernelSummary(exe);
+  EXPECT_EQ(exe.arena_bytes(), 0);
   ExpectFusedBitsAreUnfusedBits(b.module(), {4, 6}, 1);
+}
+
+TEST_F(FusionTest, BiasGradientSumsAndRoundsDyInOnePass) {
+  // The bf16 GPT's bias gradient: g = f32(dy) * f32(h) is summed over the rows and rounded to bf16 for
+  // a product. One REDUCE kernel computes g, its column sums and bf16(g), before the product, whichever
+  // of the sums and the product comes first in the module; g is written nowhere (it cost a store and a
+  // load of 4 bytes an element).
+  const Dims d = {64, 48};
+  std::mt19937_64 rng(3);
+  auto bf16_array = [&](const Dims& dims) {
+    std::vector<uint16_t> bits;
+    for (float v : testing::RandomFloats(rng, testing::NumElements(dims), -2, 2)) bits.push_back(FloatToBf16(v));
+    return MakeArray<uint16_t>(PrimitiveType::kBF16, dims, bits);
+  };
+  const std::vector<HostArray> args = {bf16_array(d), bf16_array(d), bf16_array({48, 64})};
+  for (bool product_first : {false, true}) {
+    SCOPED_TRACE(product_first ? "the product first" : "the sums first");
+    ModuleBuilder b;
+    const int64_t dy = b.Parameter(0, proto::BF16, d), h = b.Parameter(1, proto::BF16, d),
+                  w = b.Parameter(2, proto::BF16, {48, 64});
+    const int64_t g = b.Mul(b.Convert(dy, proto::F32), b.Unary(Opcode::kTanh, b.Convert(h, proto::F32)));
+    const int64_t product = product_first ? b.Dot(b.Convert(g, proto::BF16), w) : -1;
+    b.Output(b.Reduce(Combiner::kSum, g, {0}));
+    b.Output(product_first ? product : b.Dot(b.Convert(g, proto::BF16), w));
+    const proto::Executable exe = CompileToProto(b.module(), kFused);
+    ASSERT_EQ(exe.kernels_size(), 2) << KernelSummary(exe);
+    EXPECT_EQ(exe.kernels(0).kind(), proto::Kernel::REDUCE);
+    EXPECT_EQ(exe.kernels(0).extra_outputs_size(), 1) << KernelSummary(exe);
+    EXPECT_EQ(KernelsComputing(exe, Opcode::kTanh), 1) << KernelSummary(exe);
+    EXPECT_GE(exe.arena_bytes(), 64 * 48 * 2);
+    EXPECT_LT(exe.arena_bytes(), 64 * 48 * 4) << "bf16(g) is stored, g is not";
+    const std::vector<HostArray> fused = Run(b.module(), kFused, args), unfused = Run(b.module(), kUnfused, args);
+    for (size_t r = 0; r < fused.size(); ++r) EXPECT_EQ(fused[r].bytes, unfused[r].bytes) << "result " << r;
+  }
 }
 
 TEST_F(FusionTest, ValueReadThroughAViewKeepsItsOwnKernel) {
@@ -325,7 +385,8 @@ TEST_F(FusionTest, ValueReadThroughAViewKeepsItsOwnKernel) {
 
 TEST_F(FusionTest, KernelStoringAValueStaysBeforeItsLaterReaders) {
   // The loop computing a = tanh(e) also stores e for the reduction s. Moving that loop into z, the
-  // only reader of a, would store e after s has read it: so it stays a kernel of its own.
+  // only reader of a, would store e after s has read it: so it does not. It moves into s instead
+  // (which computes e itself, and a beside its sums), still before z.
   ModuleBuilder b;
   const Dims d = {4, 6};
   const int64_t x = b.Parameter(0, proto::F32, d);
@@ -334,12 +395,30 @@ TEST_F(FusionTest, KernelStoringAValueStaysBeforeItsLaterReaders) {
   const int64_t s = b.Reduce(Combiner::kSum, e, {1});
   b.Output(b.Add(b.Mul(a, a), b.Broadcast(s, d, {0})));
   const proto::Executable exe = CompileToProto(b.module(), kFused);
-  ASSERT_EQ(exe.kernels_size(), 3) << KernelSummary(exe);
+  ASSERT_EQ(exe.kernels_size(), 2) << KernelSummary(exe);
   const proto::Kernel* first = KernelComputing(exe, Opcode::kExp);
   ASSERT_EQ(first, &exe.kernels(0)) << KernelSummary(exe);
+  EXPECT_EQ(first->kind(), proto::Kernel::REDUCE);
   EXPECT_EQ(first->extra_outputs_size(), 1);
-  EXPECT_EQ(exe.kernels(1).kind(), proto::Kernel::REDUCE);
   ExpectFusedBitsAreUnfusedBits(b.module(), d, 1);
+}
+
+TEST_F(FusionTest, LoopAndReductionApartStayApart) {
+  // a = tanh(e) is read by a product f before the reduction of e * f: the loop cannot wait for the
+  // reduction (f reads a first), nor the reduction run at the loop (it reads f). The loop stays, and
+  // stores e for the reduction.
+  ModuleBuilder b;
+  const Dims d = {6, 6};
+  const int64_t x = b.Parameter(0, proto::F32, d), w = b.Parameter(1, proto::F32, d);
+  const int64_t e = b.Unary(Opcode::kExp, x);
+  const int64_t f = b.Dot(b.Unary(Opcode::kTanh, e), w);
+  b.Output(b.Reduce(Combiner::kSum, b.Mul(e, f), {1}));
+  const proto::Executable exe = CompileToProto(b.module(), kFused);
+  ASSERT_EQ(exe.kernels_size(), 3) << KernelSummary(exe);
+  EXPECT_EQ(exe.kernels(0).kind(), proto::Kernel::LOOP);
+  EXPECT_EQ(exe.kernels(0).extra_outputs_size(), 1) << KernelSummary(exe);
+  EXPECT_EQ(KernelsComputing(exe, Opcode::kExp), 1) << KernelSummary(exe);
+  ExpectFusedBitsAreUnfusedBits(b.module(), d, 2);
 }
 
 TEST_F(FusionTest, ValueWhoseLaterReaderJoinsItsKernelIsNotStored) {
@@ -460,8 +539,8 @@ TEST_F(FusionTest, LogSoftmaxFusesExpIntoTheReduceKernel) {
 }
 
 TEST_F(FusionTest, SoftmaxComputesExpOnce) {
-  // softmax: exp(x - max) is read by both the sum and the division, so it is materialized once (a
-  // LOOP kernel) and the REDUCE kernel loads it, rather than computing exp twice.
+  // softmax: exp(x - max) is read by both the sum and the division, so it is materialized once, by the
+  // REDUCE kernel of the sum, rather than computed twice.
   const Dims d = {8, 10};
   ModuleBuilder b;
   const int64_t x = b.Parameter(0, proto::F32, d);
@@ -471,10 +550,12 @@ TEST_F(FusionTest, SoftmaxComputesExpOnce) {
   const proto::Executable exe = CompileToProto(b.module(), kFused);
   EXPECT_EQ(KernelsComputing(exe, Opcode::kExp), 1) << KernelSummary(exe);
   EXPECT_EQ(CountKernels(exe, proto::Kernel::REDUCE), 2) << KernelSummary(exe);
-  EXPECT_EQ(exe.kernels_size(), 4) << KernelSummary(exe);
+  EXPECT_EQ(exe.kernels_size(), 3) << KernelSummary(exe);
+  ExpectFusedBitsAreUnfusedBits(b.module(), d, 1);
 }
 
-TEST_F(FusionTest, ReduceDoesNotFuseAnOperandWithOtherReaders) {
+TEST_F(FusionTest, ReduceStoresAnOperandThatIsAResult) {
+  // sq is a result and the reduction's operand: the reduction computes it once and stores it.
   ModuleBuilder b;
   const int64_t x = b.Parameter(0, proto::F32, {4, 6});
   const int64_t sq = b.Mul(x, x);
@@ -482,7 +563,9 @@ TEST_F(FusionTest, ReduceDoesNotFuseAnOperandWithOtherReaders) {
   b.Output(sq);
   const proto::Executable exe = CompileToProto(b.module(), kFused);
   EXPECT_EQ(KernelsComputing(exe, Opcode::kMultiply), 1) << KernelSummary(exe);
-  EXPECT_EQ(exe.kernels_size(), 2);
+  ASSERT_EQ(exe.kernels_size(), 1);
+  EXPECT_EQ(exe.kernels(0).extra_outputs_size(), 1);
+  ExpectFusedBitsAreUnfusedBits(b.module(), {4, 6}, 1);
 }
 
 }  // namespace fusion_test

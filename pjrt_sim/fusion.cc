@@ -302,13 +302,14 @@ class Emitter {
         }
         const std::optional<std::vector<int64_t>> loop_points = PointsReading(loop);
         if (!loop_points) continue;
+        // Neither has moved or been taken in: each runs at its own place. Reads are compared by where
+        // their kernels run now (an earlier pairing may have moved one).
         const int64_t first = std::min(loop, reduce), second = std::max(loop, reduce);
-        const auto waits = [&](int64_t p) { return p >= second; };
+        const auto waits = [&](int64_t p) { return p == loop || p == reduce || PositionOf(p) >= second; };
         const std::optional<std::vector<int64_t>> first_points = first == loop ? loop_points : PointsReading(reduce);
         const bool at_second = first_points && std::ranges::all_of(*first_points, waits) &&
                                std::ranges::all_of(later_reads[static_cast<size_t>(first)], waits);
-        const int64_t second_root = second == loop ? loop : Inst(reduce).operands[0];
-        if (!at_second && !ReadyBefore(second_root, loop, reduce, first)) continue;
+        if (!at_second && !ContentsReadyBefore(second, loop, reduce, first)) continue;
         program_steps[static_cast<size_t>(reduce)] += program_steps[static_cast<size_t>(loop)];
         absorbed_into_[static_cast<size_t>(loop)] = reduce;
         if ((at_second ? second : first) != reduce) {
@@ -317,9 +318,11 @@ class Emitter {
         }
         std::ranges::copy_if(*loop_points, std::back_inserter(reads_elsewhere[static_cast<size_t>(loop)]),
                              [&](int64_t p) { return p != reduce; });
+        // Reads inside the one kernel are no longer reads of stored values by another.
         std::vector<int64_t>& reads = later_reads[static_cast<size_t>(reduce)];
-        reads.insert(reads.end(), later_reads[static_cast<size_t>(loop)].begin(),
-                     later_reads[static_cast<size_t>(loop)].end());
+        std::erase_if(reads, [&](int64_t p) { return p == loop; });
+        std::ranges::copy_if(later_reads[static_cast<size_t>(loop)], std::back_inserter(reads),
+                             [&](int64_t p) { return p != reduce; });
         reads.insert(reads.end(), reads_elsewhere[static_cast<size_t>(loop)].begin(),
                      reads_elsewhere[static_cast<size_t>(loop)].end());
         later_reads[static_cast<size_t>(loop)].clear();
@@ -425,9 +428,24 @@ class Emitter {
     int64_t stored = id;  // a stored reshape is its operand's memory
     while (Inst(stored).opcode == Opcode::kReshape && materialized_[static_cast<size_t>(stored)])
       stored = Inst(stored).operands[0];
-    if (Inst(stored).opcode == Opcode::kParameter) return true;
-    const int64_t kernel = RunsAt(stored);
-    return (moved_[static_cast<size_t>(kernel)] ? MovedTo(kernel) : kernel) < at;
+    return Inst(stored).opcode == Opcode::kParameter || PositionOf(stored) < at;
+  }
+  // Whether everything that `second` (the loop or the reduction, with the values it has taken in) loads
+  // is written before position `at`, for the kernel of both to run there.
+  bool ContentsReadyBefore(int64_t second, int64_t loop, int64_t reduce, int64_t at) const {
+    if (!ReadyBefore(second == reduce ? Inst(reduce).operands[0] : loop, loop, reduce, at)) return false;
+    for (size_t j = 0; j < m_.insts.size(); ++j) {
+      if (materialized_[j] && FinalKernel(static_cast<int64_t>(j)) == second &&
+          !ReadyBefore(static_cast<int64_t>(j), loop, reduce, at)) {
+        return false;
+      }
+    }
+    return true;
+  }
+  // Where the kernel computing `id` runs, after sibling fusion's moves.
+  int64_t PositionOf(int64_t id) const {
+    const int64_t kernel = RunsAt(id);
+    return moved_[static_cast<size_t>(kernel)] ? MovedTo(kernel) : kernel;
   }
   // Where a reduction that moved runs: the position of the loop it took in.
   int64_t MovedTo(int64_t reduce) const {

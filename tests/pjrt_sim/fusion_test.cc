@@ -367,6 +367,114 @@ TEST_F(FusionTest, BiasGradientSumsAndRoundsDyInOnePass) {
   }
 }
 
+TEST_F(FusionTest, AReductionMovedEarlierBringsWhatItTookIn) {
+  // The reduction first takes in the loop v1 + X (at its own place), then moves to l2's earlier place
+  // (l2 is read by the product X before the reduction): it cannot, since what it took in reads X.
+  ModuleBuilder b;
+  const Dims d = {8, 8};
+  const int64_t x0 = b.Parameter(0, proto::F32, d), x1 = b.Parameter(1, proto::F32, d),
+                w = b.Parameter(2, proto::F32, d);
+  const int64_t v1 = b.Unary(Opcode::kExp, x0), v2 = b.Unary(Opcode::kExp, x1);
+  const int64_t l2 = b.Unary(Opcode::kTanh, v2);
+  const int64_t product = b.Dot(l2, w);
+  b.Output(b.Add(v1, product));
+  b.Output(b.Reduce(Combiner::kSum, b.Add(v1, v2), {1}));
+  ExpectFusedBitsAreUnfusedBits(b.module(), d, 3);
+}
+
+TEST_F(FusionTest, KernelsCompareWhereTheirReadersRunNow) {
+  // The reduction R moves to l2's place, before R's original one, and reads k there: k's loop may then
+  // not move into the later reduction of v3, past R.
+  ModuleBuilder b;
+  const Dims d = {8, 8};
+  const int64_t x0 = b.Parameter(0, proto::F32, d), x1 = b.Parameter(1, proto::F32, d),
+                w = b.Parameter(2, proto::F32, d);
+  const int64_t v2 = b.Unary(Opcode::kExp, x0), v3 = b.Unary(Opcode::kExp, x1);
+  const int64_t k = b.Unary(Opcode::kTanh, v3);
+  b.Output(k);
+  const int64_t l2 = b.Unary(Opcode::kTanh, v2);
+  b.Output(b.Dot(l2, w));
+  b.Output(b.Reduce(Combiner::kSum, v3, {1}));
+  b.Output(b.Reduce(Combiner::kSum, b.Add(v2, k), {1}));
+  ExpectFusedBitsAreUnfusedBits(b.module(), d, 3);
+}
+
+TEST_F(FusionTest, ReductionsStoreLoopResultsOnEveryPath) {
+  // Extras of a reduction over columns in several chunks ([512, 256]: 8 chunks on the pool), over long
+  // rows (3000, longer than a block), over rows in parallel (autotuned grain), of bf16 and pred values,
+  // and beside a value the same at every point: bit for bit the unfused results.
+  struct Case {
+    const char* name;
+    Dims dims;
+    std::vector<int64_t> reduced;
+    proto::ElementType extra_type;
+  };
+  const Case cases[] = {{"columns in chunks", {512, 256}, {0}, proto::F32},
+                        {"long rows", {4, 3000}, {1}, proto::BF16},
+                        {"rows in parallel", {256, 256}, {1}, proto::PRED},
+                        {"a suffix of dims", {8, 16, 300}, {1, 2}, proto::F32}};
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    ModuleBuilder b;
+    const int64_t x = b.Parameter(0, proto::F32, c.dims);
+    const int64_t e = b.Unary(Opcode::kExp, x);
+    const int64_t extra = c.extra_type == proto::PRED ? b.Compare(CompareDirection::kGt, e, b.Unary(Opcode::kTanh, e))
+                                                      : b.Convert(b.Unary(Opcode::kTanh, e), c.extra_type);
+    b.Output(extra);
+    b.Output(b.Reduce(Combiner::kSum, e, c.reduced));
+    const proto::Executable exe = CompileToProto(b.module(), kFused);
+    ASSERT_EQ(exe.kernels_size(), 1) << KernelSummary(exe);
+    EXPECT_EQ(exe.kernels(0).extra_outputs_size(), 1) << KernelSummary(exe);
+    for (const CompileOptions& options : {kFused, CompileOptions{.fusion = true, .autotune = true}}) {
+      ExpectFusedBitsAreUnfusedBits(b.module(), {c.dims}, options);
+    }
+  }
+  // A uniform value: exp of a broadcast scalar, summed over rows beside its tanh.
+  ModuleBuilder b;
+  const Dims d = {64, 40};
+  const int64_t e = b.Unary(Opcode::kExp, b.Broadcast(b.Parameter(0, proto::F32, {}), d, {}));
+  b.Output(b.Unary(Opcode::kTanh, e));
+  b.Output(b.Reduce(Combiner::kSum, e, {1}));
+  ExpectFusedBitsAreUnfusedBits(b.module(), {Dims{}});
+}
+
+TEST_F(FusionTest, RandomGraphsOfLoopsReductionsAndProductsKeepTheirBits) {
+  // Random graphs over [8, 8] values: elementwise ops, products, and sums over rows or columns
+  // broadcast back, several results. Whatever fusion merges, absorbs or moves, each compiles (every
+  // kernel reads what an earlier one wrote) and computes the unfused bits.
+  const Dims d = {8, 8};
+  std::mt19937_64 rng(11);
+  for (int graph = 0; graph < 1000; ++graph) {
+    SCOPED_TRACE(absl::StrCat("graph ", graph));
+    ModuleBuilder b;
+    std::vector<int64_t> values = {b.Parameter(0, proto::F32, d), b.Parameter(1, proto::F32, d)};
+    // Half the time one of the newest values: long chains and values read by several kernels.
+    const auto pick = [&] {
+      const size_t newest =
+          std::bernoulli_distribution(0.5)(rng) ? std::min<size_t>(3, values.size() - 1) : values.size() - 1;
+      return values[values.size() - 1 - std::uniform_int_distribution<size_t>(0, newest)(rng)];
+    };
+    const int ops = std::uniform_int_distribution<int>(4, 14)(rng);
+    for (int op = 0; op < ops; ++op) {
+      switch (std::uniform_int_distribution<int>(0, 5)(rng)) {
+        case 0: values.push_back(b.Unary(Opcode::kTanh, pick())); break;
+        case 1: values.push_back(b.Unary(Opcode::kExp, b.Unary(Opcode::kTanh, pick()))); break;
+        case 2: values.push_back(b.Add(pick(), pick())); break;
+        case 3: values.push_back(b.Mul(pick(), pick())); break;
+        case 4: values.push_back(b.Dot(pick(), pick())); break;
+        default: {
+          const int64_t dim = std::uniform_int_distribution<int64_t>(0, 1)(rng);
+          values.push_back(b.Broadcast(b.Reduce(Combiner::kSum, pick(), {dim}), d, {1 - dim}));
+        }
+      }
+    }
+    for (size_t v = 2; v < values.size(); ++v) {
+      if (v + 1 == values.size() || std::bernoulli_distribution(0.3)(rng)) b.Output(values[v]);
+    }
+    ExpectFusedBitsAreUnfusedBits(b.module(), d, 2);
+  }
+}
+
 TEST_F(FusionTest, ValueReadThroughAViewKeepsItsOwnKernel) {
   // The first loop reads e both as it is and transposed: computing e there would compute it at two
   // points of the loop, so e is a kernel of its own.

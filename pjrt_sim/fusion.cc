@@ -1,6 +1,7 @@
 #include "pjrt_sim/fusion.h"
 
 #include <algorithm>
+#include <atomic>
 #include <functional>
 #include <iterator>
 #include <map>
@@ -12,6 +13,8 @@
 
 namespace lazyrt::pjrt {
 namespace {
+
+std::atomic<int64_t> g_sibling_fallbacks{0};
 
 // The dims of size other than 1, in order.
 std::vector<int64_t> NonUnitDims(const std::vector<int64_t>& dims) {
@@ -113,6 +116,23 @@ class Emitter {
   Emitter(const HloModule& m, const FusionOptions& o, proto::Executable& exe) : m_(m), options_(o), exe_(exe) {}
 
   absl::StatusOr<int64_t> Run() {
+    int64_t fused_away = Emit();
+    if (options_.siblings && !ReadsFollowWrites()) {
+      // A sibling fusion put a kernel before one whose result it reads: a bug (fusion_test's random
+      // graphs look for it), which costs this module its sibling fusions, never its results.
+      g_sibling_fallbacks.fetch_add(1, std::memory_order_relaxed);
+      options_.siblings = false;
+      exe_.clear_parameters();
+      exe_.clear_slots();
+      exe_.clear_kernels();
+      exe_.clear_outputs();
+      fused_away = Emit();
+    }
+    return fused_away;
+  }
+
+ private:
+  int64_t Emit() {
     Classify();
     AssignSlots();
     int64_t fused_away = 0;
@@ -122,7 +142,7 @@ class Emitter {
         ++fused_away;
         continue;
       }
-      if (moved_[i]) continue;
+      if (moved_to_[i] >= 0) continue;
       const HloInst& inst = m_.insts[i];
       if (inst.opcode == Opcode::kParameter || inst.opcode == Opcode::kReshape) continue;
       EmitKernel(static_cast<int64_t>(i));
@@ -130,7 +150,24 @@ class Emitter {
     return fused_away;
   }
 
- private:
+  // Whether every kernel reads only parameters and slots that earlier kernels wrote (through aliases).
+  bool ReadsFollowWrites() const {
+    std::vector<bool> written(static_cast<size_t>(exe_.slots_size()), false);
+    const auto base = [&](int64_t slot) {
+      while (exe_.slots(static_cast<int>(slot)).kind() == proto::Slot::ALIAS)
+        slot = exe_.slots(static_cast<int>(slot)).index();
+      return static_cast<size_t>(slot);
+    };
+    for (const proto::Kernel& k : exe_.kernels()) {
+      for (int64_t in : k.inputs()) {
+        if (exe_.slots(static_cast<int>(base(in))).kind() != proto::Slot::PARAMETER && !written[base(in)]) return false;
+      }
+      if (k.output() >= 0) written[base(k.output())] = true;
+      for (int64_t extra : k.extra_outputs()) written[base(extra)] = true;
+    }
+    return true;
+  }
+
   const HloInst& Inst(int64_t id) const { return m_.insts[static_cast<size_t>(id)]; }
   bool IsFusable(const HloInst& inst) const {
     return pjrt::IsFusable(inst.opcode) ||
@@ -250,7 +287,7 @@ class Emitter {
     // backward. A value read in that kernel only (and not a result) is never stored at all.
     absorbed_into_.assign(n, -1);
     moved_here_.assign(n, -1);
-    moved_.assign(n, false);
+    moved_to_.assign(n, -1);
     if (!options_.enabled) return;
     std::vector<bool> is_output(n, false);
     for (int64_t out : m_.outputs) is_output[static_cast<size_t>(out)] = true;
@@ -286,7 +323,7 @@ class Emitter {
     // they share is stored by neither. The kernel runs where the later of the two was if everything the
     // earlier one stores is read there or later, else where the earlier was if everything the later one
     // loads is written before that.
-    for (size_t i = 0; i < n; ++i) {
+    for (size_t i = 0; i < n && options_.siblings; ++i) {
       const int64_t computed_in = absorbed_into_[i];
       if (computed_in < 0) continue;
       for (int64_t reader : reads_elsewhere[i]) {
@@ -295,7 +332,8 @@ class Emitter {
         if (!IsElementwise(Inst(loop).opcode) || Inst(reduce).opcode != Opcode::kReduce ||
             !ReducesRowsOrColumns(Inst(reduce)) || absorbed_into_[static_cast<size_t>(loop)] >= 0 ||
             absorbed_into_[static_cast<size_t>(reduce)] >= 0 || moved_here_[static_cast<size_t>(loop)] >= 0 ||
-            moved_[static_cast<size_t>(reduce)] || Inst(Inst(reduce).operands[0]).shape.dims != Inst(loop).shape.dims ||
+            moved_to_[static_cast<size_t>(reduce)] >= 0 ||
+            Inst(Inst(reduce).operands[0]).shape.dims != Inst(loop).shape.dims ||
             program_steps[static_cast<size_t>(reduce)] + program_steps[static_cast<size_t>(loop)] >
                 options_.max_program_steps) {
           continue;
@@ -305,7 +343,7 @@ class Emitter {
         // Neither has moved or been taken in: each runs at its own place. Reads are compared by where
         // their kernels run now (an earlier pairing may have moved one).
         const int64_t first = std::min(loop, reduce), second = std::max(loop, reduce);
-        const auto waits = [&](int64_t p) { return p == loop || p == reduce || PositionOf(p) >= second; };
+        const auto waits = [&](int64_t p) { return p == loop || p == reduce || ReadsAtOrAfter(p, second); };
         const std::optional<std::vector<int64_t>> first_points = first == loop ? loop_points : PointsReading(reduce);
         const bool at_second = first_points && std::ranges::all_of(*first_points, waits) &&
                                std::ranges::all_of(later_reads[static_cast<size_t>(first)], waits);
@@ -314,7 +352,7 @@ class Emitter {
         absorbed_into_[static_cast<size_t>(loop)] = reduce;
         if ((at_second ? second : first) != reduce) {
           moved_here_[static_cast<size_t>(loop)] = reduce;
-          moved_[static_cast<size_t>(reduce)] = true;
+          moved_to_[static_cast<size_t>(reduce)] = loop;
         }
         std::ranges::copy_if(*loop_points, std::back_inserter(reads_elsewhere[static_cast<size_t>(loop)]),
                              [&](int64_t p) { return p != reduce; });
@@ -445,14 +483,17 @@ class Emitter {
   // Where the kernel computing `id` runs, after sibling fusion's moves.
   int64_t PositionOf(int64_t id) const {
     const int64_t kernel = RunsAt(id);
-    return moved_[static_cast<size_t>(kernel)] ? MovedTo(kernel) : kernel;
+    const int64_t moved_to = moved_to_[static_cast<size_t>(kernel)];
+    return moved_to >= 0 ? moved_to : kernel;
   }
-  // Where a reduction that moved runs: the position of the loop it took in.
-  int64_t MovedTo(int64_t reduce) const {
-    for (size_t i = 0; i < moved_here_.size(); ++i) {
-      if (moved_here_[i] == reduce) return static_cast<int64_t>(i);
+  // Whether the reads at point p happen at or after position `at`: a kernel's where it runs now, a
+  // stored reshape's (an alias, no kernel) where its own readers run.
+  bool ReadsAtOrAfter(int64_t p, int64_t at) const {
+    if (Inst(p).opcode == Opcode::kReshape && materialized_[static_cast<size_t>(p)]) {
+      const std::optional<std::vector<int64_t>> points = PointsReading(p);
+      return points && std::ranges::all_of(*points, [&](int64_t q) { return ReadsAtOrAfter(q, at); });
     }
-    return reduce;
+    return PositionOf(p) >= at;
   }
 
   // The position of the kernel that computes `id`: its own, or the one it is absorbed into.
@@ -780,17 +821,16 @@ class Emitter {
   }
 
   const HloModule& m_;
-  const FusionOptions& options_;
+  FusionOptions options_;
   proto::Executable& exe_;
   std::vector<bool> materialized_;
   std::vector<std::vector<int64_t>> readers_;  // by instruction
   // The loop kernel that computes a value (as an extra output if it is stored: a result, or read by a
   // later kernel), or -1.
   std::vector<int64_t> absorbed_into_;
-  // Sibling fusion: the reduction whose kernel runs at a loop's position instead of its own (-1: none),
-  // and whether a reduction's kernel runs so.
-  std::vector<int64_t> moved_here_;
-  std::vector<bool> moved_;
+  // Sibling fusion: the reduction whose kernel runs at a loop's position instead of its own, and the
+  // position a reduction's kernel runs at so (-1: none).
+  std::vector<int64_t> moved_here_, moved_to_;
   std::vector<int64_t> slot_;
 };
 
@@ -799,5 +839,7 @@ class Emitter {
 absl::StatusOr<int64_t> EmitKernels(const HloModule& module, const FusionOptions& options, proto::Executable& exe) {
   return Emitter(module, options, exe).Run();
 }
+
+int64_t SiblingFusionFallbacks() { return g_sibling_fallbacks.load(std::memory_order_relaxed); }
 
 }  // namespace lazyrt::pjrt

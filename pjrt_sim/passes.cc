@@ -192,6 +192,11 @@ int64_t EliminateCommonSubexpressions(HloModule& module) {
   return changes;
 }
 
+// Whether fusion computes a value of `op` inside the loops that read it: elementwise work and views.
+bool ComputedInLoops(Opcode op) {
+  return IsElementwise(op) || op == Opcode::kTranspose || op == Opcode::kSlice || op == Opcode::kBroadcast;
+}
+
 int64_t SimplifyAlgebra(HloModule& module) {
   std::vector<int64_t> forward = Identity(module.insts.size());
   std::vector<int64_t> uses = UseCounts(module);
@@ -237,7 +242,21 @@ int64_t SimplifyAlgebra(HloModule& module) {
         if (operand(0).opcode == Opcode::kNegate) replace_with(operand(0).operands[0]);
         break;
       case Opcode::kConvert:
-        if (same_as_operand0) replace_with(inst.operands[0]);
+        if (same_as_operand0) {
+          replace_with(inst.operands[0]);
+        } else if (operand(0).opcode == Opcode::kReshape && uses[static_cast<size_t>(inst.operands[0])] == 1 &&
+                   ComputedInLoops(module.insts[static_cast<size_t>(operand(0).operands[0])].opcode)) {
+          // convert(reshape(v)) = reshape(convert(v)) (row-major order is the same in both shapes), where v
+          // is elementwise work or a view: the convert's loop computes v instead of v being stored whole
+          // for the reshape and read back (the attention's heads, transposed back and rounded to bf16 for
+          // the output projection, were written in f32 first). A stored v (a product) keeps the convert
+          // after the reshape, where its readers compute it.
+          HloInst& reshape = operand(0);
+          reshape.opcode = Opcode::kConvert;
+          reshape.shape = {inst.shape.type, module.insts[static_cast<size_t>(reshape.operands[0])].shape.dims};
+          inst.opcode = Opcode::kReshape;
+          ++changes;
+        }
         break;
       case Opcode::kReshape:
         if (same_as_operand0) {

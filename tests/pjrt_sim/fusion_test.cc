@@ -19,6 +19,10 @@ namespace fusion_test {
 
 class FusionTest : public CompilerTest {
  protected:
+  // No module compiled here needed its sibling fusions undone (they had put a kernel before one it reads).
+  void TearDown() override { EXPECT_EQ(SiblingFusionFallbacks(), fallbacks_at_start_); }
+  const int64_t fallbacks_at_start_ = SiblingFusionFallbacks();
+
   // The bits of every result of `module`, compiled with `fused` and unfused, on random arrays of the
   // parameters' dims.
   void ExpectFusedBitsAreUnfusedBits(const proto::Module& module, const std::vector<Dims>& parameter_dims,
@@ -215,6 +219,24 @@ TEST_F(FusionTest, WideningConvertOfAStoredArrayIsRecomputedByEachReader) {
   EXPECT_EQ(KernelsComputing(exe, Opcode::kConvert), 1) << KernelSummary(exe);
 }
 
+TEST_F(FusionTest, AConvertOfAReshapedViewIsOneLoop) {
+  // bf16(reshape(transpose(x))), the attention's heads put back in order and rounded for the output
+  // projection: the simplifier converts before reshaping, so one loop reads x through the transpose
+  // and writes bf16; the f32 transpose is not stored. A product's convert stays after its reshape
+  // (its readers compute it).
+  ModuleBuilder b;
+  const int64_t x = b.Parameter(0, proto::F32, {4, 8, 2, 3}), w = b.Parameter(1, proto::F32, {6, 5});
+  const int64_t heads = b.Reshape(b.Transpose(x, {1, 0, 2, 3}), {32, 6});
+  b.Output(b.Convert(heads, proto::BF16));
+  b.Output(b.Unary(Opcode::kTanh, b.Convert(b.Reshape(b.Dot(b.Reshape(x, {32, 6}), w), {32, 5, 1}), proto::F32)));
+  const proto::Executable exe = CompileToProto(b.module(), kFused);
+  ASSERT_EQ(exe.kernels_size(), 3) << KernelSummary(exe);
+  EXPECT_EQ(exe.kernels(0).label(), "convert(transpose)");
+  EXPECT_EQ(exe.kernels(1).kind(), proto::Kernel::DOT);
+  EXPECT_EQ(exe.kernels(2).label(), "tanh(reshape)");
+  ExpectFusedBitsAreUnfusedBits(b.module(), {{4, 8, 2, 3}, {6, 5}});
+}
+
 TEST_F(FusionTest, ArithmeticReadingTwoFullArraysIsStillComputedOnce) {
   // Recomputing x + y (or x + a broadcast as large as x) in each reader would load two arrays where the
   // stored sum is one: it is computed once, by its first reader, and stored for the reduction.
@@ -397,6 +419,23 @@ TEST_F(FusionTest, KernelsCompareWhereTheirReadersRunNow) {
   b.Output(b.Reduce(Combiner::kSum, v3, {1}));
   b.Output(b.Reduce(Combiner::kSum, b.Add(v2, k), {1}));
   ExpectFusedBitsAreUnfusedBits(b.module(), d, 3);
+}
+
+TEST_F(FusionTest, AReshapesReadersRunWhereTheyMoved) {
+  // R (the sum of y + rsh) moves to l1's place, before R2, and loads wl through the stored reshape
+  // rsh: wl's loop may then not move into R2 (its reading point, rsh, is read where R runs now).
+  ModuleBuilder b;
+  const int64_t x0 = b.Parameter(0, proto::F32, {8, 8}), y0 = b.Parameter(1, proto::F32, {4, 16}),
+                w = b.Parameter(2, proto::F32, {16, 16});
+  const int64_t y = b.Unary(Opcode::kExp, y0);
+  const int64_t x = b.Unary(Opcode::kExp, x0);
+  const int64_t wl = b.Mul(x, x0);
+  const int64_t l1 = b.Unary(Opcode::kTanh, y);
+  b.Output(b.Dot(l1, w));
+  b.Output(b.Reduce(Combiner::kSum, x, {1}));
+  const int64_t rsh = b.Reshape(wl, {4, 16});
+  b.Output(b.Reduce(Combiner::kSum, b.Add(y, rsh), {1}));
+  ExpectFusedBitsAreUnfusedBits(b.module(), {{8, 8}, {4, 16}, {16, 16}});
 }
 
 TEST_F(FusionTest, ReductionsStoreLoopResultsOnEveryPath) {

@@ -319,16 +319,25 @@ class Emitter {
     }
     // Sibling fusion: a loop and a reduction over rows or columns of the same space that read one value
     // become one kernel (a reduction storing the loop's results): one pass over their inputs for both (a
-    // bias's gradient, the column sums of dY, beside dY rounded to bf16 for the products), and the value
-    // they share is stored by neither. The kernel runs where the later of the two was if everything the
-    // earlier one stores is read there or later, else where the earlier was if everything the later one
+    // bias's gradient, the column sums of dY, beside dY rounded to bf16 for the products), and a value
+    // they share that one of them computed is stored by neither. The kernel runs where the later of the two was if
+    // everything the earlier one stores is read there or later, else where the earlier was if everything the later one
     // loads is written before that.
     for (size_t i = 0; i < n && options_.siblings; ++i) {
-      const int64_t computed_in = absorbed_into_[i];
-      if (computed_in < 0) continue;
-      for (int64_t reader : reads_elsewhere[i]) {
-        const bool loop_first = IsElementwise(Inst(computed_in).opcode);
-        const int64_t loop = loop_first ? computed_in : reader, reduce = loop_first ? reader : computed_in;
+      // Kernels that read value i at the same points: the one computing it with each reading it stored,
+      // or two that read it stored (a product, the sum of heads' gradients reshaped, a parameter).
+      std::vector<std::pair<int64_t, int64_t>> pairs;
+      if (const int64_t computed_in = absorbed_into_[i]; computed_in >= 0) {
+        for (int64_t reader : reads_elsewhere[i]) pairs.emplace_back(computed_in, reader);
+      } else if (materialized_[i]) {
+        const std::optional<std::vector<int64_t>> points = PointsReading(static_cast<int64_t>(i));
+        for (size_t a = 0; points && a < points->size(); ++a) {
+          for (size_t b = a + 1; b < points->size(); ++b) pairs.emplace_back((*points)[a], (*points)[b]);
+        }
+      }
+      for (const auto& [one, other] : pairs) {
+        const bool one_is_loop = IsElementwise(Inst(one).opcode);
+        const int64_t loop = one_is_loop ? one : other, reduce = one_is_loop ? other : one;
         if (!IsElementwise(Inst(loop).opcode) || Inst(reduce).opcode != Opcode::kReduce ||
             !ReducesRowsOrColumns(Inst(reduce)) || absorbed_into_[static_cast<size_t>(loop)] >= 0 ||
             absorbed_into_[static_cast<size_t>(reduce)] >= 0 || moved_here_[static_cast<size_t>(loop)] >= 0 ||

@@ -322,6 +322,21 @@ TEST_F(FusionTest, LoopBesideALaterReductionOfItsSpaceJoinsIt) {
   }
 }
 
+TEST_F(FusionTest, LoopAndReductionReadingOneStoredArrayAreOnePass) {
+  // The bf16 GPT's qkv bias gradient: the heads' gradients, concatenated and reshaped (a stored array),
+  // are summed over the rows and rounded to bf16 for the products: one kernel reads them once.
+  ModuleBuilder b;
+  const Dims d = {32, 24};
+  const int64_t g = b.Reshape(b.Dot(b.Parameter(0, proto::F32, {32, 16}), b.Parameter(1, proto::F32, {16, 24})), d);
+  b.Output(b.Convert(g, proto::BF16));
+  b.Output(b.Reduce(Combiner::kSum, g, {0}));
+  const proto::Executable exe = CompileToProto(b.module(), kFused);
+  ASSERT_EQ(exe.kernels_size(), 2) << KernelSummary(exe);
+  EXPECT_EQ(exe.kernels(1).kind(), proto::Kernel::REDUCE);
+  EXPECT_EQ(exe.kernels(1).extra_outputs_size(), 1) << KernelSummary(exe);
+  ExpectFusedBitsAreUnfusedBits(b.module(), {{32, 16}, {16, 24}});
+}
+
 TEST_F(FusionTest, ReductionOverMiddleDimsLeavesTheLoopAlone) {
   // A reduction over neither rows nor columns walks its space on one thread: the loop keeps its own
   // kernel (in parallel) and stores e for it.

@@ -7,6 +7,7 @@
 
 #include <bit>
 #include <cmath>
+#include <functional>
 #include <numeric>
 #include <random>
 #include <set>
@@ -302,16 +303,24 @@ TEST_F(FusionTest, ValueReadTwiceByOneKernelIsNeitherStoredNorRecomputed) {
   EXPECT_EQ(exps, 1);
 }
 
-TEST_F(FusionTest, LoopBesideALaterReductionOfItsSpaceJoinsIt) {
-  // e is read by a loop (tanh) and then by a reduction over rows or over columns: the reduction computes
-  // e, and the loop's result beside its sums, in one pass; e is stored nowhere.
-  for (const int64_t dim : {1, 0}) {
-    SCOPED_TRACE(dim == 1 ? "rows" : "columns");
+TEST_F(FusionTest, LoopAndAReductionOfItsSpaceReadingOneValueAreOnePass) {
+  // e is read by a loop (tanh) and by a reduction over rows or over columns, the loop first or the
+  // reduction first (the loop then reads nothing written after it): the reduction computes e, and the
+  // loop's result beside its sums, in one pass; e is stored nowhere.
+  struct Case {
+    const char* name;
+    int64_t dim;
+    bool loop_first;
+  };
+  for (const Case& c : {Case{"rows, loop first", 1, true}, Case{"columns, loop first", 0, true},
+                        Case{"rows, reduction first", 1, false}}) {
+    SCOPED_TRACE(c.name);
     ModuleBuilder b;
     const int64_t x = b.Parameter(0, proto::F32, {40, 60});
     const int64_t e = b.Unary(Opcode::kExp, x);
-    b.Output(b.Unary(Opcode::kTanh, e));
-    b.Output(b.Reduce(Combiner::kSum, e, {dim}));
+    if (c.loop_first) b.Output(b.Unary(Opcode::kTanh, e));
+    b.Output(b.Reduce(Combiner::kSum, e, {c.dim}));
+    if (!c.loop_first) b.Output(b.Unary(Opcode::kTanh, e));
     const proto::Executable exe = CompileToProto(b.module(), kFused);
     ASSERT_EQ(exe.kernels_size(), 1) << KernelSummary(exe);
     EXPECT_EQ(exe.kernels(0).kind(), proto::Kernel::REDUCE);
@@ -353,23 +362,6 @@ TEST_F(FusionTest, ReductionOverMiddleDimsLeavesTheLoopAlone) {
   ExpectFusedBitsAreUnfusedBits(b.module(), d, 1);
 }
 
-TEST_F(FusionTest, LoopAfterAReductionOfItsSpaceJoinsIt) {
-  // The reduction comes first: it computes e, and the later loop's tanh(e) beside its sums (the loop
-  // reads nothing written after the reduction); e is stored nowhere.
-  ModuleBuilder b;
-  const int64_t x = b.Parameter(0, proto::F32, {4, 6});
-  const int64_t e = b.Unary(Opcode::kExp, x);
-  b.Output(b.Reduce(Combiner::kSum, e, {1}));
-  b.Output(b.Unary(Opcode::kTanh, e));
-  const proto::Executable exe = CompileToProto(b.module(), kFused);
-  ASSERT_EQ(exe.kernels_size(), 1) << KernelSummary(exe);
-  EXPECT_EQ(exe.kernels(0).kind(), proto::Kernel::REDUCE);
-  EXPECT_EQ(exe.kernels(0).extra_outputs_size(), 1) << KernelSummary(exe);
-  EXPECT_EQ(KernelsComputing(exe, Opcode::kExp), 1) << KernelSummary(exe);
-  EXPECT_EQ(exe.arena_bytes(), 0);
-  ExpectFusedBitsAreUnfusedBits(b.module(), {4, 6}, 1);
-}
-
 TEST_F(FusionTest, BiasGradientSumsAndRoundsDyInOnePass) {
   // The bf16 GPT's bias gradient: g = f32(dy) * f32(h) is summed over the rows and rounded to bf16 for
   // a product. One REDUCE kernel computes g, its column sums and bf16(g), before the product, whichever
@@ -404,36 +396,40 @@ TEST_F(FusionTest, BiasGradientSumsAndRoundsDyInOnePass) {
   }
 }
 
-TEST_F(FusionTest, AReductionMovedEarlierBringsWhatItTookIn) {
-  // The reduction first takes in the loop v1 + X (at its own place), then moves to l2's earlier place
-  // (l2 is read by the product X before the reduction): it cannot, since what it took in reads X.
-  ModuleBuilder b;
+TEST_F(FusionTest, SiblingFusionsKeepEveryReadAfterItsWrite) {
+  // Modules where sibling fusion once put a kernel before one whose result it reads (found in review):
+  // each compiles (TearDown: without undoing any sibling fusion) to the unfused bits.
+  struct Case {
+    const char* name;
+    std::function<void(ModuleBuilder&, int64_t x0, int64_t x1, int64_t w)> build;
+  };
+  const Case cases[] = {
+      {"a reduction moving earlier brings what it took in: the loop v1 + X (at its own place) reads the "
+       "product X, which reads l2, the place it would move to",
+       [](ModuleBuilder& b, int64_t x0, int64_t x1, int64_t w) {
+         const int64_t v1 = b.Unary(Opcode::kExp, x0), v2 = b.Unary(Opcode::kExp, x1);
+         const int64_t product = b.Dot(b.Unary(Opcode::kTanh, v2), w);
+         b.Output(b.Add(v1, product));
+         b.Output(b.Reduce(Combiner::kSum, b.Add(v1, v2), {1}));
+       }},
+      {"kernels compare where their readers run now: the sum of v2 + k moves to l2's place and reads k "
+       "there, so k's loop may not move into the later sum of v3",
+       [](ModuleBuilder& b, int64_t x0, int64_t x1, int64_t w) {
+         const int64_t v2 = b.Unary(Opcode::kExp, x0), v3 = b.Unary(Opcode::kExp, x1);
+         const int64_t k = b.Unary(Opcode::kTanh, v3);
+         b.Output(k);
+         b.Output(b.Dot(b.Unary(Opcode::kTanh, v2), w));
+         b.Output(b.Reduce(Combiner::kSum, v3, {1}));
+         b.Output(b.Reduce(Combiner::kSum, b.Add(v2, k), {1}));
+       }},
+  };
   const Dims d = {8, 8};
-  const int64_t x0 = b.Parameter(0, proto::F32, d), x1 = b.Parameter(1, proto::F32, d),
-                w = b.Parameter(2, proto::F32, d);
-  const int64_t v1 = b.Unary(Opcode::kExp, x0), v2 = b.Unary(Opcode::kExp, x1);
-  const int64_t l2 = b.Unary(Opcode::kTanh, v2);
-  const int64_t product = b.Dot(l2, w);
-  b.Output(b.Add(v1, product));
-  b.Output(b.Reduce(Combiner::kSum, b.Add(v1, v2), {1}));
-  ExpectFusedBitsAreUnfusedBits(b.module(), d, 3);
-}
-
-TEST_F(FusionTest, KernelsCompareWhereTheirReadersRunNow) {
-  // The reduction R moves to l2's place, before R's original one, and reads k there: k's loop may then
-  // not move into the later reduction of v3, past R.
-  ModuleBuilder b;
-  const Dims d = {8, 8};
-  const int64_t x0 = b.Parameter(0, proto::F32, d), x1 = b.Parameter(1, proto::F32, d),
-                w = b.Parameter(2, proto::F32, d);
-  const int64_t v2 = b.Unary(Opcode::kExp, x0), v3 = b.Unary(Opcode::kExp, x1);
-  const int64_t k = b.Unary(Opcode::kTanh, v3);
-  b.Output(k);
-  const int64_t l2 = b.Unary(Opcode::kTanh, v2);
-  b.Output(b.Dot(l2, w));
-  b.Output(b.Reduce(Combiner::kSum, v3, {1}));
-  b.Output(b.Reduce(Combiner::kSum, b.Add(v2, k), {1}));
-  ExpectFusedBitsAreUnfusedBits(b.module(), d, 3);
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    ModuleBuilder b;
+    c.build(b, b.Parameter(0, proto::F32, d), b.Parameter(1, proto::F32, d), b.Parameter(2, proto::F32, d));
+    ExpectFusedBitsAreUnfusedBits(b.module(), d, 3);
+  }
 }
 
 TEST_F(FusionTest, AReshapesReadersRunWhereTheyMoved) {

@@ -331,8 +331,13 @@ class Emitter {
         for (int64_t reader : reads_elsewhere[i]) pairs.emplace_back(computed_in, reader);
       } else if (materialized_[i]) {
         const std::optional<std::vector<int64_t>> points = PointsReading(static_cast<int64_t>(i));
-        for (size_t a = 0; points && a < points->size(); ++a) {
-          for (size_t b = a + 1; b < points->size(); ++b) pairs.emplace_back((*points)[a], (*points)[b]);
+        std::vector<int64_t> loops, reductions;
+        for (int64_t p : points.value_or(std::vector<int64_t>{})) {
+          if (IsElementwise(Inst(p).opcode)) loops.push_back(p);
+          if (Inst(p).opcode == Opcode::kReduce) reductions.push_back(p);
+        }
+        for (int64_t loop : loops) {
+          for (int64_t reduce : reductions) pairs.emplace_back(loop, reduce);
         }
       }
       for (const auto& [one, other] : pairs) {
@@ -352,7 +357,9 @@ class Emitter {
         // Neither has moved or been taken in: each runs at its own place. Reads are compared by where
         // their kernels run now (an earlier pairing may have moved one).
         const int64_t first = std::min(loop, reduce), second = std::max(loop, reduce);
-        const auto waits = [&](int64_t p) { return p == loop || p == reduce || ReadsAtOrAfter(p, second); };
+        const auto waits = [&](int64_t p) {
+          return p == loop || p == reduce || ReadsAtOrAfter(p, second, loop, reduce);
+        };
         const std::optional<std::vector<int64_t>> first_points = first == loop ? loop_points : PointsReading(reduce);
         const bool at_second = first_points && std::ranges::all_of(*first_points, waits) &&
                                std::ranges::all_of(later_reads[static_cast<size_t>(first)], waits);
@@ -495,12 +502,16 @@ class Emitter {
     const int64_t moved_to = moved_to_[static_cast<size_t>(kernel)];
     return moved_to >= 0 ? moved_to : kernel;
   }
-  // Whether the reads at point p happen at or after position `at`: a kernel's where it runs now, a
-  // stored reshape's (an alias, no kernel) where its own readers run.
-  bool ReadsAtOrAfter(int64_t p, int64_t at) const {
+  // Whether the reads at point p happen at or after position `at`, outside the kernel of `loop` and
+  // `reduce` being formed there: a kernel's where it runs now, a stored reshape's (an alias, no kernel)
+  // where its own readers run. That kernel reading a stored reshape of what it computes would read
+  // memory it has not written yet.
+  bool ReadsAtOrAfter(int64_t p, int64_t at, int64_t loop, int64_t reduce) const {
     if (Inst(p).opcode == Opcode::kReshape && materialized_[static_cast<size_t>(p)]) {
       const std::optional<std::vector<int64_t>> points = PointsReading(p);
-      return points && std::ranges::all_of(*points, [&](int64_t q) { return ReadsAtOrAfter(q, at); });
+      return points && std::ranges::all_of(*points, [&](int64_t q) {
+               return q != loop && q != reduce && ReadsAtOrAfter(q, at, loop, reduce);
+             });
     }
     return PositionOf(p) >= at;
   }

@@ -212,6 +212,13 @@ int64_t SimplifyAlgebra(HloModule& module) {
       uses[static_cast<size_t>(id)] += uses[i] - (reads_id ? 1 : 0);
       ++changes;
     };
+    // Points operand k at `id` instead. The counts of uses stay exact (or high, for operands of dead
+    // instructions): the convert rule rewrites an operand in place where it counts one use.
+    auto read_instead = [&](size_t k, int64_t id) {
+      --uses[static_cast<size_t>(inst.operands[k])];
+      ++uses[static_cast<size_t>(id)];
+      inst.operands[k] = id;
+    };
     const bool same_as_operand0 = !inst.operands.empty() && operand(0).shape == inst.shape;
     switch (inst.opcode) {
       case Opcode::kAdd:
@@ -222,6 +229,8 @@ int64_t SimplifyAlgebra(HloModule& module) {
         } else if (std::optional<std::vector<int64_t>> parts = SumOfZeroPaddedParts(module, inst)) {
           inst.opcode = Opcode::kConcatenate;
           inst.axis = operand(0).axis;
+          for (int64_t op : inst.operands) --uses[static_cast<size_t>(op)];
+          for (int64_t op : *parts) ++uses[static_cast<size_t>(op)];
           inst.operands = *std::move(parts);
           ++changes;
         }
@@ -244,25 +253,29 @@ int64_t SimplifyAlgebra(HloModule& module) {
       case Opcode::kConvert:
         if (same_as_operand0) {
           replace_with(inst.operands[0]);
-        } else if (operand(0).opcode == Opcode::kReshape && uses[static_cast<size_t>(inst.operands[0])] == 1 &&
-                   ComputedInLoops(module.insts[static_cast<size_t>(operand(0).operands[0])].opcode)) {
+        } else if (operand(0).opcode == Opcode::kReshape && uses[static_cast<size_t>(inst.operands[0])] == 1) {
           // convert(reshape(v)) = reshape(convert(v)) (row-major order is the same in both shapes), where v
-          // is elementwise work or a view: the convert's loop computes v instead of v being stored whole
-          // for the reshape and read back (the attention's heads, transposed back and rounded to bf16 for
-          // the output projection, were written in f32 first). A stored v (a product) keeps the convert
-          // after the reshape, where its readers compute it.
+          // is elementwise work or a view read here only, and the convert does not widen: the convert's
+          // loop computes v instead of v being stored whole for the reshape and read back (the
+          // attention's heads, transposed back and rounded to bf16 for the output projection, were
+          // written in f32 first). A stored v (a product), or a widening convert (recomputed by each
+          // reader from the narrower v), stays after the reshape.
           HloInst& reshape = operand(0);
-          reshape.opcode = Opcode::kConvert;
-          reshape.shape = {inst.shape.type, module.insts[static_cast<size_t>(reshape.operands[0])].shape.dims};
-          inst.opcode = Opcode::kReshape;
-          ++changes;
+          const HloInst& v = module.insts[static_cast<size_t>(reshape.operands[0])];
+          if (ComputedInLoops(v.opcode) && uses[static_cast<size_t>(reshape.operands[0])] == 1 &&
+              ByteWidth(inst.shape.type) <= ByteWidth(v.shape.type)) {
+            reshape.opcode = Opcode::kConvert;
+            reshape.shape = {inst.shape.type, v.shape.dims};
+            inst.opcode = Opcode::kReshape;
+            ++changes;
+          }
         }
         break;
       case Opcode::kReshape:
         if (same_as_operand0) {
           replace_with(inst.operands[0]);
         } else if (operand(0).opcode == Opcode::kReshape) {
-          inst.operands[0] = operand(0).operands[0];
+          read_instead(0, operand(0).operands[0]);
           ++changes;
         }
         break;
@@ -275,17 +288,19 @@ int64_t SimplifyAlgebra(HloModule& module) {
           for (size_t d = 0; d < composed.size(); ++d) {
             composed[d] = operand(0).dims[static_cast<size_t>(inst.dims[d])];
           }
-          inst.operands[0] = operand(0).operands[0];
+          read_instead(0, operand(0).operands[0]);
           inst.dims = composed;
           ++changes;
-          if (IsIdentityPermutation(inst.dims)) forward[i] = inst.operands[0];
+          if (IsIdentityPermutation(inst.dims)) replace_with(inst.operands[0]);
         } else if (operand(0).opcode == Opcode::kDot && SwapsLastTwoDims(inst.dims) &&
                    uses[static_cast<size_t>(inst.operands[0])] == 1) {
           // (A B)^T = B^T A^T: the product computes the transposed result directly, written
           // contiguously, instead of being written and then read back with a stride.
           const HloInst dot = operand(0);
           inst.opcode = Opcode::kDot;
-          inst.operands = {dot.operands[1], dot.operands[0]};
+          read_instead(0, dot.operands[1]);
+          inst.operands.push_back(dot.operands[0]);
+          ++uses[static_cast<size_t>(dot.operands[0])];
           inst.transpose_lhs = !dot.transpose_rhs;
           inst.transpose_rhs = !dot.transpose_lhs;
           inst.dims.clear();
@@ -299,6 +314,7 @@ int64_t SimplifyAlgebra(HloModule& module) {
           // A broadcast splat is a splat of the bigger shape.
           inst.opcode = Opcode::kConstant;
           inst.value = operand(0).value;
+          --uses[static_cast<size_t>(inst.operands[0])];
           inst.operands.clear();
           inst.dims.clear();
           ++changes;
@@ -315,7 +331,7 @@ int64_t SimplifyAlgebra(HloModule& module) {
         for (size_t k = 0; k < 2; ++k) {
           const HloInst& t = operand(k);
           if (t.opcode != Opcode::kTranspose || !SwapsLastTwoDims(t.dims)) continue;
-          inst.operands[k] = t.operands[0];
+          read_instead(k, t.operands[0]);
           (k == 0 ? inst.transpose_lhs : inst.transpose_rhs) ^= true;
           ++changes;
         }

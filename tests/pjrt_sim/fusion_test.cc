@@ -223,19 +223,61 @@ TEST_F(FusionTest, WideningConvertOfAStoredArrayIsRecomputedByEachReader) {
 TEST_F(FusionTest, AConvertOfAReshapedViewIsOneLoop) {
   // bf16(reshape(transpose(x))), the attention's heads put back in order and rounded for the output
   // projection: the simplifier converts before reshaping, so one loop reads x through the transpose
-  // and writes bf16; the f32 transpose is not stored. A product's convert stays after its reshape
-  // (its readers compute it).
+  // and writes bf16; the f32 transpose is not stored. A product's convert stays after its reshape: the
+  // product is stored anyway, and its bf16 rounding is computed by the tanh that reads it.
   ModuleBuilder b;
   const int64_t x = b.Parameter(0, proto::F32, {4, 8, 2, 3}), w = b.Parameter(1, proto::F32, {6, 5});
   const int64_t heads = b.Reshape(b.Transpose(x, {1, 0, 2, 3}), {32, 6});
   b.Output(b.Convert(heads, proto::BF16));
-  b.Output(b.Unary(Opcode::kTanh, b.Convert(b.Reshape(b.Dot(b.Reshape(x, {32, 6}), w), {32, 5, 1}), proto::F32)));
+  const int64_t product = b.Reshape(b.Dot(b.Reshape(x, {32, 6}), w), {16, 10});
+  b.Output(b.Unary(Opcode::kTanh, b.Convert(product, proto::BF16)));
   const proto::Executable exe = CompileToProto(b.module(), kFused);
   ASSERT_EQ(exe.kernels_size(), 3) << KernelSummary(exe);
   EXPECT_EQ(exe.kernels(0).label(), "convert(transpose)");
   EXPECT_EQ(exe.kernels(1).kind(), proto::Kernel::DOT);
-  EXPECT_EQ(exe.kernels(2).label(), "tanh(reshape)");
+  EXPECT_EQ(exe.kernels(2).label(), "tanh(convert)");
   ExpectFusedBitsAreUnfusedBits(b.module(), {{4, 8, 2, 3}, {6, 5}});
+}
+
+TEST_F(FusionTest, AConvertStaysAfterAReshapeWhereMovingItCostsMore) {
+  // Widening: f32(reshape(-h)) with bf16 h is recomputed by each reader from the stored bf16 -h, not
+  // stored in f32. Another reader of v: exp(x) is computed once, by the tanh's loop, not again for a
+  // convert of its own.
+  {
+    ModuleBuilder b;
+    const int64_t h = b.Parameter(0, proto::BF16, {4, 6});
+    const int64_t wide = b.Convert(b.Reshape(b.Unary(Opcode::kNegate, h), {6, 4}), proto::F32);
+    b.Output(b.Unary(Opcode::kTanh, wide));
+    b.Output(b.Reduce(Combiner::kSum, wide, {0}));
+    const proto::Executable exe = CompileToProto(b.module(), kFused);
+    EXPECT_EQ(KernelsComputing(exe, Opcode::kConvert), 2) << KernelSummary(exe);
+  }
+  ModuleBuilder b;
+  const int64_t x = b.Parameter(0, proto::F32, {4, 6});
+  const int64_t v = b.Unary(Opcode::kExp, x);
+  b.Output(b.Unary(Opcode::kTanh, v));
+  b.Output(b.Unary(Opcode::kNegate, b.Convert(b.Reshape(v, {6, 4}), proto::BF16)));
+  const proto::Executable exe = CompileToProto(b.module(), kFused);
+  EXPECT_EQ(exe.kernels_size(), 2) << KernelSummary(exe);
+  EXPECT_EQ(KernelsComputing(exe, Opcode::kExp), 1) << KernelSummary(exe);
+  ExpectFusedBitsAreUnfusedBits(b.module(), {4, 6}, 1);
+}
+
+TEST_F(FusionTest, AConvertOfAValueWithForwardedReadersKeepsThem) {
+  // transpose(transpose(r)) is r itself: its readers (a result, and a convert) read r, which must not
+  // count as read by the convert alone (it would be rewritten into the convert in place).
+  ModuleBuilder b;
+  const int64_t r = b.Reshape(b.Unary(Opcode::kExp, b.Parameter(0, proto::F32, {2, 3})), {3, 2});
+  const int64_t same = b.Transpose(b.Transpose(r, {1, 0}), {1, 0});
+  b.Output(same);
+  b.Output(b.Convert(same, proto::BF16));
+  const std::vector<HostArray> results = Run(b.module(), kFused, {F32({2, 3}, {0, 1, -1, 2, -2, 0.5})});
+  ASSERT_EQ(results.size(), 2u);
+  EXPECT_EQ(results[0].shape, (ArrayShape{PrimitiveType::kF32, {3, 2}}));
+  EXPECT_EQ(results[1].shape, (ArrayShape{PrimitiveType::kBF16, {3, 2}}));
+  const std::vector<float> values = results[0].values<float>();
+  const std::vector<uint16_t> rounded = results[1].values<uint16_t>();
+  for (size_t i = 0; i < values.size() && i < rounded.size(); ++i) EXPECT_EQ(rounded[i], FloatToBf16(values[i]));
 }
 
 TEST_F(FusionTest, ArithmeticReadingTwoFullArraysIsStillComputedOnce) {
@@ -335,7 +377,7 @@ TEST_F(FusionTest, LoopAndReductionReadingOneStoredArrayAreOnePass) {
   // The bf16 GPT's qkv bias gradient: the heads' gradients, concatenated and reshaped (a stored array),
   // are summed over the rows and rounded to bf16 for the products: one kernel reads them once.
   ModuleBuilder b;
-  const Dims d = {32, 24};
+  const Dims d = {64, 12};
   const int64_t g = b.Reshape(b.Dot(b.Parameter(0, proto::F32, {32, 16}), b.Parameter(1, proto::F32, {16, 24})), d);
   b.Output(b.Convert(g, proto::BF16));
   b.Output(b.Reduce(Combiner::kSum, g, {0}));
@@ -411,6 +453,14 @@ TEST_F(FusionTest, SiblingFusionsKeepEveryReadAfterItsWrite) {
          const int64_t product = b.Dot(b.Unary(Opcode::kTanh, v2), w);
          b.Output(b.Add(v1, product));
          b.Output(b.Reduce(Combiner::kSum, b.Add(v1, v2), {1}));
+       }},
+      {"a reduction does not read a stored reshape of its own result: the sum s and the loop x + rs with "
+       "rs = reshape(s) are not one kernel",
+       [](ModuleBuilder& b, int64_t x0, int64_t, int64_t) {
+         const int64_t x = b.Reshape(x0, {64, 1});
+         const int64_t rs = b.Reshape(b.Reduce(Combiner::kSum, x, {1}), {64, 1});
+         b.Output(rs);
+         b.Output(b.Add(x, rs));
        }},
       {"kernels compare where their readers run now: the sum of v2 + k moves to l2's place and reads k "
        "there, so k's loop may not move into the later sum of v3",

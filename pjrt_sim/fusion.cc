@@ -6,6 +6,7 @@
 #include <iterator>
 #include <map>
 #include <optional>
+#include <span>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
@@ -27,10 +28,7 @@ std::vector<int64_t> NonUnitDims(const std::vector<int64_t>& dims) {
 bool IsUnitDimReshape(const HloInst& reshape, const HloInst& operand) {
   return reshape.opcode == Opcode::kReshape && NonUnitDims(reshape.shape.dims) == NonUnitDims(operand.shape.dims);
 }
-bool IsView(Opcode op) { return op == Opcode::kBroadcast || op == Opcode::kTranspose || op == Opcode::kSlice; }
 bool IsRng(Opcode op) { return op == Opcode::kRngUniform || op == Opcode::kRngNormal; }
-// Ops whose values can be computed inside another kernel's program.
-bool IsFusable(Opcode op) { return IsElementwise(op) || IsView(op) || op == Opcode::kConstant || op == Opcode::kIota; }
 // Consumers that read their operands from memory (they cannot take a fused operand). A reshape is not
 // one: a materialized reshape aliases its operand (Classify materializes that), a view reshape reads through.
 bool ReadsMaterializedOperands(Opcode op) {
@@ -135,9 +133,14 @@ class Emitter {
   int64_t Emit() {
     Classify();
     AssignSlots();
+    // A reduction that moved (sibling fusion) runs at the place of the loop it took in.
+    std::vector<int64_t> moved_here(m_.insts.size(), -1);
+    for (size_t r = 0; r < m_.insts.size(); ++r) {
+      if (moved_to_[r] >= 0) moved_here[static_cast<size_t>(moved_to_[r])] = static_cast<int64_t>(r);
+    }
     int64_t fused_away = 0;
     for (size_t i = 0; i < m_.insts.size(); ++i) {
-      if (moved_here_[i] >= 0) EmitKernel(moved_here_[i]);
+      if (moved_here[i] >= 0) EmitKernel(moved_here[i]);
       if (!materialized_[i] || absorbed_into_[i] >= 0) {
         ++fused_away;
         continue;
@@ -286,7 +289,6 @@ class Emitter {
     // by the parameter update right after; GELU's erf, read by the forward's product and again by the
     // backward. A value read in that kernel only (and not a result) is never stored at all.
     absorbed_into_.assign(n, -1);
-    moved_here_.assign(n, -1);
     moved_to_.assign(n, -1);
     if (!options_.enabled) return;
     std::vector<bool> is_output(n, false);
@@ -297,6 +299,22 @@ class Emitter {
     std::vector<std::vector<int64_t>> later_reads(n);
     // Per absorbed value: its readers' points outside the kernel it was absorbed into.
     std::vector<std::vector<int64_t>> reads_elsewhere(n);
+    // Kernel `id`, read at `points`, is computed by kernel `into` from now on: its steps join into's
+    // program, and the reads of what it stores become into's later reads, but for those inside the one
+    // kernel (no longer reads of a stored value).
+    const auto absorb = [&](int64_t id, int64_t into, std::span<const int64_t> points) {
+      program_steps[static_cast<size_t>(into)] += program_steps[static_cast<size_t>(id)];
+      absorbed_into_[static_cast<size_t>(id)] = into;
+      std::ranges::copy_if(points, std::back_inserter(reads_elsewhere[static_cast<size_t>(id)]),
+                           [&](int64_t p) { return p != into; });
+      std::vector<int64_t>& reads = later_reads[static_cast<size_t>(into)];
+      std::erase_if(reads, [&](int64_t p) { return p == id; });
+      std::ranges::copy_if(later_reads[static_cast<size_t>(id)], std::back_inserter(reads),
+                           [&](int64_t p) { return p != into; });
+      reads.insert(reads.end(), reads_elsewhere[static_cast<size_t>(id)].begin(),
+                   reads_elsewhere[static_cast<size_t>(id)].end());
+      later_reads[static_cast<size_t>(id)].clear();
+    };
     for (size_t i = 0; i < n; ++i) {
       const int64_t id = static_cast<int64_t>(i);
       const std::vector<int64_t> points = ReadingPoints(id);
@@ -307,15 +325,7 @@ class Emitter {
       if (program_steps[static_cast<size_t>(into)] + program_steps[i] > options_.max_program_steps ||
           !std::ranges::all_of(later_reads[i], moves_along_or_waits))
         continue;
-      program_steps[static_cast<size_t>(into)] += program_steps[i];
-      absorbed_into_[i] = into;
-      std::vector<int64_t>& reads = later_reads[static_cast<size_t>(into)];
-      for (int64_t p : later_reads[i]) reads.push_back(p);
-      for (int64_t p : points) {
-        if (p != into) reads_elsewhere[i].push_back(p);
-      }
-      reads.insert(reads.end(), reads_elsewhere[i].begin(), reads_elsewhere[i].end());
-      later_reads[i].clear();
+      absorb(id, into, points);
     }
     // Sibling fusion: a loop and a reduction over rows or columns of the same space that read one value
     // become one kernel (a reduction storing the loop's results): one pass over their inputs for both (a
@@ -345,8 +355,7 @@ class Emitter {
         const int64_t loop = one_is_loop ? one : other, reduce = one_is_loop ? other : one;
         if (!IsElementwise(Inst(loop).opcode) || Inst(reduce).opcode != Opcode::kReduce ||
             !ReducesRowsOrColumns(Inst(reduce)) || absorbed_into_[static_cast<size_t>(loop)] >= 0 ||
-            absorbed_into_[static_cast<size_t>(reduce)] >= 0 || moved_here_[static_cast<size_t>(loop)] >= 0 ||
-            moved_to_[static_cast<size_t>(reduce)] >= 0 ||
+            absorbed_into_[static_cast<size_t>(reduce)] >= 0 || moved_to_[static_cast<size_t>(reduce)] >= 0 ||
             Inst(Inst(reduce).operands[0]).shape.dims != Inst(loop).shape.dims ||
             program_steps[static_cast<size_t>(reduce)] + program_steps[static_cast<size_t>(loop)] >
                 options_.max_program_steps) {
@@ -364,22 +373,8 @@ class Emitter {
         const bool at_second = first_points && std::ranges::all_of(*first_points, waits) &&
                                std::ranges::all_of(later_reads[static_cast<size_t>(first)], waits);
         if (!at_second && !ContentsReadyBefore(second, loop, reduce, first)) continue;
-        program_steps[static_cast<size_t>(reduce)] += program_steps[static_cast<size_t>(loop)];
-        absorbed_into_[static_cast<size_t>(loop)] = reduce;
-        if ((at_second ? second : first) != reduce) {
-          moved_here_[static_cast<size_t>(loop)] = reduce;
-          moved_to_[static_cast<size_t>(reduce)] = loop;
-        }
-        std::ranges::copy_if(*loop_points, std::back_inserter(reads_elsewhere[static_cast<size_t>(loop)]),
-                             [&](int64_t p) { return p != reduce; });
-        // Reads inside the one kernel are no longer reads of stored values by another.
-        std::vector<int64_t>& reads = later_reads[static_cast<size_t>(reduce)];
-        std::erase_if(reads, [&](int64_t p) { return p == loop; });
-        std::ranges::copy_if(later_reads[static_cast<size_t>(loop)], std::back_inserter(reads),
-                             [&](int64_t p) { return p != reduce; });
-        reads.insert(reads.end(), reads_elsewhere[static_cast<size_t>(loop)].begin(),
-                     reads_elsewhere[static_cast<size_t>(loop)].end());
-        later_reads[static_cast<size_t>(loop)].clear();
+        absorb(loop, reduce, *loop_points);
+        if ((at_second ? second : first) != reduce) moved_to_[static_cast<size_t>(reduce)] = loop;
         break;
       }
     }
@@ -848,9 +843,9 @@ class Emitter {
   // The loop kernel that computes a value (as an extra output if it is stored: a result, or read by a
   // later kernel), or -1.
   std::vector<int64_t> absorbed_into_;
-  // Sibling fusion: the reduction whose kernel runs at a loop's position instead of its own, and the
-  // position a reduction's kernel runs at so (-1: none).
-  std::vector<int64_t> moved_here_, moved_to_;
+  // Sibling fusion: where a reduction's kernel runs instead of its own place, the place of the loop it
+  // took in (-1: its own).
+  std::vector<int64_t> moved_to_;
   std::vector<int64_t> slot_;
 };
 

@@ -164,6 +164,13 @@ inline bool IsUnary(Opcode op) { return ClassOf(op) == OpClass::kUnary; }
 inline bool IsBinary(Opcode op) { return ClassOf(op) == OpClass::kBinary; }
 // Computed point by point from operands of the result's dims: unary, binary, convert, compare, select.
 bool IsElementwise(Opcode op);
+// Broadcast, transpose and slice: each result element is one element of the operand.
+inline bool IsView(Opcode op) { return op == Opcode::kBroadcast || op == Opcode::kTranspose || op == Opcode::kSlice; }
+// Values fusion computes inside the kernels that read them (elementwise work, views, generators of
+// constants and iotas) instead of storing them.
+inline bool IsFusable(Opcode op) {
+  return IsElementwise(op) || IsView(op) || op == Opcode::kConstant || op == Opcode::kIota;
+}
 inline bool IsGenerator(Opcode op) { return ClassOf(op) == OpClass::kGenerator; }
 
 // The comparisons of COMPARE.

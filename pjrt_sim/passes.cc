@@ -192,11 +192,6 @@ int64_t EliminateCommonSubexpressions(HloModule& module) {
   return changes;
 }
 
-// Whether fusion computes a value of `op` inside the loops that read it: elementwise work and views.
-bool ComputedInLoops(Opcode op) {
-  return IsElementwise(op) || op == Opcode::kTranspose || op == Opcode::kSlice || op == Opcode::kBroadcast;
-}
-
 int64_t SimplifyAlgebra(HloModule& module) {
   std::vector<int64_t> forward = Identity(module.insts.size());
   std::vector<int64_t> uses = UseCounts(module);
@@ -262,7 +257,7 @@ int64_t SimplifyAlgebra(HloModule& module) {
           // reader from the narrower v), stays after the reshape.
           HloInst& reshape = operand(0);
           const HloInst& v = module.insts[static_cast<size_t>(reshape.operands[0])];
-          if (ComputedInLoops(v.opcode) && uses[static_cast<size_t>(reshape.operands[0])] == 1 &&
+          if (IsFusable(v.opcode) && uses[static_cast<size_t>(reshape.operands[0])] == 1 &&
               ByteWidth(inst.shape.type) <= ByteWidth(v.shape.type)) {
             reshape.opcode = Opcode::kConvert;
             reshape.shape = {inst.shape.type, v.shape.dims};

@@ -304,7 +304,9 @@ absl::StatusOr<std::shared_ptr<Executable>> Executable::Load(proto::Executable p
     while (e.slots(static_cast<int>(s)).kind() == proto::Slot::ALIAS) s = e.slots(static_cast<int>(s)).index();
     return s;
   };
-  int64_t inline_cost = 0;  // elements times program steps, over all kernels
+  // Elements times program steps over all kernels, counted up to where inlining is out of the question.
+  constexpr int64_t kMostElementSteps = Stream::kMaxWakeNs / kNsPerElementStep + 1;
+  int64_t element_steps = 0;
   bool any_gemm = false;
   for (int k = 0; k < e.kernels_size(); ++k) {
     const proto::Kernel& kernel = e.kernels(k);
@@ -338,7 +340,9 @@ absl::StatusOr<std::shared_ptr<Executable>> Executable::Load(proto::Executable p
     if (!built.ok()) return Invalid(std::string(built.status().message()));
     const int64_t elements = kernel.has_iteration_shape() ? FromProto(kernel.iteration_shape()).numel()
                                                           : slot_shapes[static_cast<size_t>(out)].numel();
-    inline_cost += std::clamp<int64_t>(elements, 1, kInlineCost + 1) * (kernel.program_size() + 1);
+    element_steps =
+        std::min(element_steps + std::clamp<int64_t>(elements, 1, kMostElementSteps) * (kernel.program_size() + 1),
+                 kMostElementSteps);
     any_gemm = any_gemm || kernel.kind() == proto::Kernel::DOT || kernel.kind() == proto::Kernel::ATTENTION ||
                kernel.kind() == proto::Kernel::ATTENTION_GRAD;
     exe->checks_indices_ = exe->checks_indices_ || kernel.site() > 0;
@@ -353,7 +357,7 @@ absl::StatusOr<std::shared_ptr<Executable>> Executable::Load(proto::Executable p
     }
     exe->output_shapes_.push_back(slot_shapes[static_cast<size_t>(s)]);
   }
-  exe->runs_inline_ = !any_gemm && inline_cost <= kInlineCost;
+  exe->inline_ns_ = any_gemm ? kNeverInline : element_steps * kNsPerElementStep;
   exe->kernel_times_ = std::make_unique<AtomicKernelTime[]>(exe->kernels_.size());
   return exe;
 }
@@ -546,7 +550,7 @@ absl::StatusOr<std::vector<std::vector<std::shared_ptr<Buffer>>>> Executable::Ex
     // computations). Anything else runs on the stream, in order. A partition never runs inline: it
     // would wait at its first collective for partitions not yet submitted.
     const bool profile = devices[p]->kernel_profiling();
-    bool inline_ok = runs_inline_ && partitions == 1;
+    bool inline_ok = partitions == 1 && inline_ns_ <= devices[p]->stream().wake_ns();
     for (const auto& ready : run.arg_ready) inline_ok = inline_ok && ready->IsReady();
     devices[p]->stream().Submit(inline_ok, [self = shared_from_this(), run = std::move(run), profile, name_site,
                                             communicator, run_id, shared_devices,

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <atomic>
 #include <functional>
+#include <limits>
 #include <memory>
 #include <span>
 #include <string>
@@ -33,8 +34,8 @@ class Executable : public std::enable_shared_from_this<Executable> {
 
   // Runs on `device`'s stream with `args` as parameters; returns the results at once, each ready when
   // the stream has computed it (or failed: the error is then reported by the buffer). Fails
-  // immediately on a wrong argument or when the device cannot hold the arena and results. A small
-  // executable (runs_inline()) on an idle stream runs on the calling thread before this returns.
+  // immediately on a wrong argument or when the device cannot hold the arena and results. An executable
+  // cheaper than a hand-off (inline_ns()) on an idle stream runs on the calling thread before this returns.
   // An index out of range is reported as "<op>: index ..." where <op> is name_site(the instruction's
   // site) (the caller's op and line), or the opcode's name without a namer or for site 0.
   // An executable of several partitions runs with ExecutePartitioned only.
@@ -79,11 +80,15 @@ class Executable : public std::enable_shared_from_this<Executable> {
   // Pointers for every slot given parameter memory, the arena and result memory.
   std::vector<void*> SlotPointers(std::span<void* const> params, void* arena, std::span<void* const> outputs) const;
 
-  // Cheaper to run than to hand to another thread (10-20 us on this 2-core VM): no GEMM, and at most
-  // kInlineCost elements times program steps over all kernels (a step costs 1-30 ns per element,
-  // the most on tiny arrays).
-  bool runs_inline() const { return runs_inline_; }
-  static constexpr int64_t kInlineCost = 256;
+  // What running the kernels on the calling thread is estimated to take, in nanoseconds: kNsPerElementStep
+  // per element and program step over all kernels; kNeverInline with a GEMM or attention. Execute runs
+  // the executable inline on an idle stream when this is at most what waking the stream's thread costs
+  // (Stream::wake_ns(), measured).
+  int64_t inline_ns() const { return inline_ns_; }
+  // A program step on a one-element array takes ~6 ns with the kernel's dispatch (a 1,083-step, 21-kernel
+  // graph: 6.35 us; benchmarks/RESULTS.md), less per element on longer arrays: a high estimate there.
+  static constexpr int64_t kNsPerElementStep = 8;
+  static constexpr int64_t kNeverInline = std::numeric_limits<int64_t>::max();
   // Whether a kernel checks indices (gather, scatter and the like): only then can a run fail at a site
   // that Execute's SiteNamer names.
   bool checks_indices() const { return checks_indices_; }
@@ -103,7 +108,7 @@ class Executable : public std::enable_shared_from_this<Executable> {
   std::vector<std::unique_ptr<Kernel>> kernels_;
   std::vector<ArrayShape> output_shapes_;
   std::vector<ArrayShape> parameter_shapes_;
-  bool runs_inline_ = false;
+  int64_t inline_ns_ = kNeverInline;
   bool checks_indices_ = false;
   struct AtomicKernelTime {
     std::atomic<int64_t> runs{0}, total_ns{0};

@@ -1,5 +1,8 @@
 #include "pjrt_sim/stream.h"
 
+#include <algorithm>
+#include <chrono>
+
 namespace lazyrt::pjrt {
 
 Stream::~Stream() {
@@ -18,8 +21,14 @@ void Stream::Submit(bool inline_if_idle, std::function<void()> work) {
   if (!inline_if_idle || running_work_ || !queue_.empty()) {
     queue_.push_back(std::move(work));
     if (!thread_.joinable()) thread_ = std::thread([this] { Loop(); });
+    const bool wakes = sleeping_;
     lock.unlock();
+    const auto start = std::chrono::steady_clock::now();
     work_ready_.notify_one();
+    if (wakes) {
+      RecordWake(
+          std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - start).count());
+    }
     return;
   }
   running_work_ = true;  // the stream thread leaves the queue alone meanwhile
@@ -32,6 +41,12 @@ void Stream::Submit(bool inline_if_idle, std::function<void()> work) {
   if (queue_.empty()) idle_.notify_all();
 }
 
+void Stream::RecordWake(int64_t ns) {
+  // The update may race with another submitter's and lose a sample, which an average can afford.
+  const int64_t old = wake_ns_.load(std::memory_order_relaxed);
+  wake_ns_.store((7 * old + std::clamp<int64_t>(ns, 0, kMaxWakeNs)) / 8, std::memory_order_relaxed);
+}
+
 void Stream::Synchronize() {
   std::unique_lock<std::mutex> lock(mu_);
   idle_.wait(lock, [this] { return queue_.empty() && !running_work_; });
@@ -40,7 +55,9 @@ void Stream::Synchronize() {
 void Stream::Loop() {
   std::unique_lock<std::mutex> lock(mu_);
   while (true) {
+    sleeping_ = true;
     work_ready_.wait(lock, [this] { return !running_work_ && (stopping_ || !queue_.empty()); });
+    sleeping_ = false;
     if (queue_.empty()) return;  // stopping, and nothing left to run
     std::function<void()> work = std::move(queue_.front());
     queue_.pop_front();

@@ -70,13 +70,14 @@ void Tensor::set_grad(const Tensor& grad) { detail::ImplOf(*this, "set_grad", So
 
 Tensor Tensor::detach() const {
   const detail::TensorImpl& src = detail::ImplOf(*this, "detach", SourceLocation::current());
-  auto impl = std::make_shared<detail::TensorImpl>(src.shape, src.device, src.created_at);
-  impl->ir = src.ir;
-  impl->buffer = src.buffer;
-  impl->sharding = src.sharding;
-  impl->sharded = src.sharded;
-  if (is_pending()) detail::Runtime::Get().device_state({src.device}, SourceLocation::current()).Register(impl.get());
-  return Tensor(std::move(impl));
+  Tensor out = detail::NewTensor(src.shape, src.device, src.created_at);
+  detail::TensorImpl& impl = *out.impl();
+  impl.ir = src.ir;
+  impl.buffer = src.buffer;
+  impl.sharding = src.sharding;
+  impl.sharded = src.sharded;
+  if (is_pending()) detail::Runtime::Get().device_state({src.device}, SourceLocation::current()).Register(&impl);
+  return out;
 }
 
 void Tensor::backward(SourceLocation loc) const {
@@ -88,33 +89,33 @@ void Tensor::backward(SourceLocation loc) const {
   NoGradGuard no_grad;
 
   // Topological order of the tape (iterative: a deep network must not overflow the stack).
-  std::vector<std::shared_ptr<detail::TensorImpl>> order;
+  std::vector<Tensor> order;
   absl::flat_hash_map<detail::TensorImpl*, bool> seen;
   struct Frame {
-    std::shared_ptr<detail::TensorImpl> impl;
+    Tensor tensor;
     size_t next;
   };
-  std::vector<Frame> stack = {{impl_, 0}};
-  seen[impl_.get()] = true;
+  std::vector<Frame> stack = {{*this, 0}};
+  seen[impl_] = true;
   while (!stack.empty()) {
     Frame& top = stack.back();
-    const detail::GradFn* fn = top.impl->grad_fn.get();
+    const detail::GradFn* fn = top.tensor.impl()->grad_fn.get();
     if (fn != nullptr && top.next < fn->inputs.size()) {
       const Tensor& in = fn->inputs[top.next++];
-      if (in.defined() && in.impl()->requires_grad && seen.emplace(in.impl().get(), true).second) {
-        stack.push_back({in.impl(), 0});
+      if (in.defined() && in.impl()->requires_grad && seen.emplace(in.impl(), true).second) {
+        stack.push_back({in, 0});
       }
       continue;
     }
-    order.push_back(std::move(top.impl));
+    order.push_back(std::move(top.tensor));
     stack.pop_back();
   }
 
   absl::flat_hash_map<detail::TensorImpl*, Tensor> grads;
-  grads[impl_.get()] = ones(std::vector<int64_t>(root.shape.dims().begin(), root.shape.dims().end()),
-                            root.shape.dtype(), Device{root.device}, loc);
+  grads[impl_] = ones(std::vector<int64_t>(root.shape.dims().begin(), root.shape.dims().end()), root.shape.dtype(),
+                      Device{root.device}, loc);
   for (auto it = order.rbegin(); it != order.rend(); ++it) {
-    detail::TensorImpl* impl = it->get();
+    detail::TensorImpl* impl = it->impl();
     auto g = grads.find(impl);
     if (g == grads.end()) continue;
     Tensor grad = g->second;
@@ -137,7 +138,7 @@ void Tensor::backward(SourceLocation loc) const {
                                  " for an input of ", in.shape().ToString()),
                     fn->created_at);
       }
-      auto [slot, inserted] = grads.try_emplace(in.impl().get(), gi);
+      auto [slot, inserted] = grads.try_emplace(in.impl(), gi);
       if (!inserted) slot->second = slot->second + gi;
     }
   }

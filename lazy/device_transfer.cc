@@ -35,10 +35,10 @@ Tensor Tensor::to(Device device, SourceLocation loc) const {
       detail::RecordMemorySample(dst);
     });
   }
-  auto impl = std::make_shared<TensorImpl>(src.shape, device.index, loc);
-  impl->buffer = *std::move(copy);
+  Tensor out = detail::NewTensor(src.shape, device.index, loc);
+  out.impl()->buffer = *std::move(copy);
   return detail::Record(
-      Tensor(std::move(impl)), "to", {*this},
+      std::move(out), "to", {*this},
       [source = Device{src.device}, loc](const Tensor& grad, const Tensor&, const std::vector<Tensor>&) {
         return std::vector<Tensor>{grad.to(source, loc)};
       },

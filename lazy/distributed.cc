@@ -426,9 +426,9 @@ Tensor make_array_from_process_local_data(const Tensor& local, const Mesh& mesh,
     ThrowIfError(buffer.status(), kOp, loc);
     data->shards[p] = *std::move(buffer);
   }
-  auto out = std::make_shared<detail::TensorImpl>(global_shape, 0, loc);
-  out->sharded = std::move(data);
-  return mark_sharding(Tensor(std::move(out)), mesh, spec, loc);
+  Tensor out = detail::NewTensor(global_shape, 0, loc);
+  out.impl()->sharded = std::move(data);
+  return mark_sharding(out, mesh, spec, loc);
 }
 
 }  // namespace distributed

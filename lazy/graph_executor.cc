@@ -73,14 +73,15 @@ std::atomic<int64_t>& SyncCounter(SyncCause cause) {
 
 // Step 1: the live tensors with pending IR, and their values (the graph's roots), in registry order.
 struct PendingGraph {
-  std::vector<std::shared_ptr<TensorImpl>> tensors;
+  std::vector<Tensor> tensors;
   std::vector<ir::Value> roots;
 };
 PendingGraph CollectPending(DeviceState& state) {
   PendingGraph pending;
-  for (std::shared_ptr<TensorImpl>& t : state.LiveTensors()) {
-    if (!t->ir || t->ir.node->op() == ir::OpKind::kDeviceData) continue;
-    pending.roots.push_back(t->ir);
+  for (Tensor& t : state.LiveTensors()) {
+    const ir::Value& ir = t.impl()->ir;
+    if (!ir || ir.node->op() == ir::OpKind::kDeviceData) continue;
+    pending.roots.push_back(ir);
     pending.tensors.push_back(std::move(t));
   }
   return pending;
@@ -286,13 +287,13 @@ void LaunchPartitioned(const pjrt::Executable& exe, const std::vector<std::vecto
     data->mesh_shape.assign(p.mesh().shape().begin(), p.mesh().shape().end());
     data->mesh_devices.assign(p.mesh().device_ids().begin(), p.mesh().device_ids().end());
     data->dim_axes =
-        DimAxes(p.output_shardings(static_cast<int>(i)), static_cast<size_t>(pending.tensors[i]->shape.rank()));
+        DimAxes(p.output_shardings(static_cast<int>(i)), static_cast<size_t>(pending.tensors[i].impl()->shape.rank()));
     for (std::vector<std::shared_ptr<pjrt::Buffer>>& partition : *results) {
       data->shards.push_back(partition.empty() ? nullptr : partition[i]);
     }
-    pending.tensors[i]->sharded = std::move(data);
-    pending.tensors[i]->buffer = nullptr;
-    pending.tensors[i]->ir = {};
+    pending.tensors[i].impl()->sharded = std::move(data);
+    pending.tensors[i].impl()->buffer = nullptr;
+    pending.tensors[i].impl()->ir = {};
   }
   for (const std::vector<std::shared_ptr<pjrt::Buffer>>& partition : *results) {
     if (!partition.empty()) state.in_flight.push_back(partition.back()->ready());
@@ -304,9 +305,9 @@ void LaunchPartitioned(const pjrt::Executable& exe, const std::vector<std::vecto
 // Step 7: the synced tensors hold device buffers and drop their IR.
 void Commit(PendingGraph& pending, std::vector<std::shared_ptr<pjrt::Buffer>>& results, DeviceState& state) {
   for (size_t i = 0; i < pending.tensors.size(); ++i) {
-    pending.tensors[i]->buffer = std::move(results[i]);
-    pending.tensors[i]->sharded = nullptr;
-    pending.tensors[i]->ir = {};
+    pending.tensors[i].impl()->buffer = std::move(results[i]);
+    pending.tensors[i].impl()->sharded = nullptr;
+    pending.tensors[i].impl()->ir = {};
   }
   state.UnregisterSynced(pending.tensors);
   state.AdvanceRng();

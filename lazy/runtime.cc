@@ -41,6 +41,13 @@ TensorImpl::~TensorImpl() {
   if (registered) Runtime::Get().device_state({device}, SourceLocation::current()).Unregister(this);
 }
 
+void Retain(TensorImpl* impl) noexcept { impl->refs.fetch_add(1, std::memory_order_relaxed); }
+
+void Release(TensorImpl* impl) noexcept {
+  // Acquire-release: whatever other holders wrote happens before the deletion.
+  if (impl->refs.fetch_sub(1, std::memory_order_acq_rel) == 1) delete impl;
+}
+
 void DeviceState::Register(TensorImpl* t) {
   std::lock_guard<SpinMutex> lock(mu);
   if (t->registered) return;
@@ -56,10 +63,10 @@ void DeviceState::Unregister(TensorImpl* t) {
   Unlink(t);
 }
 
-void DeviceState::UnregisterSynced(const std::vector<std::shared_ptr<TensorImpl>>& synced) {
+void DeviceState::UnregisterSynced(const std::vector<Tensor>& synced) {
   std::lock_guard<SpinMutex> lock(mu);
-  for (const auto& t : synced) {
-    if (t->registered) Unlink(t.get());
+  for (const Tensor& t : synced) {
+    if (t.impl()->registered) Unlink(t.impl());
   }
 }
 
@@ -70,12 +77,16 @@ void DeviceState::Unlink(TensorImpl* t) {
   t->registered = false;
 }
 
-std::vector<std::shared_ptr<TensorImpl>> DeviceState::LiveTensors() {
-  std::vector<std::shared_ptr<TensorImpl>> out;
+std::vector<Tensor> DeviceState::LiveTensors() {
+  std::vector<Tensor> out;
   std::lock_guard<SpinMutex> lock(mu);
   for (TensorImpl* t = head; t != nullptr; t = t->next) {
-    // A tensor whose last reference is being dropped right now is waiting to unregister: skip it.
-    if (std::shared_ptr<TensorImpl> strong = t->weak_from_this().lock()) out.push_back(std::move(strong));
+    // A tensor whose last reference is being dropped right now (no references left) is waiting for this
+    // lock to unregister: skip it. Otherwise take a reference, which its destruction then waits for.
+    int64_t refs = t->refs.load(std::memory_order_relaxed);
+    while (refs > 0 && !t->refs.compare_exchange_weak(refs, refs + 1, std::memory_order_relaxed)) {
+    }
+    if (refs > 0) out.emplace_back(t);
   }
   return out;
 }

@@ -4,6 +4,7 @@
 
 #include <unistd.h>
 
+#include <atomic>
 #include <cstdint>
 #include <deque>
 #include <memory>
@@ -45,10 +46,20 @@ struct ScalarLeaf final : ir::LeafData {
 struct DeviceState;
 struct GradFn;
 
-struct TensorImpl : std::enable_shared_from_this<TensorImpl> {
+// What a Tensor handle refers to. The reference count is kept here rather than in a shared_ptr's
+// control block: the registry must turn its raw links into references, skipping a tensor that is
+// being destroyed, which a shared_ptr allows only through enable_shared_from_this's weak count, three
+// atomic operations more per tensor than the one an intrusive count needs (~13 ns on the project's VMs:
+// benchmarks/RESULTS.md).
+struct TensorImpl {
   TensorImpl(Shape shape, int device, SourceLocation created_at)
       : shape(std::move(shape)), device(device), created_at(created_at) {}
   ~TensorImpl();
+  TensorImpl(const TensorImpl&) = delete;
+  TensorImpl& operator=(const TensorImpl&) = delete;
+
+  // Tensor handles referring to this; it is deleted when the last goes.
+  std::atomic<int64_t> refs{1};
 
   Shape shape;
   int device;
@@ -83,9 +94,9 @@ struct DeviceState {
   // Removes tensors that no longer have pending IR (after a sync). A tensor re-registers when it gets
   // new pending IR, so the registry lists each step's tensors in the order that step created or
   // updated them: the same order, and the same graph key, every step.
-  void UnregisterSynced(const std::vector<std::shared_ptr<TensorImpl>>& synced);
-  // Strong references to every live tensor, in creation order.
-  std::vector<std::shared_ptr<TensorImpl>> LiveTensors();
+  void UnregisterSynced(const std::vector<Tensor>& synced);
+  // Every live tensor, in creation order.
+  std::vector<Tensor> LiveTensors();
 
   // The leaf holding this step's random seed (one per step, shared by every random op of the step),
   // and the stream index of the next random op.
@@ -115,6 +126,11 @@ struct DeviceState {
   int64_t retired_nodes = 0;
   int64_t retired_bytes = 0;
 };
+
+// A new tensor: the only reference to a new TensorImpl.
+inline Tensor NewTensor(Shape shape, int device, SourceLocation created_at) {
+  return Tensor(new TensorImpl(std::move(shape), device, created_at));
+}
 
 class Runtime {
  public:

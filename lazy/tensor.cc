@@ -67,8 +67,11 @@ ir::Value ScalarValue(Scalar s, DType dtype, const SourceLocation& loc) {
     return ir::Value{ir::MakeNode(ir::OpKind::kConstant, ir::OperandList{}, ir::ShapeList{Shape(dtype, {})},
                                   ir::Attributes{{ir::AttrKey::kValue, s.value()}}, nullptr, loc)};
   }
+  // Beside its node in the node arena: it lives exactly as long, and a general allocation and free cost
+  // more than the rest of the leaf.
   return ir::Value{ir::MakeNode(ir::OpKind::kDeviceData, ir::OperandList{}, ir::ShapeList{Shape(dtype, {})},
-                                ir::Attributes{}, std::make_shared<ScalarLeaf>(s.value()), loc)};
+                                ir::Attributes{},
+                                std::allocate_shared<ScalarLeaf>(ir::NodeAllocator<ScalarLeaf>{}, s.value()), loc)};
 }
 
 ir::Value Converted(ir::Value v, DType dtype, const SourceLocation& loc) {
@@ -79,13 +82,12 @@ ir::Value Converted(ir::Value v, DType dtype, const SourceLocation& loc) {
 
 Tensor MakeTensor(ir::OpKind op, ir::OperandList operands, Shape shape, int device, const SourceLocation& loc,
                   ir::Attributes attrs, const char* api_name) {
-  auto impl = std::make_shared<TensorImpl>(shape, device, loc);
-  impl->ir = ir::Value{
+  Tensor out = NewTensor(shape, device, loc);
+  out.impl()->ir = ir::Value{
       ir::MakeNode(op, std::move(operands), ir::ShapeList{std::move(shape)}, std::move(attrs), nullptr, loc, api_name)};
   Runtime& rt = Runtime::Get();
   DeviceState& state = rt.device_state({device}, loc);
-  state.Register(impl.get());
-  Tensor out(std::move(impl));
+  state.Register(out.impl());
   const int64_t limit = rt.options().graph_limit;
   if (limit > 0 && ++state.traced_nodes >= limit) Sync({device}, SyncCause::kGraphLimit, loc);
   return out;
@@ -115,9 +117,9 @@ Tensor FromHost(std::span<const T> values, const std::vector<int64_t>& dims, DTy
   ThrowIfError(buffer.status(), "FromData", loc);
   static std::atomic<int64_t>& transfers = Counter(counters::kTransfersToDevice);  // looked up once
   transfers.fetch_add(1);
-  auto impl = std::make_shared<TensorImpl>(std::move(shape), device.index, loc);
-  impl->buffer = *std::move(buffer);
-  return Tensor(std::move(impl));
+  Tensor out = detail::NewTensor(std::move(shape), device.index, loc);
+  out.impl()->buffer = *std::move(buffer);
+  return out;
 }
 
 }  // namespace

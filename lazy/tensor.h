@@ -79,12 +79,33 @@ struct ScalarArg {
 
 namespace detail {
 struct TensorImpl;
-}
+// A TensorImpl's reference count (kept in it: see TensorImpl::refs).
+void Retain(TensorImpl* impl) noexcept;
+void Release(TensorImpl* impl) noexcept;
+}  // namespace detail
 
 class Tensor {
  public:
   // An undefined tensor (no data, no IR). Most operations on it throw.
   Tensor() = default;
+  // Copies share the tensor (as PyTorch's handles do); moves leave the source undefined.
+  Tensor(const Tensor& other) noexcept : impl_(other.impl_) {
+    if (impl_ != nullptr) detail::Retain(impl_);
+  }
+  Tensor(Tensor&& other) noexcept : impl_(std::exchange(other.impl_, nullptr)) {}
+  Tensor& operator=(const Tensor& other) noexcept {
+    Tensor copy(other);
+    std::swap(impl_, copy.impl_);
+    return *this;
+  }
+  Tensor& operator=(Tensor&& other) noexcept {
+    Tensor moved(std::move(other));
+    std::swap(impl_, moved.impl_);
+    return *this;
+  }
+  ~Tensor() {
+    if (impl_ != nullptr) detail::Release(impl_);
+  }
 
   // Copies host data to `device`. `values.size()` must equal the product of `dims`.
   static Tensor FromData(std::span<const float> values, const std::vector<int64_t>& dims, Device device = {},
@@ -155,11 +176,12 @@ class Tensor {
   // gradient goes back to this tensor's device. An unknown device is an error naming the valid ones.
   Tensor to(Device device, LAZYRT_HERE) const;
 
-  const std::shared_ptr<detail::TensorImpl>& impl() const { return impl_; }
-  explicit Tensor(std::shared_ptr<detail::TensorImpl> impl) : impl_(std::move(impl)) {}
+  detail::TensorImpl* impl() const { return impl_; }
+  // Takes over one reference to `impl` (a new TensorImpl starts with the one its creator hands here).
+  explicit Tensor(detail::TensorImpl* impl) noexcept : impl_(impl) {}
 
  private:
-  std::shared_ptr<detail::TensorImpl> impl_;
+  detail::TensorImpl* impl_ = nullptr;
 };
 
 // While alive, ops record no autograd graph (optimizer updates, evaluation).

@@ -1,6 +1,10 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <atomic>
+#include <cstdio>
+#include <thread>
+
 #include "ir/post_order.h"
 #include "lazy/runtime.h"
 #include "lazy/tensor.h"
@@ -140,6 +144,34 @@ TEST(Registry, FindsLiveTensorsAndForgetsDeadOnes) {
     EXPECT_EQ(state.LiveTensors().size(), before + 2);
   }
   EXPECT_EQ(state.LiveTensors().size(), before);
+}
+
+// One thread traces and drops tensors while another collects the live ones, as a sync does: a tensor
+// whose last handle is going is skipped, any other is held until the collector lets go (and is then
+// destroyed on the collector's thread). The sanitizer builds check the reference counts' ordering.
+TEST(Registry, CollectsWhileAnotherThreadDropsTensors) {
+  detail::DeviceState& state = detail::Runtime::Get().device_state({0}, SourceLocation::current());
+  const size_t before = state.LiveTensors().size();
+  Tensor x = Input({3});
+  std::atomic<bool> done{false};
+  std::thread tracer([&] {
+    for (int i = 0; i < 20'000; ++i) {
+      Tensor y = x + 1.0;
+      Tensor z = y * 2.0;
+    }
+    done = true;
+  });
+  int64_t held = 0;
+  while (!done) {
+    for (const Tensor& t : state.LiveTensors()) {
+      EXPECT_TRUE(t.is_pending());
+      EXPECT_EQ(t.shape(), x.shape());
+      ++held;
+    }
+  }
+  tracer.join();
+  EXPECT_EQ(state.LiveTensors().size(), before);
+  std::printf("tensors held while their tracer dropped them: %ld\n", static_cast<long>(held));
 }
 
 TEST(Tracing, AssignUpdatesEveryHandle) {

@@ -78,15 +78,20 @@ void DeviceState::Unlink(TensorImpl* t) {
 }
 
 std::vector<Tensor> DeviceState::LiveTensors() {
-  std::vector<Tensor> out;
+  std::vector<Tensor> out;  // released after the lock: a last release unregisters, which takes it
   std::lock_guard<SpinMutex> lock(mu);
+  size_t registered = 0;
+  for (TensorImpl* t = head; t != nullptr; t = t->next) ++registered;
+  out.reserve(registered);  // before any reference is taken: nothing below can throw
   for (TensorImpl* t = head; t != nullptr; t = t->next) {
-    // A tensor whose last reference is being dropped right now (no references left) is waiting for this
-    // lock to unregister: skip it. Otherwise take a reference, which its destruction then waits for.
+    // A tensor whose last reference is being dropped right now (none left) waits for this lock to
+    // unregister: skip it. Otherwise take a reference (acquiring: what its other holders did with it
+    // happens before the sync that uses it).
     int64_t refs = t->refs.load(std::memory_order_relaxed);
-    while (refs > 0 && !t->refs.compare_exchange_weak(refs, refs + 1, std::memory_order_relaxed)) {
+    while (refs > 0 &&
+           !t->refs.compare_exchange_weak(refs, refs + 1, std::memory_order_acquire, std::memory_order_relaxed)) {
     }
-    if (refs > 0) out.emplace_back(t);
+    if (refs > 0) out.push_back(AdoptTensor(t));
   }
   return out;
 }

@@ -67,8 +67,8 @@ ir::Value ScalarValue(Scalar s, DType dtype, const SourceLocation& loc) {
     return ir::Value{ir::MakeNode(ir::OpKind::kConstant, ir::OperandList{}, ir::ShapeList{Shape(dtype, {})},
                                   ir::Attributes{{ir::AttrKey::kValue, s.value()}}, nullptr, loc)};
   }
-  // Beside its node in the node arena: it lives exactly as long, and a general allocation and free cost
-  // more than the rest of the leaf.
+  // Beside its node in the node arena: only the node holds it, and a general allocation and free cost
+  // more than the rest of the leaf. (The step's seed leaf, held across the step's graphs, is not.)
   return ir::Value{ir::MakeNode(ir::OpKind::kDeviceData, ir::OperandList{}, ir::ShapeList{Shape(dtype, {})},
                                 ir::Attributes{},
                                 std::allocate_shared<ScalarLeaf>(ir::NodeAllocator<ScalarLeaf>{}, s.value()), loc)};

@@ -82,6 +82,9 @@ struct TensorImpl;
 // A TensorImpl's reference count (kept in it: see TensorImpl::refs).
 void Retain(TensorImpl* impl) noexcept;
 void Release(TensorImpl* impl) noexcept;
+// The tensor that takes over one reference to `impl`, already counted: a new TensorImpl's first, or
+// one the registry has just taken.
+inline Tensor AdoptTensor(TensorImpl* impl) noexcept;
 }  // namespace detail
 
 class Tensor {
@@ -177,12 +180,15 @@ class Tensor {
   Tensor to(Device device, LAZYRT_HERE) const;
 
   detail::TensorImpl* impl() const { return impl_; }
-  // Takes over one reference to `impl` (a new TensorImpl starts with the one its creator hands here).
-  explicit Tensor(detail::TensorImpl* impl) noexcept : impl_(impl) {}
 
  private:
+  friend Tensor detail::AdoptTensor(detail::TensorImpl* impl) noexcept;
+  explicit Tensor(detail::TensorImpl* impl) noexcept : impl_(impl) {}
+
   detail::TensorImpl* impl_ = nullptr;
 };
+
+inline Tensor detail::AdoptTensor(TensorImpl* impl) noexcept { return Tensor(impl); }
 
 // While alive, ops record no autograd graph (optimizer updates, evaluation).
 class NoGradGuard {

@@ -338,8 +338,11 @@ absl::StatusOr<std::shared_ptr<Executable>> Executable::Load(proto::Executable p
             ? BuildCollectiveKernel(kernel, inputs, slot_shapes[static_cast<size_t>(out)], e.num_partitions())
             : BuildKernel(kernel, inputs, slot_shapes[static_cast<size_t>(out)], extra_outputs);
     if (!built.ok()) return Invalid(std::string(built.status().message()));
-    const int64_t elements = kernel.has_iteration_shape() ? FromProto(kernel.iteration_shape()).numel()
-                                                          : slot_shapes[static_cast<size_t>(out)].numel();
+    // A loop's iteration space; otherwise the largest array the kernel touches (an argmax reads far more
+    // than it writes).
+    int64_t elements = kernel.has_iteration_shape() ? FromProto(kernel.iteration_shape()).numel()
+                                                    : slot_shapes[static_cast<size_t>(out)].numel();
+    for (const ArrayShape& in : inputs) elements = std::max(elements, in.numel());
     element_steps =
         std::min(element_steps + std::clamp<int64_t>(elements, 1, kMostElementSteps) * (kernel.program_size() + 1),
                  kMostElementSteps);

@@ -85,9 +85,9 @@ class Executable : public std::enable_shared_from_this<Executable> {
   // the executable inline on an idle stream when this is at most what waking the stream's thread costs
   // (Stream::wake_ns(), measured).
   int64_t inline_ns() const { return inline_ns_; }
-  // A program step on a one-element array takes ~6 ns with the kernel's dispatch (a 1,083-step, 21-kernel
-  // graph: 6.35 us; benchmarks/RESULTS.md), less per element on longer arrays: a high estimate there.
-  static constexpr int64_t kNsPerElementStep = 8;
+  // A program step on a one-element array takes 5.9 ns with the kernel's dispatch (a 1,083-step, 21-kernel
+  // graph: 6.35 us; benchmarks/RESULTS.md), less per element on longer arrays.
+  static constexpr int64_t kNsPerElementStep = 6;
   static constexpr int64_t kNeverInline = std::numeric_limits<int64_t>::max();
   // Whether a kernel checks indices (gather, scatter and the like): only then can a run fail at a site
   // that Execute's SiteNamer names.

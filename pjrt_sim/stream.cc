@@ -1,7 +1,7 @@
 #include "pjrt_sim/stream.h"
 
-#include <algorithm>
 #include <chrono>
+#include <utility>
 
 namespace lazyrt::pjrt {
 
@@ -21,7 +21,7 @@ void Stream::Submit(bool inline_if_idle, std::function<void()> work) {
   if (!inline_if_idle || running_work_ || !queue_.empty()) {
     queue_.push_back(std::move(work));
     if (!thread_.joinable()) thread_ = std::thread([this] { Loop(); });
-    const bool wakes = sleeping_;
+    const bool wakes = std::exchange(sleeping_, false);  // a second hand-off before it runs wakes nothing
     lock.unlock();
     const auto start = std::chrono::steady_clock::now();
     work_ready_.notify_one();
@@ -42,9 +42,10 @@ void Stream::Submit(bool inline_if_idle, std::function<void()> work) {
 }
 
 void Stream::RecordWake(int64_t ns) {
+  if (ns < 0 || ns > kMaxWakeNs) return;
   // The update may race with another submitter's and lose a sample, which an average can afford.
   const int64_t old = wake_ns_.load(std::memory_order_relaxed);
-  wake_ns_.store((7 * old + std::clamp<int64_t>(ns, 0, kMaxWakeNs)) / 8, std::memory_order_relaxed);
+  wake_ns_.store((7 * old + ns) / 8, std::memory_order_relaxed);
 }
 
 void Stream::Synchronize() {

@@ -32,9 +32,9 @@ class Stream {
   // inter-processor interrupt: ~2 us on bare metal, 10-20 us on the project's 2-core VMs. Work cheaper
   // than this is better run inline (Submit).
   int64_t wake_ns() const { return wake_ns_.load(std::memory_order_relaxed); }
-  // The most one hand-off counts for: a caller descheduled midway (milliseconds) moves the average only
-  // so far, and work estimated above this never runs inline.
-  static constexpr int64_t kMaxWakeNs = 100'000;
+  // A longer hand-off is not counted: its caller was descheduled midway, or (with every core busy) waited
+  // while the woken thread ran the work on its core. Work estimated above this never runs inline.
+  static constexpr int64_t kMaxWakeNs = 50'000;
 
  private:
   void Loop();

@@ -109,9 +109,7 @@ TEST(Stream, MeasuresWhatWakingItsThreadCosts) {
   std::set<int64_t> seen;
   for (int i = 0; i < 20; ++i) {
     stream.Enqueue([] {});
-    stream.Synchronize();
-    // Room for the stream thread to go back to waiting, so that the next hand-off wakes it.
-    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    stream.Synchronize();  // the stream thread waits for work again before Synchronize returns
     seen.insert(stream.wake_ns());
     EXPECT_GT(stream.wake_ns(), 0);
     EXPECT_LE(stream.wake_ns(), Stream::kMaxWakeNs);

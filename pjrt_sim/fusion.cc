@@ -183,32 +183,48 @@ class Emitter {
   // reader about the same load (or less, through a convert) and saves the store with its write-allocate
   // read. The GPT's x = dot + bias, read by GELU's forward and again by its backward, is not written at
   // all; nor, with bf16 products, f32(dot) read by a layer norm's gradient and by its reductions.
+  // Deeper work, functions of one argument among it, is recomputed too when the one array it comes from
+  // is narrower than its result: a reader then loads fewer bytes than the stored result would take, and
+  // the loops wait on memory, not on arithmetic. GELU's erf(x / sqrt 2) on bf16 products is not stored
+  // in f32 for its backward (benchmarks/RESULTS.md: 101.2 -> 97.2 ms a bf16 GPT step, the same bits).
   bool CheapToRecompute(const HloInst& inst) const {
-    if (WideningConvertOfStored(inst)) return true;
-    if (inst.opcode != Opcode::kAdd && inst.opcode != Opcode::kSubtract && inst.opcode != Opcode::kMultiply &&
-        inst.opcode != Opcode::kNegate && inst.opcode != Opcode::kMaximum && inst.opcode != Opcode::kMinimum) {
-      return false;
-    }
-    std::optional<int64_t> full;  // the one stored array read at about the result's size
+    if (RecomputedFrom(inst, 0)) return true;
+    const std::optional<int64_t> from = RecomputedFrom(inst, kRecomputedDepth);
+    return from && *from != kNoArray && ByteWidth(Inst(*from).shape.type) < ByteWidth(inst.shape.type);
+  }
+  static constexpr int kRecomputedDepth = 4;
+  static constexpr int64_t kNoArray = -1;  // computed from constants alone
+  // The one stored array `inst` is computed from, through at most `depth` nested elementwise steps or
+  // functions of one argument (kNoArray: none); nullopt if it is not computed from one array so.
+  std::optional<int64_t> RecomputedFrom(const HloInst& inst, int depth) const {
+    if (const std::optional<int64_t> converted = WideningConvertOfStored(inst)) return converted;
+    const bool arithmetic = inst.opcode == Opcode::kAdd || inst.opcode == Opcode::kSubtract ||
+                            inst.opcode == Opcode::kMultiply || inst.opcode == Opcode::kNegate ||
+                            inst.opcode == Opcode::kMaximum || inst.opcode == Opcode::kMinimum;
+    if (!arithmetic && !(IsUnary(inst.opcode) && depth > 0)) return std::nullopt;
+    int64_t from = kNoArray;
     for (int64_t operand : inst.operands) {
       const HloInst& in = Inst(operand);
-      if (in.opcode == Opcode::kConstant) continue;
       int64_t stored = operand;
+      if (in.opcode == Opcode::kConstant) continue;
       if (in.opcode == Opcode::kBroadcast) {
         const HloInst& source = Inst(in.operands[0]);
         if (source.opcode == Opcode::kConstant) continue;
-        if (IsFusable(source)) return false;
+        if (IsFusable(source)) return std::nullopt;
         if (source.shape.numel() * 8 <= inst.shape.numel()) continue;
         stored = in.operands[0];
-      } else if (const std::optional<int64_t> converted = WideningConvertOfStored(in)) {
-        stored = *converted;
       } else if (IsFusable(in)) {
-        return false;
+        const std::optional<int64_t> inner = WideningConvertOfStored(in)
+                                                 ? WideningConvertOfStored(in)
+                                                 : (depth > 0 ? RecomputedFrom(in, depth - 1) : std::nullopt);
+        if (!inner) return std::nullopt;
+        if (*inner == kNoArray) continue;
+        stored = *inner;
       }
-      if (full && *full != stored) return false;
-      full = stored;
+      if (from != kNoArray && from != stored) return std::nullopt;
+      from = stored;
     }
-    return true;
+    return from;
   }
   // The stored array `inst` converts, if it is a convert from a type no wider than its own.
   std::optional<int64_t> WideningConvertOfStored(const HloInst& inst) const {

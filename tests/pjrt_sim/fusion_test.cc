@@ -220,6 +220,36 @@ TEST_F(FusionTest, WideningConvertOfAStoredArrayIsRecomputedByEachReader) {
   EXPECT_EQ(KernelsComputing(exe, Opcode::kConvert), 1) << KernelSummary(exe);
 }
 
+TEST_F(FusionTest, FunctionOfANarrowArrayIsRecomputedByEachReader) {
+  // GELU on a bf16 product: e = erf((f32(h) + bias) * c) is read by the forward's product and by the
+  // backward. Each computes e from the bf16 h it loads anyway, so the f32 e is stored nowhere: two
+  // kernels compute erf. On an f32 h, recomputing would load as many bytes as the stored e: computed once.
+  const Dims d = {16, 40};
+  std::mt19937_64 rng(11);
+  const std::vector<float> h_values = testing::RandomFloats(rng, testing::NumElements(d), -3, 3);
+  std::vector<uint16_t> h_bits;
+  for (float v : h_values) h_bits.push_back(FloatToBf16(v));
+  const HostArray bias_array = F32({40}, testing::RandomFloats(rng, 40, -1, 1));
+  const HostArray dy_array = F32(d, testing::RandomFloats(rng, testing::NumElements(d), -1, 1));
+  for (bool bf16 : {true, false}) {
+    SCOPED_TRACE(bf16 ? "bf16 h" : "f32 h");
+    ModuleBuilder b;
+    const int64_t h = b.Parameter(0, bf16 ? proto::BF16 : proto::F32, d);
+    const int64_t bias = b.Parameter(1, proto::F32, {40}), dy = b.Parameter(2, proto::F32, d);
+    const int64_t x = b.Add(bf16 ? b.Convert(h, proto::F32) : h, b.Broadcast(bias, d, {1}));
+    const int64_t e = b.Unary(Opcode::kErf, b.Mul(x, b.Constant(0.70710678, proto::F32, d)));
+    const int64_t one = b.Constant(1, proto::F32, d);
+    b.Output(b.Mul(x, b.Add(one, e)));                       // the forward's product
+    b.Output(b.Mul(dy, b.Add(b.Add(e, one), b.Mul(x, x))));  // the backward's (its shape, not its formula)
+    const proto::Executable exe = CompileToProto(b.module(), kFused);
+    EXPECT_EQ(KernelsComputing(exe, Opcode::kErf), bf16 ? 2 : 1) << KernelSummary(exe);
+    const std::vector<HostArray> args = {bf16 ? MakeArray<uint16_t>(PrimitiveType::kBF16, d, h_bits) : F32(d, h_values),
+                                         bias_array, dy_array};
+    const std::vector<HostArray> fused = Run(b.module(), kFused, args), unfused = Run(b.module(), kUnfused, args);
+    for (size_t r = 0; r < fused.size(); ++r) EXPECT_EQ(fused[r].bytes, unfused[r].bytes) << "result " << r;
+  }
+}
+
 TEST_F(FusionTest, AConvertOfAReshapedViewIsOneLoop) {
   // bf16(reshape(transpose(x))), the attention's heads put back in order and rounded for the output
   // projection: the simplifier converts before reshaping, so one loop reads x through the transpose

@@ -183,19 +183,29 @@ class Emitter {
   // reader about the same load (or less, through a convert) and saves the store with its write-allocate
   // read. The GPT's x = dot + bias, read by GELU's forward and again by its backward, is not written at
   // all; nor, with bf16 products, f32(dot) read by a layer norm's gradient and by its reductions.
-  // Deeper work, functions of one argument among it, is recomputed too when the one array it comes from
-  // is narrower than its result: a reader then loads fewer bytes than the stored result would take, and
-  // the loops wait on memory, not on arithmetic. GELU's erf(x / sqrt 2) on bf16 products is not stored
-  // in f32 for its backward (benchmarks/RESULTS.md: 101.2 -> 97.2 ms a bf16 GPT step, the same bits).
-  bool CheapToRecompute(const HloInst& inst) const {
+  // Deeper f32 work, up to kRecomputedDepth steps below the value and functions of one argument among
+  // them, is recomputed too when the one array it comes from is narrower and no reader broadcasts the
+  // value: a reader then loads fewer bytes than the stored value would take, and the loops wait on
+  // memory, not on f32 arithmetic (f64 functions are scalar library calls; a broadcast reader would
+  // compute the value once per element of its larger space). With bf16 products GELU's
+  // erf((f32(h) + bias) * c) is not stored for its backward (benchmarks/RESULTS.md: 101.2 -> 97.2 ms a
+  // bf16 GPT step, the same bits).
+  bool CheapToRecompute(int64_t id) const {
+    const HloInst& inst = Inst(id);
     if (RecomputedFrom(inst, 0)) return true;
+    if (inst.shape.type != PrimitiveType::kF32) return false;
+    if (std::ranges::any_of(readers_[static_cast<size_t>(id)],
+                            [&](int64_t r) { return Inst(r).opcode == Opcode::kBroadcast; })) {
+      return false;
+    }
     const std::optional<int64_t> from = RecomputedFrom(inst, kRecomputedDepth);
     return from && *from != kNoArray && ByteWidth(Inst(*from).shape.type) < ByteWidth(inst.shape.type);
   }
   static constexpr int kRecomputedDepth = 4;
   static constexpr int64_t kNoArray = -1;  // computed from constants alone
   // The one stored array `inst` is computed from, through at most `depth` nested elementwise steps or
-  // functions of one argument (kNoArray: none); nullopt if it is not computed from one array so.
+  // functions of one argument below it (kNoArray: none); nullopt if it is not computed from one array so.
+  // A nested value already stored counts as the array (at depth 0, as before nesting, it does not).
   std::optional<int64_t> RecomputedFrom(const HloInst& inst, int depth) const {
     if (const std::optional<int64_t> converted = WideningConvertOfStored(inst)) return converted;
     const bool arithmetic = inst.opcode == Opcode::kAdd || inst.opcode == Opcode::kSubtract ||
@@ -213,10 +223,9 @@ class Emitter {
         if (IsFusable(source)) return std::nullopt;
         if (source.shape.numel() * 8 <= inst.shape.numel()) continue;
         stored = in.operands[0];
-      } else if (IsFusable(in)) {
-        const std::optional<int64_t> inner = WideningConvertOfStored(in)
-                                                 ? WideningConvertOfStored(in)
-                                                 : (depth > 0 ? RecomputedFrom(in, depth - 1) : std::nullopt);
+      } else if (IsFusable(in) && !(depth > 0 && materialized_[static_cast<size_t>(operand)])) {
+        std::optional<int64_t> inner = WideningConvertOfStored(in);
+        if (!inner && depth > 0) inner = RecomputedFrom(in, depth - 1);
         if (!inner) return std::nullopt;
         if (*inner == kNoArray) continue;
         stored = *inner;
@@ -258,7 +267,9 @@ class Emitter {
       if (!options_.enabled || !IsFusable(inst) || IsRng(op)) materialized_[i] = true;
       // Elementwise work with several readers is computed once, unless it is as cheap as loading it;
       // views and generators are cheap to recompute in each reader.
-      if (IsElementwise(op) && readers_[i].size() > 1 && !CheapToRecompute(inst)) materialized_[i] = true;
+      if (IsElementwise(op) && readers_[i].size() > 1 && !CheapToRecompute(static_cast<int64_t>(i))) {
+        materialized_[i] = true;
+      }
       if (ReadsMaterializedOperands(op)) {
         for (size_t j = 0; j < inst.operands.size(); ++j) {
           const int64_t operand = inst.operands[j];
@@ -269,7 +280,7 @@ class Emitter {
       // A reduction takes its operand fused only if it is the operand's sole reader (or the operand is
       // free to recompute).
       if (op == Opcode::kReduce && IsElementwise(Inst(inst.operands[0]).opcode) &&
-          readers_[static_cast<size_t>(inst.operands[0])].size() > 1 && !CheapToRecompute(Inst(inst.operands[0]))) {
+          readers_[static_cast<size_t>(inst.operands[0])].size() > 1 && !CheapToRecompute(inst.operands[0])) {
         materialized_[static_cast<size_t>(inst.operands[0])] = true;
       }
     }

@@ -243,11 +243,57 @@ TEST_F(FusionTest, FunctionOfANarrowArrayIsRecomputedByEachReader) {
     b.Output(b.Mul(dy, b.Add(b.Add(e, one), b.Mul(x, x))));  // the backward's (its shape, not its formula)
     const proto::Executable exe = CompileToProto(b.module(), kFused);
     EXPECT_EQ(KernelsComputing(exe, Opcode::kErf), bf16 ? 2 : 1) << KernelSummary(exe);
+    if (bf16) {
+      EXPECT_EQ(exe.arena_bytes(), 0) << "x or e stored";
+    }
     const std::vector<HostArray> args = {bf16 ? MakeArray<uint16_t>(PrimitiveType::kBF16, d, h_bits) : F32(d, h_values),
                                          bias_array, dy_array};
     const std::vector<HostArray> fused = Run(b.module(), kFused, args), unfused = Run(b.module(), kUnfused, args);
     for (size_t r = 0; r < fused.size(); ++r) EXPECT_EQ(fused[r].bytes, unfused[r].bytes) << "result " << r;
   }
+}
+
+TEST_F(FusionTest, FunctionsOfANarrowArrayStoredWhereRecomputingWouldCostMore) {
+  // Computed once and stored, each time erf reads a bf16 array through f32 work: read by broadcasts (each
+  // reader would compute it per element of its larger space), in f64 (scalar library calls), mixed with
+  // a second full-size array, and four functions below the value (past the depth recomputation walks).
+  const Dims row = {40}, d = {16, 40};
+  // Kernels computing erf when `value` is read twice, at its own shape or through two broadcasts.
+  const auto erf_kernels = [&](const std::function<int64_t(ModuleBuilder&)>& value, bool broadcast) {
+    ModuleBuilder b;
+    const int64_t e = value(b);
+    if (broadcast) {
+      b.Output(b.Unary(Opcode::kTanh, b.Broadcast(e, {16, 40}, {1})));
+      b.Output(b.Unary(Opcode::kTanh, b.Broadcast(e, {40, 16}, {0})));
+    } else {
+      b.Output(b.Unary(Opcode::kTanh, e));
+      b.Output(b.Mul(e, e));
+    }
+    const proto::Executable exe = CompileToProto(b.module(), kFused);
+    return KernelsComputing(exe, Opcode::kErf);
+  };
+  // erf of `tanhs` nested tanh of f32(h).
+  const auto erf_of = [](ModuleBuilder& b, int64_t h, int tanhs) {
+    int64_t x = b.Convert(h, proto::F32);
+    for (int t = 0; t < tanhs; ++t) x = b.Unary(Opcode::kTanh, x);
+    return b.Unary(Opcode::kErf, x);
+  };
+  // Recomputed by both readers: the rule's own case, at the depth it reaches.
+  EXPECT_EQ(erf_kernels([&](ModuleBuilder& b) { return erf_of(b, b.Parameter(0, proto::BF16, d), 3); }, false), 2);
+  EXPECT_EQ(erf_kernels([&](ModuleBuilder& b) { return erf_of(b, b.Parameter(0, proto::BF16, d), 4); }, false), 1);
+  EXPECT_EQ(erf_kernels([&](ModuleBuilder& b) { return erf_of(b, b.Parameter(0, proto::BF16, row), 0); }, true), 1);
+  EXPECT_EQ(
+      erf_kernels(
+          [&](ModuleBuilder& b) { return b.Unary(Opcode::kErf, b.Convert(b.Parameter(0, proto::F32, d), proto::F64)); },
+          false),
+      1);
+  EXPECT_EQ(erf_kernels(
+                [&](ModuleBuilder& b) {
+                  const int64_t x = b.Convert(b.Parameter(0, proto::BF16, d), proto::F32);
+                  return b.Unary(Opcode::kErf, b.Add(x, b.Parameter(1, proto::F32, d)));
+                },
+                false),
+            1);
 }
 
 TEST_F(FusionTest, AConvertOfAReshapedViewIsOneLoop) {

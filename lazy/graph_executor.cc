@@ -286,14 +286,14 @@ void LaunchPartitioned(const pjrt::Executable& exe, const std::vector<std::vecto
     auto data = std::make_shared<ShardedData>();
     data->mesh_shape.assign(p.mesh().shape().begin(), p.mesh().shape().end());
     data->mesh_devices.assign(p.mesh().device_ids().begin(), p.mesh().device_ids().end());
-    data->dim_axes =
-        DimAxes(p.output_shardings(static_cast<int>(i)), static_cast<size_t>(pending.tensors[i].impl()->shape.rank()));
+    TensorImpl& tensor = *pending.tensors[i].impl();
+    data->dim_axes = DimAxes(p.output_shardings(static_cast<int>(i)), static_cast<size_t>(tensor.shape.rank()));
     for (std::vector<std::shared_ptr<pjrt::Buffer>>& partition : *results) {
       data->shards.push_back(partition.empty() ? nullptr : partition[i]);
     }
-    pending.tensors[i].impl()->sharded = std::move(data);
-    pending.tensors[i].impl()->buffer = nullptr;
-    pending.tensors[i].impl()->ir = {};
+    tensor.sharded = std::move(data);
+    tensor.buffer = nullptr;
+    tensor.ir = {};
   }
   for (const std::vector<std::shared_ptr<pjrt::Buffer>>& partition : *results) {
     if (!partition.empty()) state.in_flight.push_back(partition.back()->ready());
@@ -305,9 +305,10 @@ void LaunchPartitioned(const pjrt::Executable& exe, const std::vector<std::vecto
 // Step 7: the synced tensors hold device buffers and drop their IR.
 void Commit(PendingGraph& pending, std::vector<std::shared_ptr<pjrt::Buffer>>& results, DeviceState& state) {
   for (size_t i = 0; i < pending.tensors.size(); ++i) {
-    pending.tensors[i].impl()->buffer = std::move(results[i]);
-    pending.tensors[i].impl()->sharded = nullptr;
-    pending.tensors[i].impl()->ir = {};
+    TensorImpl& tensor = *pending.tensors[i].impl();
+    tensor.buffer = std::move(results[i]);
+    tensor.sharded = nullptr;
+    tensor.ir = {};
   }
   state.UnregisterSynced(pending.tensors);
   state.AdvanceRng();

@@ -29,7 +29,7 @@ class Stream {
   void Synchronize();
   // What handing work to the sleeping stream thread costs the caller, in nanoseconds: measured on every
   // such hand-off (a moving average). A wake-up is a system call and, under a hypervisor, an
-  // inter-processor interrupt: ~2 us on bare metal, 10-20 us on the project's 2-core VMs. Work cheaper
+  // inter-processor interrupt: ~2 us on bare metal, 6-15 us on the project's 2-core VMs. Work cheaper
   // than this is better run inline (Submit).
   int64_t wake_ns() const { return wake_ns_.load(std::memory_order_relaxed); }
   // A longer hand-off is not counted: its caller was descheduled midway, or (with every core busy) waited

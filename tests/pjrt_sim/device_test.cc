@@ -115,6 +115,17 @@ TEST(Stream, MeasuresWhatWakingItsThreadCosts) {
     EXPECT_LE(stream.wake_ns(), Stream::kMaxWakeNs);
   }
   EXPECT_TRUE(seen.size() > 1 || !seen.contains(guess)) << "no hand-off was measured";
+
+  // Work queued while the thread is awake (woken for, then blocked in, the gated work) wakes nobody:
+  // not a sample, even before the thread has taken its first item.
+  std::mutex gate;
+  gate.lock();
+  stream.Enqueue([&] { std::lock_guard<std::mutex> wait(gate); });
+  const int64_t before = stream.wake_ns();
+  for (int i = 0; i < 20; ++i) stream.Enqueue([] {});
+  EXPECT_EQ(stream.wake_ns(), before) << "a hand-off to a busy thread was timed";
+  gate.unlock();
+  stream.Synchronize();
 }
 
 TEST(Stream, WorkEnqueuedDuringAnInlineRunWaitsForIt) {

@@ -120,8 +120,9 @@ TEST_F(ExecutableTest, SerializeLoadExecuteIsBitIdentical) {
   }
 }
 
-// Small executables run on the caller's thread (cheaper than a hand-off); GEMMs and large loops never.
-TEST_F(ExecutableTest, OnlySmallWorkWithoutGemmRunsInline) {
+// Small executables are estimated cheaper than a hand-off to the stream thread (and so run on the
+// caller's); GEMMs and large loops never are.
+TEST_F(ExecutableTest, OnlySmallWorkWithoutGemmIsEstimatedCheaperThanAHandOff) {
   auto chain = [](int64_t elements) {
     ModuleBuilder b("chain");
     const int64_t x = b.Parameter(0, proto::F32, {elements});

@@ -19,6 +19,12 @@ namespace lazyrt::pjrt {
 namespace {
 
 constexpr int64_t kBlock = kAttentionBlock;
+// The forward's keys per step of its online softmax, and the backward's queries per step over a block of
+// keys: wider than a block, so a short sequence (the GPT's 128 tokens) takes one product where blocks took
+// two to four, each an overhead-bound library call (a 64x64x32 product ran at ~60% of the core's peak).
+// The widest scratch they make, 64 x 512 f32 scores (128 KiB), stays in the core's L2.
+constexpr int64_t kKeyChunk = 512;
+constexpr int64_t kQueryChunk = 512;
 
 std::string ShapesText(std::span<const ArrayShape> operands) {
   return absl::StrJoin(operands, ", ", [](std::string* out, const ArrayShape& s) {
@@ -175,14 +181,14 @@ class AttentionBase : public Kernel {
     return dropout_ > 0 ? static_cast<uint64_t>(*static_cast<const int64_t*>(inputs.back())) : 0;
   }
 
-  // Multiplies the block's probabilities p[r * kBlock + c] by the dropout's factor: 0 where (b, i0 + r,
+  // Multiplies the block's probabilities p[r * ld + c] by the dropout's factor: 0 where (b, i0 + r,
   // j0 + c) is dropped, 1 / (1 - dropout) elsewhere. The draw is RNG_UNIFORM's of [B, L, S].
   template <typename T>
-  void Dropout(uint64_t seed, int64_t b, int64_t i0, int64_t rows, int64_t j0, int64_t cols, T* p) const {
+  void Dropout(uint64_t seed, int64_t b, int64_t i0, int64_t rows, int64_t j0, int64_t cols, T* p, int64_t ld) const {
     const T keep = static_cast<T>(keep_scale_);
     for (int64_t r = 0; r < rows; ++r) {
       const uint64_t first = static_cast<uint64_t>((b * lay_.l + i0 + r) * lay_.s + j0);
-      T* row = p + r * kBlock;
+      T* row = p + r * ld;
       for (int64_t c = 0; c < cols; ++c) {
         const bool dropped =
             RandomUniform(seed, static_cast<uint64_t>(stream_), first + static_cast<uint64_t>(c)) < dropout_;
@@ -212,18 +218,18 @@ class AttentionBase : public Kernel {
   // Whether ContiguousRows copies operand i.
   bool Gathered(size_t i, int64_t cols) const { return lay_.access[i].row_stride != cols; }
 
-  // scores[r * kBlock + c] = q_rows[r] . k[j0 + c] * scale (q_rows: the queries from i0), masked: -inf
+  // scores[r * ld + c] = q_rows[r] . k[j0 + c] * scale (q_rows: the queries from i0), masked: -inf
   // where the bool mask is false, plus the float mask. Keys after the query (causal) are left as they are:
   // no reader looks past SeenCols.
   template <typename T>
   void Scores(const T* q_rows, const T* k, const void* mask, int64_t mask_offset, int64_t i0, int64_t rows, int64_t j0,
-              int64_t cols, T* scores) const {
+              int64_t cols, T* scores, int64_t ld) const {
     const int64_t e = lay_.e;
-    Product<T>(library_, rows, cols, e, {q_rows, e, 1}, {k + j0 * e, 1, e}, {scores, kBlock, 1});
+    Product<T>(library_, rows, cols, e, {q_rows, e, 1}, {k + j0 * e, 1, e}, {scores, ld, 1});
     const T scale = static_cast<T>(scale_);
     constexpr T kMinusInf = -std::numeric_limits<T>::infinity();
     for (int64_t r = 0; r < rows; ++r) {
-      T* row = scores + r * kBlock;
+      T* row = scores + r * ld;
       ScaleBy(row, cols, scale);
       if (lay_.has_mask) {
         const int64_t at = mask_offset + (i0 + r) * lay_.mask_row_stride + j0 * lay_.mask_col_stride;
@@ -295,15 +301,17 @@ class AttentionKernel final : public AttentionBase {
       const size_t block = static_cast<size_t>(kBlock);
       const size_t values = block * static_cast<size_t>(ev);
       const int64_t key_end = KeyEnd(i0, rows);
+      const int64_t chunk = std::clamp<int64_t>(key_end, 1, kKeyChunk);  // keys per step; the scores' row stride
       // Copies of the query block and the keys and values it sees, where they are views.
       const size_t copies = static_cast<size_t>((Gathered(0, e) ? rows * e : 0) + (Gathered(1, e) ? key_end * e : 0) +
                                                 (Gathered(2, ev) ? key_end * ev : 0));
-      T* scores = Scratch<T>(block * block + 2 * values + 4 * block + copies);
-      T* copied = scores + block * block + 2 * values + 4 * block;
+      const size_t scored = block * static_cast<size_t>(chunk);
+      T* scores = Scratch<T>(scored + 2 * values + 4 * block + copies);
+      T* copied = scores + scored + 2 * values + 4 * block;
       const T* q = ContiguousRows<T>(inputs, 0, b, i0, rows, e, copied);
       const T* k = ContiguousRows<T>(inputs, 1, b, 0, key_end, e, copied);
       const T* v = ContiguousRows<T>(inputs, 2, b, 0, key_end, ev, copied);
-      T* pv = scores + block * block;
+      T* pv = scores + scored;
       T* acc = pv + values;
       T* row_max = acc + values;
       T* row_sum = row_max + block;
@@ -313,15 +321,15 @@ class AttentionKernel final : public AttentionBase {
       std::fill_n(row_max, rows, -std::numeric_limits<T>::infinity());
       std::fill_n(row_sum, rows, T{0});
       const int64_t mask_offset = lay_.has_mask ? MaskOffset(b) : 0;
-      for (int64_t j0 = 0; j0 < key_end; j0 += kBlock) {
-        const int64_t cols = std::min(kBlock, key_end - j0);
-        Scores<T>(q, k, mask, mask_offset, i0, rows, j0, cols, scores);
+      for (int64_t j0 = 0; j0 < key_end; j0 += chunk) {
+        const int64_t cols = std::min(chunk, key_end - j0);
+        Scores<T>(q, k, mask, mask_offset, i0, rows, j0, cols, scores, chunk);
         // The keys after the query are -inf (causal): not looked at.
         for (int64_t r = 0; r < rows; ++r)
-          block_max[r] = RowMax(scores + r * kBlock, SeenCols(i0 + r, j0, cols), row_max[r]);
+          block_max[r] = RowMax(scores + r * chunk, SeenCols(i0 + r, j0, cols), row_max[r]);
         Rescales(row_max, block_max, rows, rescale);  // 0 while a row had no key yet
         for (int64_t r = 0; r < rows; ++r) {
-          T* p = scores + r * kBlock;
+          T* p = scores + r * chunk;
           if (block_max[r] == -std::numeric_limits<T>::infinity()) {  // every key so far masked: nothing to add
             std::fill_n(p, cols, T{0});
             continue;
@@ -331,8 +339,8 @@ class AttentionKernel final : public AttentionBase {
           row_max[r] = block_max[r];
           ScaleBy(acc + r * ev, ev, rescale[r]);
         }
-        if (dropout_ > 0) Dropout<T>(seed, b, i0, rows, j0, cols, scores);  // after the sums: softmax, then drop
-        Product<T>(library_, rows, ev, cols, {scores, kBlock, 1}, {v + j0 * ev, ev, 1}, {pv, ev, 1});
+        if (dropout_ > 0) Dropout<T>(seed, b, i0, rows, j0, cols, scores, chunk);  // after the sums: softmax, then drop
+        Product<T>(library_, rows, ev, cols, {scores, chunk, 1}, {v + j0 * ev, ev, 1}, {pv, ev, 1});
         AddTo(acc, pv, rows * ev);
       }
       for (int64_t r = 0; r < rows; ++r) {
@@ -379,19 +387,21 @@ class AttentionGradKernel final : public AttentionBase {
       T* dv = dk + s * e;
       std::fill_n(dq, per_batch, T{0});
       const size_t block = static_cast<size_t>(kBlock);
-      const size_t wide = block * static_cast<size_t>(std::max(e, ev));
+      const int64_t queries = std::clamp<int64_t>(l, 1, kQueryChunk);  // queries per step over a block of keys
+      const size_t scored = static_cast<size_t>(queries) * block;      // a step's scores, kBlock a row
+      const size_t wide = std::max(static_cast<size_t>(queries), block) * static_cast<size_t>(std::max(e, ev));
       // Copies of q, k, v, the forward result and d(output), where they are views.
       const int64_t widths[] = {e, e, ev, ev + 1, ev}, lengths[] = {l, s, s, l, l};
       size_t copies = 0;
       for (size_t i = 0; i < 5; ++i) copies += Gathered(i, widths[i]) ? static_cast<size_t>(lengths[i] * widths[i]) : 0;
-      T* p = Scratch<T>(3 * block * block + wide + 2 * static_cast<size_t>(l) + copies);
-      T* copied = p + 3 * block * block + wide + 2 * static_cast<size_t>(l);
+      T* p = Scratch<T>(3 * scored + wide + 2 * static_cast<size_t>(l) + copies);
+      T* copied = p + 3 * scored + wide + 2 * static_cast<size_t>(l);
       const T* operand[5];
       for (size_t i = 0; i < 5; ++i) operand[i] = ContiguousRows<T>(inputs, i, b, 0, lengths[i], widths[i], copied);
       const T *q = operand[0], *k = operand[1], *v = operand[2], *fwd = operand[3], *dout = operand[4];
-      T* ds = p + block * block;
-      T* dropped = ds + block * block;  // P with the dropout applied (P itself without dropout)
-      T* product = dropped + block * block;
+      T* ds = p + scored;
+      T* dropped = ds + scored;  // P with the dropout applied (P itself without dropout)
+      T* product = dropped + scored;
       T* lse = product + wide;
       T* delta = lse + l;
       for (int64_t i = 0; i < l; ++i) {
@@ -405,10 +415,10 @@ class AttentionGradKernel final : public AttentionBase {
       const int64_t mask_offset = lay_.has_mask ? MaskOffset(b) : 0;
       for (int64_t j0 = 0; j0 < s; j0 += kBlock) {
         const int64_t cols = std::min(kBlock, s - j0);
-        // Causal: the query blocks before the one holding query j0 see none of these keys.
-        for (int64_t i0 = causal_ ? j0 / kBlock * kBlock : 0; i0 < l; i0 += kBlock) {
-          const int64_t rows = std::min(kBlock, l - i0);
-          Scores<T>(q + i0 * e, k, mask, mask_offset, i0, rows, j0, cols, p);
+        // Causal: the queries before j0 see none of these keys.
+        for (int64_t i0 = causal_ ? j0 : 0; i0 < l; i0 += queries) {
+          const int64_t rows = std::min(queries, l - i0);
+          Scores<T>(q + i0 * e, k, mask, mask_offset, i0, rows, j0, cols, p, kBlock);
           for (int64_t r = 0; r < rows; ++r) {
             T* pr = p + r * kBlock;
             Probabilities(pr, i0 + r, j0, cols, lse[i0 + r]);
@@ -418,7 +428,7 @@ class AttentionGradKernel final : public AttentionBase {
           const T* kept = p;
           if (dropout_ > 0) {
             for (int64_t r = 0; r < rows; ++r) std::copy_n(p + r * kBlock, cols, dropped + r * kBlock);
-            Dropout<T>(seed, b, i0, rows, j0, cols, dropped);
+            Dropout<T>(seed, b, i0, rows, j0, cols, dropped, kBlock);
             kept = dropped;
           }
           // dV[j0:] += (P Z)^T dO[i0:]

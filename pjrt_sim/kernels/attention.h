@@ -17,8 +17,8 @@
 
 namespace lazyrt::pjrt {
 
-// Rows of queries and of keys per block: the scores of one block (64 x 64 f32, 16 KiB) and its
-// operands stay in L1/L2.
+// Rows of queries per forward task, and keys per backward task step: the forward's scores (64 queries by
+// up to 512 keys) and the backward's (up to 512 queries by 64 keys) stay in the core's L2.
 inline constexpr int64_t kAttentionBlock = 64;
 
 // The static parameters of an ATTENTION or ATTENTION_GRAD instruction.

@@ -256,6 +256,10 @@ TEST_F(AttentionKernelTest, MatchesReferenceLoop) {
   Check({{}, 1, 1, 1, 1}, "one of everything");
   Check({{3}, 5, 200, 4, 3}, "many key blocks");
   Check({{1}, 130, 7, 4, 3}, "many query blocks");
+  // Past the forward's step of keys and the backward's of queries (512): the online softmax rescales
+  // between steps, and the gradients sum over steps.
+  Check({{2}, 3, 1100, 4, 3}, "keys over three steps");
+  Check({{2}, 1100, 5, 4, 3}, "queries over three steps");
 }
 
 // The block products run on the library the executable names: each computes the same attention.
@@ -272,6 +276,7 @@ TEST_F(AttentionKernelTest, CausalSkipsBlocksAboveTheDiagonal) {
   Check({{2, 2}, 130, 130, 8, 8, {}, false, true}, "square");
   Check({{2}, 70, 150, 8, 4, {}, false, true}, "L < S");
   Check({{2}, 150, 70, 8, 4, {}, false, true}, "L > S");
+  Check({{1}, 600, 600, 4, 4, {}, false, true}, "queries and keys over two steps");
 }
 
 TEST_F(AttentionKernelTest, MasksBroadcastWithStrideZero) {
@@ -280,6 +285,7 @@ TEST_F(AttentionKernelTest, MasksBroadcastWithStrideZero) {
   Check({{2, 3}, 33, 66, 8, 4, {1, 3, 33, 66}, false}, "f32 per head");
   Check({{2, 3}, 33, 66, 8, 4, {2, 1, 33, 1}, false}, "f32 per row");
   Check({{2}, 70, 70, 8, 8, {1, 70, 70}, false, true}, "f32 and causal");
+  Check({{2}, 3, 600, 4, 4, {2, 1, 600}, true}, "pred, keys over two steps");
 }
 
 // The projections' layout: q, k and v are heads of one [B, T, 3, H, D] array and d(output) a [B, T, H, D]

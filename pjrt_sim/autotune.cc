@@ -215,7 +215,7 @@ absl::Status Autotune(proto::Executable& exe, Device* device, const GemmTuningRe
     proto::Kernel& kernel = *exe.mutable_kernels(k);
     std::vector<Candidate> candidates;
     const bool tuned_dot = kernel.kind() == proto::Kernel::DOT && kernel.m() * kernel.n() * kernel.k() >= (1 << 15);
-    // An attention kernel's products are small (kAttentionBlock square blocks) and many: which library
+    // An attention kernel's products are small (kAttentionBlock queries or keys by at most 512) and many: which library
     // calls them fastest decides, not its variants (it has none).
     const bool attention = kernel.kind() == proto::Kernel::ATTENTION || kernel.kind() == proto::Kernel::ATTENTION_GRAD;
     const std::optional<GemmShape> gemm_shape = tuned_dot || attention ? TunedGemmShape(exe, kernel) : std::nullopt;

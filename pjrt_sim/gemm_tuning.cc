@@ -201,7 +201,10 @@ std::optional<GemmShape> TunedGemmShape(const proto::Executable& exe, const prot
   }
   if (kernel.kind() != proto::Kernel::ATTENTION && kernel.kind() != proto::Kernel::ATTENTION_GRAD) return std::nullopt;
   const ArrayShape q = InputShape(kernel, 0, FromProto(exe.slots(static_cast<int>(kernel.inputs(0))).shape()));
-  return GemmShape{q.type, kAttentionBlock, kAttentionBlock, q.dims.back(), false, true};
+  const ArrayShape k = InputShape(kernel, 1, FromProto(exe.slots(static_cast<int>(kernel.inputs(1))).shape()));
+  // q [B..., L, E], k [B..., S, E]: the forward's scores of a block of queries, by the keys of one step.
+  const int64_t keys = std::clamp<int64_t>(k.dims.end()[-2], 1, kAttentionKeyChunk);
+  return GemmShape{q.type, kAttentionBlock, keys, q.dims.back(), false, true};
 }
 
 std::string GemmTuningRecord::DefaultPath() {

@@ -32,8 +32,8 @@ struct GemmShape {
 };
 
 // The product whose GEMM library a kernel of `exe` runs on, the key of its entry in the record: a DOT's
-// product; an ATTENTION or ATTENTION_GRAD kernel's block of scores (q k^T: kAttentionBlock queries by
-// kAttentionBlock keys over E, k transposed), for its block products all run on one library. The key is
+// product; an ATTENTION or ATTENTION_GRAD kernel's scores of one step (q k^T: kAttentionBlock queries by
+// min(S, kAttentionKeyChunk) keys over E, k transposed), for its block products all run on one library. The key is
 // the product's alone: forward and backward kernels share it, and a DOT of that very shape too, whichever
 // the machine measured first. Nothing for other kernels. `exe` is the compiler's own or one that loaded
 // (its slot indices valid).

@@ -19,12 +19,6 @@ namespace lazyrt::pjrt {
 namespace {
 
 constexpr int64_t kBlock = kAttentionBlock;
-// The forward's keys per step of its online softmax, and the backward's queries per step over a block of
-// keys: wider than a block, so a short sequence (the GPT's 128 tokens) takes one product where blocks took
-// two to four, each an overhead-bound library call (a 64x64x32 product ran at ~60% of the core's peak).
-// The widest scratch they make, 64 x 512 f32 scores (128 KiB), stays in the core's L2.
-constexpr int64_t kKeyChunk = 512;
-constexpr int64_t kQueryChunk = 512;
 
 std::string ShapesText(std::span<const ArrayShape> operands) {
   return absl::StrJoin(operands, ", ", [](std::string* out, const ArrayShape& s) {
@@ -340,7 +334,8 @@ class AttentionKernel final : public AttentionBase {
       const size_t block = static_cast<size_t>(kBlock);
       const size_t values = block * static_cast<size_t>(ev);
       const int64_t key_end = KeyEnd(i0, rows);
-      const int64_t chunk = std::clamp<int64_t>(key_end, 1, kKeyChunk);  // keys per step; the scores' row stride
+      const int64_t chunk =
+          std::clamp<int64_t>(key_end, 1, kAttentionKeyChunk);  // keys per step; the scores' row stride
       // Copies of the query block and the keys and values it sees, where they are views.
       const size_t copies = static_cast<size_t>((Gathered(0, e) ? rows * e : 0) + (Gathered(1, e) ? key_end * e : 0) +
                                                 (Gathered(2, ev) ? key_end * ev : 0));
@@ -426,8 +421,8 @@ class AttentionGradKernel final : public AttentionBase {
       T* dv = dk + s * e;
       std::fill_n(dq, per_batch, T{0});
       const size_t block = static_cast<size_t>(kBlock);
-      const int64_t queries = std::clamp<int64_t>(l, 1, kQueryChunk);  // queries per step over a block of keys
-      const size_t scored = static_cast<size_t>(queries) * block;      // a step's scores, kBlock a row
+      const int64_t queries = std::clamp<int64_t>(l, 1, kAttentionQueryChunk);  // queries per step over a block of keys
+      const size_t scored = static_cast<size_t>(queries) * block;               // a step's scores, kBlock a row
       const size_t wide = std::max(static_cast<size_t>(queries), block) * static_cast<size_t>(std::max(e, ev));
       // Copies of q, k, v, the forward result and d(output), where they are views.
       const int64_t widths[] = {e, e, ev, ev + 1, ev}, lengths[] = {l, s, s, l, l};

@@ -17,9 +17,15 @@
 
 namespace lazyrt::pjrt {
 
-// Rows of queries per forward task, and keys per backward task step: the forward's scores (64 queries by
-// up to 512 keys) and the backward's (up to 512 queries by 64 keys) stay in the core's L2.
+// Queries per forward task, and keys per backward step.
 inline constexpr int64_t kAttentionBlock = 64;
+// The forward's keys per step of its online softmax, and the backward's queries per step over a block of
+// keys: wider than a block, so a short sequence (the GPT's 128 tokens) takes one product where 64-square
+// blocks took two to four, each an overhead-bound library call (a 64x64x32 product ran at ~60% of the
+// core's peak). A thread's scores then stay in its core's L2: the forward's 64 x 512 (128 KiB in f32), the
+// backward's three 512 x 64 arrays (P, dS, P with dropout: 384 KiB; twice that in f64).
+inline constexpr int64_t kAttentionKeyChunk = 512;
+inline constexpr int64_t kAttentionQueryChunk = 512;
 
 // The static parameters of an ATTENTION or ATTENTION_GRAD instruction.
 struct AttentionParams {

@@ -6,6 +6,7 @@
 #include <limits>
 #include <random>
 #include <string>
+#include <utility>
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -295,45 +296,50 @@ TEST(Attention, FloatMaskThatRequiresGradGetsItsGradient) {
 }
 
 // Dropout draws in the kernels what rand() of the scores' shape draws from the same seed and stream (the
-// first random op after manual_seed), forward and backward: the composition with those draws matches.
+// first random op after manual_seed), forward and backward: the composition with those draws matches. Also
+// past the kernels' steps (512 keys forward, 512 queries backward): the draws' positions are absolute.
 TEST(Attention, DropoutDrawsAsRandAndItsGradientsFollow) {
   std::mt19937_64 rng(8);
-  const Dims dq = {2, 3, 70, 8}, dk = {2, 3, 90, 8}, dv = {2, 3, 90, 5}, scores = {2, 3, 70, 90};
-  const Tensor q0 = Random(dq, DType::kF64, rng), k0 = Random(dk, DType::kF64, rng), v0 = Random(dv, DType::kF64, rng);
-  const Tensor w = Random({2, 3, 70, 5}, DType::kF64, rng);
   const double p = 0.3;
-  for (bool causal : {false, true}) {
-    SCOPED_TRACE(causal ? "causal" : "plain");
-    auto run = [&](bool fused) {
-      Tensor q = Fresh(q0), k = Fresh(k0), v = Fresh(v0);
-      for (Tensor* x : {&q, &k, &v}) x->requires_grad_();
-      manual_seed(1234);
-      Tensor out;
-      if (fused) {
-        out = scaled_dot_product_attention(q, k, v, Tensor(), p, causal);
-      } else {
-        const Tensor keep = ge(rand(scores, Scalar::Static(0.0), Scalar::Static(1.0), DType::kF64), Scalar::Static(p));
-        Tensor s = matmul(q, transpose(k, -1, -2)) * ScalarArg(Scalar::Static(1 / std::sqrt(8.0)));
-        if (causal) {
-          Tensor tril = le(reshape(arange(0, 90, 1), {1, 90}), reshape(arange(0, 70, 1), {70, 1}));
-          s = where(tril, s, full({}, Scalar::Static(-kInf), DType::kF64));
+  for (const auto& [l, s] : {std::pair<int64_t, int64_t>{70, 90}, {600, 530}}) {
+    const Dims dq = {2, 3, l, 8}, dk = {2, 3, s, 8}, dv = {2, 3, s, 5}, scores = {2, 3, l, s};
+    const Tensor q0 = Random(dq, DType::kF64, rng), k0 = Random(dk, DType::kF64, rng),
+                 v0 = Random(dv, DType::kF64, rng);
+    const Tensor w = Random({2, 3, l, 5}, DType::kF64, rng);
+    for (bool causal : {false, true}) {
+      SCOPED_TRACE(std::string(causal ? "causal" : "plain") + " L " + std::to_string(l) + " S " + std::to_string(s));
+      auto run = [&](bool fused) {
+        Tensor q = Fresh(q0), k = Fresh(k0), v = Fresh(v0);
+        for (Tensor* x : {&q, &k, &v}) x->requires_grad_();
+        manual_seed(1234);
+        Tensor out;
+        if (fused) {
+          out = scaled_dot_product_attention(q, k, v, Tensor(), p, causal);
+        } else {
+          const Tensor keep =
+              ge(rand(scores, Scalar::Static(0.0), Scalar::Static(1.0), DType::kF64), Scalar::Static(p));
+          Tensor scaled = matmul(q, transpose(k, -1, -2)) * ScalarArg(Scalar::Static(1 / std::sqrt(8.0)));
+          if (causal) {
+            Tensor tril = le(reshape(arange(0, s, 1), {1, s}), reshape(arange(0, l, 1), {l, 1}));
+            scaled = where(tril, scaled, full({}, Scalar::Static(-kInf), DType::kF64));
+          }
+          const Tensor dropped =
+              where(keep, softmax(scaled, -1) * ScalarArg(Scalar::Static(1 / (1 - p))), zeros({}, DType::kF64));
+          out = matmul(dropped, v);
         }
-        const Tensor dropped =
-            where(keep, softmax(s, -1) * ScalarArg(Scalar::Static(1 / (1 - p))), zeros({}, DType::kF64));
-        out = matmul(dropped, v);
-      }
-      sum(out * w).backward();
-      return std::vector<std::vector<double>>{out.to_vector<double>(), q.grad().to_vector<double>(),
-                                              k.grad().to_vector<double>(), v.grad().to_vector<double>()};
-    };
-    const auto fused = run(true);
-    const auto unfused = run(false);
-    const char* names[] = {"output", "dq", "dk", "dv"};
-    for (size_t i = 0; i < 4; ++i) ExpectClose(fused[i], unfused[i], 1e-12, names[i]);
+        sum(out * w).backward();
+        return std::vector<std::vector<double>>{out.to_vector<double>(), q.grad().to_vector<double>(),
+                                                k.grad().to_vector<double>(), v.grad().to_vector<double>()};
+      };
+      const auto fused = run(true);
+      const auto unfused = run(false);
+      const char* names[] = {"output", "dq", "dk", "dv"};
+      for (size_t i = 0; i < 4; ++i) ExpectClose(fused[i], unfused[i], 1e-12, names[i]);
+    }
+    // Everything dropped: zeros, as torch's dropout with p = 1.
+    const Tensor all = scaled_dot_product_attention(q0, k0, v0, Tensor(), 1.0);
+    EXPECT_EQ(all.to_vector<double>(), std::vector<double>(static_cast<size_t>(2 * 3 * l * 5), 0.0));
   }
-  // Everything dropped: zeros, as torch's dropout with p = 1.
-  const Tensor all = scaled_dot_product_attention(q0, k0, v0, Tensor(), 1.0);
-  EXPECT_EQ(all.to_vector<double>(), std::vector<double>(static_cast<size_t>(2 * 3 * 70 * 5), 0.0));
 }
 
 template <typename Fn>

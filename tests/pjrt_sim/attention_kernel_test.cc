@@ -286,6 +286,7 @@ TEST_F(AttentionKernelTest, MasksBroadcastWithStrideZero) {
   Check({{2, 3}, 33, 66, 8, 4, {2, 1, 33, 1}, false}, "f32 per row");
   Check({{2}, 70, 70, 8, 8, {1, 70, 70}, false, true}, "f32 and causal");
   Check({{2}, 3, 600, 4, 4, {2, 1, 600}, true}, "pred, keys over two steps");
+  Check({{1}, 20, 600, 4, 4, {1, 20, 600}, false}, "f32 per row and key, keys over two steps");
 }
 
 // The projections' layout: q, k and v are heads of one [B, T, 3, H, D] array and d(output) a [B, T, H, D]
@@ -373,7 +374,8 @@ TEST_F(AttentionViewTest, ReadsTheHeadsOfTheProjectionsWhereTheyAre) {
   Check(2, 70, 3, 8, false, false);
   Check(2, 130, 2, 16, true, false);
   Check(1, 5, 4, 4, true, false);
-  Check(2, 0, 3, 8, true, false);  // no time steps: views of an empty array
+  Check(1, 600, 2, 8, false, false);  // copies of more rows than one step reads
+  Check(2, 0, 3, 8, true, false);     // no time steps: views of an empty array
 }
 
 TEST_F(AttentionViewTest, ReadsAStoredHeadAsItIs) { Check(2, 70, 3, 8, true, true); }

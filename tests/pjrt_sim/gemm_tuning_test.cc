@@ -148,7 +148,10 @@ proto::Module AttentionModule(int64_t tokens = 96) {
   m.Output(m.Op(Opcode::kAttentionGrad, {q, k, v, fwd, dout}, proto::F32, {2, tokens * 16 * 3}, attrs));
   return m.module();
 }
-constexpr GemmShape kScoreBlock{PrimitiveType::kF32, 64, 64, 16, false, true};
+// The record's key of AttentionModule(tokens): the forward's scores of 64 queries by the keys of one step.
+GemmShape ScoresOf(int64_t tokens) {
+  return {PrimitiveType::kF32, 64, std::min<int64_t>(tokens, 512), 16, false, true};
+}
 
 std::vector<int32_t> AttentionLibraries(const Executable& exe) {
   std::vector<int32_t> libraries;
@@ -163,7 +166,7 @@ std::vector<int32_t> AttentionLibraries(const Executable& exe) {
 TEST_F(GemmTuningTest, AttentionKernelsRunOnTheLibraryRecordedForTheirBlockOfScores) {
   const proto::Module module = AttentionModule();
   for (GemmLibrary library : kGemmLibraries) {
-    WriteFile(absl::StrCat("lazyrt-gemm-tuning 1\n", HostIsa(), "\tf32\t64\t64\t16\t0\t1\t",
+    WriteFile(absl::StrCat("lazyrt-gemm-tuning 1\n", HostIsa(), "\tf32\t64\t96\t16\t0\t1\t",
                            std::string(GemmLibraryName(library)), "\n"));
     std::unique_ptr<Client> client = testing::MakeClient();
     for (bool autotune : {false, true}) {
@@ -182,7 +185,7 @@ TEST_F(GemmTuningTest, AFirstCompileMeasuresTheAttentionsLibraryAndRecordsIt) {
   absl::StatusOr<std::shared_ptr<Executable>> exe =
       client->Compile(module, {.autotune = true, .gemm_tuning_file = path_});
   ASSERT_TRUE(exe.ok()) << exe.status();
-  const std::optional<GemmLibrary> recorded = GemmTuningRecord(path_).Lookup(kScoreBlock);
+  const std::optional<GemmLibrary> recorded = GemmTuningRecord(path_).Lookup(ScoresOf(96));
   ASSERT_TRUE(recorded.has_value());
   const int32_t want = static_cast<int32_t>(*recorded);
   EXPECT_EQ(AttentionLibraries(**exe), (std::vector<int32_t>{want, want}));
@@ -202,7 +205,7 @@ TEST_F(GemmTuningTest, AnAttentionSmallerThanABlockIsNotMeasured) {
   absl::StatusOr<std::shared_ptr<Executable>> exe =
       client->Compile(AttentionModule(40), {.autotune = true, .gemm_tuning_file = path_});
   ASSERT_TRUE(exe.ok()) << exe.status();
-  EXPECT_FALSE(GemmTuningRecord(path_).Lookup(kScoreBlock).has_value());
+  EXPECT_FALSE(GemmTuningRecord(path_).Lookup(ScoresOf(40)).has_value());
   const int32_t preferred = static_cast<int32_t>(PreferredGemmLibrary());
   EXPECT_EQ(AttentionLibraries(**exe), (std::vector<int32_t>{preferred, preferred}));
 }

@@ -415,10 +415,11 @@ absl::Status Executable::RunKernels(std::span<void* const> slot_ptrs, bool profi
     if (absl::Status s = kernels_[k]->RunOn(at, inputs, outputs); !s.ok())
       return NameIndexError(std::move(s), kernel, name_site);
     if (profile) {
-      kernel_times_[k].runs.fetch_add(1, std::memory_order_relaxed);
-      kernel_times_[k].total_ns.fetch_add(
-          std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - start).count(),
-          std::memory_order_relaxed);
+      const int64_t ns = std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - start).count();
+      if (kernel_times_[k].runs.fetch_add(1, std::memory_order_relaxed) == 0) {
+        kernel_times_[k].first_ns.store(ns, std::memory_order_relaxed);
+      }
+      kernel_times_[k].total_ns.fetch_add(ns, std::memory_order_relaxed);
     }
   }
   return absl::OkStatus();
@@ -428,7 +429,8 @@ std::vector<Executable::KernelTime> Executable::kernel_times() const {
   std::vector<KernelTime> times(kernels_.size());
   for (size_t k = 0; k < kernels_.size(); ++k) {
     times[k] = {kernel_times_[k].runs.load(std::memory_order_relaxed),
-                kernel_times_[k].total_ns.load(std::memory_order_relaxed)};
+                kernel_times_[k].total_ns.load(std::memory_order_relaxed),
+                kernel_times_[k].first_ns.load(std::memory_order_relaxed)};
   }
   return times;
 }

@@ -60,15 +60,18 @@ std::atomic<void (*)()> g_statics_hook{nullptr};
 // at a time in the process: oneDNN synchronizes them inside itself with code ThreadSanitizer cannot see
 // (the library is not instrumented), and a thread meeting a shape another thread is creating would wait
 // for it anyway. They are rare: once per shape and thread. After a first call the statics hook runs (a
-// superset of the calls that create oneDNN's statics).
+// superset of the calls that create oneDNN's statics). A shape oneDNN refused on its first call is refused
+// from then on without asking again: a second attempt would create its objects again, outside the lock,
+// every call.
 template <typename Call>
 bool CallOneDnn(const MatmulKey& key, Call call) {
-  thread_local std::set<MatmulKey> seen;
+  thread_local std::set<MatmulKey> seen, refused;
   if (seen.contains(key)) return call();
+  if (refused.contains(key)) return false;
   static std::mutex first_calls;
   const std::lock_guard<std::mutex> lock(first_calls);
   const bool ok = call();
-  seen.insert(key);
+  (ok ? seen : refused).insert(key);
   if (void (*hook)() = g_statics_hook.load(std::memory_order_acquire)) hook();
   return ok;
 }

@@ -120,6 +120,28 @@ TEST_F(ExecutableTest, SerializeLoadExecuteIsBitIdentical) {
   }
 }
 
+// With the device's kernel profiling on, every kernel counts its runs and time, its first run apart (the
+// one that pays for a new arena's pages and a library's first call); with it off, nothing is counted.
+TEST_F(ExecutableTest, KernelProfileCountsEveryRunAndKeepsTheFirstApart) {
+  std::shared_ptr<Executable> exe = CompileOrDie(EveryKernelKind());
+  ASSERT_NE(exe, nullptr);
+  const std::vector<HostArray> args = EveryKernelKindArgs();
+  Device* device = client_->device(0);
+  ASSERT_TRUE(testing::ExecuteOnHost(*client_, *exe, args).ok());
+  for (const Executable::KernelTime& t : exe->kernel_times()) EXPECT_EQ(t.runs, 0);
+  device->set_kernel_profiling(true);
+  constexpr int kRuns = 3;
+  for (int r = 0; r < kRuns; ++r) ASSERT_TRUE(testing::ExecuteOnHost(*client_, *exe, args).ok());
+  device->set_kernel_profiling(false);
+  const std::vector<Executable::KernelTime> times = exe->kernel_times();
+  ASSERT_EQ(times.size(), static_cast<size_t>(exe->proto().kernels_size()));
+  for (size_t k = 0; k < times.size(); ++k) {
+    EXPECT_EQ(times[k].runs, kRuns) << "kernel " << k;
+    EXPECT_GT(times[k].first_ns, 0) << "kernel " << k;
+    EXPECT_LT(times[k].first_ns, times[k].total_ns) << "kernel " << k << ": the later runs' time is in the total too";
+  }
+}
+
 // Small executables are estimated cheaper than a hand-off to the stream thread (and so run on the
 // caller's); GEMMs and large loops never are.
 TEST_F(ExecutableTest, OnlySmallWorkWithoutGemmIsEstimatedCheaperThanAHandOff) {

@@ -170,6 +170,34 @@ TEST_F(ExecutableTest, OnlySmallWorkWithoutGemmIsEstimatedCheaperThanAHandOff) {
   EXPECT_EQ((*out)[0].values<float>(), std::vector<float>(16, std::tanh(1.0f)));
 }
 
+// What the estimate decides: a small executable whose arguments are ready runs on the calling thread of an
+// idle stream, so its results are ready when Execute returns; handed to the stream thread, they would be
+// ready only microseconds later (a wake-up), and twenty runs would not all find them ready at once.
+TEST_F(ExecutableTest, ASmallExecutableRunsOnTheCallersThreadWhenTheStreamIsIdle) {
+  ModuleBuilder b("small");
+  const int64_t x = b.Parameter(0, proto::F32, {16});
+  b.Output(b.Add(x, x));
+  std::shared_ptr<Executable> small = CompileOrDie(b.module());
+  ASSERT_NE(small, nullptr);
+  Device* device = client_->device(0);
+  ASSERT_LE(small->inline_ns(), device->stream().wake_ns());
+  const std::vector<float> halves(16, 0.5f);
+  absl::StatusOr<std::shared_ptr<Buffer>> arg =
+      client_->BufferFromHost(halves.data(), {PrimitiveType::kF32, {16}}, device);
+  ASSERT_TRUE(arg.ok()) << arg.status();
+  const std::vector<std::shared_ptr<Buffer>> args = {*arg};
+  for (int run = 0; run < 20; ++run) {
+    device->stream().Synchronize();  // idle
+    absl::StatusOr<std::vector<std::shared_ptr<Buffer>>> results = small->Execute(args, device);
+    ASSERT_TRUE(results.ok()) << results.status();
+    ASSERT_EQ(results->size(), 1u);
+    EXPECT_TRUE((*results)[0]->ready()->IsReady()) << "run " << run << " was handed to the stream thread";
+    std::vector<float> out(16);
+    ASSERT_TRUE((*results)[0]->ToHost(out.data(), out.size() * sizeof(float)).ok());
+    EXPECT_EQ(out, std::vector<float>(16, 1.0f));
+  }
+}
+
 TEST_F(ExecutableTest, CompiledFactsSurviveTheRoundTrip) {
   std::shared_ptr<Executable> exe = CompileOrDie(EveryKernelKind());
   ASSERT_NE(exe, nullptr);

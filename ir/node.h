@@ -5,6 +5,7 @@
 #include <memory>
 #include <source_location>
 #include <span>
+#include <utility>
 
 #include "absl/container/inlined_vector.h"
 #include "ir/attributes.h"
@@ -38,6 +39,13 @@ class LeafData {
 
 using OperandList = absl::InlinedVector<Value, 2>;
 using ShapeList = absl::InlinedVector<Shape, 1>;
+// The list of one output's shape, moved in: ShapeList{shape} copies it (an initializer list's elements
+// are const), a dims copy more per traced op.
+inline ShapeList OneShape(Shape shape) {
+  ShapeList list;
+  list.push_back(std::move(shape));
+  return list;
+}
 
 class Node;
 // Diagnostics may tag a new node with a small id for the call stack that created it (the runtime

@@ -49,14 +49,14 @@ DType ResultType(const Shape& a, const Shape& b) {
   return Category(zero_dim) > Category(dimensioned) ? PromoteTypes(dimensioned, zero_dim) : dimensioned;
 }
 
-absl::StatusOr<Shape> InferElementwise(OpKind op, std::span<const Shape> operands) {
+absl::StatusOr<Shape> InferElementwise(OpKind op, std::span<const Shape* const> operands) {
   // Select's condition is bool; its value operands decide the dtype.
   const size_t first_value = op == OpKind::kSelect ? 1 : 0;
-  const DType dtype = operands[first_value].dtype();
+  const DType dtype = operands[first_value]->dtype();
   for (size_t i = first_value + 1; i < operands.size(); ++i) {
-    if (operands[i].dtype() != dtype) {
+    if (operands[i]->dtype() != dtype) {
       return absl::InvalidArgumentError(
-          absl::StrCat("operand dtypes differ: ", operands[first_value].ToString(), " vs ", operands[i].ToString()));
+          absl::StrCat("operand dtypes differ: ", operands[first_value]->ToString(), " vs ", operands[i]->ToString()));
     }
   }
   // Arithmetic on truth values has no single meaning (PyTorch: + is or, - an error): refused.
@@ -64,19 +64,19 @@ absl::StatusOr<Shape> InferElementwise(OpKind op, std::span<const Shape> operand
                           op == OpKind::kPow || op == OpKind::kNeg;
   if (arithmetic && dtype == DType::kBool) {
     return absl::InvalidArgumentError(
-        absl::StrCat("arithmetic on bool values (", operands[first_value].ToString(),
+        absl::StrCat("arithmetic on bool values (", operands[first_value]->ToString(),
                      "); cast to an integer or floating dtype first, or use logical_and/logical_or/logical_not"));
   }
-  if (op == OpKind::kSelect && operands[0].dtype() != DType::kBool) {
-    return absl::InvalidArgumentError(absl::StrCat("the condition must be bool, got ", operands[0].ToString()));
+  if (op == OpKind::kSelect && operands[0]->dtype() != DType::kBool) {
+    return absl::InvalidArgumentError(absl::StrCat("the condition must be bool, got ", operands[0]->ToString()));
   }
-  Dims dims = operands[0].dims();
+  Dims dims = operands[0]->dims();
   for (size_t i = 1; i < operands.size(); ++i) {
-    absl::StatusOr<Dims> b = BroadcastDims(dims, operands[i].dims());
+    absl::StatusOr<Dims> b = BroadcastDims(dims, operands[i]->dims());
     if (!b.ok()) {
       std::string all;
       for (size_t j = 0; j < operands.size(); ++j) {
-        absl::StrAppend(&all, j ? " and " : "", operands[j].ToString());
+        absl::StrAppend(&all, j ? " and " : "", operands[j]->ToString());
       }
       return absl::InvalidArgumentError(absl::StrCat("shapes ", all, " cannot be broadcast together"));
     }

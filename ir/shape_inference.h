@@ -23,8 +23,8 @@ absl::StatusOr<Dims> BroadcastDims(std::span<const int64_t> a, std::span<const i
 DType ResultType(const Shape& a, const Shape& b);
 
 // Elementwise ops with NumPy broadcasting. Binary ops require equal dtypes (the caller promotes);
-// comparisons yield bool.
-absl::StatusOr<Shape> InferElementwise(OpKind op, std::span<const Shape> operands);
+// comparisons yield bool. The operands' shapes by pointer: tracing an op reads them where they are.
+absl::StatusOr<Shape> InferElementwise(OpKind op, std::span<const Shape* const> operands);
 // [..., m, k] x [..., k, n] -> [..., m, n], batch dims broadcast; 1-D operands as in numpy.matmul
 // are the caller's business (it reshapes them).
 absl::StatusOr<Shape> InferMatMul(const Shape& a, const Shape& b, bool transpose_a = false, bool transpose_b = false);

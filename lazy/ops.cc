@@ -58,8 +58,8 @@ namespace {
 
 // Records an elementwise node over already-promoted operand values.
 Tensor Elementwise(OpKind op, ir::OperandList operands, int device, const SourceLocation& loc) {
-  absl::InlinedVector<Shape, 3> shapes;
-  for (const ir::Value& v : operands) shapes.push_back(v.shape());
+  absl::InlinedVector<const Shape*, 3> shapes;
+  for (const ir::Value& v : operands) shapes.push_back(&v.shape());
   Shape out = Check(ir::InferElementwise(op, shapes), ir::OpKindName(op), loc);
   return MakeTensor(op, std::move(operands), std::move(out), device, loc);
 }

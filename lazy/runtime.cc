@@ -101,7 +101,7 @@ ir::Value DeviceState::SeedValue() {
     const uint64_t step_seed = Mix(rng_seed ^ Mix(rng_step));
     // The seed is a parameter (i64[]), so its value never enters the graph's hash.
     seed_value =
-        ir::Value{ir::MakeNode(ir::OpKind::kDeviceData, ir::OperandList{}, ir::ShapeList{Shape(DType::kI64, {})},
+        ir::Value{ir::MakeNode(ir::OpKind::kDeviceData, ir::OperandList{}, ir::OneShape(Shape(DType::kI64, {})),
                                ir::Attributes{}, std::make_shared<ScalarLeaf>(static_cast<double>(step_seed >> 11)))};
   }
   return seed_value;

@@ -31,7 +31,7 @@ ir::Value ValueOf(const Tensor& t) {
   TensorImpl& impl = *t.impl();
   if (!impl.ir) {
     impl.ir =
-        ir::Value{ir::MakeNode(ir::OpKind::kDeviceData, ir::OperandList{}, ir::ShapeList{impl.shape}, ir::Attributes{},
+        ir::Value{ir::MakeNode(ir::OpKind::kDeviceData, ir::OperandList{}, ir::OneShape(impl.shape), ir::Attributes{},
                                std::make_shared<BufferLeaf>(impl.buffer, impl.sharded), impl.created_at)};
   }
   // The leaf stays the tensor's own (it is not pending); each use of a sharded one is annotated.
@@ -42,7 +42,7 @@ ir::Value ValueOf(const Tensor& t) {
 ir::Value Sharded(const ir::Value& v, const TensorImpl& impl) {
   if (!impl.sharding) return v;
   const ir::Value& unannotated = v.node->op() == ir::OpKind::kShard ? v.node->operand(0) : v;
-  return ir::Value{ir::MakeNode(ir::OpKind::kShard, ir::OperandList{unannotated}, ir::ShapeList{impl.shape},
+  return ir::Value{ir::MakeNode(ir::OpKind::kShard, ir::OperandList{unannotated}, ir::OneShape(impl.shape),
                                 *impl.sharding, nullptr, impl.created_at)};
 }
 
@@ -64,19 +64,19 @@ int CommonDevice(std::initializer_list<const Tensor*> tensors, absl::string_view
 ir::Value ScalarValue(Scalar s, DType dtype, const SourceLocation& loc) {
   const bool special = Runtime::Get().options().special_scalars && (s.value() == 0 || s.value() == 1);
   if (s.is_static() || special) {
-    return ir::Value{ir::MakeNode(ir::OpKind::kConstant, ir::OperandList{}, ir::ShapeList{Shape(dtype, {})},
+    return ir::Value{ir::MakeNode(ir::OpKind::kConstant, ir::OperandList{}, ir::OneShape(Shape(dtype, {})),
                                   ir::Attributes{{ir::AttrKey::kValue, s.value()}}, nullptr, loc)};
   }
   // Beside its node in the node arena: only the node holds it, and a general allocation and free cost
   // more than the rest of the leaf. (The step's seed leaf, held across the step's graphs, is not.)
-  return ir::Value{ir::MakeNode(ir::OpKind::kDeviceData, ir::OperandList{}, ir::ShapeList{Shape(dtype, {})},
+  return ir::Value{ir::MakeNode(ir::OpKind::kDeviceData, ir::OperandList{}, ir::OneShape(Shape(dtype, {})),
                                 ir::Attributes{},
                                 std::allocate_shared<ScalarLeaf>(ir::NodeAllocator<ScalarLeaf>{}, s.value()), loc)};
 }
 
 ir::Value Converted(ir::Value v, DType dtype, const SourceLocation& loc) {
   if (v.shape().dtype() == dtype) return v;  // moved: no reference count touched
-  return ir::Value{ir::MakeNode(ir::OpKind::kConvert, ir::OperandList{v}, ir::ShapeList{v.shape().WithDType(dtype)},
+  return ir::Value{ir::MakeNode(ir::OpKind::kConvert, ir::OperandList{v}, ir::OneShape(v.shape().WithDType(dtype)),
                                 ir::Attributes{{ir::AttrKey::kDType, dtype}}, nullptr, loc)};
 }
 
@@ -84,7 +84,7 @@ Tensor MakeTensor(ir::OpKind op, ir::OperandList operands, Shape shape, int devi
                   ir::Attributes attrs, const char* api_name) {
   Tensor out = NewTensor(shape, device, loc);
   out.impl()->ir = ir::Value{
-      ir::MakeNode(op, std::move(operands), ir::ShapeList{std::move(shape)}, std::move(attrs), nullptr, loc, api_name)};
+      ir::MakeNode(op, std::move(operands), ir::OneShape(std::move(shape)), std::move(attrs), nullptr, loc, api_name)};
   Runtime& rt = Runtime::Get();
   DeviceState& state = rt.device_state({device}, loc);
   state.Register(out.impl());

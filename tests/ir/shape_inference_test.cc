@@ -16,7 +16,7 @@ TEST(Broadcast, NumpyRules) {
 
 TEST(Broadcast, MismatchNamesBothShapes) {
   const Shape a(DType::kF32, {2, 3}), b(DType::kF32, {4});
-  absl::StatusOr<Shape> r = InferElementwise(OpKind::kAdd, std::vector<Shape>{a, b});
+  absl::StatusOr<Shape> r = InferElementwise(OpKind::kAdd, std::vector<const Shape*>{&a, &b});
   ASSERT_FALSE(r.ok());
   EXPECT_THAT(r.status().message(), HasSubstr("f32[2,3]"));
   EXPECT_THAT(r.status().message(), HasSubstr("f32[4]"));
@@ -40,7 +40,7 @@ TEST(ResultType, ZeroDimOperandsPromoteOnlyAcrossCategories) {
 
 TEST(Elementwise, ComparisonsYieldBool) {
   const Shape a(DType::kF32, {2});
-  EXPECT_EQ(InferElementwise(OpKind::kLt, std::vector<Shape>{a, a})->dtype(), DType::kBool);
+  EXPECT_EQ(InferElementwise(OpKind::kLt, std::vector<const Shape*>{&a, &a})->dtype(), DType::kBool);
 }
 
 TEST(MatMul, BatchedWithBroadcast) {

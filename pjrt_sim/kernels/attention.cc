@@ -137,50 +137,41 @@ double RowMax(const double* x, int64_t n, double init) {
   return init;
 }
 
-// The sum of x[0, n): 16 interleaved partial sums, then those and the tail in order. Independent chains
-// that vectorize (one chain waited on each addition); the order, and so the bits, fixed by n.
-LAZYRT_VECTOR_CLONES float RowSum(const float* x, int64_t n) {
+// The sum of x[0, n) (of x[c] * y[c] with kProducts): 16 interleaved partial sums, then those and the tail
+// in order. Independent chains that vectorize (one chain waited on each addition); the order, and so the
+// bits, fixed by n.
+template <bool kProducts>
+LAZYRT_VECTOR_CLONES_TEMPLATE float LaneSum(const float* x, const float* y, int64_t n) {
   Octet lo = {}, hi = {};
   int64_t c = 0;
   for (; c + kFloatLanes <= n; c += kFloatLanes) {
     Octet a, b;
     std::memcpy(&a, x + c, sizeof(a));
     std::memcpy(&b, x + c + 8, sizeof(b));
+    if constexpr (kProducts) {
+      Octet u, v;
+      std::memcpy(&u, y + c, sizeof(u));
+      std::memcpy(&v, y + c + 8, sizeof(v));
+      a *= u;
+      b *= v;
+    }
     lo += a;
     hi += b;
   }
   float sum = 0;
   for (int l = 0; l < 8; ++l) sum += lo[l];
   for (int l = 0; l < 8; ++l) sum += hi[l];
-  for (; c < n; ++c) sum += x[c];
+  for (; c < n; ++c) sum += kProducts ? x[c] * y[c] : x[c];
   return sum;
 }
+float RowSum(const float* x, int64_t n) { return LaneSum<false>(x, nullptr, n); }
 double RowSum(const double* x, int64_t n) {
   double sum = 0;
   for (int64_t c = 0; c < n; ++c) sum += x[c];
   return sum;
 }
-
-// The dot product of x[0, n) and y[0, n), summed as RowSum sums (one chain of additions was most of the
-// backward's own time).
-LAZYRT_VECTOR_CLONES float RowDot(const float* x, const float* y, int64_t n) {
-  Octet lo = {}, hi = {};
-  int64_t c = 0;
-  for (; c + kFloatLanes <= n; c += kFloatLanes) {
-    Octet a, b, u, v;
-    std::memcpy(&a, x + c, sizeof(a));
-    std::memcpy(&b, x + c + 8, sizeof(b));
-    std::memcpy(&u, y + c, sizeof(u));
-    std::memcpy(&v, y + c + 8, sizeof(v));
-    lo += a * u;
-    hi += b * v;
-  }
-  float sum = 0;
-  for (int l = 0; l < 8; ++l) sum += lo[l];
-  for (int l = 0; l < 8; ++l) sum += hi[l];
-  for (; c < n; ++c) sum += x[c] * y[c];
-  return sum;
-}
+// The dot product of x[0, n) and y[0, n) (a chain of additions was most of the backward's own time).
+float RowDot(const float* x, const float* y, int64_t n) { return LaneSum<true>(x, y, n); }
 double RowDot(const double* x, const double* y, int64_t n) {
   double sum = 0;
   for (int64_t c = 0; c < n; ++c) sum += x[c] * y[c];

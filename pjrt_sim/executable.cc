@@ -328,6 +328,10 @@ absl::StatusOr<std::shared_ptr<Executable>> Executable::Load(proto::Executable p
       return Invalid(absl::StrCat("kernel ", k, " (", proto::Kernel::Kind_Name(kernel.kind()),
                                   ") has operand views, which only ATTENTION, ATTENTION_GRAD and CONCATENATE read"));
     }
+    if (kernel.result_views_size() > 0 && kernel.kind() != proto::Kernel::ATTENTION_GRAD) {
+      return Invalid(absl::StrCat("kernel ", k, " (", proto::Kernel::Kind_Name(kernel.kind()),
+                                  ") has result views, which only ATTENTION_GRAD writes through"));
+    }
     std::vector<ArrayShape> extra_outputs;
     for (int64_t extra : kernel.extra_outputs()) {
       if (!writable(extra)) return Invalid(absl::StrCat("kernel ", k, " writes a slot it may not"));

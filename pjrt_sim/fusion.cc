@@ -11,6 +11,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "pjrt_sim/kernels/strided_view.h"
 
 namespace lazyrt::pjrt {
 namespace {
@@ -132,6 +133,7 @@ class Emitter {
  private:
   int64_t Emit() {
     Classify();
+    WriteGradientsWhereConcatenated();
     AssignSlots();
     // A reduction that moved (sibling fusion) runs at the place of the loop it took in.
     std::vector<int64_t> moved_here(m_.insts.size(), -1);
@@ -585,6 +587,122 @@ class Emitter {
     for (int64_t out : m_.outputs) exe_.add_outputs(slot_[static_cast<size_t>(out)]);
   }
 
+  // An attention's gradients that one concatenation alone reads, as the whole of it (the heads' dq, dk and
+  // dv transposed back into the projections' [B, T, 3, H, D]), are written there by the attention's
+  // kernel, through result views: the concatenation's kernel and the packed gradients' store and load
+  // are gone (2.5 ms of the GPT's step), with the same bits (the concatenation only copied them).
+  void WriteGradientsWhereConcatenated() {
+    written_by_.assign(m_.insts.size(), -1);
+    result_views_.clear();
+    if (!options_.enabled) return;
+    for (size_t i = 0; i < m_.insts.size(); ++i) {
+      if (m_.insts[i].opcode != Opcode::kConcatenate || !materialized_[i]) continue;
+      std::optional<std::pair<int64_t, std::vector<proto::OperandView>>> parts =
+          GradientPartsIn(static_cast<int64_t>(i));
+      if (!parts) continue;
+      written_by_[i] = parts->first;
+      result_views_[parts->first] = std::move(parts->second);
+      Unstore(parts->first, static_cast<int64_t>(i));
+    }
+  }
+  // Neither the packed gradients nor a reshape aliasing them is stored any more (the other views between
+  // them and the concatenation never were).
+  void Unstore(int64_t id, int64_t concat) {
+    materialized_[static_cast<size_t>(id)] = false;
+    for (int64_t reader : readers_[static_cast<size_t>(id)]) {
+      if (reader != concat) Unstore(reader, concat);
+    }
+  }
+
+  // The attention gradient that concatenation `concat` is made of, and a view of the concatenation for
+  // each of its dq, dk and dv saying where that lands, if the concatenation is nothing but the three
+  // (each operand a view of a different one: transposes, slices and unit dim reshapes of the packed
+  // gradients or of a reshape of them) and nothing else reads the gradients.
+  std::optional<std::pair<int64_t, std::vector<proto::OperandView>>> GradientPartsIn(int64_t concat) const {
+    const HloInst& c = Inst(concat);
+    if (c.operands.size() != 3) return std::nullopt;
+    int64_t grad = -1;
+    std::vector<Strided> reads;
+    for (int64_t operand : c.operands) {
+      const std::optional<ViewedOperand> view =
+          materialized_[static_cast<size_t>(operand)] ? std::nullopt : ViewOf(operand);
+      if (!view) return std::nullopt;
+      int64_t stored = view->base;  // a stored reshape aliases its operand's memory: the same flat indices
+      while (Inst(stored).opcode == Opcode::kReshape) stored = Inst(stored).operands[0];
+      if (Inst(stored).opcode != Opcode::kAttentionGrad || (grad >= 0 && stored != grad)) return std::nullopt;
+      grad = stored;
+      reads.push_back(view->strided);
+    }
+    if (!OnlyViewedFor(grad, concat)) return std::nullopt;
+    // The packed gradients [batch..., P]: per batch element dq [L, E], dk [S, E], dv [S, Ev], row-major.
+    const HloInst& g = Inst(grad);
+    const std::vector<int64_t>& q = Inst(g.operands[0]).shape.dims;
+    const std::vector<int64_t>& v = Inst(g.operands[2]).shape.dims;
+    const size_t nb = q.size() - 2;
+    if (g.shape.dims.size() != nb + 1) return std::nullopt;
+    const int64_t l = q[nb], e = q[nb + 1], s = Inst(g.operands[1]).shape.dims[nb], ev = v[nb + 1];
+    if (l < 1 || e < 1 || s < 1 || ev < 1) return std::nullopt;
+    const int64_t rows[] = {l, s, s}, cols[] = {e, e, ev}, starts[] = {0, l * e, l * e + s * e};
+    const std::vector<int64_t> concat_strides = RowMajorStrides(c.shape.dims);
+    std::vector<proto::OperandView> views(3);
+    std::vector<OperandView> written(3);
+    int64_t along_axis = 0;  // where the operand starts along the concatenation's axis
+    for (size_t j = 0; j < 3; ++j) {
+      const std::vector<int64_t>& dims = Inst(c.operands[j]).shape.dims;
+      const auto part = std::ranges::find(starts, reads[j].offset) - std::begin(starts);
+      if (part == 3 || !written[static_cast<size_t>(part)].dims.empty()) return std::nullopt;
+      OperandView& view = written[static_cast<size_t>(part)];
+      view.dims.assign(g.shape.dims.begin(), g.shape.dims.end() - 1);
+      view.dims.insert(view.dims.end(), {rows[part], cols[part]});
+      std::vector<int64_t> packed(nb + 2, 1);  // the part's strides in the packed gradients
+      packed[nb] = cols[part];
+      for (size_t d = nb, stride = static_cast<size_t>(g.shape.dims.back()); d-- > 0;) {
+        packed[d] = static_cast<int64_t>(stride);
+        stride *= static_cast<size_t>(view.dims[d]);
+      }
+      // Each dim of the operand of size > 1 is one of the part's, by size and stride.
+      view.strides.assign(view.dims.size(), 0);
+      std::vector<bool> matched(view.dims.size(), false);
+      for (size_t d = 0; d < dims.size(); ++d) {
+        if (dims[d] == 1) continue;
+        size_t x = 0;
+        while (x < view.dims.size() && (matched[x] || view.dims[x] != dims[d] || packed[x] != reads[j].strides[d])) ++x;
+        if (x == view.dims.size()) return std::nullopt;
+        matched[x] = true;
+        view.strides[x] = concat_strides[d];
+      }
+      for (size_t x = 0; x < view.dims.size(); ++x) {
+        if (!matched[x] && view.dims[x] != 1) return std::nullopt;
+      }
+      if (cols[part] == 1) view.strides.back() = 1;  // any stride reads a row of one
+      if (view.strides.back() != 1) return std::nullopt;
+      view.offset = along_axis * concat_strides[static_cast<size_t>(c.axis)];
+      along_axis += dims[static_cast<size_t>(c.axis)];
+    }
+    if (!ViewsTile(written, c.shape.numel())) return std::nullopt;
+    for (size_t p = 0; p < 3; ++p) {
+      views[p].mutable_dims()->Assign(written[p].dims.begin(), written[p].dims.end());
+      views[p].set_offset(written[p].offset);
+      views[p].mutable_strides()->Assign(written[p].strides.begin(), written[p].strides.end());
+    }
+    return std::make_pair(grad, std::move(views));
+  }
+
+  // Whether every reader of `id`, and of each of those, is a view (a transpose, slice or reshape) on the
+  // way to `concat`, which reads the last of them, and none of them is a result or a stored copy.
+  bool OnlyViewedFor(int64_t id, int64_t concat) const {
+    if (std::ranges::find(m_.outputs, id) != m_.outputs.end()) return false;
+    for (int64_t reader : readers_[static_cast<size_t>(id)]) {
+      if (reader == concat) continue;
+      const HloInst& r = Inst(reader);
+      const bool view = r.opcode == Opcode::kTranspose || r.opcode == Opcode::kSlice || r.opcode == Opcode::kReshape;
+      // A stored reshape is an alias (no copy); a stored transpose or slice is a loop's copy.
+      if (!view || (r.opcode != Opcode::kReshape && materialized_[static_cast<size_t>(reader)])) return false;
+      if (!OnlyViewedFor(reader, concat)) return false;
+    }
+    return true;
+  }
+
   // --- program building -------------------------------------------------------------------------
   struct ProgramBuilder {
     proto::Kernel* kernel;
@@ -708,10 +826,16 @@ class Emitter {
   }
 
   void EmitKernel(int64_t id) {
-    const HloInst& inst = Inst(id);
+    // A concatenation an attention's gradient kernel writes is that kernel.
+    const int64_t computed = written_by_[static_cast<size_t>(id)] >= 0 ? written_by_[static_cast<size_t>(id)] : id;
+    const HloInst& inst = Inst(computed);
     proto::Kernel* k = exe_.add_kernels();
     k->set_output(slot_[static_cast<size_t>(id)]);
     k->set_label(Label(inst));
+    if (computed != id) {
+      absl::StrAppend(k->mutable_label(), " into ", Label(Inst(id)));
+      for (const proto::OperandView& view : result_views_.at(computed)) *k->add_result_views() = view;
+    }
     ProgramBuilder b{k, id, {}, {}};
     switch (inst.opcode) {
       case Opcode::kReduce: {
@@ -873,6 +997,10 @@ class Emitter {
   // Sibling fusion: where a reduction's kernel runs instead of its own place, the place of the loop it
   // took in (-1: its own).
   std::vector<int64_t> moved_to_;
+  // The attention gradient whose kernel writes a concatenation (-1: none), by concatenation, and the views
+  // it writes dq, dk and dv through, by gradient (WriteGradientsWhereConcatenated).
+  std::vector<int64_t> written_by_;
+  absl::flat_hash_map<int64_t, std::vector<proto::OperandView>> result_views_;
   std::vector<int64_t> slot_;
 };
 

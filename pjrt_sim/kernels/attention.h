@@ -57,15 +57,22 @@ struct AttentionLayout {
   int64_t mask_row_stride = 0, mask_col_stride = 0;
   // Of q, k, v (and of the forward result and d(output)): row-major, or as the operand views say.
   std::vector<OperandAccess> access;
+  // ATTENTION_GRAD: where dq, dk and dv are written, as the result views say; empty: packed per batch
+  // element ([dq | dk | dv] rows of the result's last dim).
+  std::vector<OperandAccess> result_access;
 };
 
 // Checks the parameters, operands and result of an attention (grad: ATTENTION_GRAD) and returns their
 // layout; the error says what does not fit. Shared by the module verifier and the kernel loader, which
 // also passes the operand views of the kernel (at most one per operand; q, k, v, the forward result and
-// d(output) may be views of their inputs, with contiguous rows, that stay inside them).
+// d(output) may be views of their inputs, with contiguous rows, that stay inside them) and an
+// ATTENTION_GRAD kernel's result views (none, or one each for dq, dk and dv: views of the result, of
+// [B..., L, E], [B..., S, E] and [B..., S, Ev], with contiguous rows, that write each of its elements
+// once).
 absl::StatusOr<AttentionLayout> CheckAttention(std::span<const ArrayShape> operands, const ArrayShape& result,
                                                bool grad, const AttentionParams& params,
-                                               std::span<const OperandView> views = {});
+                                               std::span<const OperandView> views = {},
+                                               std::span<const OperandView> result_views = {});
 
 // The kernels (inputs as the instructions' operands), for a layout and parameters CheckAttention accepted.
 std::unique_ptr<Kernel> MakeAttentionKernel(AttentionLayout layout, const AttentionParams& params);

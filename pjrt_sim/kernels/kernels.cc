@@ -1123,7 +1123,8 @@ absl::StatusOr<std::unique_ptr<Kernel>> BuildKernel(const proto::Kernel& k, std:
       const bool grad = k.kind() == proto::Kernel::ATTENTION_GRAD;
       ASSIGN_OR_RETURN(const GemmLibrary library, LibraryOf(k));
       const AttentionParams params{k.scale(), k.causal(), k.dropout(), k.stream(), library};
-      absl::StatusOr<AttentionLayout> layout = CheckAttention(inputs, output, grad, params, OperandViewsOf(k));
+      absl::StatusOr<AttentionLayout> layout =
+          CheckAttention(inputs, output, grad, params, OperandViewsOf(k), ResultViewsOf(k));
       if (!layout.ok()) return Expect(false, k, std::string(layout.status().message()));
       return grad ? MakeAttentionGradKernel(*std::move(layout), params)
                   : MakeAttentionKernel(*std::move(layout), params);

@@ -1,17 +1,51 @@
 #include "pjrt_sim/kernels/strided_view.h"
 
+#include <utility>
+
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "pjrt_sim/module_verifier.h"
 
 namespace lazyrt::pjrt {
 
-std::vector<OperandView> OperandViewsOf(const proto::Kernel& kernel) {
+namespace {
+
+std::vector<OperandView> ViewsOf(const google::protobuf::RepeatedPtrField<proto::OperandView>& stored) {
   std::vector<OperandView> views;
-  for (const proto::OperandView& v : kernel.operand_views()) {
+  for (const proto::OperandView& v : stored) {
     views.push_back({{v.dims().begin(), v.dims().end()}, v.offset(), {v.strides().begin(), v.strides().end()}});
   }
   return views;
+}
+
+}  // namespace
+
+std::vector<OperandView> OperandViewsOf(const proto::Kernel& kernel) { return ViewsOf(kernel.operand_views()); }
+
+std::vector<OperandView> ResultViewsOf(const proto::Kernel& kernel) { return ViewsOf(kernel.result_views()); }
+
+bool ViewsTile(std::span<const OperandView> views, int64_t numel) {
+  if (views.empty()) return numel == 0;
+  const OperandView& first = views.front();
+  const int64_t step = views.size() > 1 ? views[1].offset : 0;  // between one part and the next
+  std::vector<std::pair<int64_t, int64_t>> axes;                // (stride, size) of the dims of size > 1
+  for (size_t i = 0; i < views.size(); ++i) {
+    if (views[i].dims != first.dims || views[i].strides != first.strides) return false;
+    if (views[i].offset != static_cast<int64_t>(i) * step) return false;
+  }
+  if (std::ranges::find(first.dims, 0) != first.dims.end()) return numel == 0;
+  for (size_t d = 0; d < first.dims.size(); ++d) {
+    if (first.dims[d] > 1) axes.emplace_back(first.strides[d], first.dims[d]);
+  }
+  if (views.size() > 1) axes.emplace_back(step, static_cast<int64_t>(views.size()));
+  std::ranges::sort(axes);
+  // Row-major once the dims are ordered by stride: strides 1, d0, d0 d1, ..., and numel in all.
+  int64_t expected = 1;
+  for (const auto& [stride, size] : axes) {
+    if (stride != expected || expected > numel / size) return false;
+    expected *= size;
+  }
+  return expected == numel;
 }
 
 bool StridedViewInBounds(int64_t offset, std::span<const int64_t> strides, std::span<const int64_t> dims,

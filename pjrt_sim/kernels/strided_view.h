@@ -30,6 +30,8 @@ constexpr bool ReadsOperandViews(proto::Kernel::Kind kind) {
 
 // A kernel's operand views, in the order of its inputs (none: every input as it is).
 std::vector<OperandView> OperandViewsOf(const proto::Kernel& kernel);
+// An ATTENTION_GRAD kernel's result views (proto::Kernel.result_views; none: its packed result).
+std::vector<OperandView> ResultViewsOf(const proto::Kernel& kernel);
 
 // Whether every element offset + sum(i_d * strides[d]) of an array of `dims` (dims >= 0, as many as
 // strides) lies in [0, numel). Checked without overflow, so that huge strides cannot wrap around to an
@@ -42,6 +44,14 @@ bool StridedViewInBounds(int64_t offset, std::span<const int64_t> strides, std::
 // last stride 1), which kernels copy or multiply a row at a time. The error says what is wrong with which
 // view.
 absl::Status CheckOperandView(const OperandView& view, const ArrayShape& input);
+
+// Whether `views` together reach every element of an array of `numel` exactly once (writing through them
+// leaves nothing unwritten and nothing written twice), as the parts of one array laid out row-major in
+// some order of its dims: the views alike but for their offsets 0, step, 2 step, ... (the parts a dim of
+// stride `step`), and those dims, ordered by stride, with strides 1, d0, d0 d1, ... and numel elements in
+// all. An attention's heads' gradients in the projections' [B, T, 3, H, D] are such parts. Checked from
+// the dims alone, never by marking each element: a result may be as large as a slot can be.
+bool ViewsTile(std::span<const OperandView> views, int64_t numel);
 
 // The shapes a kernel reads its inputs as: each view's (checked by CheckOperandView), the input's where
 // it has none. At most one view per input.

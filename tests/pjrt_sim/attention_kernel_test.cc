@@ -292,14 +292,22 @@ TEST_F(AttentionKernelTest, MasksBroadcastWithStrideZero) {
 // The projections' layout: q, k and v are heads of one [B, T, 3, H, D] array and d(output) a [B, T, H, D]
 // one, each taken as [B, H, T, D] by a slice, a unit dim reshape and a transpose (as the GPT's attention
 // reads them). The attention kernels read them where they are, through operand views: no kernel copies
-// a head first, and the results are the bits of the same attention on contiguous copies.
+// a head first, and the results are the bits of the same attention on contiguous copies. The gradients
+// go back the same way, concatenated into the projections' [B, T, 3, H, D] (as the GPT's backward puts
+// them): the gradient kernel writes them there, through result views, and no kernel concatenates.
 class AttentionViewTest : public AttentionKernelTest {
  protected:
+  enum class Gradients {
+    kPacked,             // the attention gradient's own [B, H, 3 T D]
+    kConcatenated,       // in [B, T, 3, H, D]
+    kConcatenatedAndDq,  // in [B, T, 3, H, D], and dq [B, T, H, D] a result too: a concatenation kernel copies
+  };
   // `keep_q`: q [B, H, T, D] is also a result, so stored by a kernel of its own, which the attention
   // then reads as it is.
-  void Check(int64_t b, int64_t t, int64_t h, int64_t d, bool causal, bool keep_q) {
-    SCOPED_TRACE(
-        absl::StrCat("b ", b, " t ", t, " h ", h, " d ", d, causal ? " causal" : "", keep_q ? ", q kept" : ""));
+  void Check(int64_t b, int64_t t, int64_t h, int64_t d, bool causal, bool keep_q,
+             Gradients gradients = Gradients::kPacked) {
+    SCOPED_TRACE(absl::StrCat("b ", b, " t ", t, " h ", h, " d ", d, causal ? " causal" : "", keep_q ? ", q kept" : "",
+                              ", gradients ", static_cast<int>(gradients)));
     std::mt19937_64 rng(static_cast<uint64_t>(b * 1000 + t * 10 + h + causal));
     const std::vector<float> qkv = RandomFloats(rng, b * t * 3 * h * d), dout = RandomFloats(rng, b * t * h * d);
     const auto attrs = [&](proto::Instruction& i) {
@@ -319,22 +327,42 @@ class AttentionViewTest : public AttentionKernelTest {
     const int64_t grads = m.Op(Opcode::kAttentionGrad, {heads[0], heads[1], heads[2], fwd, dout_bhtd}, proto::F32,
                                {b, h, 3 * t * d}, attrs);
     m.Output(fwd);
-    m.Output(grads);
+    if (gradients == Gradients::kPacked) {
+      m.Output(grads);
+    } else {
+      // As the lazy layer's backward of the heads: the three parts, each transposed back and concatenated.
+      const int64_t parts = m.Reshape(grads, {b, h, 3, t, d});
+      std::vector<int64_t> back;
+      for (int64_t part = 0; part < 3; ++part) {
+        const int64_t slice = m.Slice(parts, {0, 0, part, 0, 0}, {b, h, part + 1, t, d}, {1, 1, 1, 1, 1});
+        back.push_back(m.Reshape(m.Transpose(m.Reshape(slice, {b, h, t, d}), {0, 2, 1, 3}), {b, t, 1, h, d}));
+      }
+      m.Output(
+          m.Op(Opcode::kConcatenate, back, proto::F32, {b, t, 3, h, d}, [](proto::Instruction& i) { i.set_axis(2); }));
+      if (gradients == Gradients::kConcatenatedAndDq) m.Output(m.Reshape(back[0], {b, t, h, d}));
+    }
     if (keep_q) m.Output(heads[0]);
     ASSERT_TRUE(VerifyModule(m.module()).ok()) << VerifyModule(m.module());
     absl::StatusOr<std::shared_ptr<Executable>> exe = client_->Compile(m.module(), {});
     ASSERT_TRUE(exe.ok()) << exe.status();
     absl::StatusOr<std::shared_ptr<Executable>> loaded = client_->LoadSerializedExecutable((*exe)->Serialize());
     ASSERT_TRUE(loaded.ok()) << loaded.status();
-    int views = 0;
+    // No time steps: nothing to write, and the concatenation of nothing is left as it is.
+    const bool written_in_place = gradients == Gradients::kConcatenated && t > 0;
+    int views = 0, result_views = 0, concatenations = 0;
     for (const proto::Kernel& k : (*loaded)->proto().kernels()) {
+      result_views += k.result_views_size();
+      if (k.kind() == proto::Kernel::CONCATENATE) ++concatenations;
       if (k.kind() != proto::Kernel::ATTENTION && k.kind() != proto::Kernel::ATTENTION_GRAD) {
-        EXPECT_TRUE(keep_q) << "a kernel besides the attentions: " << k.label();
+        EXPECT_TRUE(keep_q || (gradients != Gradients::kPacked && !written_in_place))
+            << "a kernel besides the attentions: " << k.label();
         continue;
       }
       for (const proto::OperandView& v : k.operand_views()) views += v.dims_size() > 0 ? 1 : 0;
     }
     EXPECT_EQ(views, keep_q ? 3 + 4 - 2 : 3 + 4);  // k, v (and q unless it is stored) in each, d(output)
+    EXPECT_EQ(result_views, written_in_place ? 3 : 0);
+    EXPECT_EQ(concatenations, gradients != Gradients::kPacked && !written_in_place ? 1 : 0);
     absl::StatusOr<std::vector<HostArray>> out = testing::ExecuteOnHost(
         *client_, **loaded,
         {MakeArray(PrimitiveType::kF32, {b, t, 3, h, d}, qkv), MakeArray(PrimitiveType::kF32, {b, t, h, d}, dout)});
@@ -363,9 +391,28 @@ class AttentionViewTest : public AttentionKernelTest {
                                 MakeArray(PrimitiveType::kF32, {b, h, t, d}, head(dout, 1, 0))});
     ASSERT_TRUE(want.ok()) << want.status();
     EXPECT_EQ((*out)[0].values<float>(), (*want)[0].values<float>()) << "forward";
-    EXPECT_EQ((*out)[1].values<float>(), (*want)[1].values<float>()) << "gradients";
+    const std::vector<float> grads_bhtd = (*want)[1].values<float>();
+    if (gradients == Gradients::kPacked) {
+      EXPECT_EQ((*out)[1].values<float>(), grads_bhtd) << "gradients";
+    } else {
+      // [B, H, 3, T, D] back to [B, T, 3, H, D].
+      std::vector<float> concatenated, dq;
+      for (int64_t bi = 0; bi < b; ++bi)
+        for (int64_t ti = 0; ti < t; ++ti)
+          for (int64_t part = 0; part < 3; ++part)
+            for (int64_t hi = 0; hi < h; ++hi)
+              for (int64_t di = 0; di < d; ++di) {
+                const float x = grads_bhtd[static_cast<size_t>((((bi * h + hi) * 3 + part) * t + ti) * d + di)];
+                concatenated.push_back(x);
+                if (part == 0) dq.push_back(x);
+              }
+      EXPECT_EQ((*out)[1].values<float>(), concatenated) << "gradients";
+      if (gradients == Gradients::kConcatenatedAndDq) {
+        EXPECT_EQ((*out)[2].values<float>(), dq) << "dq";
+      }
+    }
     if (keep_q) {
-      EXPECT_EQ((*out)[2].values<float>(), head(qkv, 3, 0)) << "q";
+      EXPECT_EQ(out->back().values<float>(), head(qkv, 3, 0)) << "q";
     }
   }
 };
@@ -379,6 +426,20 @@ TEST_F(AttentionViewTest, ReadsTheHeadsOfTheProjectionsWhereTheyAre) {
 }
 
 TEST_F(AttentionViewTest, ReadsAStoredHeadAsItIs) { Check(2, 70, 3, 8, true, true); }
+
+TEST_F(AttentionViewTest, WritesTheHeadsGradientsWhereTheyAreConcatenated) {
+  Check(2, 70, 3, 8, false, false, Gradients::kConcatenated);
+  Check(2, 130, 2, 16, true, false, Gradients::kConcatenated);
+  Check(1, 5, 4, 4, true, true, Gradients::kConcatenated);
+  Check(1, 600, 2, 8, false, false, Gradients::kConcatenated);  // more rows than one step of queries
+  Check(3, 9, 1, 4, true, false, Gradients::kConcatenated);     // one head: a task per batch element
+  Check(2, 0, 3, 8, true, false, Gradients::kConcatenated);     // no time steps
+}
+
+// A part of the gradients read elsewhere too is no view of the concatenation alone: a kernel concatenates.
+TEST_F(AttentionViewTest, ConcatenatesGradientsAlsoReadElsewhere) {
+  Check(2, 70, 3, 8, true, false, Gradients::kConcatenatedAndDq);
+}
 
 // Malformed instructions: each refused by the verifier with what is wrong.
 TEST(AttentionVerifier, RefusesMalformedInstructions) {
@@ -516,6 +577,51 @@ TEST(AttentionLoader, RefusesOperandViewsOutsideTheirRules) {
       BuildKernel(kernel({{}, {}, {}, {dims, 0, strides}}), with_mask, result);
   ASSERT_FALSE(masked.ok());
   EXPECT_THAT(std::string(masked.status().message()), HasSubstr("only q, k, v and the gradient operands"));
+}
+
+// Result views (where an attention's gradient writes dq, dk and dv) are checked against the result: one
+// each, of the parts' dims, inside it, rows contiguous, and together writing each element once.
+TEST(AttentionLoader, RefusesResultViewsOutsideTheirRules) {
+  // q, k, v, d(output) [2, 4, 8] and the forward result [2, 4, 9]; the gradients written as [2, 4, 3, 8].
+  const ArrayShape head{PrimitiveType::kF32, {2, 4, 8}};
+  const std::vector<ArrayShape> operands = {head, head, head, {PrimitiveType::kF32, {2, 4, 9}}, head};
+  using Views = std::vector<std::tuple<std::vector<int64_t>, int64_t, std::vector<int64_t>>>;
+  auto kernel = [](proto::Kernel::Kind kind, const Views& views) {
+    proto::Kernel k;
+    k.set_kind(kind);
+    k.set_scale(0.5);
+    for (const auto& [dims, offset, strides] : views) {
+      proto::OperandView* v = k.add_result_views();
+      v->mutable_dims()->Assign(dims.begin(), dims.end());
+      v->set_offset(offset);
+      v->mutable_strides()->Assign(strides.begin(), strides.end());
+    }
+    return k;
+  };
+  const std::vector<int64_t> dims = {2, 4, 8}, strides = {96, 24, 1};
+  const ArrayShape result{PrimitiveType::kF32, {2, 4, 3, 8}};
+  const Views good = {{dims, 0, strides}, {dims, 8, strides}, {dims, 16, strides}};
+  EXPECT_TRUE(BuildKernel(kernel(proto::Kernel::ATTENTION_GRAD, good), operands, result).ok());
+  auto refuse = [&](const proto::Kernel& k, const std::string& part, const ArrayShape& out) {
+    const absl::StatusOr<std::unique_ptr<Kernel>> built = BuildKernel(k, operands, out);
+    ASSERT_FALSE(built.ok()) << part;
+    EXPECT_THAT(std::string(built.status().message()), HasSubstr(part));
+  };
+  const proto::Kernel::Kind grad = proto::Kernel::ATTENTION_GRAD;
+  refuse(kernel(grad, {{dims, 0, strides}, {dims, 0, strides}, {dims, 16, strides}}), "exactly once", result);
+  refuse(kernel(grad, good), "exactly once", {PrimitiveType::kF32, {2, 4, 4, 8}});  // a gap
+  refuse(kernel(grad, {{dims, 0, strides}, {dims, 8, strides}, {dims, 17, strides}}), "reaches outside", result);
+  refuse(kernel(grad, {{dims, 0, strides}, {{2, 4, 4}, 8, strides}, {dims, 16, strides}}),
+         "result view 1 (of dk): has dims other than [2,4,8]", result);
+  refuse(kernel(grad, {{dims, 0, strides}, {dims, 8, strides}, {dims, 16, {96, 24, 2}}}), "not contiguous", result);
+  refuse(kernel(grad, {{dims, 0, strides}, {dims, 8, strides}}), "one each for dq, dk and dv", result);
+  refuse(kernel(grad, good), "the result must be f32", {PrimitiveType::kF64, {2, 4, 3, 8}});
+  // A forward attention writes its result as it is.
+  proto::Kernel forward = kernel(proto::Kernel::ATTENTION, good);
+  const absl::StatusOr<std::unique_ptr<Kernel>> built =
+      BuildKernel(forward, std::span(operands).first(3), {PrimitiveType::kF32, {2, 4, 9}});
+  ASSERT_FALSE(built.ok());
+  EXPECT_THAT(std::string(built.status().message()), HasSubstr("only an attention's gradient writes"));
 }
 
 }  // namespace attention_kernel_test

@@ -485,6 +485,13 @@ TEST_F(ExecutableTest, RejectsMalformedProgramsAndKernels) {
                 v->add_strides(1);
               }),
               HasSubstr("has operand views, which only ATTENTION, ATTENTION_GRAD and CONCATENATE read"));
+  // Result views are written by an attention's gradient only: a loop would write its output as it is.
+  EXPECT_THAT(tamper([&](proto::Executable& p) {
+                proto::OperandView* v = p.mutable_kernels(0)->add_result_views();
+                v->add_dims(1);
+                v->add_strides(1);
+              }),
+              HasSubstr("has result views, which only ATTENTION_GRAD writes through"));
   // A kernel writing a parameter, an alias, or nothing that exists.
   EXPECT_THAT(tamper([&](proto::Executable& p) { p.mutable_kernels(0)->set_output(0); }),
               HasSubstr("writes a slot it may not"));

@@ -487,11 +487,15 @@ class AttentionGradKernel final : public AttentionBase {
   }
 
   // How many consecutive batch elements a task of a gradient written through result views takes: the
-  // last batch dim's (the heads), as many as keep their sums (`bytes` each) within half the core's L2.
+  // heads of one sequence (the last batch dim), or the most of them that divides it, keeps their sums
+  // (`bytes` each) within half a core's L2 and leaves a task for every thread.
   int64_t GroupOfBatchElements(int64_t bytes) const {
     constexpr int64_t kSummedBytes = int64_t{1} << 20;
     const int64_t heads = lay_.batch_dims.empty() ? 1 : std::max<int64_t>(lay_.batch_dims.back(), 1);
-    return std::clamp<int64_t>(kSummedBytes / std::max<int64_t>(bytes, 1), 1, heads);
+    const int64_t threads = ThreadPool::Get().size();
+    int64_t group = std::min({heads, kSummedBytes / std::max<int64_t>(bytes, 1), (lay_.batch + threads - 1) / threads});
+    while (group > 1 && heads % group != 0) --group;
+    return std::max<int64_t>(group, 1);
   }
 
   // Writes the summed dq, dk and dv of batch elements [first, first + count) (each packed in `sums`)

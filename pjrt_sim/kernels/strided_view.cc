@@ -31,7 +31,8 @@ bool ViewsTile(std::span<const OperandView> views, int64_t numel) {
   std::vector<std::pair<int64_t, int64_t>> axes;                // (stride, size) of the dims of size > 1
   for (size_t i = 0; i < views.size(); ++i) {
     if (views[i].dims != first.dims || views[i].strides != first.strides) return false;
-    if (views[i].offset != static_cast<int64_t>(i) * step) return false;
+    int64_t offset = 0;
+    if (__builtin_mul_overflow(static_cast<int64_t>(i), step, &offset) || views[i].offset != offset) return false;
   }
   if (std::ranges::find(first.dims, 0) != first.dims.end()) return numel == 0;
   for (size_t d = 0; d < first.dims.size(); ++d) {

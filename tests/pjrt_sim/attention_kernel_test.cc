@@ -298,9 +298,10 @@ TEST_F(AttentionKernelTest, MasksBroadcastWithStrideZero) {
 class AttentionViewTest : public AttentionKernelTest {
  protected:
   enum class Gradients {
-    kPacked,             // the attention gradient's own [B, H, 3 T D]
-    kConcatenated,       // in [B, T, 3, H, D]
-    kConcatenatedAndDq,  // in [B, T, 3, H, D], and dq [B, T, H, D] a result too: a concatenation kernel copies
+    kPacked,                 // the attention gradient's own [B, H, 3 T D]
+    kConcatenated,           // in [B, T, 3, H, D]
+    kConcatenatedAndDq,      // in [B, T, 3, H, D], and dq [B, T, H, D] a result too: a concatenation kernel copies
+    kConcatenatedAndPacked,  // in [B, T, 3, H, D], and the packed ones a result too: as kConcatenatedAndDq
   };
   // `keep_q`: q [B, H, T, D] is also a result, so stored by a kernel of its own, which the attention
   // then reads as it is.
@@ -340,6 +341,7 @@ class AttentionViewTest : public AttentionKernelTest {
       m.Output(
           m.Op(Opcode::kConcatenate, back, proto::F32, {b, t, 3, h, d}, [](proto::Instruction& i) { i.set_axis(2); }));
       if (gradients == Gradients::kConcatenatedAndDq) m.Output(m.Reshape(back[0], {b, t, h, d}));
+      if (gradients == Gradients::kConcatenatedAndPacked) m.Output(grads);
     }
     if (keep_q) m.Output(heads[0]);
     ASSERT_TRUE(VerifyModule(m.module()).ok()) << VerifyModule(m.module());
@@ -410,6 +412,9 @@ class AttentionViewTest : public AttentionKernelTest {
       if (gradients == Gradients::kConcatenatedAndDq) {
         EXPECT_EQ((*out)[2].values<float>(), dq) << "dq";
       }
+      if (gradients == Gradients::kConcatenatedAndPacked) {
+        EXPECT_EQ((*out)[2].values<float>(), grads_bhtd) << "packed gradients";
+      }
     }
     if (keep_q) {
       EXPECT_EQ(out->back().values<float>(), head(qkv, 3, 0)) << "q";
@@ -433,12 +438,14 @@ TEST_F(AttentionViewTest, WritesTheHeadsGradientsWhereTheyAreConcatenated) {
   Check(1, 5, 4, 4, true, true, Gradients::kConcatenated);
   Check(1, 600, 2, 8, false, false, Gradients::kConcatenated);  // more rows than one step of queries
   Check(3, 9, 1, 4, true, false, Gradients::kConcatenated);     // one head: a task per batch element
+  Check(1, 600, 3, 64, true, false, Gradients::kConcatenated);  // 3 heads, sums for 2 in half an L2: 1 a task
   Check(2, 0, 3, 8, true, false, Gradients::kConcatenated);     // no time steps
 }
 
 // A part of the gradients read elsewhere too is no view of the concatenation alone: a kernel concatenates.
 TEST_F(AttentionViewTest, ConcatenatesGradientsAlsoReadElsewhere) {
   Check(2, 70, 3, 8, true, false, Gradients::kConcatenatedAndDq);
+  Check(2, 70, 3, 8, true, false, Gradients::kConcatenatedAndPacked);
 }
 
 // Malformed instructions: each refused by the verifier with what is wrong.
@@ -609,6 +616,7 @@ TEST(AttentionLoader, RefusesResultViewsOutsideTheirRules) {
   };
   const proto::Kernel::Kind grad = proto::Kernel::ATTENTION_GRAD;
   refuse(kernel(grad, {{dims, 0, strides}, {dims, 0, strides}, {dims, 16, strides}}), "exactly once", result);
+  refuse(kernel(grad, {{dims, 0, strides}, {dims, 4, strides}, {dims, 8, strides}}), "exactly once", result);
   refuse(kernel(grad, good), "exactly once", {PrimitiveType::kF32, {2, 4, 4, 8}});  // a gap
   refuse(kernel(grad, {{dims, 0, strides}, {dims, 8, strides}, {dims, 17, strides}}), "reaches outside", result);
   refuse(kernel(grad, {{dims, 0, strides}, {{2, 4, 4}, 8, strides}, {dims, 16, strides}}),

@@ -302,6 +302,7 @@ class AttentionViewTest : public AttentionKernelTest {
     kConcatenated,           // in [B, T, 3, H, D]
     kConcatenatedAndDq,      // in [B, T, 3, H, D], and dq [B, T, H, D] a result too: a concatenation kernel copies
     kConcatenatedAndPacked,  // in [B, T, 3, H, D], and the packed ones a result too: as kConcatenatedAndDq
+    kConcatenatedReordered,  // dv, dq, dk in [B, T, 3, H, D]: not the parts in place, so concatenated
   };
   // `keep_q`: q [B, H, T, D] is also a result, so stored by a kernel of its own, which the attention
   // then reads as it is.
@@ -310,6 +311,8 @@ class AttentionViewTest : public AttentionKernelTest {
     SCOPED_TRACE(absl::StrCat("b ", b, " t ", t, " h ", h, " d ", d, causal ? " causal" : "", keep_q ? ", q kept" : "",
                               ", gradients ", static_cast<int>(gradients)));
     std::mt19937_64 rng(static_cast<uint64_t>(b * 1000 + t * 10 + h + causal));
+    const std::vector<int64_t> order =  // the parts' order in the concatenation
+        gradients == Gradients::kConcatenatedReordered ? std::vector<int64_t>{2, 0, 1} : std::vector<int64_t>{0, 1, 2};
     const std::vector<float> qkv = RandomFloats(rng, b * t * 3 * h * d), dout = RandomFloats(rng, b * t * h * d);
     const auto attrs = [&](proto::Instruction& i) {
       i.set_value(0.3);
@@ -334,7 +337,7 @@ class AttentionViewTest : public AttentionKernelTest {
       // As the lazy layer's backward of the heads: the three parts, each transposed back and concatenated.
       const int64_t parts = m.Reshape(grads, {b, h, 3, t, d});
       std::vector<int64_t> back;
-      for (int64_t part = 0; part < 3; ++part) {
+      for (int64_t part : order) {
         const int64_t slice = m.Slice(parts, {0, 0, part, 0, 0}, {b, h, part + 1, t, d}, {1, 1, 1, 1, 1});
         back.push_back(m.Reshape(m.Transpose(m.Reshape(slice, {b, h, t, d}), {0, 2, 1, 3}), {b, t, 1, h, d}));
       }
@@ -401,7 +404,7 @@ class AttentionViewTest : public AttentionKernelTest {
       std::vector<float> concatenated, dq;
       for (int64_t bi = 0; bi < b; ++bi)
         for (int64_t ti = 0; ti < t; ++ti)
-          for (int64_t part = 0; part < 3; ++part)
+          for (int64_t part : order)
             for (int64_t hi = 0; hi < h; ++hi)
               for (int64_t di = 0; di < d; ++di) {
                 const float x = grads_bhtd[static_cast<size_t>((((bi * h + hi) * 3 + part) * t + ti) * d + di)];
@@ -442,10 +445,12 @@ TEST_F(AttentionViewTest, WritesTheHeadsGradientsWhereTheyAreConcatenated) {
   Check(2, 0, 3, 8, true, false, Gradients::kConcatenated);     // no time steps
 }
 
-// A part of the gradients read elsewhere too is no view of the concatenation alone: a kernel concatenates.
-TEST_F(AttentionViewTest, ConcatenatesGradientsAlsoReadElsewhere) {
+// Gradients read elsewhere too (a part, or all packed) are no views of the concatenation alone, and parts
+// out of their order no layout of one array: a kernel concatenates them, as before.
+TEST_F(AttentionViewTest, ConcatenatesGradientsAlsoReadElsewhereOrOutOfOrder) {
   Check(2, 70, 3, 8, true, false, Gradients::kConcatenatedAndDq);
   Check(2, 70, 3, 8, true, false, Gradients::kConcatenatedAndPacked);
+  Check(2, 70, 3, 8, true, false, Gradients::kConcatenatedReordered);
 }
 
 // Malformed instructions: each refused by the verifier with what is wrong.

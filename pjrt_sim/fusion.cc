@@ -140,10 +140,20 @@ class Emitter {
     for (size_t r = 0; r < m_.insts.size(); ++r) {
       if (moved_to_[r] >= 0) moved_here[static_cast<size_t>(moved_to_[r])] = static_cast<int64_t>(r);
     }
+    // An attention's gradient that writes a concatenation runs at its own place: its operands are freed
+    // where they were, and the concatenation's bytes are taken where the packed gradients' were.
+    std::vector<int64_t> writes_into(m_.insts.size(), -1);
+    for (size_t c = 0; c < m_.insts.size(); ++c) {
+      if (written_by_[c] >= 0) writes_into[static_cast<size_t>(written_by_[c])] = static_cast<int64_t>(c);
+    }
     int64_t fused_away = 0;
     for (size_t i = 0; i < m_.insts.size(); ++i) {
       if (moved_here[i] >= 0) EmitKernel(moved_here[i]);
-      if (!materialized_[i] || absorbed_into_[i] >= 0) {
+      if (writes_into[i] >= 0) {
+        EmitKernel(writes_into[i]);
+        continue;
+      }
+      if (!materialized_[i] || absorbed_into_[i] >= 0 || written_by_[i] >= 0) {
         ++fused_away;
         continue;
       }
@@ -191,19 +201,28 @@ class Emitter {
   // memory, not on f32 arithmetic (f64 functions are scalar library calls; a broadcast reader would
   // compute the value once per element of its larger space). With bf16 products GELU's
   // erf((f32(h) + bias) * c) is not stored for its backward (benchmarks/RESULTS.md: 101.2 -> 97.2 ms a
-  // bf16 GPT step, the same bits).
+  // bf16 GPT step, the same bits). From an f32 array, such work is recomputed only for readers far
+  // apart, more than kEvictedBytes of values computed between them (a forward's and its backward's): the
+  // stored value would be written to memory and read back from it, holding its bytes in the arena all
+  // the while; a reader loads the array instead, as many bytes, or none more where it loads the array
+  // anyway (GELU's backward, which also needs h + bias). Readers close together find a stored value in
+  // the cache, and it is computed once (softmax's exp, read by the sum and by the division).
   bool CheapToRecompute(int64_t id) const {
     const HloInst& inst = Inst(id);
     if (RecomputedFrom(inst, 0)) return true;
     if (inst.shape.type != PrimitiveType::kF32) return false;
-    if (std::ranges::any_of(readers_[static_cast<size_t>(id)],
-                            [&](int64_t r) { return Inst(r).opcode == Opcode::kBroadcast; })) {
-      return false;
-    }
+    const std::vector<int64_t>& readers = readers_[static_cast<size_t>(id)];
+    if (std::ranges::any_of(readers, [&](int64_t r) { return Inst(r).opcode == Opcode::kBroadcast; })) return false;
     const std::optional<int64_t> from = RecomputedFrom(inst, kRecomputedDepth);
-    return from && *from != kNoArray && ByteWidth(Inst(*from).shape.type) < ByteWidth(inst.shape.type);
+    if (!from || *from == kNoArray) return false;
+    if (ByteWidth(Inst(*from).shape.type) < ByteWidth(inst.shape.type)) return true;
+    const auto [first, last] = std::ranges::minmax(readers);
+    return bytes_before_[static_cast<size_t>(last)] - bytes_before_[static_cast<size_t>(first) + 1] > kEvictedBytes;
   }
   static constexpr int kRecomputedDepth = 4;
+  // Many times a core's L2 (1-2 MiB on the machines seen): a value written before that much other work is
+  // read back from memory.
+  static constexpr int64_t kEvictedBytes = int64_t{16} << 20;
   static constexpr int64_t kNoArray = -1;  // computed from constants alone
   // The one stored array `inst` is computed from, through at most `depth` nested elementwise steps or
   // functions of one argument below it (kNoArray: none); nullopt if it is not computed from one array so.
@@ -259,6 +278,10 @@ class Emitter {
     const size_t n = m_.insts.size();
     materialized_.assign(n, false);
     readers_.assign(n, {});
+    bytes_before_.assign(n + 1, 0);
+    for (size_t i = 0; i < n; ++i) {  // a value is at most 2^43 bytes (verified): the sum saturates, never wraps
+      bytes_before_[i + 1] = std::min(bytes_before_[i] + m_.insts[i].shape.byte_size(), int64_t{1} << 62);
+    }
     for (size_t i = 0; i < n; ++i) {
       for (int64_t op : m_.insts[i].operands) readers_[static_cast<size_t>(op)].push_back(static_cast<int64_t>(i));
     }
@@ -991,6 +1014,7 @@ class Emitter {
   proto::Executable& exe_;
   std::vector<bool> materialized_;
   std::vector<std::vector<int64_t>> readers_;  // by instruction
+  std::vector<int64_t> bytes_before_;          // of the values of the instructions before each
   // The loop kernel that computes a value (as an extra output if it is stored: a result, or read by a
   // later kernel), or -1.
   std::vector<int64_t> absorbed_into_;

@@ -253,6 +253,33 @@ TEST_F(FusionTest, FunctionOfANarrowArrayIsRecomputedByEachReader) {
   }
 }
 
+TEST_F(FusionTest, FunctionOfAnF32ArrayIsRecomputedByReadersFarApart) {
+  // GELU on an f32 h, its forward and backward apart by 24 MiB of other values (a forward's and its
+  // backward's, where a stored e would be read back from memory): each computes e from h, which the
+  // backward loads anyway, and e is stored nowhere. Close together (the test above) it is computed once.
+  const Dims d = {16, 40};
+  const int64_t far = 3 << 20;  // elements of the work between: 12 MiB loaded, 12 MiB computed
+  std::mt19937_64 rng(12);
+  ModuleBuilder b;
+  const int64_t h = b.Parameter(0, proto::F32, d), bias = b.Parameter(1, proto::F32, {40});
+  const int64_t dy = b.Parameter(2, proto::F32, d);
+  const int64_t x = b.Add(h, b.Broadcast(bias, d, {1}));
+  const int64_t e = b.Unary(Opcode::kErf, b.Mul(x, b.Constant(0.70710678, proto::F32, d)));
+  const int64_t one = b.Constant(1, proto::F32, d);
+  b.Output(b.Mul(x, b.Add(one, e)));
+  b.Output(b.Unary(Opcode::kTanh, b.Parameter(3, proto::F32, {far})));
+  b.Output(b.Mul(dy, b.Add(b.Add(e, one), b.Mul(x, x))));
+  const proto::Executable exe = CompileToProto(b.module(), kFused);
+  EXPECT_EQ(KernelsComputing(exe, Opcode::kErf), 2) << KernelSummary(exe);
+  EXPECT_EQ(exe.arena_bytes(), 0) << "x or e stored";
+  const std::vector<HostArray> args = {F32(d, testing::RandomFloats(rng, testing::NumElements(d), -3, 3)),
+                                       F32({40}, testing::RandomFloats(rng, 40, -1, 1)),
+                                       F32(d, testing::RandomFloats(rng, testing::NumElements(d), -1, 1)),
+                                       F32({far}, std::vector<float>(static_cast<size_t>(far), 0.5f))};
+  const std::vector<HostArray> fused = Run(b.module(), kFused, args), unfused = Run(b.module(), kUnfused, args);
+  for (size_t r = 0; r < fused.size(); ++r) EXPECT_EQ(fused[r].bytes, unfused[r].bytes) << "result " << r;
+}
+
 TEST_F(FusionTest, FunctionsOfANarrowArrayStoredWhereRecomputingWouldCostMore) {
   // Computed once and stored, each time erf reads a bf16 array through f32 work: read by broadcasts (each
   // reader would compute it per element of its larger space), in f64 (scalar library calls), mixed with

@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <iterator>
-#include <map>
 #include <vector>
 
 #include "pjrt_sim/hlo.h"
@@ -27,55 +26,53 @@ int64_t AssignBuffers(proto::Executable& exe) {
   for (int64_t out : exe.outputs())
     last_use[static_cast<size_t>(storage[static_cast<size_t>(out)])] = end;  // copied at the end
 
-  std::map<int64_t, int64_t> free_chunks;  // offset -> size
-  int64_t arena = 0, naive = 0;
-  auto allocate = [&](int64_t bytes) {
-    for (auto it = free_chunks.begin(); it != free_chunks.end(); ++it) {
-      if (it->second < bytes) continue;
-      const int64_t offset = it->first, left = it->second - bytes;
-      free_chunks.erase(it);
-      if (left > 0) free_chunks[offset + bytes] = left;
-      return offset;
-    }
-    const int64_t offset = arena;
-    arena += bytes;
-    return offset;
+  // Each arena value's bytes and span: from the kernel that writes it to the last that reads it (a value
+  // nobody reads dies right after it is written; a result copied at the end lives to the end). An
+  // input's span and its kernel's output's overlap at that kernel: they never share bytes.
+  struct Value {
+    int64_t slot, bytes, born, dies;
   };
-  auto release = [&](int64_t offset, int64_t bytes) {
-    auto [it, inserted] = free_chunks.emplace(offset, bytes);
-    // Merge with the following and the preceding chunk.
-    if (auto next = std::next(it); next != free_chunks.end() && it->first + it->second == next->first) {
-      it->second += next->second;
-      free_chunks.erase(next);
-    }
-    if (it != free_chunks.begin()) {
-      auto prev = std::prev(it);
-      if (prev->first + prev->second == it->first) {
-        prev->second += it->second;
-        free_chunks.erase(it);
-      }
-    }
-  };
-  std::vector<std::vector<int64_t>> dies_after(static_cast<size_t>(end) + 1);
+  std::vector<Value> values;
+  int64_t naive = 0;
   for (int64_t k = 0; k < end; ++k) {
     const proto::Kernel& kernel = exe.kernels(static_cast<int>(k));
     std::vector<int64_t> outs = {kernel.output()};
     outs.insert(outs.end(), kernel.extra_outputs().begin(), kernel.extra_outputs().end());
     for (int64_t out : outs) {
-      proto::Slot* slot = exe.mutable_slots(static_cast<int>(out));
-      if (slot->kind() != proto::Slot::ARENA) continue;
-      int64_t bytes = FromProto(slot->shape()).byte_size();
-      bytes = (bytes + 63) / 64 * 64;
+      if (exe.slots(static_cast<int>(out)).kind() != proto::Slot::ARENA) continue;
+      const int64_t bytes = (FromProto(exe.slots(static_cast<int>(out)).shape()).byte_size() + 63) / 64 * 64;
       naive += bytes;
-      slot->set_offset(allocate(bytes));
-      // A value nobody reads dies right after it is written.
-      const int64_t dies = std::max(last_use[static_cast<size_t>(out)], k);
-      if (dies < end) dies_after[static_cast<size_t>(dies)].push_back(out);
+      values.push_back({out, bytes, k, std::max(last_use[static_cast<size_t>(out)], k)});
     }
-    for (int64_t dead : dies_after[static_cast<size_t>(k)]) {
-      const proto::Slot& d = exe.slots(static_cast<int>(dead));
-      release(d.offset(), (FromProto(d.shape()).byte_size() + 63) / 64 * 64);
+  }
+  // The largest first, each at the lowest offset clear of the values already placed that live at the same
+  // time (XLA's heap simulator places by decreasing size too). Placed as the schedule writes them, into
+  // the first hole free at that moment, small values split the holes a large one needs later: the bf16
+  // GPT's arena was 6 MiB larger once one kernel fewer ran between two of its 6 MiB gradients.
+  std::vector<size_t> order(values.size());
+  for (size_t v = 0; v < order.size(); ++v) order[v] = v;
+  std::ranges::stable_sort(order, [&](size_t a, size_t b) { return values[a].bytes > values[b].bytes; });
+  std::vector<int64_t> offsets(values.size(), 0);
+  std::vector<size_t> placed;
+  int64_t arena = 0;
+  std::vector<std::pair<int64_t, int64_t>> taken;  // [begin, end) of the placed values live with this one
+  for (size_t v : order) {
+    const Value& value = values[v];
+    taken.clear();
+    for (size_t p : placed) {
+      if (values[p].born <= value.dies && value.born <= values[p].dies && values[p].bytes > 0)
+        taken.emplace_back(offsets[p], offsets[p] + values[p].bytes);
     }
+    std::ranges::sort(taken);
+    int64_t offset = 0;
+    for (const auto& [begin, stop] : taken) {
+      if (begin - offset >= value.bytes) break;
+      offset = std::max(offset, stop);
+    }
+    offsets[v] = offset;
+    arena = std::max(arena, offset + value.bytes);
+    placed.push_back(v);
+    exe.mutable_slots(static_cast<int>(value.slot))->set_offset(offset);
   }
   exe.set_arena_bytes(arena);
   return naive - arena;

@@ -1,5 +1,5 @@
-// Buffer assignment: arena slots placed by liveness over the kernel schedule, reused but never
-// overlapping a live value.
+// Buffer assignment: arena slots placed by liveness over the kernel schedule, largest first, reused but
+// never overlapping a live value.
 #include "pjrt_sim/buffer_assignment.h"
 
 #include <gmock/gmock.h>
@@ -81,6 +81,40 @@ TEST_F(BufferAssignmentTest, ReusesArenaBytes) {
     for (int k = 0; k < count; ++k) want = k % 2 ? -(want + 1) : std::fabs(want + 1);
     ASSERT_EQ(out[0].at<float>(i), want) << i;
   }
+}
+
+// Placed as the schedule writes them, a small value that dies at once leaves a hole too small for the
+// large one written next, which goes past it; placed largest first, each value takes the lowest bytes
+// clear of those live with it, and the hole is where the small one goes.
+TEST_F(BufferAssignmentTest, PlacesTheLargestValuesFirst) {
+  proto::Executable exe;
+  // Slots: x [16] f32 (64 bytes), y [16], z [32], and two results.
+  const std::vector<std::pair<proto::Slot::Kind, int64_t>> slots = {{proto::Slot::ARENA, 16},
+                                                                    {proto::Slot::ARENA, 16},
+                                                                    {proto::Slot::ARENA, 32},
+                                                                    {proto::Slot::OUTPUT, 16},
+                                                                    {proto::Slot::OUTPUT, 32}};
+  for (size_t i = 0; i < slots.size(); ++i) {
+    proto::Slot* slot = exe.add_slots();
+    slot->set_kind(slots[i].first);
+    slot->mutable_shape()->set_type(proto::F32);
+    slot->mutable_shape()->add_dims(slots[i].second);
+    if (slots[i].first == proto::Slot::OUTPUT) slot->set_index(exe.outputs_size());
+    if (slots[i].first == proto::Slot::OUTPUT) exe.add_outputs(static_cast<int64_t>(i));
+  }
+  // x written first and read last but one; y written and never read; z written, then read last.
+  const std::vector<std::pair<std::vector<int64_t>, int64_t>> kernels = {{{}, 0}, {{}, 1}, {{}, 2}, {{0}, 3}, {{2}, 4}};
+  for (const auto& [inputs, output] : kernels) {
+    proto::Kernel* k = exe.add_kernels();
+    for (int64_t in : inputs) k->add_inputs(in);
+    k->set_output(output);
+  }
+  AssignBuffers(exe);
+  EXPECT_EQ(exe.arena_bytes(), 3 * 64);  // z, then x beside it, y where z is not yet (first fit: 4 * 64)
+  EXPECT_EQ(exe.slots(2).offset(), 0);
+  EXPECT_EQ(exe.slots(0).offset(), 128);
+  EXPECT_EQ(exe.slots(1).offset(), 0);
+  ExpectNoLiveOverlap(exe);
 }
 
 TEST_F(BufferAssignmentTest, NeverOverlapsLiveValues) {

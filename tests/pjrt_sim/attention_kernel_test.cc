@@ -541,6 +541,17 @@ TEST(AttentionLoader, RefusesKernelsThatDoNotFitTheirSlots) {
   EXPECT_FALSE(BuildKernel(k, operands, {PrimitiveType::kF32, {2, 98}}).ok());
 }
 
+// Views as (dims, offset, strides), added to a kernel's operand or result views.
+using ViewSpecs = std::vector<std::tuple<std::vector<int64_t>, int64_t, std::vector<int64_t>>>;
+void AddViews(const ViewSpecs& views, google::protobuf::RepeatedPtrField<proto::OperandView>& to) {
+  for (const auto& [dims, offset, strides] : views) {
+    proto::OperandView* v = to.Add();
+    v->mutable_dims()->Assign(dims.begin(), dims.end());
+    v->set_offset(offset);
+    v->mutable_strides()->Assign(strides.begin(), strides.end());
+  }
+}
+
 // An operand view is checked against the input it reads: inside it, rows contiguous, of q, k, v or a
 // gradient operand only, a stride per dim; the error names the view and what is wrong.
 TEST(AttentionLoader, RefusesOperandViewsOutsideTheirRules) {
@@ -548,16 +559,11 @@ TEST(AttentionLoader, RefusesOperandViewsOutsideTheirRules) {
   const ArrayShape packed{PrimitiveType::kF32, {2, 4, 3, 8}};
   const std::vector<ArrayShape> operands = {packed, packed, packed};
   const ArrayShape result{PrimitiveType::kF32, {2, 4, 9}};
-  auto kernel = [](std::vector<std::tuple<std::vector<int64_t>, int64_t, std::vector<int64_t>>> views) {
+  auto kernel = [](const ViewSpecs& views) {
     proto::Kernel k;
     k.set_kind(proto::Kernel::ATTENTION);
     k.set_scale(0.5);
-    for (const auto& [dims, offset, strides] : views) {
-      proto::OperandView* v = k.add_operand_views();
-      v->mutable_dims()->Assign(dims.begin(), dims.end());
-      v->set_offset(offset);
-      v->mutable_strides()->Assign(strides.begin(), strides.end());
-    }
+    AddViews(views, *k.mutable_operand_views());
     return k;
   };
   const std::vector<int64_t> dims = {2, 4, 8}, strides = {96, 24, 1};
@@ -597,22 +603,16 @@ TEST(AttentionLoader, RefusesResultViewsOutsideTheirRules) {
   // q, k, v, d(output) [2, 4, 8] and the forward result [2, 4, 9]; the gradients written as [2, 4, 3, 8].
   const ArrayShape head{PrimitiveType::kF32, {2, 4, 8}};
   const std::vector<ArrayShape> operands = {head, head, head, {PrimitiveType::kF32, {2, 4, 9}}, head};
-  using Views = std::vector<std::tuple<std::vector<int64_t>, int64_t, std::vector<int64_t>>>;
-  auto kernel = [](proto::Kernel::Kind kind, const Views& views) {
+  auto kernel = [](proto::Kernel::Kind kind, const ViewSpecs& views) {
     proto::Kernel k;
     k.set_kind(kind);
     k.set_scale(0.5);
-    for (const auto& [dims, offset, strides] : views) {
-      proto::OperandView* v = k.add_result_views();
-      v->mutable_dims()->Assign(dims.begin(), dims.end());
-      v->set_offset(offset);
-      v->mutable_strides()->Assign(strides.begin(), strides.end());
-    }
+    AddViews(views, *k.mutable_result_views());
     return k;
   };
   const std::vector<int64_t> dims = {2, 4, 8}, strides = {96, 24, 1};
   const ArrayShape result{PrimitiveType::kF32, {2, 4, 3, 8}};
-  const Views good = {{dims, 0, strides}, {dims, 8, strides}, {dims, 16, strides}};
+  const ViewSpecs good = {{dims, 0, strides}, {dims, 8, strides}, {dims, 16, strides}};
   EXPECT_TRUE(BuildKernel(kernel(proto::Kernel::ATTENTION_GRAD, good), operands, result).ok());
   auto refuse = [&](const proto::Kernel& k, const std::string& part, const ArrayShape& out) {
     const absl::StatusOr<std::unique_ptr<Kernel>> built = BuildKernel(k, operands, out);

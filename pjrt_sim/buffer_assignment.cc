@@ -1,7 +1,7 @@
 #include "pjrt_sim/buffer_assignment.h"
 
 #include <algorithm>
-#include <iterator>
+#include <utility>
 #include <vector>
 
 #include "pjrt_sim/hlo.h"

@@ -8,7 +8,8 @@
 namespace lazyrt::pjrt {
 
 // Places every ARENA slot by liveness over the kernel schedule: a slot's bytes are reused once its
-// last reader has run. Sets offsets and the arena size; returns the bytes saved over no reuse.
+// last reader has run. The largest are placed first, each at the lowest offset clear of the slots live
+// with it. Sets offsets and the arena size; returns the bytes saved over no reuse.
 int64_t AssignBuffers(proto::Executable& exe);
 
 }  // namespace lazyrt::pjrt

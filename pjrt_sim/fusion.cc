@@ -216,6 +216,7 @@ class Emitter {
     const std::optional<int64_t> from = RecomputedFrom(inst, kRecomputedDepth);
     if (!from || *from == kNoArray) return false;
     if (ByteWidth(Inst(*from).shape.type) < ByteWidth(inst.shape.type)) return true;
+    if (readers.empty()) return false;
     const auto [first, last] = std::ranges::minmax(readers);
     return bytes_before_[static_cast<size_t>(last)] - bytes_before_[static_cast<size_t>(first) + 1] > kEvictedBytes;
   }

@@ -32,7 +32,11 @@ void ExpectNoLiveOverlap(const proto::Executable& exe) {
   for (int64_t k = 0; k < end; ++k) {
     const proto::Kernel& kernel = exe.kernels(static_cast<int>(k));
     for (int64_t in : kernel.inputs()) last[static_cast<size_t>(storage[static_cast<size_t>(in)])] = k;
-    if (def[static_cast<size_t>(kernel.output())] < 0) def[static_cast<size_t>(kernel.output())] = k;
+    std::vector<int64_t> outs = {kernel.output()};
+    outs.insert(outs.end(), kernel.extra_outputs().begin(), kernel.extra_outputs().end());
+    for (int64_t out : outs) {
+      if (def[static_cast<size_t>(out)] < 0) def[static_cast<size_t>(out)] = k;
+    }
   }
   for (int64_t out : exe.outputs()) last[static_cast<size_t>(storage[static_cast<size_t>(out)])] = end;
   for (int a = 0; a < n; ++a) {

@@ -1,6 +1,7 @@
 #include "pjrt_sim/fusion.h"
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <functional>
 #include <iterator>
@@ -11,6 +12,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "pjrt_sim/kernels/attention.h"
 #include "pjrt_sim/kernels/strided_view.h"
 
 namespace lazyrt::pjrt {
@@ -621,8 +623,7 @@ class Emitter {
     if (!options_.enabled) return;
     for (size_t i = 0; i < m_.insts.size(); ++i) {
       if (m_.insts[i].opcode != Opcode::kConcatenate || !materialized_[i]) continue;
-      std::optional<std::pair<int64_t, std::vector<proto::OperandView>>> parts =
-          GradientPartsIn(static_cast<int64_t>(i));
+      std::optional<std::pair<int64_t, std::vector<OperandView>>> parts = GradientPartsIn(static_cast<int64_t>(i));
       if (!parts) continue;
       written_by_[i] = parts->first;
       result_views_[parts->first] = std::move(parts->second);
@@ -642,7 +643,7 @@ class Emitter {
   // each of its dq, dk and dv saying where that lands, if the concatenation is nothing but the three
   // (each operand a view of a different one: transposes, slices and unit dim reshapes of the packed
   // gradients or of a reshape of them) and nothing else reads the gradients.
-  std::optional<std::pair<int64_t, std::vector<proto::OperandView>>> GradientPartsIn(int64_t concat) const {
+  std::optional<std::pair<int64_t, std::vector<OperandView>>> GradientPartsIn(int64_t concat) const {
     const HloInst& c = Inst(concat);
     if (c.operands.size() != 3) return std::nullopt;
     int64_t grad = -1;
@@ -666,20 +667,21 @@ class Emitter {
     if (g.shape.dims.size() != nb + 1) return std::nullopt;
     const int64_t l = q[nb], e = q[nb + 1], s = Inst(g.operands[1]).shape.dims[nb], ev = v[nb + 1];
     if (l < 1 || e < 1 || s < 1 || ev < 1) return std::nullopt;
-    const int64_t rows[] = {l, s, s}, cols[] = {e, e, ev}, starts[] = {0, l * e, l * e + s * e};
+    const std::array<GradientPart, 3> parts = GradientParts(l, s, e, ev);
     const std::vector<int64_t> concat_strides = RowMajorStrides(c.shape.dims);
-    std::vector<proto::OperandView> views(3);
     std::vector<OperandView> written(3);
     int64_t along_axis = 0;  // where the operand starts along the concatenation's axis
     for (size_t j = 0; j < 3; ++j) {
       const std::vector<int64_t>& dims = Inst(c.operands[j]).shape.dims;
-      const auto part = std::ranges::find(starts, reads[j].offset) - std::begin(starts);
-      if (part == 3 || !written[static_cast<size_t>(part)].dims.empty()) return std::nullopt;
-      OperandView& view = written[static_cast<size_t>(part)];
+      const size_t p =
+          static_cast<size_t>(std::ranges::find(parts, reads[j].offset, &GradientPart::start) - parts.begin());
+      if (p == parts.size() || !written[p].dims.empty()) return std::nullopt;
+      const GradientPart& part = parts[p];
+      OperandView& view = written[p];
       view.dims.assign(g.shape.dims.begin(), g.shape.dims.end() - 1);
-      view.dims.insert(view.dims.end(), {rows[part], cols[part]});
+      view.dims.insert(view.dims.end(), {part.rows, part.cols});
       std::vector<int64_t> packed(nb + 2, 1);  // the part's strides in the packed gradients
-      packed[nb] = cols[part];
+      packed[nb] = part.cols;
       for (size_t d = nb, stride = static_cast<size_t>(g.shape.dims.back()); d-- > 0;) {
         packed[d] = static_cast<int64_t>(stride);
         stride *= static_cast<size_t>(view.dims[d]);
@@ -698,18 +700,13 @@ class Emitter {
       for (size_t x = 0; x < view.dims.size(); ++x) {
         if (!matched[x] && view.dims[x] != 1) return std::nullopt;
       }
-      if (cols[part] == 1) view.strides.back() = 1;  // any stride reads a row of one
+      if (part.cols == 1) view.strides.back() = 1;  // any stride reads a row of one
       if (view.strides.back() != 1) return std::nullopt;
       view.offset = along_axis * concat_strides[static_cast<size_t>(c.axis)];
       along_axis += dims[static_cast<size_t>(c.axis)];
     }
     if (!ViewsTile(written, c.shape.numel())) return std::nullopt;
-    for (size_t p = 0; p < 3; ++p) {
-      views[p].mutable_dims()->Assign(written[p].dims.begin(), written[p].dims.end());
-      views[p].set_offset(written[p].offset);
-      views[p].mutable_strides()->Assign(written[p].strides.begin(), written[p].strides.end());
-    }
-    return std::make_pair(grad, std::move(views));
+    return std::make_pair(grad, std::move(written));
   }
 
   // Whether every reader of `id`, and of each of those, is a view (a transpose, slice or reshape) on the
@@ -858,7 +855,9 @@ class Emitter {
     k->set_label(Label(inst));
     if (computed != id) {
       absl::StrAppend(k->mutable_label(), " into ", Label(Inst(id)));
-      for (const proto::OperandView& view : result_views_.at(computed)) *k->add_result_views() = view;
+      for (const OperandView& view : result_views_.at(computed)) {
+        SetView(*k->add_result_views(), view.dims, view.offset, view.strides);
+      }
     }
     ProgramBuilder b{k, id, {}, {}};
     switch (inst.opcode) {
@@ -988,6 +987,13 @@ class Emitter {
     for (int64_t op : inst.operands) k->add_inputs(slot_[static_cast<size_t>(op)]);
   }
 
+  static void SetView(proto::OperandView& to, std::span<const int64_t> dims, int64_t offset,
+                      std::span<const int64_t> strides) {
+    to.mutable_dims()->Assign(dims.begin(), dims.end());
+    to.set_offset(offset);
+    to.mutable_strides()->Assign(strides.begin(), strides.end());
+  }
+
   // The kernel's inputs: each operand's slot, or where an operand is read through a view (ViewOf: it is
   // not stored itself), the slot of the value it views and the view.
   void AddInputs(const HloInst& inst, proto::Kernel& k) const {
@@ -1000,10 +1006,7 @@ class Emitter {
         continue;
       }
       k.add_inputs(slot_[static_cast<size_t>(view->base)]);
-      const std::vector<int64_t>& dims = Inst(operand).shape.dims;
-      entry->mutable_dims()->Assign(dims.begin(), dims.end());
-      entry->set_offset(view->strided.offset);
-      entry->mutable_strides()->Assign(view->strided.strides.begin(), view->strided.strides.end());
+      SetView(*entry, Inst(operand).shape.dims, view->strided.offset, view->strided.strides);
     }
     if (std::ranges::all_of(k.operand_views(), [](const proto::OperandView& v) { return v.dims().empty(); })) {
       k.clear_operand_views();
@@ -1025,7 +1028,7 @@ class Emitter {
   // The attention gradient whose kernel writes a concatenation (-1: none), by concatenation, and the views
   // it writes dq, dk and dv through, by gradient (WriteGradientsWhereConcatenated).
   std::vector<int64_t> written_by_;
-  absl::flat_hash_map<int64_t, std::vector<proto::OperandView>> result_views_;
+  absl::flat_hash_map<int64_t, std::vector<OperandView>> result_views_;
   std::vector<int64_t> slot_;
 };
 

@@ -400,12 +400,9 @@ class AttentionGradKernel final : public AttentionBase {
  private:
   template <typename T>
   void RunTyped(std::span<const void* const> inputs, void* output) const {
-    const int64_t l = lay_.l, s = lay_.s, e = lay_.e, ev = lay_.ev;
-    const int64_t per_batch = l * e + s * e + s * ev;
+    const int64_t per_batch = PerBatch();
     if (lay_.batch == 0 || per_batch == 0) return;
-    const void* mask = lay_.has_mask ? inputs[5] : nullptr;
     T* grads_all = static_cast<T*>(output);
-    const uint64_t seed = Seed(inputs);
     // Written through result views, the gradients of a group of consecutive batch elements (the heads of
     // one sequence, whose rows interleave in the projections' [B, T, 3, H, D]) are summed in a task's
     // scratch, then put in place a row of every head at a time: the task's stores sweep its part of the
@@ -415,75 +412,103 @@ class AttentionGradKernel final : public AttentionBase {
     const int64_t group = viewed ? GroupOfBatchElements(static_cast<int64_t>(sizeof(T)) * per_batch) : 1;
     ThreadPool::Get().ParallelFor((lay_.batch + group - 1) / group, [&](int64_t task) {
       const int64_t first = task * group, count = std::min(group, lay_.batch - first);
-      const size_t block = static_cast<size_t>(kBlock);
-      const int64_t queries = std::clamp<int64_t>(l, 1, kAttentionQueryChunk);  // queries per step over a block of keys
-      const size_t scored = static_cast<size_t>(queries) * block;               // a step's scores, kBlock a row
-      const size_t wide = std::max(static_cast<size_t>(queries), block) * static_cast<size_t>(std::max(e, ev));
-      // Copies of q, k, v, the forward result and d(output), where they are views.
-      const int64_t widths[] = {e, e, ev, ev + 1, ev}, lengths[] = {l, s, s, l, l};
-      size_t copies = 0;
-      for (size_t i = 0; i < 5; ++i) copies += Gathered(i, widths[i]) ? static_cast<size_t>(lengths[i] * widths[i]) : 0;
       const size_t summed = viewed ? static_cast<size_t>(count * per_batch) : 0;
-      T* p = Scratch<T>(3 * scored + wide + 2 * static_cast<size_t>(l) + summed + copies);
-      T* sums = p + 3 * scored + wide + 2 * static_cast<size_t>(l);
+      // The work of a batch element's sums, the group's sums, the copies of the view operands.
+      T* work = Scratch<T>(WorkElements() + summed + CopiesFor());
+      T* sums = work + WorkElements();
       for (int64_t b = first; b < first + count; ++b) {
-        T* copied = sums + summed;
         T* dq = viewed ? sums + (b - first) * per_batch : grads_all + b * per_batch;
-        T* dk = dq + l * e;
-        T* dv = dk + s * e;
-        std::fill_n(dq, per_batch, T{0});
-        const T* operand[5];
-        for (size_t i = 0; i < 5; ++i) operand[i] = ContiguousRows<T>(inputs, i, b, 0, lengths[i], widths[i], copied);
-        const T *q = operand[0], *k = operand[1], *v = operand[2], *fwd = operand[3], *dout = operand[4];
-        T* ds = p + scored;
-        T* dropped = ds + scored;  // P with the dropout applied (P itself without dropout)
-        T* product = dropped + scored;
-        T* lse = product + wide;
-        T* delta = lse + l;
-        for (int64_t i = 0; i < l; ++i) {
-          const T* o = fwd + i * (ev + 1);
-          delta[i] = RowDot(dout + i * ev, o, ev);
-          lse[i] = o[ev];
-        }
-        const T scale = static_cast<T>(scale_);
-        const int64_t mask_offset = lay_.has_mask ? MaskOffset(b) : 0;
-        for (int64_t j0 = 0; j0 < s; j0 += kBlock) {
-          const int64_t cols = std::min(kBlock, s - j0);
-          // Causal: the queries before j0 see none of these keys.
-          for (int64_t i0 = causal_ ? j0 : 0; i0 < l; i0 += queries) {
-            const int64_t rows = std::min(queries, l - i0);
-            Scores<T>(q + i0 * e, k, mask, mask_offset, i0, rows, j0, cols, p, kBlock);
-            for (int64_t r = 0; r < rows; ++r) {
-              T* pr = p + r * kBlock;
-              Probabilities(pr, i0 + r, j0, cols, lse[i0 + r]);
-            }
-            // With dropout Z (0 or 1 / (1 - dropout)): O = (P Z) V, so dV = (P Z)^T dO, dP = (dO V^T) Z, and
-            // D = rowsum(dO * O) is still rowsum(P * dP).
-            const T* kept = p;
-            if (dropout_ > 0) {
-              for (int64_t r = 0; r < rows; ++r) std::copy_n(p + r * kBlock, cols, dropped + r * kBlock);
-              Dropout<T>(seed, b, i0, rows, j0, cols, dropped, kBlock);
-              kept = dropped;
-            }
-            // dV[j0:] += (P Z)^T dO[i0:]
-            Product<T>(library_, cols, ev, rows, {kept, 1, kBlock}, {dout + i0 * ev, ev, 1}, {product, ev, 1});
-            AddTo(dv + j0 * ev, product, cols * ev);
-            // dS = P * (dO V^T Z - D) * scale; P Z / P is Z where P > 0 (and dS is 0 where P is)
-            Product<T>(library_, rows, cols, ev, {dout + i0 * ev, ev, 1}, {v + j0 * ev, 1, ev}, {ds, kBlock, 1});
-            for (int64_t r = 0; r < rows; ++r) {
-              ScoreGradients(p + r * kBlock, dropout_ > 0 ? kept + r * kBlock : nullptr, ds + r * kBlock, cols,
-                             delta[i0 + r], scale);
-            }
-            // dK[j0:] += dS^T Q[i0:], dQ[i0:] += dS K[j0:]
-            Product<T>(library_, cols, e, rows, {ds, 1, kBlock}, {q + i0 * e, e, 1}, {product, e, 1});
-            AddTo(dk + j0 * e, product, cols * e);
-            Product<T>(library_, rows, e, cols, {ds, kBlock, 1}, {k + j0 * e, e, 1}, {product, e, 1});
-            AddTo(dq + i0 * e, product, rows * e);
-          }
-        }
+        SumGradients<T>(inputs, b, work, sums + summed, dq);
       }
       if (viewed) PutInPlace(sums, first, count, grads_all);
     });
+  }
+
+  // Elements of dq, dk and dv for a batch element.
+  int64_t PerBatch() const { return lay_.l * lay_.e + lay_.s * lay_.e + lay_.s * lay_.ev; }
+  // Queries per step over a block of keys.
+  int64_t Queries() const { return std::clamp<int64_t>(lay_.l, 1, kAttentionQueryChunk); }
+  // Rows and row widths of q, k, v, the forward result and d(output).
+  static constexpr size_t kOperands = 5;
+  std::array<int64_t, kOperands> Widths() const { return {lay_.e, lay_.e, lay_.ev, lay_.ev + 1, lay_.ev}; }
+  std::array<int64_t, kOperands> Lengths() const { return {lay_.l, lay_.s, lay_.s, lay_.l, lay_.l}; }
+  // Elements of the copies of the operands that are views.
+  size_t CopiesFor() const {
+    size_t copies = 0;
+    for (size_t i = 0; i < kOperands; ++i) {
+      if (Gathered(i, Widths()[i])) copies += static_cast<size_t>(Lengths()[i] * Widths()[i]);
+    }
+    return copies;
+  }
+  // Elements of a step's scores (kBlock a row), and of a block product's result.
+  size_t Scored() const { return static_cast<size_t>(Queries() * kBlock); }
+  size_t Wide() const { return static_cast<size_t>(std::max(Queries(), kBlock) * std::max(lay_.e, lay_.ev)); }
+  // Elements of the work of one batch element's sums: three steps of scores (P, dS, P with dropout), a
+  // product, and the logsumexp and D of every query.
+  size_t WorkElements() const { return 3 * Scored() + Wide() + 2 * static_cast<size_t>(lay_.l); }
+
+  // Sums the gradients of batch element b into dq (dk and dv after it, packed; zeroed first). `p`: the
+  // work (WorkElements); `copied`: where the rows of the view operands go (CopiesFor).
+  template <typename T>
+  void SumGradients(std::span<const void* const> inputs, int64_t b, T* p, T* copied, T* dq) const {
+    const int64_t l = lay_.l, s = lay_.s, e = lay_.e, ev = lay_.ev;
+    const int64_t queries = Queries();
+    const size_t scored = Scored(), wide = Wide();
+    const void* mask = lay_.has_mask ? inputs[5] : nullptr;
+    const uint64_t seed = Seed(inputs);
+    T* dk = dq + l * e;
+    T* dv = dk + s * e;
+    std::fill_n(dq, PerBatch(), T{0});
+    const T* operand[kOperands];
+    for (size_t i = 0; i < kOperands; ++i)
+      operand[i] = ContiguousRows<T>(inputs, i, b, 0, Lengths()[i], Widths()[i], copied);
+    const T *q = operand[0], *k = operand[1], *v = operand[2], *fwd = operand[3], *dout = operand[4];
+    T* ds = p + scored;
+    T* dropped = ds + scored;  // P with the dropout applied (P itself without dropout)
+    T* product = dropped + scored;
+    T* lse = product + wide;
+    T* delta = lse + l;
+    for (int64_t i = 0; i < l; ++i) {
+      const T* o = fwd + i * (ev + 1);
+      delta[i] = RowDot(dout + i * ev, o, ev);
+      lse[i] = o[ev];
+    }
+    const T scale = static_cast<T>(scale_);
+    const int64_t mask_offset = lay_.has_mask ? MaskOffset(b) : 0;
+    for (int64_t j0 = 0; j0 < s; j0 += kBlock) {
+      const int64_t cols = std::min(kBlock, s - j0);
+      // Causal: the queries before j0 see none of these keys.
+      for (int64_t i0 = causal_ ? j0 : 0; i0 < l; i0 += queries) {
+        const int64_t rows = std::min(queries, l - i0);
+        Scores<T>(q + i0 * e, k, mask, mask_offset, i0, rows, j0, cols, p, kBlock);
+        for (int64_t r = 0; r < rows; ++r) {
+          T* pr = p + r * kBlock;
+          Probabilities(pr, i0 + r, j0, cols, lse[i0 + r]);
+        }
+        // With dropout Z (0 or 1 / (1 - dropout)): O = (P Z) V, so dV = (P Z)^T dO, dP = (dO V^T) Z, and
+        // D = rowsum(dO * O) is still rowsum(P * dP).
+        const T* kept = p;
+        if (dropout_ > 0) {
+          for (int64_t r = 0; r < rows; ++r) std::copy_n(p + r * kBlock, cols, dropped + r * kBlock);
+          Dropout<T>(seed, b, i0, rows, j0, cols, dropped, kBlock);
+          kept = dropped;
+        }
+        // dV[j0:] += (P Z)^T dO[i0:]
+        Product<T>(library_, cols, ev, rows, {kept, 1, kBlock}, {dout + i0 * ev, ev, 1}, {product, ev, 1});
+        AddTo(dv + j0 * ev, product, cols * ev);
+        // dS = P * (dO V^T Z - D) * scale; P Z / P is Z where P > 0 (and dS is 0 where P is)
+        Product<T>(library_, rows, cols, ev, {dout + i0 * ev, ev, 1}, {v + j0 * ev, 1, ev}, {ds, kBlock, 1});
+        for (int64_t r = 0; r < rows; ++r) {
+          ScoreGradients(p + r * kBlock, dropout_ > 0 ? kept + r * kBlock : nullptr, ds + r * kBlock, cols,
+                         delta[i0 + r], scale);
+        }
+        // dK[j0:] += dS^T Q[i0:], dQ[i0:] += dS K[j0:]
+        Product<T>(library_, cols, e, rows, {ds, 1, kBlock}, {q + i0 * e, e, 1}, {product, e, 1});
+        AddTo(dk + j0 * e, product, cols * e);
+        Product<T>(library_, rows, e, cols, {ds, kBlock, 1}, {k + j0 * e, e, 1}, {product, e, 1});
+        AddTo(dq + i0 * e, product, rows * e);
+      }
+    }
   }
 
   // How many consecutive batch elements a task of a gradient written through result views takes: the
@@ -503,20 +528,19 @@ class AttentionGradKernel final : public AttentionBase {
   // stretch of memory), then row r + 1.
   template <typename T>
   void PutInPlace(const T* sums, int64_t first, int64_t count, T* result) const {
-    const int64_t l = lay_.l, s = lay_.s, e = lay_.e, ev = lay_.ev;
-    const int64_t per_batch = l * e + s * e + s * ev;
-    const int64_t rows[] = {l, s, s}, cols[] = {e, e, ev}, starts[] = {0, l * e, l * e + s * e};
+    const int64_t per_batch = PerBatch();
+    const std::array<GradientPart, 3> parts = GradientParts(lay_.l, lay_.s, lay_.e, lay_.ev);
     std::vector<T*> places;  // of row 0, by part and element
     for (size_t i = 0; i < 3; ++i) {
       for (int64_t b = first; b < first + count; ++b)
         places.push_back(result + lay_.result_access[i].Start(b, lay_.batch_dims));
     }
-    for (int64_t r = 0; r < std::max(l, s); ++r) {
+    for (int64_t r = 0; r < std::max(lay_.l, lay_.s); ++r) {
       for (size_t i = 0; i < 3; ++i) {
-        if (r >= rows[i]) continue;
+        if (r >= parts[i].rows) continue;
         const int64_t row = r * lay_.result_access[i].row_stride;
         for (int64_t b = 0; b < count; ++b) {
-          std::copy_n(sums + b * per_batch + starts[i] + r * cols[i], cols[i],
+          std::copy_n(sums + b * per_batch + parts[i].start + r * parts[i].cols, parts[i].cols,
                       places[i * static_cast<size_t>(count) + static_cast<size_t>(b)] + row);
         }
       }
@@ -624,6 +648,10 @@ absl::StatusOr<AttentionLayout> CheckParamsAndLayout(std::span<const ArrayShape>
 
 }  // namespace
 
+std::array<GradientPart, 3> GradientParts(int64_t l, int64_t s, int64_t e, int64_t ev) {
+  return {GradientPart{l, e, 0}, GradientPart{s, e, l * e}, GradientPart{s, ev, l * e + s * e}};
+}
+
 int64_t OperandAccess::Start(int64_t b, std::span<const int64_t> batch_dims) const {
   return offset + BatchOffset(b, batch_dims, batch_strides);
 }
@@ -651,11 +679,11 @@ absl::StatusOr<AttentionLayout> CheckAttention(std::span<const ArrayShape> opera
   for (size_t i = 0; i < views.size(); ++i) {
     if (!views[i].dims.empty()) layout.access[i] = access_of(views[i]);
   }
-  const int64_t rows[] = {layout.l, layout.s, layout.s}, cols[] = {layout.e, layout.e, layout.ev};
+  const std::array<GradientPart, 3> parts = GradientParts(layout.l, layout.s, layout.e, layout.ev);
   for (size_t i = 0; i < result_views.size(); ++i) {
     const OperandView& view = result_views[i];
     std::vector<int64_t> want = layout.batch_dims;
-    want.insert(want.end(), {rows[i], cols[i]});
+    want.insert(want.end(), {parts[i].rows, parts[i].cols});
     absl::Status checked = CheckOperandView(view, result);
     if (checked.ok() && view.dims != want) {
       checked = absl::InvalidArgumentError(absl::StrCat("has dims other than [", absl::StrJoin(want, ","), "]"));

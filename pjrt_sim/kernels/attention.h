@@ -4,6 +4,7 @@
 // probabilities from q, k and the row logsumexp the forward pass kept.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <memory>
 #include <span>
@@ -61,6 +62,13 @@ struct AttentionLayout {
   // element ([dq | dk | dv] rows of the result's last dim).
   std::vector<OperandAccess> result_access;
 };
+
+// Where an attention gradient's dq, dk and dv are in its packed result, per batch element: dq [L, E] at
+// 0, dk [S, E] after it, dv [S, Ev] last, each row-major.
+struct GradientPart {
+  int64_t rows, cols, start;
+};
+std::array<GradientPart, 3> GradientParts(int64_t l, int64_t s, int64_t e, int64_t ev);
 
 // Checks the parameters, operands and result of an attention (grad: ATTENTION_GRAD) and returns their
 // layout; the error says what does not fit. Shared by the module verifier and the kernel loader, which

@@ -325,8 +325,9 @@ absl::StatusOr<std::shared_ptr<Executable>> Executable::Load(proto::Executable p
     const int64_t out = kernel.output();
     if (!writable(out)) return Invalid(absl::StrCat("kernel ", k, " writes a slot it may not"));
     if (kernel.operand_views_size() > 0 && !ReadsOperandViews(kernel.kind())) {
-      return Invalid(absl::StrCat("kernel ", k, " (", proto::Kernel::Kind_Name(kernel.kind()),
-                                  ") has operand views, which only ATTENTION, ATTENTION_GRAD and CONCATENATE read"));
+      return Invalid(
+          absl::StrCat("kernel ", k, " (", proto::Kernel::Kind_Name(kernel.kind()),
+                       ") has operand views, which only ATTENTION, ATTENTION_GRAD, CONCATENATE and DOT read"));
     }
     if (kernel.result_views_size() > 0 && kernel.kind() != proto::Kernel::ATTENTION_GRAD) {
       return Invalid(absl::StrCat("kernel ", k, " (", proto::Kernel::Kind_Name(kernel.kind()),

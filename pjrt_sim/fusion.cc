@@ -190,6 +190,8 @@ class Emitter {
     return pjrt::IsFusable(inst.opcode) ||
            (inst.opcode == Opcode::kReshape && IsUnitDimReshape(inst, Inst(inst.operands[0])));
   }
+  // Whether `id`'s kernel, if it has one, is a loop: elementwise, and not a sum a DOT computes.
+  bool IsLoop(int64_t id) const { return IsElementwise(Inst(id).opcode) && !added_to_product_.contains(id); }
 
   // A convert of a stored array from a type no wider, and arithmetic on one stored array (besides
   // constants and broadcasts of small stored arrays, at most an eighth of the result: a row of biases, a
@@ -338,6 +340,7 @@ class Emitter {
     // A cut may have stored a unit dim reshape (an alias) of a value computed in the program it was cut
     // from. Storing that value as well only shortens the programs that read it.
     MaterializeAliasedOperands();
+    AddToProducts();
     // Multi-output fusion: an elementwise value computed once for several readers is computed by the
     // first kernel that reads it, if that is a loop of the value's shape, and written from there.
     // Its own kernel would read the same inputs in a pass of its own: AdamW's new moments, read again
@@ -398,7 +401,7 @@ class Emitter {
         const std::optional<std::vector<int64_t>> points = PointsReading(static_cast<int64_t>(i));
         std::vector<int64_t> loops, reductions;
         for (int64_t p : points.value_or(std::vector<int64_t>{})) {
-          if (IsElementwise(Inst(p).opcode)) loops.push_back(p);
+          if (IsLoop(p)) loops.push_back(p);
           if (Inst(p).opcode == Opcode::kReduce) reductions.push_back(p);
         }
         for (int64_t loop : loops) {
@@ -406,11 +409,11 @@ class Emitter {
         }
       }
       for (const auto& [one, other] : pairs) {
-        const bool one_is_loop = IsElementwise(Inst(one).opcode);
+        const bool one_is_loop = IsLoop(one);
         const int64_t loop = one_is_loop ? one : other, reduce = one_is_loop ? other : one;
-        if (!IsElementwise(Inst(loop).opcode) || Inst(reduce).opcode != Opcode::kReduce ||
-            !ReducesRowsOrColumns(Inst(reduce)) || absorbed_into_[static_cast<size_t>(loop)] >= 0 ||
-            absorbed_into_[static_cast<size_t>(reduce)] >= 0 || moved_to_[static_cast<size_t>(reduce)] >= 0 ||
+        if (!IsLoop(loop) || Inst(reduce).opcode != Opcode::kReduce || !ReducesRowsOrColumns(Inst(reduce)) ||
+            absorbed_into_[static_cast<size_t>(loop)] >= 0 || absorbed_into_[static_cast<size_t>(reduce)] >= 0 ||
+            moved_to_[static_cast<size_t>(reduce)] >= 0 ||
             Inst(Inst(reduce).operands[0]).shape.dims != Inst(loop).shape.dims ||
             program_steps[static_cast<size_t>(reduce)] + program_steps[static_cast<size_t>(loop)] >
                 options_.max_program_steps) {
@@ -444,6 +447,79 @@ class Emitter {
     }
   }
 
+  // A stored value read through a view (its offset and a stride per dim of the view).
+  struct ViewedOperand {
+    int64_t base;  // the stored value read
+    Strided strided;
+  };
+
+  // A product plus an addend of its type (a bias broadcast along its rows, or a stored array of its shape),
+  // the product read by nothing else: the DOT's kernel adds the addend to each piece of the product while
+  // it is in cache, and the sum is stored instead of the product (PyTorch's addmm computes the same sum).
+  // No loop reads the product back to add the bias, and the sum's readers load it instead of computing it
+  // (the GPT's q, k, v, and h = x W1 + b1 read by GELU's forward and backward). The same bits: the sum is
+  // rounded once, after the product's own rounding. The DOT runs where the sum was, with the addend written.
+  void AddToProducts() {
+    added_to_product_.clear();
+    if (!options_.enabled) return;
+    for (size_t i = 0; i < m_.insts.size(); ++i) {
+      const HloInst& add = m_.insts[i];
+      if (add.opcode != Opcode::kAdd ||
+          (add.shape.type != PrimitiveType::kF32 && add.shape.type != PrimitiveType::kF64))
+        continue;
+      for (size_t side = 0; side < 2; ++side) {
+        std::vector<int64_t> chain;  // the product and the reshapes from it to the sum
+        if (!ProductOnlyFor(add.operands[side], static_cast<int64_t>(i), chain)) continue;
+        std::optional<ViewedOperand> addend = AddendView(add.operands[1 - side], add.shape);
+        if (!addend) continue;
+        for (int64_t id : chain) materialized_[static_cast<size_t>(id)] = false;
+        materialized_[i] = true;
+        added_to_product_.emplace(static_cast<int64_t>(i),
+                                  AddedToProduct{chain.front(), add.operands[1 - side], *std::move(addend)});
+        break;
+      }
+    }
+  }
+  // Whether `id` is a product of operands of `add`'s type, or a reshape of one, that `add` alone reads
+  // (through nothing but reshapes, each read by the next alone) and that is no result; `chain` gets the
+  // product and the reshapes.
+  bool ProductOnlyFor(int64_t id, int64_t add, std::vector<int64_t>& chain) const {
+    const PrimitiveType type = Inst(add).shape.type;
+    int64_t reader = add;
+    for (int64_t at = id;; reader = at, at = Inst(at).operands[0]) {
+      const HloInst& inst = Inst(at);
+      const std::vector<int64_t>& readers = readers_[static_cast<size_t>(at)];
+      if (readers.size() != 1 || readers[0] != reader || std::ranges::find(m_.outputs, at) != m_.outputs.end())
+        return false;
+      chain.insert(chain.begin(), at);
+      if (inst.opcode == Opcode::kReshape) continue;
+      return inst.opcode == Opcode::kDot && inst.shape.type == type && Inst(inst.operands[0]).shape.type == type &&
+             Inst(inst.operands[1]).shape.type == type;
+    }
+  }
+  // How the product's kernel reads `operand` of a sum of `sum_shape`: a stored array of the sum's type,
+  // through broadcasts, transposes, slices and unit dim reshapes that are not stored, with contiguous rows.
+  std::optional<ViewedOperand> AddendView(int64_t operand, const ArrayShape& sum_shape) const {
+    const size_t rank = sum_shape.dims.size();
+    if (rank == 0) return std::nullopt;
+    View view = IdentityView(rank);
+    int64_t at = operand;
+    while (!materialized_[static_cast<size_t>(at)]) {
+      const HloInst& inst = Inst(at);
+      if (inst.opcode != Opcode::kBroadcast && inst.opcode != Opcode::kTranspose && inst.opcode != Opcode::kSlice &&
+          !(inst.opcode == Opcode::kReshape && IsUnitDimReshape(inst, Inst(inst.operands[0])))) {
+        return std::nullopt;
+      }
+      view = ViewOfOperand(inst, Inst(inst.operands[0]), view);
+      at = inst.operands[0];
+    }
+    if (Inst(at).shape.type != sum_shape.type) return std::nullopt;
+    Strided strided = Flatten(Inst(at).shape.dims, view, rank);
+    if (sum_shape.dims.back() == 1) strided.strides.back() = 1;  // any stride reads a row of one
+    if (strided.strides.back() != 1) return std::nullopt;
+    return ViewedOperand{at, std::move(strided)};
+  }
+
   // Kernels that read operands through views where they are transposes, slices or unit dim reshapes of
   // a stored value with contiguous rows, instead of copies a loop kernel made first: an attention its q,
   // k, v (and the forward result and d(output); the projections' [B, T, H, D] read as [B, H, T, D]), not
@@ -456,10 +532,6 @@ class Emitter {
       default: return 0;
     }
   }
-  struct ViewedOperand {
-    int64_t base;  // the stored value read
-    Strided strided;
-  };
   std::optional<ViewedOperand> ViewOf(int64_t operand) const {
     const size_t rank = Inst(operand).shape.dims.size();
     View view = IdentityView(rank);
@@ -487,12 +559,11 @@ class Emitter {
   // (ViewOf) is never moved so: the view's first op is a reader that is not stored, or one stored before
   // the attention or concatenation reading through it.
   std::vector<int64_t> ReadingPoints(int64_t id) const {
-    const HloInst& inst = Inst(id);
-    if (!materialized_[static_cast<size_t>(id)] || !IsElementwise(inst.opcode)) return {};
+    if (!materialized_[static_cast<size_t>(id)] || !IsLoop(id)) return {};
     std::optional<std::vector<int64_t>> points = PointsReading(id);
     if (!points || points->empty()) return {};
     const HloInst& first = Inst(points->front());
-    if (!IsElementwise(first.opcode) && !(first.opcode == Opcode::kReduce && ReducesRowsOrColumns(first))) return {};
+    if (!IsLoop(points->front()) && !(first.opcode == Opcode::kReduce && ReducesRowsOrColumns(first))) return {};
     return *std::move(points);
   }
   // The points where the readers of `id` reach it (as ReadingPoints), earliest first; nothing if one
@@ -847,13 +918,16 @@ class Emitter {
   }
 
   void EmitKernel(int64_t id) {
-    // A concatenation an attention's gradient kernel writes is that kernel.
-    const int64_t computed = written_by_[static_cast<size_t>(id)] >= 0 ? written_by_[static_cast<size_t>(id)] : id;
+    // A concatenation an attention's gradient kernel writes is that kernel; a sum a DOT computes, the DOT.
+    const auto added = added_to_product_.find(id);
+    const int64_t computed = written_by_[static_cast<size_t>(id)] >= 0 ? written_by_[static_cast<size_t>(id)]
+                             : added != added_to_product_.end()        ? added->second.product
+                                                                       : id;
     const HloInst& inst = Inst(computed);
     proto::Kernel* k = exe_.add_kernels();
     k->set_output(slot_[static_cast<size_t>(id)]);
     k->set_label(Label(inst));
-    if (computed != id) {
+    if (written_by_[static_cast<size_t>(id)] >= 0) {
       absl::StrAppend(k->mutable_label(), " into ", Label(Inst(id)));
       for (const OperandView& view : result_views_.at(computed)) {
         SetView(*k->add_result_views(), view.dims, view.offset, view.strides);
@@ -985,6 +1059,14 @@ class Emitter {
         OpcodeUnreachable("fusion: a kernel", static_cast<int32_t>(inst.opcode));
     }
     for (int64_t op : inst.operands) k->add_inputs(slot_[static_cast<size_t>(op)]);
+    if (added != added_to_product_.end()) {
+      const AddedToProduct& sum = added->second;
+      absl::StrAppend(k->mutable_label(), " + ", OpcodeName(Inst(sum.addend).opcode));
+      k->add_inputs(slot_[static_cast<size_t>(sum.view.base)]);
+      k->add_operand_views();
+      k->add_operand_views();
+      SetView(*k->add_operand_views(), Inst(id).shape.dims, sum.view.strided.offset, sum.view.strided.strides);
+    }
   }
 
   static void SetView(proto::OperandView& to, std::span<const int64_t> dims, int64_t offset,
@@ -1029,6 +1111,13 @@ class Emitter {
   // it writes dq, dk and dv through, by gradient (WriteGradientsWhereConcatenated).
   std::vector<int64_t> written_by_;
   absl::flat_hash_map<int64_t, std::vector<OperandView>> result_views_;
+  // The sums a DOT computes (AddToProducts), by sum: the product, the sum's other operand, and how the
+  // DOT reads it.
+  struct AddedToProduct {
+    int64_t product, addend;
+    ViewedOperand view;
+  };
+  absl::flat_hash_map<int64_t, AddedToProduct> added_to_product_;
   std::vector<int64_t> slot_;
 };
 

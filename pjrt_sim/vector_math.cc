@@ -16,6 +16,12 @@ LAZYRT_VECTOR_CLONES void VectorTanh(const float* x, int64_t n, float* out) {
 LAZYRT_VECTOR_CLONES void VectorLogistic(const float* x, int64_t n, float* out) {
   for (int64_t i = 0; i < n; ++i) out[i] = VectorLogistic(x[i]);
 }
+LAZYRT_VECTOR_CLONES void AddTo(float* sum, const float* x, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) sum[i] += x[i];
+}
+LAZYRT_VECTOR_CLONES void AddTo(double* sum, const double* x, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) sum[i] += x[i];
+}
 // A run of elements all below 1 in magnitude (the usual inputs of GELU's erf(x / sqrt 2)) takes the
 // polynomial alone: a vector loop computes both parts in every lane and selects, and the exp part is
 // three quarters of the work. Each element's bits are VectorErf's either way: the same operations.

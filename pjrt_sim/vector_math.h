@@ -162,5 +162,8 @@ void VectorLog(const float* x, int64_t n, float* out);
 void VectorTanh(const float* x, int64_t n, float* out);
 void VectorLogistic(const float* x, int64_t n, float* out);
 void VectorErf(const float* x, int64_t n, float* out);
+// sum[i] += x[i] for i < n, compiled the same way.
+void AddTo(float* sum, const float* x, int64_t n);
+void AddTo(double* sum, const double* x, int64_t n);
 
 }  // namespace lazyrt::pjrt

@@ -11,13 +11,14 @@
 
 namespace lazyrt::pjrt {
 
-inline constexpr absl::string_view kCompilerVersion = "lazyrt-sim-compiler/21";
+inline constexpr absl::string_view kCompilerVersion = "lazyrt-sim-compiler/22";
 // 2: multi-output loop kernels. 3: the GEMM library of each DOT kernel and the CPU features it was tuned on.
 // 4: NORMALIZE and SCATTER kernels, the sites of index-checking kernels. 5: the GEMM library of each
 // attention kernel (before, the loading CPU's preferred one). 6: attention and concatenation operands read
 // through views (proto::OperandView), which an earlier reader would ignore and read wrongly. 7: an attention's
 // gradients written through result views (proto::Kernel.result_views), which an earlier reader would ignore.
-inline constexpr uint32_t kExecutableFormatVersion = 7;
+// 8: a DOT's addend (a third input read through an operand view), which an earlier reader would refuse.
+inline constexpr uint32_t kExecutableFormatVersion = 8;
 
 // What produced an executable, as stored with it (a cache entry's producer version).
 struct ProducerVersion {

@@ -79,12 +79,6 @@ LAZYRT_VECTOR_CLONES_TEMPLATE void ScaleBy(T* x, int64_t n, T factor) {
   for (int64_t c = 0; c < n; ++c) x[c] *= factor;
 }
 
-// sum[c] += x[c] for c < n.
-template <typename T>
-LAZYRT_VECTOR_CLONES_TEMPLATE void AddTo(T* sum, const T* x, int64_t n) {
-  for (int64_t c = 0; c < n; ++c) sum[c] += x[c];
-}
-
 // out[c] = x[c] * factor for c < n.
 template <typename T>
 LAZYRT_VECTOR_CLONES_TEMPLATE void ScaledCopy(const T* x, int64_t n, T factor, T* out) {

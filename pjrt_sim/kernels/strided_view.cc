@@ -63,7 +63,7 @@ bool StridedViewInBounds(int64_t offset, std::span<const int64_t> strides, std::
   return lo >= 0 && hi < numel;
 }
 
-absl::Status CheckOperandView(const OperandView& view, const ArrayShape& input) {
+absl::Status CheckOperandView(const OperandView& view, const ArrayShape& input, bool broadcasts) {
   const auto fail = [&](absl::string_view what) {
     return absl::InvalidArgumentError(absl::StrCat("the view (dims [", absl::StrJoin(view.dims, ","), "], offset ",
                                                    view.offset, ", strides [", absl::StrJoin(view.strides, ","),
@@ -77,10 +77,10 @@ absl::Status CheckOperandView(const OperandView& view, const ArrayShape& input) 
   for (int64_t d : view.dims) {
     if (d < 0 || d > kMaxElements) return fail("has a dimension out of range");
     empty = empty || d == 0;
-    if (d != 0 && nonzero > kMaxElements / d) return fail("has more elements than its input");
+    if (d != 0 && nonzero > kMaxElements / d) return fail("has more elements than a slot may have");
     nonzero *= std::max<int64_t>(d, 1);
   }
-  if (!empty && nonzero > input.numel()) return fail("has more elements than its input");
+  if (!broadcasts && !empty && nonzero > input.numel()) return fail("has more elements than its input");
   if (view.strides.back() != 1) return fail("has rows that are not contiguous");
   if (!StridedViewInBounds(view.offset, view.strides, view.dims, input.numel())) {
     return fail("reaches outside its input");

@@ -25,7 +25,7 @@ struct OperandView {
 // The kinds of kernel that read operand views (the others have none).
 constexpr bool ReadsOperandViews(proto::Kernel::Kind kind) {
   return kind == proto::Kernel::ATTENTION || kind == proto::Kernel::ATTENTION_GRAD ||
-         kind == proto::Kernel::CONCATENATE;
+         kind == proto::Kernel::CONCATENATE || kind == proto::Kernel::DOT;
 }
 
 // A kernel's operand views, in the order of its inputs (none: every input as it is).
@@ -39,11 +39,11 @@ std::vector<OperandView> ResultViewsOf(const proto::Kernel& kernel);
 bool StridedViewInBounds(int64_t offset, std::span<const int64_t> strides, std::span<const int64_t> dims,
                          int64_t numel);
 
-// Checks a view of `input` with dims: a stride per dim, no more elements than the input (and dims
-// bounded as a slot's, also in a view of no elements), every index inside it, and contiguous rows (the
-// last stride 1), which kernels copy or multiply a row at a time. The error says what is wrong with which
-// view.
-absl::Status CheckOperandView(const OperandView& view, const ArrayShape& input);
+// Checks a view of `input` with dims: a stride per dim, no more elements than the input unless it
+// `broadcasts` (and dims bounded as a slot's, also in a view of no elements), every index inside it, and
+// contiguous rows (the last stride 1), which kernels copy or multiply a row at a time. The error says
+// what is wrong with which view.
+absl::Status CheckOperandView(const OperandView& view, const ArrayShape& input, bool broadcasts = false);
 
 // Whether `views` together reach every element of an array of `numel` exactly once (writing through them
 // leaves nothing unwritten and nothing written twice), as the parts of one array laid out row-major in

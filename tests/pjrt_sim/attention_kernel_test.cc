@@ -585,7 +585,7 @@ TEST(AttentionLoader, RefusesOperandViewsOutsideTheirRules) {
   refuse(kernel({{{0, int64_t{1} << 62, 8}, 0, strides}, {dims, 8, strides}, {dims, 16, strides}}),
          "has a dimension out of range");
   refuse(kernel({{{0, int64_t{1} << 30, int64_t{1} << 30}, 0, strides}, {dims, 8, strides}, {dims, 16, strides}}),
-         "has more elements than its input");
+         "has more elements than a slot may have");
   refuse(kernel({{dims, 0, strides}, {dims, 8, strides}, {dims, 16, strides}, {dims, 0, strides}}),
          "4 operand views for 3 inputs");
   // A view of the mask (the fourth operand of a forward attention).

@@ -484,7 +484,7 @@ TEST_F(ExecutableTest, RejectsMalformedProgramsAndKernels) {
                 v->add_dims(1);
                 v->add_strides(1);
               }),
-              HasSubstr("has operand views, which only ATTENTION, ATTENTION_GRAD and CONCATENATE read"));
+              HasSubstr("has operand views, which only ATTENTION, ATTENTION_GRAD, CONCATENATE and DOT read"));
   // Result views are written by an attention's gradient only: a loop would write its output as it is.
   EXPECT_THAT(tamper([&](proto::Executable& p) {
                 proto::OperandView* v = p.mutable_kernels(0)->add_result_views();

@@ -184,6 +184,116 @@ TEST_F(FusionTest, BiasAddWithSeveralReadersIsRecomputedByEachInsteadOfStored) {
   }
 }
 
+// The first DOT kernel of `exe`, or null.
+const proto::Kernel* DotKernelOf(const proto::Executable& exe) {
+  for (const proto::Kernel& k : exe.kernels()) {
+    if (k.kind() == proto::Kernel::DOT) return &k;
+  }
+  return nullptr;
+}
+
+TEST_F(FusionTest, ProductPlusBiasIsComputedByTheDotKernel) {
+  // The GPT's h = x W + b, reshaped to [B, T, C] and read by GELU's forward and backward: the DOT adds
+  // the bias (a view broadcast along its rows) and stores the sum; no loop reads the product back, and
+  // the readers load the sum. With the bias on either side of the add, the same bits as unfused.
+  for (bool bias_first : {false, true}) {
+    SCOPED_TRACE(bias_first ? "bias + x W" : "x W + bias");
+    ModuleBuilder b;
+    const int64_t x = b.Parameter(0, proto::F32, {16, 24}), w = b.Parameter(1, proto::F32, {24, 40}),
+                  bias = b.Parameter(2, proto::F32, {40});
+    const int64_t product = b.Reshape(b.Dot(x, w), {2, 8, 40});
+    const int64_t bias_rows = b.Broadcast(bias, {2, 8, 40}, {2});
+    const int64_t h = bias_first ? b.Add(bias_rows, product) : b.Add(product, bias_rows);
+    b.Output(b.Unary(Opcode::kTanh, h));
+    b.Output(b.Mul(h, b.Unary(Opcode::kExp, h)));
+    const proto::Executable exe = CompileToProto(b.module(), kFused);
+    const proto::Kernel* dot = DotKernelOf(exe);
+    ASSERT_NE(dot, nullptr) << KernelSummary(exe);
+    ASSERT_EQ(dot->inputs_size(), 3) << KernelSummary(exe);
+    ASSERT_EQ(dot->operand_views_size(), 3);
+    EXPECT_EQ(dot->operand_views(0).dims_size(), 0);
+    EXPECT_EQ(dot->operand_views(1).dims_size(), 0);
+    EXPECT_THAT(dot->operand_views(2).dims(), ElementsAre(2, 8, 40));
+    EXPECT_THAT(dot->operand_views(2).strides(), ElementsAre(0, 0, 1));
+    EXPECT_THAT(dot->label(), ::testing::HasSubstr("+ broadcast"));
+    EXPECT_EQ(KernelsComputing(exe, Opcode::kAdd), 0) << KernelSummary(exe);
+    EXPECT_EQ(exe.kernels_size(), 3) << KernelSummary(exe);  // the DOT and the two readers
+    ExpectFusedBitsAreUnfusedBits(b.module(), {{16, 24}, {24, 40}, {40}});
+  }
+}
+
+TEST_F(FusionTest, ProductPlusAnArrayOfItsShapeIsComputedByTheDotKernel) {
+  // A batch of products plus a stored array of their shape (a gradient accumulated into): the DOT reads
+  // the array row-major and adds it to each product.
+  ModuleBuilder b;
+  const int64_t x = b.Parameter(0, proto::F32, {3, 6, 5}), w = b.Parameter(1, proto::F32, {3, 7, 5}),
+                g = b.Parameter(2, proto::F32, {3, 6, 7});
+  b.Output(b.Unary(Opcode::kTanh, b.Add(b.Dot(x, w, false, true), g)));
+  const proto::Executable exe = CompileToProto(b.module(), kFused);
+  const proto::Kernel* dot = DotKernelOf(exe);
+  ASSERT_NE(dot, nullptr) << KernelSummary(exe);
+  ASSERT_EQ(dot->inputs_size(), 3) << KernelSummary(exe);
+  EXPECT_THAT(dot->operand_views(2).strides(), ElementsAre(42, 7, 1));
+  EXPECT_EQ(dot->batch(), 3);
+  ExpectFusedBitsAreUnfusedBits(b.module(), {{3, 6, 5}, {3, 7, 5}, {3, 6, 7}});
+}
+
+TEST_F(FusionTest, ProductPlusAddendStaysALoopWhereTheDotCannotAdd) {
+  // The product read by something besides the sum, the product a result itself, 16-bit products (the sum
+  // is of their f32 conversion), an addend whose rows are not contiguous (a transpose, a column of
+  // means), an addend computed in the sum's own loop: the DOT stores its product and a loop adds.
+  const Dims d = {8, 12};
+  enum Case { kReadTwice, kResult, kBf16, kTransposed, kColumn, kComputed };
+  for (Case c : {kReadTwice, kResult, kBf16, kTransposed, kColumn, kComputed}) {
+    SCOPED_TRACE(c);
+    ModuleBuilder b;
+    const proto::ElementType type = c == kBf16 ? proto::BF16 : proto::F32;
+    const int64_t x = b.Parameter(0, type, {8, 6}), w = b.Parameter(1, type, {6, 12});
+    const int64_t y = b.Parameter(2, proto::F32, c == kTransposed ? Dims{12, 8} : d);
+    int64_t product = b.Dot(x, w);
+    if (c == kBf16) product = b.Convert(product, proto::F32);
+    const int64_t addend = c == kTransposed ? b.Transpose(y, {1, 0})
+                           : c == kColumn   ? b.Broadcast(b.Reduce(Combiner::kSum, y, {1}), d, {0})
+                           : c == kComputed ? b.Unary(Opcode::kTanh, y)
+                                            : y;
+    b.Output(b.Unary(Opcode::kExp, b.Add(product, addend)));
+    if (c == kReadTwice) b.Output(b.Unary(Opcode::kTanh, product));
+    if (c == kResult) b.Output(product);
+    const proto::Executable exe = CompileToProto(b.module(), kFused);
+    const proto::Kernel* dot = DotKernelOf(exe);
+    ASSERT_NE(dot, nullptr) << KernelSummary(exe);
+    EXPECT_EQ(dot->inputs_size(), 2) << KernelSummary(exe);
+    EXPECT_EQ(dot->operand_views_size(), 0);
+    EXPECT_GE(KernelsComputing(exe, Opcode::kAdd), 1) << KernelSummary(exe);
+  }
+}
+
+TEST_F(FusionTest, ProductsPlusBiasesKeepTheirBitsInEveryVariant) {
+  // Products large enough to be split over the pool by autotuning (rows or columns), each plus a bias:
+  // the pieces get their addend where they are, the same bits as a loop adding it to the whole product.
+  ModuleBuilder b;
+  const int64_t x = b.Parameter(0, proto::F32, {256, 96}), w = b.Parameter(1, proto::F32, {192, 96}),
+                bias = b.Parameter(2, proto::F32, {192}), v = b.Parameter(3, proto::F32, {96, 256});
+  const int64_t h = b.Add(b.Dot(x, w, false, true), b.Broadcast(bias, {256, 192}, {1}));
+  b.Output(b.Unary(Opcode::kTanh, h));
+  const int64_t g = b.Add(b.Dot(v, x, false, false), b.Broadcast(b.Slice(bias, {0}, {96}, {1}), {96, 96}, {1}));
+  b.Output(g);
+  std::mt19937_64 rng(3);
+  std::vector<HostArray> in;
+  for (const Dims& dims : std::vector<Dims>{{256, 96}, {192, 96}, {192}, {96, 256}})
+    in.push_back(F32(dims, testing::RandomFloats(rng, testing::NumElements(dims), -1, 1)));
+  const CompileOptions tuned{.fusion = true, .autotune = true};
+  const proto::Executable exe = CompileToProto(b.module(), tuned);
+  EXPECT_EQ(CountKernels(exe, proto::Kernel::DOT), 2) << KernelSummary(exe);
+  EXPECT_EQ(KernelsComputing(exe, Opcode::kAdd), 0) << KernelSummary(exe);
+  const std::vector<HostArray> unfused = Run(b.module(), kUnfused, in);
+  for (int compile = 0; compile < 3; ++compile) {  // each compile times the variants again
+    const std::vector<HostArray> fused = Run(b.module(), tuned, in);
+    ASSERT_EQ(fused.size(), unfused.size());
+    for (size_t r = 0; r < fused.size(); ++r) EXPECT_EQ(fused[r].bytes, unfused[r].bytes) << "result " << r;
+  }
+}
+
 TEST_F(FusionTest, WideningConvertOfAStoredArrayIsRecomputedByEachReader) {
   // With bf16 products, f32(h) and f32(h) + bias are read by a loop and by a reduction (a layer norm's
   // gradient and its sums; GELU's forward and backward): each reader loads the bf16 array and converts

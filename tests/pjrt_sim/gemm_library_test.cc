@@ -1,12 +1,14 @@
 // Every GEMM library a DOT kernel can be tuned to, in every variant (whole, column and row panels),
 // computes the product of a reference loop, to the tolerance of f32/f64 sums: transposed operands,
-// batches (an operand broadcast over the batch too), odd and degenerate shapes.
+// batches (an operand broadcast over the batch too), odd and degenerate shapes; and adds an addend to it
+// as a loop would.
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <random>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "pjrt_sim/kernels/gemm.h"
 #include "pjrt_sim/kernels/kernels.h"
 #include "tests/pjrt_sim/dot_product_test_util.h"
@@ -71,6 +73,110 @@ void CheckLibraries(PrimitiveType type) {
 TEST(GemmLibraryTest, EveryLibraryComputesTheProductInF32) { CheckLibraries<float>(PrimitiveType::kF32); }
 
 TEST(GemmLibraryTest, EveryLibraryComputesTheProductInF64) { CheckLibraries<double>(PrimitiveType::kF64); }
+
+// The DOT kernel of `p` with an addend read through `view` (dims [batch, m, n]) from a third input.
+proto::Kernel WithAddend(const Product& p, int64_t variant, GemmLibrary library, int64_t offset,
+                         std::vector<int64_t> strides) {
+  proto::Kernel kernel = DotKernel(p, variant, library);
+  kernel.add_operand_views();
+  kernel.add_operand_views();
+  proto::OperandView* view = kernel.add_operand_views();
+  for (int64_t d : {p.batch, p.m, p.n}) view->add_dims(d);
+  view->set_offset(offset);
+  for (int64_t s : strides) view->add_strides(s);
+  return kernel;
+}
+
+// Every library in every variant adds the addend to its product exactly as a loop adding it afterwards
+// would (each sum rounded once, after the product): a bias broadcast along the rows (read from an offset
+// into a longer array) and an array of the product's shape.
+template <typename T>
+void CheckAddends(PrimitiveType type) {
+  std::mt19937_64 rng(17);
+  std::uniform_real_distribution<double> u(-1, 1);
+  const Product products[] = {{1, 128, 256, 784, false, true, false}, {1, 33, 1, 17, false, true, false},
+                              {3, 9, 11, 6, true, false, false},      {4, 10, 7, 12, true, true, true},
+                              {1, 256, 784, 128, true, false, false}, {2, 0, 6, 4, false, false, false}};
+  for (const Product& p : products) {
+    std::vector<T> a(static_cast<size_t>(p.batch * p.m * p.k)),
+        b(static_cast<size_t>((p.broadcast_rhs ? 1 : p.batch) * p.k * p.n)),
+        full(static_cast<size_t>(p.batch * p.m * p.n)), bias(static_cast<size_t>(p.n + 3));
+    for (std::vector<T>* v : {&a, &b, &full, &bias}) {
+      for (T& x : *v) x = static_cast<T>(u(rng));
+    }
+    const std::vector<ArrayShape> operands = {{type, {static_cast<int64_t>(a.size())}},
+                                              {type, {static_cast<int64_t>(b.size())}}};
+    const ArrayShape output{type, {p.batch, p.m, p.n}};
+    for (GemmLibrary library : kGemmLibraries) {
+      for (int64_t variant : {kDotSerial, kDotColumnPanels, kDotRowPanels}) {
+        const std::string what = absl::StrCat(std::string(GemmLibraryName(library)), " variant ", variant, ": ",
+                                              p.batch, " x [", p.m, "x", p.k, "]x[", p.k, "x", p.n, "]");
+        absl::StatusOr<std::unique_ptr<Kernel>> plain = BuildKernel(DotKernel(p, variant, library), operands, output);
+        ASSERT_TRUE(plain.ok()) << plain.status();
+        std::vector<T> product(full.size());
+        const void* in[] = {a.data(), b.data()};
+        void* out[] = {product.data()};
+        ASSERT_TRUE((*plain)->Run(in, out).ok());
+        for (bool broadcast : {true, false}) {
+          const proto::Kernel kernel = broadcast ? WithAddend(p, variant, library, 3, {0, 0, 1})
+                                                 : WithAddend(p, variant, library, 0, {p.m * p.n, p.n, 1});
+          const std::vector<T>& addend = broadcast ? bias : full;
+          std::vector<ArrayShape> inputs = operands;
+          inputs.push_back({type, {static_cast<int64_t>(addend.size())}});
+          absl::StatusOr<std::unique_ptr<Kernel>> built = BuildKernel(kernel, inputs, output);
+          ASSERT_TRUE(built.ok()) << built.status();
+          std::vector<T> c(full.size(), static_cast<T>(12345));  // must be overwritten
+          const void* in3[] = {a.data(), b.data(), addend.data()};
+          void* out3[] = {c.data()};
+          ASSERT_TRUE((*built)->Run(in3, out3).ok());
+          for (size_t e = 0; e < c.size(); ++e) {
+            const T want = product[e] + addend[broadcast ? 3 + e % static_cast<size_t>(p.n) : e];
+            ASSERT_EQ(c[e], want) << what << (broadcast ? " plus a bias" : " plus an array") << " at " << e;
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST(GemmLibraryTest, EveryLibraryAddsTheAddendAsALoopWouldInF32) { CheckAddends<float>(PrimitiveType::kF32); }
+
+TEST(GemmLibraryTest, EveryLibraryAddsTheAddendAsALoopWouldInF64) { CheckAddends<double>(PrimitiveType::kF64); }
+
+TEST(GemmLibraryTest, AnAddendItCannotReadIsRefusedAtBuild) {
+  const Product p{2, 3, 4, 5, false, false, false};
+  const ArrayShape f32{PrimitiveType::kF32, {40}}, output{PrimitiveType::kF32, {2, 3, 4}};
+  const std::vector<ArrayShape> inputs = {{PrimitiveType::kF32, {30}}, {PrimitiveType::kF32, {40}}, f32};
+  const auto refused = [&](const proto::Kernel& kernel, std::vector<ArrayShape> in, const ArrayShape& out,
+                           const std::string& part) {
+    absl::StatusOr<std::unique_ptr<Kernel>> built = BuildKernel(kernel, in, out);
+    ASSERT_FALSE(built.ok()) << part;
+    EXPECT_NE(built.status().message().find(part), std::string::npos) << built.status();
+  };
+  const proto::Kernel good = WithAddend(p, kDotSerial, GemmLibrary::kBlis, 36, {0, 0, 1});
+  ASSERT_TRUE(BuildKernel(good, inputs, output).ok());
+  proto::Kernel no_view = DotKernel(p, kDotSerial, GemmLibrary::kBlis);
+  refused(no_view, inputs, output, "an addend needs a view");
+  proto::Kernel two_views = good;
+  two_views.mutable_operand_views()->RemoveLast();
+  refused(two_views, inputs, output, "an addend needs a view");
+  proto::Kernel viewed_operand = good;
+  viewed_operand.mutable_operand_views(0)->add_dims(30);
+  viewed_operand.mutable_operand_views(0)->add_strides(1);
+  refused(viewed_operand, inputs, output, "an addend needs a view");
+  refused(good, {inputs[0], inputs[1]}, output, "operand views without an addend");
+  refused(WithAddend(p, kDotSerial, GemmLibrary::kBlis, 37, {0, 0, 1}), inputs, output, "reaches outside its input");
+  refused(WithAddend(p, kDotSerial, GemmLibrary::kBlis, 0, {0, 1, 0}), inputs, output, "rows that are not contiguous");
+  refused(WithAddend(p, kDotSerial, GemmLibrary::kBlis, 0, {0, 1}), inputs, output, "a stride per dim");
+  proto::Kernel fewer = good;
+  fewer.mutable_operand_views(2)->set_dims(0, 1);
+  refused(fewer, inputs, output, "not of the product's elements");
+  std::vector<ArrayShape> f64_addend = inputs;
+  f64_addend[2].type = PrimitiveType::kF64;
+  refused(good, f64_addend, output, "an f32 or f64 product of its own type");
+  const std::vector<ArrayShape> bf16 = {{PrimitiveType::kBF16, {30}}, {PrimitiveType::kBF16, {40}}, f32};
+  refused(good, bf16, output, "an f32 or f64 product of its own type");
+}
 
 TEST(GemmLibraryTest, AnUnknownLibraryIsRefusedAtBuild) {
   proto::Kernel kernel;

@@ -453,9 +453,9 @@ class Emitter {
     Strided strided;
   };
 
-  // A product plus an addend of its type (a bias broadcast along its rows, or a stored array of its shape),
-  // the product read by nothing else: the DOT's kernel adds the addend to each piece of the product while
-  // it is in cache, and the sum is stored instead of the product (PyTorch's addmm computes the same sum).
+  // A product plus addends of its type (a bias broadcast along its rows, a stored array of its shape), the
+  // product read by nothing else: the DOT's kernel adds them to each piece of the product while it is in
+  // cache, and the sum is stored instead of the product (PyTorch's addmm computes the same sum).
   // No loop reads the product back to add the bias, and the sum's readers load it instead of computing it
   // (the GPT's q, k, v, and h = x W1 + b1 read by GELU's forward and backward). The same bits: the sum is
   // rounded once, after the product's own rounding. The DOT runs where the sum was, with the addend written.
@@ -473,9 +473,25 @@ class Emitter {
         std::optional<ViewedOperand> addend = AddendView(add.operands[1 - side], add.shape);
         if (!addend) continue;
         for (int64_t id : chain) materialized_[static_cast<size_t>(id)] = false;
-        materialized_[i] = true;
-        added_to_product_.emplace(static_cast<int64_t>(i),
-                                  AddedToProduct{chain.front(), add.operands[1 - side], *std::move(addend)});
+        AddedToProduct sum{chain.front(), {add.operands[1 - side]}, {*std::move(addend)}};
+        // A sum read by nothing but another add of an addend the DOT can read (a residual connection's x +
+        // (x W + b)) is the DOT's too, added after: the same bits as the loops adding them in turn.
+        int64_t last = static_cast<int64_t>(i);
+        for (;;) {
+          const std::vector<int64_t>& readers = readers_[static_cast<size_t>(last)];
+          if (readers.size() != 1 || std::ranges::find(m_.outputs, last) != m_.outputs.end()) break;
+          const HloInst& next = Inst(readers[0]);
+          if (next.opcode != Opcode::kAdd || next.operands[0] == next.operands[1]) break;
+          const int64_t other = next.operands[0] == last ? next.operands[1] : next.operands[0];
+          std::optional<ViewedOperand> more = AddendView(other, next.shape);
+          if (!more) break;
+          sum.addends.push_back(other);
+          sum.views.push_back(*std::move(more));
+          materialized_[static_cast<size_t>(last)] = false;
+          last = readers[0];
+        }
+        materialized_[static_cast<size_t>(last)] = true;
+        added_to_product_.emplace(last, std::move(sum));
         break;
       }
     }
@@ -1061,11 +1077,14 @@ class Emitter {
     for (int64_t op : inst.operands) k->add_inputs(slot_[static_cast<size_t>(op)]);
     if (added != added_to_product_.end()) {
       const AddedToProduct& sum = added->second;
-      absl::StrAppend(k->mutable_label(), " + ", OpcodeName(Inst(sum.addend).opcode));
-      k->add_inputs(slot_[static_cast<size_t>(sum.view.base)]);
       k->add_operand_views();
       k->add_operand_views();
-      SetView(*k->add_operand_views(), Inst(id).shape.dims, sum.view.strided.offset, sum.view.strided.strides);
+      for (size_t a = 0; a < sum.addends.size(); ++a) {
+        absl::StrAppend(k->mutable_label(), " + ", OpcodeName(Inst(sum.addends[a]).opcode));
+        k->add_inputs(slot_[static_cast<size_t>(sum.views[a].base)]);
+        SetView(*k->add_operand_views(), Inst(id).shape.dims, sum.views[a].strided.offset,
+                sum.views[a].strided.strides);
+      }
     }
   }
 
@@ -1111,11 +1130,12 @@ class Emitter {
   // it writes dq, dk and dv through, by gradient (WriteGradientsWhereConcatenated).
   std::vector<int64_t> written_by_;
   absl::flat_hash_map<int64_t, std::vector<OperandView>> result_views_;
-  // The sums a DOT computes (AddToProducts), by sum: the product, the sum's other operand, and how the
-  // DOT reads it.
+  // The sums a DOT computes (AddToProducts), by sum: the product, the addends in the order they are added,
+  // and how the DOT reads each.
   struct AddedToProduct {
-    int64_t product, addend;
-    ViewedOperand view;
+    int64_t product;
+    std::vector<int64_t> addends;
+    std::vector<ViewedOperand> views;
   };
   absl::flat_hash_map<int64_t, AddedToProduct> added_to_product_;
   std::vector<int64_t> slot_;

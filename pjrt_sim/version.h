@@ -17,7 +17,7 @@ inline constexpr absl::string_view kCompilerVersion = "lazyrt-sim-compiler/22";
 // attention kernel (before, the loading CPU's preferred one). 6: attention and concatenation operands read
 // through views (proto::OperandView), which an earlier reader would ignore and read wrongly. 7: an attention's
 // gradients written through result views (proto::Kernel.result_views), which an earlier reader would ignore.
-// 8: a DOT's addend (a third input read through an operand view), which an earlier reader would refuse.
+// 8: a DOT's addends (inputs after its operands, read through operand views), which an earlier reader refuses.
 inline constexpr uint32_t kExecutableFormatVersion = 8;
 
 // What produced an executable, as stored with it (a cache entry's producer version).

@@ -415,29 +415,29 @@ constexpr int64_t kMinTile = 64;
 // operands go to its bf16 GEMM as they are (f32 accumulation too), without the widening pass.
 // 16-bit operands may also give their f32 product unrounded (an f32 output): how autotuning compares
 // the products of a 16-bit DOT's variants, which the one rounding would mostly hide.
-// An f32 or f64 product may have an addend (a third input, read through a view of the product's elements:
-// a bias broadcast along its rows, an array of its shape): each piece of the product gets it added as soon
-// as the library has written it, while it is in the core's cache, rounded once after the product's own
-// rounding, as a loop adding the two would.
+// An f32 or f64 product may have addends (the inputs after its operands, each read through a view of the
+// product's elements: a bias broadcast along its rows, an array of its shape): each piece of the product
+// gets them added in turn as soon as the library has written it, while it is in the core's cache, each sum
+// rounded once, as loops adding them would.
 class DotKernel final : public Kernel {
  public:
   DotKernel(const proto::Kernel& k, PrimitiveType type, PrimitiveType output_type, GemmLibrary library,
-            int64_t lhs_numel, int64_t rhs_numel, std::optional<OperandView> addend)
+            int64_t lhs_numel, int64_t rhs_numel, std::vector<OperandView> addends)
       : k_(k),
         type_(type),
         output_type_(output_type),
         library_(library),
         lhs_numel_(lhs_numel),
         rhs_numel_(rhs_numel),
-        addend_(std::move(addend)) {}
+        addends_(std::move(addends)) {}
 
   absl::Status Run(std::span<const void* const> inputs, std::span<void* const> outputs) const override {
     void* output = outputs[0];
-    const void* addend = addend_ ? inputs[2] : nullptr;
+    const std::span<const void* const> addends = inputs.subspan(2);
     if (type_ == PrimitiveType::kF32) {
-      RunTyped<float>(inputs[0], inputs[1], addend, output);
+      RunTyped<float>(inputs[0], inputs[1], addends, output);
     } else if (type_ == PrimitiveType::kF64) {
-      RunTyped<double>(inputs[0], inputs[1], addend, output);
+      RunTyped<double>(inputs[0], inputs[1], addends, output);
     } else if (!(DotHasFixedTiles(type_, library_) && RunNativeBf16(inputs[0], inputs[1], output))) {
       RunWidened(inputs[0], inputs[1], output);
     }
@@ -490,20 +490,21 @@ class DotKernel final : public Kernel {
   }
 
   template <typename T>
-  void RunTyped(const void* lhs, const void* rhs, const void* addend, void* output) const {
+  void RunTyped(const void* lhs, const void* rhs, std::span<const void* const> addends, void* output) const {
     T* const out = static_cast<T*>(output);
     ForEachPanel(static_cast<const T*>(lhs), static_cast<const T*>(rhs), out, false,
                  [&](int64_t rows, int64_t cols, MatrixView<const T> a, MatrixView<const T> b, MatrixView<T> c) {
                    Gemm(library_, rows, cols, k_.k(), a, b, c);
-                   if (addend != nullptr) AddAddend(static_cast<const T*>(addend), c.data - out, rows, cols, c.data);
+                   for (size_t i = 0; i < addends.size(); ++i) {
+                     AddAddend(addends_[i], static_cast<const T*>(addends[i]), c.data - out, rows, cols, c.data);
+                   }
                  });
   }
 
-  // Adds the addend's elements [first + i n, first + i n + cols) to row i of the `rows` x `cols` piece of
-  // the product at c (rows n apart, the product's element `first` at c).
+  // Adds the elements [first + i n, first + i n + cols) of `addend` read through `v` to row i of the
+  // `rows` x `cols` piece of the product at c (rows n apart, the product's element `first` at c).
   template <typename T>
-  void AddAddend(const T* addend, int64_t first, int64_t rows, int64_t cols, T* c) const {
-    const OperandView& v = *addend_;
+  void AddAddend(const OperandView& v, const T* addend, int64_t first, int64_t rows, int64_t cols, T* c) const {
     const int64_t n = k_.n();
     const auto add_runs = [&](int64_t begin, int64_t count, T* to) {
       // Rows of the view are contiguous (checked at build).
@@ -552,7 +553,7 @@ class DotKernel final : public Kernel {
     float* c = b + rhs_numel_;
     Widen(lhs, lhs_numel_, a);
     Widen(rhs, rhs_numel_, b);
-    RunTyped<float>(a, b, nullptr, c);
+    RunTyped<float>(a, b, {}, c);
     StoreBlock(c, ComputeType::kF32, output_type_, output, products);
   }
 
@@ -569,7 +570,7 @@ class DotKernel final : public Kernel {
   PrimitiveType type_, output_type_;  // the operands', and the product's (the same, or f32 of 16-bit operands)
   GemmLibrary library_;
   int64_t lhs_numel_, rhs_numel_;
-  std::optional<OperandView> addend_;
+  std::vector<OperandView> addends_;  // one per input after the operands
 };
 
 int64_t IndexAt(const void* base, PrimitiveType type, int64_t i) {
@@ -986,29 +987,35 @@ absl::StatusOr<GemmLibrary> LibraryOf(const proto::Kernel& k) {
   return *library;
 }
 
-// A DOT's addend, if it has one: its third input read through the third operand view (the first two
+// A DOT's addends: the inputs after its two operands, each read through its operand view (the operands
 // have none), of the product's elements and its type, an f32 or f64 product of operands of that type. A
 // broadcast view may have more elements than its input (a bias added to every row).
-absl::StatusOr<std::optional<OperandView>> AddendOf(const proto::Kernel& k, std::span<const ArrayShape> inputs,
-                                                    const ArrayShape& output) {
-  const std::vector<OperandView> views = OperandViewsOf(k);
+absl::StatusOr<std::vector<OperandView>> AddendsOf(const proto::Kernel& k, std::span<const ArrayShape> inputs,
+                                                   const ArrayShape& output) {
+  std::vector<OperandView> views = OperandViewsOf(k);
   if (inputs.size() == 2) {
     RETURN_IF_ERROR(Expect(views.empty(), k, "operand views without an addend"));
-    return std::nullopt;
+    return std::vector<OperandView>();
   }
-  RETURN_IF_ERROR(Expect(views.size() == 3 && views[0].dims.empty() && views[1].dims.empty() && !views[2].dims.empty(),
-                         k, "an addend needs a view, and the operands none"));
-  const OperandView& view = views[2];
-  if (absl::Status s = CheckOperandView(view, inputs[2], /*broadcasts=*/true); !s.ok()) {
-    return Expect(false, k, absl::StrCat("addend: ", s.message()));
+  RETURN_IF_ERROR(Expect(views.size() == inputs.size() && views[0].dims.empty() && views[1].dims.empty(), k,
+                         "an addend needs a view, and the operands none"));
+  RETURN_IF_ERROR(Expect(
+      (output.type == PrimitiveType::kF32 || output.type == PrimitiveType::kF64) && inputs[0].type == output.type, k,
+      "an addend needs an f32 or f64 product of its own type"));
+  views.erase(views.begin(), views.begin() + 2);
+  for (size_t a = 0; a < views.size(); ++a) {
+    const OperandView& view = views[a];
+    RETURN_IF_ERROR(Expect(!view.dims.empty(), k, "an addend needs a view, and the operands none"));
+    if (absl::Status s = CheckOperandView(view, inputs[a + 2], /*broadcasts=*/true); !s.ok()) {
+      return Expect(false, k, absl::StrCat("addend ", a, ": ", s.message()));
+    }
+    int64_t numel = 1;
+    for (int64_t d : view.dims) numel *= d;  // bounded by CheckOperandView
+    RETURN_IF_ERROR(Expect(numel == output.numel(), k, "the addend's view is not of the product's elements"));
+    RETURN_IF_ERROR(
+        Expect(inputs[a + 2].type == output.type, k, "an addend needs an f32 or f64 product of its own type"));
   }
-  int64_t numel = 1;
-  for (int64_t d : view.dims) numel *= d;  // bounded by CheckOperandView
-  RETURN_IF_ERROR(Expect(numel == output.numel(), k, "the addend's view is not of the product's elements"));
-  RETURN_IF_ERROR(Expect((output.type == PrimitiveType::kF32 || output.type == PrimitiveType::kF64) &&
-                             inputs[0].type == output.type && inputs[2].type == output.type,
-                         k, "an addend needs an f32 or f64 product of its own type"));
-  return view;
+  return views;
 }
 
 }  // namespace
@@ -1088,8 +1095,8 @@ absl::StatusOr<std::unique_ptr<Kernel>> BuildKernel(const proto::Kernel& k, std:
     case proto::Kernel::DOT: {
       int64_t products = 0;
       const bool shapes_ok =
-          (inputs.size() == 2 || inputs.size() == 3) && k.m() >= 0 && k.n() >= 0 && k.k() >= 0 && k.batch() >= 0 &&
-          k.m() < (1 << 30) && k.n() < (1 << 30) && k.k() < (1 << 30) && inputs[1].type == inputs[0].type &&
+          inputs.size() >= 2 && k.m() >= 0 && k.n() >= 0 && k.k() >= 0 && k.batch() >= 0 && k.m() < (1 << 30) &&
+          k.n() < (1 << 30) && k.k() < (1 << 30) && inputs[1].type == inputs[0].type &&
           (output.type == inputs[0].type || (output.type == PrimitiveType::kF32 && Is16BitFloat(inputs[0].type))) &&
           !__builtin_mul_overflow(k.batch(), k.m() * k.n(), &products) && output.numel() == products &&
           k.lhs_batch_stride() >= 0 && k.rhs_batch_stride() >= 0 &&
@@ -1099,9 +1106,9 @@ absl::StatusOr<std::unique_ptr<Kernel>> BuildKernel(const proto::Kernel& k, std:
       RETURN_IF_ERROR(Expect(shapes_ok, k, "operands do not fit the product"));
       ASSIGN_OR_RETURN(const GemmLibrary library, LibraryOf(k));
       RETURN_IF_ERROR(Expect(Accepts(TypeClass::kFloat, output.type), k, "needs a floating type"));
-      ASSIGN_OR_RETURN(std::optional<OperandView> addend, AddendOf(k, inputs, output));
+      ASSIGN_OR_RETURN(std::vector<OperandView> addends, AddendsOf(k, inputs, output));
       return std::make_unique<DotKernel>(k, inputs[0].type, output.type, library, inputs[0].numel(), inputs[1].numel(),
-                                         std::move(addend));
+                                         std::move(addends));
     }
     case proto::Kernel::ARGMAX: {
       const int64_t axis = k.axis();

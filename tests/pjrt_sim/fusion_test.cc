@@ -238,6 +238,27 @@ TEST_F(FusionTest, ProductPlusAnArrayOfItsShapeIsComputedByTheDotKernel) {
   ExpectFusedBitsAreUnfusedBits(b.module(), {{3, 6, 5}, {3, 7, 5}, {3, 6, 7}});
 }
 
+TEST_F(FusionTest, AResidualSumOfABiasedProductIsComputedByTheDotKernel) {
+  // A transformer's x + (h W + b): the bias, then the residual x, added by the DOT in that order (the
+  // same bits as the two adds' loops), and the sum read by a layer norm and by the next residual add.
+  ModuleBuilder b;
+  const int64_t x = b.Parameter(0, proto::F32, {2, 8, 40}), h = b.Parameter(1, proto::F32, {16, 24}),
+                w = b.Parameter(2, proto::F32, {24, 40}), bias = b.Parameter(3, proto::F32, {40});
+  const int64_t branch = b.Add(b.Reshape(b.Dot(h, w), {2, 8, 40}), b.Broadcast(bias, {2, 8, 40}, {2}));
+  const int64_t resid = b.Add(x, branch);
+  b.Output(b.Unary(Opcode::kTanh, resid));
+  b.Output(b.Add(resid, b.Unary(Opcode::kExp, x)));
+  const proto::Executable exe = CompileToProto(b.module(), kFused);
+  const proto::Kernel* dot = DotKernelOf(exe);
+  ASSERT_NE(dot, nullptr) << KernelSummary(exe);
+  ASSERT_EQ(dot->inputs_size(), 4) << KernelSummary(exe);
+  ASSERT_EQ(dot->operand_views_size(), 4);
+  EXPECT_THAT(dot->operand_views(2).strides(), ElementsAre(0, 0, 1));     // the bias first
+  EXPECT_THAT(dot->operand_views(3).strides(), ElementsAre(320, 40, 1));  // then x
+  EXPECT_EQ(dot->label(), "dot(parameter, parameter) + broadcast + parameter");
+  ExpectFusedBitsAreUnfusedBits(b.module(), {{2, 8, 40}, {16, 24}, {24, 40}, {40}});
+}
+
 TEST_F(FusionTest, ProductPlusAddendStaysALoopWhereTheDotCannotAdd) {
   // The product read by something besides the sum, the product a result itself, 16-bit products (the sum
   // is of their f32 conversion), an addend whose rows are not contiguous (a transpose, a column of

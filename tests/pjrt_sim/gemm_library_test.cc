@@ -74,22 +74,26 @@ TEST(GemmLibraryTest, EveryLibraryComputesTheProductInF32) { CheckLibraries<floa
 
 TEST(GemmLibraryTest, EveryLibraryComputesTheProductInF64) { CheckLibraries<double>(PrimitiveType::kF64); }
 
-// The DOT kernel of `p` with an addend read through `view` (dims [batch, m, n]) from a third input.
-proto::Kernel WithAddend(const Product& p, int64_t variant, GemmLibrary library, int64_t offset,
-                         std::vector<int64_t> strides) {
-  proto::Kernel kernel = DotKernel(p, variant, library);
-  kernel.add_operand_views();
-  kernel.add_operand_views();
+// `kernel` with one more addend, read through a view of dims [batch, m, n] from its next input.
+proto::Kernel PlusAddend(proto::Kernel kernel, int64_t offset, const std::vector<int64_t>& strides) {
+  if (kernel.operand_views_size() == 0) {
+    kernel.add_operand_views();
+    kernel.add_operand_views();
+  }
   proto::OperandView* view = kernel.add_operand_views();
-  for (int64_t d : {p.batch, p.m, p.n}) view->add_dims(d);
+  for (int64_t d : {kernel.batch(), kernel.m(), kernel.n()}) view->add_dims(d);
   view->set_offset(offset);
   for (int64_t s : strides) view->add_strides(s);
   return kernel;
 }
+proto::Kernel WithAddend(const Product& p, int64_t variant, GemmLibrary library, int64_t offset,
+                         const std::vector<int64_t>& strides) {
+  return PlusAddend(DotKernel(p, variant, library), offset, strides);
+}
 
-// Every library in every variant adds the addend to its product exactly as a loop adding it afterwards
-// would (each sum rounded once, after the product): a bias broadcast along the rows (read from an offset
-// into a longer array) and an array of the product's shape.
+// Every library in every variant adds the addends to its product exactly as loops adding them afterwards
+// would (each sum rounded once, in turn): a bias broadcast along the rows (read from an offset into a
+// longer array), an array of the product's shape, and the two.
 template <typename T>
 void CheckAddends(PrimitiveType type) {
   std::mt19937_64 rng(17);
@@ -117,21 +121,34 @@ void CheckAddends(PrimitiveType type) {
         const void* in[] = {a.data(), b.data()};
         void* out[] = {product.data()};
         ASSERT_TRUE((*plain)->Run(in, out).ok());
-        for (bool broadcast : {true, false}) {
-          const proto::Kernel kernel = broadcast ? WithAddend(p, variant, library, 3, {0, 0, 1})
-                                                 : WithAddend(p, variant, library, 0, {p.m * p.n, p.n, 1});
-          const std::vector<T>& addend = broadcast ? bias : full;
+        // A bias, an array, and both in turn.
+        const std::vector<T> bias_sums = [&] {
+          std::vector<T> sums(full.size());
+          for (size_t e = 0; e < sums.size(); ++e) sums[e] = product[e] + bias[3 + e % static_cast<size_t>(p.n)];
+          return sums;
+        }();
+        for (int which = 0; which < 3; ++which) {
+          proto::Kernel kernel = DotKernel(p, variant, library);
           std::vector<ArrayShape> inputs = operands;
-          inputs.push_back({type, {static_cast<int64_t>(addend.size())}});
+          std::vector<const void*> in = {a.data(), b.data()};
+          if (which != 1) {
+            kernel = PlusAddend(kernel, 3, {0, 0, 1});
+            inputs.push_back({type, {static_cast<int64_t>(bias.size())}});
+            in.push_back(bias.data());
+          }
+          if (which != 0) {
+            kernel = PlusAddend(kernel, 0, {p.m * p.n, p.n, 1});
+            inputs.push_back({type, {static_cast<int64_t>(full.size())}});
+            in.push_back(full.data());
+          }
           absl::StatusOr<std::unique_ptr<Kernel>> built = BuildKernel(kernel, inputs, output);
           ASSERT_TRUE(built.ok()) << built.status();
           std::vector<T> c(full.size(), static_cast<T>(12345));  // must be overwritten
-          const void* in3[] = {a.data(), b.data(), addend.data()};
           void* out3[] = {c.data()};
-          ASSERT_TRUE((*built)->Run(in3, out3).ok());
+          ASSERT_TRUE((*built)->Run(in, out3).ok());
           for (size_t e = 0; e < c.size(); ++e) {
-            const T want = product[e] + addend[broadcast ? 3 + e % static_cast<size_t>(p.n) : e];
-            ASSERT_EQ(c[e], want) << what << (broadcast ? " plus a bias" : " plus an array") << " at " << e;
+            const T want = which == 0 ? bias_sums[e] : (which == 1 ? product[e] : bias_sums[e]) + full[e];
+            ASSERT_EQ(c[e], want) << what << " addends " << which << " at " << e;
           }
         }
       }
@@ -139,9 +156,9 @@ void CheckAddends(PrimitiveType type) {
   }
 }
 
-TEST(GemmLibraryTest, EveryLibraryAddsTheAddendAsALoopWouldInF32) { CheckAddends<float>(PrimitiveType::kF32); }
+TEST(GemmLibraryTest, EveryLibraryAddsTheAddendsAsLoopsWouldInF32) { CheckAddends<float>(PrimitiveType::kF32); }
 
-TEST(GemmLibraryTest, EveryLibraryAddsTheAddendAsALoopWouldInF64) { CheckAddends<double>(PrimitiveType::kF64); }
+TEST(GemmLibraryTest, EveryLibraryAddsTheAddendsAsLoopsWouldInF64) { CheckAddends<double>(PrimitiveType::kF64); }
 
 TEST(GemmLibraryTest, AnAddendItCannotReadIsRefusedAtBuild) {
   const Product p{2, 3, 4, 5, false, false, false};

@@ -35,6 +35,8 @@
 #include "pjrt_sim/client.h"
 #include "pjrt_sim/compiler.h"
 #include "pjrt_sim/executable.h"
+#include "pjrt_sim/kernels/kernels.h"
+#include "pjrt_sim/opcode.h"
 
 namespace {
 
@@ -525,6 +527,40 @@ struct CompiledStep {
   std::fprintf(stderr, "micro: %s\n", what.c_str());
   std::exit(1);
 }
+
+// The layer norm's kernel alone over [4096, 128] f32, forward (range 0 = 0) or gradient (1), on arrays
+// fresh from memory as a training step's kernels find them (its arena far larger than the caches): each
+// run takes the next of 48 sets of arrays (96 MiB of inputs). range(1) = 1 runs on one set, warm.
+void BM_NormalizeKernel(benchmark::State& state) {
+  const bool backward = state.range(0) != 0, warm = state.range(1) != 0;
+  lazyrt::pjrt::proto::Kernel kernel;
+  kernel.set_kind(lazyrt::pjrt::proto::Kernel::NORMALIZE);
+  kernel.set_opcode(
+      static_cast<int32_t>(backward ? lazyrt::pjrt::Opcode::kLayerNormGrad : lazyrt::pjrt::Opcode::kLayerNorm));
+  kernel.set_axis(1);
+  kernel.set_epsilon(1e-5);
+  const lazyrt::pjrt::ArrayShape shape{lazyrt::pjrt::PrimitiveType::kF32, {4096, 128}};
+  const std::vector<lazyrt::pjrt::ArrayShape> inputs(backward ? 2 : 1, shape);
+  absl::StatusOr<std::unique_ptr<lazyrt::pjrt::Kernel>> built = lazyrt::pjrt::BuildKernel(kernel, inputs, shape);
+  if (!built.ok()) Fail(std::string(built.status().message()));
+  const size_t sets = warm ? 1 : 48, n = static_cast<size_t>(shape.numel());
+  std::mt19937_64 rng(1);
+  std::uniform_real_distribution<float> u(-2, 2);
+  std::vector<std::vector<float>> x(sets, std::vector<float>(n)), g(sets, std::vector<float>(n)),
+      y(sets, std::vector<float>(n));
+  for (size_t i = 0; i < sets; ++i) {
+    for (size_t e = 0; e < n; ++e) x[i][e] = u(rng), g[i][e] = u(rng);
+  }
+  size_t at = 0;
+  for (auto _ : state) {
+    const void* in[] = {x[at].data(), g[at].data()};
+    void* out[] = {y[at].data()};
+    if (!(*built)->Run(std::span<const void* const>(in, inputs.size()), out).ok())
+      Fail("the layer norm's kernel failed");
+    at = (at + 1) % sets;
+  }
+}
+BENCHMARK(BM_NormalizeKernel)->ArgsProduct({{0, 1}, {0, 1}})->UseRealTime()->Unit(benchmark::kMicrosecond);
 
 // The executable sync() would compile now: every live tensor with pending IR, collected from the
 // runtime's registry as GraphExecutor does (step 1), post-ordered, lowered and compiled with default

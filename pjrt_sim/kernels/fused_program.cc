@@ -11,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "pjrt_sim/element_ops.h"
 #include "pjrt_sim/hlo.h"
+#include "pjrt_sim/kernels/prefetch.h"
 #include "pjrt_sim/kernels/strided_view.h"
 #include "pjrt_sim/vector_math.h"
 
@@ -594,6 +595,18 @@ void FusedProgram::Prepare(std::span<const void* const> inputs, void* scratch) c
         s.scalar ? scalars + static_cast<size_t>(s.reg) * 8 : registers + static_cast<size_t>(s.reg) * kRegisterBytes;
     values[&s - steps_.data()] = s.fn(s, values, Context{inputs, space_dims_, 0, n}, out);
     if (s.round16) Round16(s.type, static_cast<float*>(out), n);
+  }
+}
+
+void FusedProgram::Prefetch(std::span<const void* const> inputs, int64_t begin, int64_t n) const {
+  n = std::min(n, space_numel_ - begin);
+  if (begin < 0 || n <= 0) return;
+  for (int32_t i : per_block_) {
+    const Step& s = steps_[static_cast<size_t>(i)];
+    if (!s.load || s.access != Access::kContiguous) continue;
+    const int64_t bytes = ByteWidth(s.type);
+    PrefetchToRead(static_cast<const char*>(inputs[static_cast<size_t>(s.input)]) + (s.offset + begin) * bytes,
+                   n * bytes);
   }
 }
 

@@ -18,6 +18,7 @@
 #include "pjrt_sim/kernels/fused_program.h"
 #include "pjrt_sim/kernels/gemm.h"
 #include "pjrt_sim/kernels/normalize.h"
+#include "pjrt_sim/kernels/prefetch.h"
 #include "pjrt_sim/kernels/strided_view.h"
 #include "pjrt_sim/module_verifier.h"
 #include "pjrt_sim/status_macros.h"
@@ -55,6 +56,19 @@ void ForEachChunk(int64_t n, int64_t grain, const std::function<void(int64_t, in
   ThreadPool::Get().ParallelFor(tasks, [&](int64_t t) { fn(t * grain, std::min(n, (t + 1) * grain)); });
 }
 
+// Prefetches the inputs `program` loads for points [begin, begin + n) of its space and the results stored
+// there (`results` of `types`), while the block before is computed (kernels/prefetch.h).
+void PrefetchBlock(const FusedProgram& program, std::span<const void* const> inputs, std::span<void* const> results,
+                   std::span<const PrimitiveType> types, int64_t begin, int64_t n) {
+  n = std::min(n, program.space_numel() - begin);
+  if (n <= 0) return;
+  program.Prefetch(inputs, begin, n);
+  for (size_t r = 0; r < types.size(); ++r) {
+    const int64_t bytes = ByteWidth(types[r]);
+    PrefetchToWrite(static_cast<char*>(results[r]) + begin * bytes, n * bytes);
+  }
+}
+
 // Evaluates a fused program over its output's shape and stores each of its results (the output, then
 // the extra outputs).
 class LoopKernel final : public Kernel {
@@ -84,6 +98,8 @@ class LoopKernel final : public Kernel {
       absl::InlinedVector<void*, 4> dsts(results), computed_into(results);
       for (int64_t b = begin; b < end; b += kFusedBlock) {
         const int64_t n = std::min(kFusedBlock, end - b);
+        PrefetchBlock(program_, inputs, outputs.first(results), result_types_, b + n,
+                      std::min(kFusedBlock, end - b - n));
         for (size_t r = 0; r < results; ++r) {
           dsts[r] = static_cast<char*>(outputs[r]) + b * ByteWidth(result_types_[r]);
           computed_into[r] = computed_in_place[r] ? dsts[r] : nullptr;

@@ -9,6 +9,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "pjrt_sim/element_ops.h"
+#include "pjrt_sim/kernels/prefetch.h"
 #include "pjrt_sim/opcode.h"
 #include "pjrt_sim/thread_pool.h"
 #include "pjrt_sim/vector_math.h"
@@ -202,8 +203,16 @@ class NormalizeKernel final : public Kernel {
       Lanes* x = x_storage.get();
       Lanes* g = backward ? g_storage.get() : nullptr;
       const int64_t last = std::min(rows_, (t + 1) * rows_per_task);
+      const int64_t row_bytes = width_ * ByteWidth(type_);
       for (int64_t r0 = t * rows_per_task; r0 < last; r0 += kRowBlock) {
         const int64_t rows = std::min(kRowBlock, last - r0);
+        // The next block's rows, while this one is computed.
+        const int64_t next = r0 + kRowBlock, next_rows = std::min(kRowBlock, last - next);
+        if (next_rows > 0) {
+          for (const void* in : inputs)
+            PrefetchToRead(static_cast<const char*>(in) + next * row_bytes, next_rows * row_bytes);
+          PrefetchToWrite(static_cast<char*>(outputs[0]) + next * row_bytes, next_rows * row_bytes);
+        }
         if (rows == kRowBlock && type_ == PrimitiveType::kF32) {
           LoadBlock(static_cast<const float*>(inputs[0]) + r0 * width_, width_, x);
           if (backward) LoadBlock(static_cast<const float*>(inputs[1]) + r0 * width_, width_, g);

@@ -77,7 +77,12 @@ class LoopKernel final : public Kernel {
       : program_(std::move(program)),
         output_(std::move(output)),
         result_types_(std::move(result_types)),
-        grain_(grain) {}
+        grain_(grain),
+        prefetches_([&] {
+          int64_t bytes = program_.prefetched_bytes_per_point();
+          for (PrimitiveType type : result_types_) bytes += ByteWidth(type);
+          return bytes * kFusedBlock <= kMostPrefetchedBytes;
+        }()) {}
 
   absl::Status Run(std::span<const void* const> inputs, std::span<void* const> outputs) const override {
     const size_t results = result_types_.size();
@@ -98,8 +103,9 @@ class LoopKernel final : public Kernel {
       absl::InlinedVector<void*, 4> dsts(results), computed_into(results);
       for (int64_t b = begin; b < end; b += kFusedBlock) {
         const int64_t n = std::min(kFusedBlock, end - b);
-        PrefetchBlock(program_, inputs, outputs.first(results), result_types_, b + n,
-                      std::min(kFusedBlock, end - b - n));
+        if (prefetches_)
+          PrefetchBlock(program_, inputs, outputs.first(results), result_types_, b + n,
+                        std::min(kFusedBlock, end - b - n));
         for (size_t r = 0; r < results; ++r) {
           dsts[r] = static_cast<char*>(outputs[r]) + b * ByteWidth(result_types_[r]);
           computed_into[r] = computed_in_place[r] ? dsts[r] : nullptr;
@@ -119,6 +125,7 @@ class LoopKernel final : public Kernel {
   ArrayShape output_;
   std::vector<PrimitiveType> result_types_;
   int64_t grain_;
+  bool prefetches_;  // the next block, while one is computed: where that fits beside it (kMostPrefetchedBytes)
 };
 
 // Sums and products of f32 values (f32, bf16, f16 arrays) accumulate in f64, so that a sum of a million

@@ -204,11 +204,12 @@ class NormalizeKernel final : public Kernel {
       Lanes* g = backward ? g_storage.get() : nullptr;
       const int64_t last = std::min(rows_, (t + 1) * rows_per_task);
       const int64_t row_bytes = width_ * ByteWidth(type_);
+      const bool prefetches = (static_cast<int64_t>(inputs.size()) + 1) * kRowBlock * row_bytes <= kMostPrefetchedBytes;
       for (int64_t r0 = t * rows_per_task; r0 < last; r0 += kRowBlock) {
         const int64_t rows = std::min(kRowBlock, last - r0);
         // The next block's rows, while this one is computed.
         const int64_t next = r0 + kRowBlock, next_rows = std::min(kRowBlock, last - next);
-        if (next_rows > 0) {
+        if (next_rows > 0 && prefetches) {
           for (const void* in : inputs)
             PrefetchToRead(static_cast<const char*>(in) + next * row_bytes, next_rows * row_bytes);
           PrefetchToWrite(static_cast<char*>(outputs[0]) + next * row_bytes, next_rows * row_bytes);

@@ -108,6 +108,7 @@ absl::StatusOr<std::shared_ptr<Executable>> Compile(const proto::Module& global,
                                  }) > 0) {
     RunPass(exe, "dce", [&] { return EliminateDeadCode(*hlo); });
   }
+  RunPass(exe, "schedule_reductions_early", [&] { return ScheduleReductionsEarly(*hlo); });
   absl::Status emitted = absl::OkStatus();
   RunPass(exe, "fusion", [&]() -> int64_t {
     absl::StatusOr<int64_t> fused =

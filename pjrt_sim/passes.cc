@@ -435,4 +435,60 @@ int64_t FoldConstants(HloModule& module) {
   return changes;
 }
 
+int64_t ScheduleReductionsEarly(HloModule& module) {
+  const size_t n = module.insts.size();
+  // What moves: the products and reductions that shrink, and the views that nothing else reads.
+  std::vector<bool> moves(n, false);
+  std::vector<std::vector<int64_t>> readers(n);
+  for (size_t i = 0; i < n; ++i) {
+    const HloInst& inst = module.insts[i];
+    int64_t largest = 0;
+    for (int64_t op : inst.operands) {
+      largest = std::max(largest, module.insts[static_cast<size_t>(op)].shape.numel());
+      readers[static_cast<size_t>(op)].push_back(static_cast<int64_t>(i));
+    }
+    moves[i] = (inst.opcode == Opcode::kDot || inst.opcode == Opcode::kReduce) &&
+               inst.shape.numel() * kShrinkFactor <= largest;
+  }
+  for (size_t i = n; i-- > 0;) {
+    const Opcode op = module.insts[i].opcode;
+    const bool view =
+        op == Opcode::kReshape || op == Opcode::kTranspose || op == Opcode::kSlice || op == Opcode::kBroadcast;
+    moves[i] = moves[i] || (view && !readers[i].empty() &&
+                            std::ranges::all_of(readers[i], [&](int64_t r) { return moves[static_cast<size_t>(r)]; }));
+  }
+  // Each instruction's place as (where its chain starts, how deep in it, its own index), compared in that
+  // order: an instruction left in place starts a chain at its index; one moved up follows its latest
+  // operand, one deeper. Operands stay before their users: a user left in place comes after it in the
+  // old order too, and one moved up follows the latest of its operands.
+  struct Place {
+    size_t start, depth, index;
+    auto operator<=>(const Place&) const = default;
+  };
+  std::vector<Place> place(n);
+  int64_t moved = 0;
+  for (size_t i = 0; i < n; ++i) {
+    std::optional<Place> latest;
+    for (int64_t op : module.insts[i].operands) {
+      latest = std::max(latest.value_or(place[static_cast<size_t>(op)]), place[static_cast<size_t>(op)]);
+    }
+    place[i] = moves[i] && latest ? Place{latest->start, latest->depth + 1, i} : Place{i, 0, i};
+    moved += place[i] < Place{i, 0, i};
+  }
+  if (moved == 0) return 0;
+  std::vector<size_t> order(n);
+  std::iota(order.begin(), order.end(), size_t{0});
+  std::ranges::sort(order, [&](size_t a, size_t b) { return place[a] < place[b]; });
+  std::vector<int64_t> renumber(n);
+  std::vector<HloInst> reordered;
+  reordered.reserve(n);
+  for (size_t at : order) {
+    renumber[at] = static_cast<int64_t>(reordered.size());
+    reordered.push_back(std::move(module.insts[at]));
+  }
+  module.insts = std::move(reordered);
+  ForwardUses(module, renumber);
+  return moved;
+}
+
 }  // namespace lazyrt::pjrt

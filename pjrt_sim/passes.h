@@ -19,5 +19,13 @@ int64_t EliminateCommonSubexpressions(HloModule& module);
 int64_t SimplifyAlgebra(HloModule& module);
 // Evaluates instructions whose operands are all splat constants, with the kernels' own arithmetic.
 int64_t FoldConstants(HloModule& module);
+// Products and reductions that make a value kShrinkFactor or more times smaller than their largest
+// operand (a weight's gradient x^T dY, a bias's column sums, a squared norm) move up to right after their
+// latest operand, with the views they read through, instead of where the graph's order put them (a
+// step's weight gradients after the whole backward, where its optimizer reads them): they read their
+// operands while the caches still hold them, and the operands die there instead of living through the
+// rest of the step. Returns how many instructions moved.
+inline constexpr int64_t kShrinkFactor = 8;
+int64_t ScheduleReductionsEarly(HloModule& module);
 
 }  // namespace lazyrt::pjrt

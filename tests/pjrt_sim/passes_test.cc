@@ -9,6 +9,7 @@
 #include <bit>
 #include <cmath>
 #include <numeric>
+#include <random>
 #include <set>
 #include <string>
 
@@ -535,6 +536,82 @@ TEST_F(PassesTest, FoldingLeavesReductionsAndRandomnessToKernels) {
 }
 
 // --- pass bookkeeping -----------------------------------------------------------------------------
+// --- scheduling ------------------------------------------------------------------------------------
+// Where `module`'s instruction `id` is after ScheduleReductionsEarly, given how it was built.
+struct Scheduled {
+  HloModule hlo;
+  std::vector<int64_t> at;  // new index of each instruction
+};
+Scheduled Schedule(const proto::Module& module, int64_t* moved = nullptr) {
+  Scheduled s{FromVerifiedProto(module), {}};
+  // Each instruction remembers its old index through a unique stream number (no pass reads it here).
+  for (size_t i = 0; i < s.hlo.insts.size(); ++i) s.hlo.insts[i].stream = static_cast<int64_t>(i) + 1000;
+  const int64_t m = ScheduleReductionsEarly(s.hlo);
+  if (moved != nullptr) *moved = m;
+  s.at.assign(s.hlo.insts.size(), -1);
+  for (size_t i = 0; i < s.hlo.insts.size(); ++i) {
+    s.at[static_cast<size_t>(s.hlo.insts[i].stream - 1000)] = static_cast<int64_t>(i);
+    for (int64_t op : s.hlo.insts[i].operands) EXPECT_LT(op, static_cast<int64_t>(i)) << "an operand after its user";
+  }
+  return s;
+}
+
+TEST_F(PassesTest, AWeightGradientRunsRightAfterItsOperands) {
+  // dW = x^T dY, built after dX = dY W^T and what follows it (as a step's graph puts the weight gradients
+  // after the whole backward): it moves up to right after dY, with the transpose it reads x through, and
+  // runs before dX's product; the values are the same.
+  ModuleBuilder b;
+  const int64_t x = b.Parameter(0, proto::F32, {256, 16}), w = b.Parameter(1, proto::F32, {16, 32});
+  const int64_t dy = b.Unary(Opcode::kExp, b.Unary(Opcode::kTanh, b.Dot(x, w)));
+  const int64_t dx = b.Dot(dy, b.Transpose(w, {1, 0}));
+  const int64_t later = b.Unary(Opcode::kTanh, b.Unary(Opcode::kExp, dx));
+  const int64_t xt = b.Transpose(x, {1, 0});
+  const int64_t dw = b.Dot(xt, dy);
+  const int64_t db = b.Reduce(Combiner::kSum, dy, {0});
+  b.Output(later);
+  b.Output(dw);
+  b.Output(db);
+  int64_t moved = 0;
+  const Scheduled s = Schedule(b.module(), &moved);
+  EXPECT_EQ(moved, 3);  // the transpose, dW and the bias's sums
+  EXPECT_EQ(s.at[static_cast<size_t>(xt)], s.at[static_cast<size_t>(x)] + 1);
+  EXPECT_EQ(s.at[static_cast<size_t>(dw)], s.at[static_cast<size_t>(dy)] + 1);
+  EXPECT_EQ(s.at[static_cast<size_t>(db)], s.at[static_cast<size_t>(dy)] + 2);
+  EXPECT_LT(s.at[static_cast<size_t>(db)], s.at[static_cast<size_t>(dx)]);
+  const proto::Executable exe = CompileToProto(b.module(), kFused);
+  EXPECT_EQ(PassChanges(exe, "schedule_reductions_early"), 2);  // the transpose is the product's flag by then
+  std::vector<std::string> dots;
+  for (const proto::Kernel& k : exe.kernels()) {
+    if (k.kind() == proto::Kernel::DOT) dots.push_back(absl::StrCat(k.m(), "x", k.n()));
+  }
+  EXPECT_THAT(dots, ElementsAre("256x32", "16x32", "256x16")) << KernelSummary(exe);
+  std::mt19937_64 rng(2);
+  const std::vector<HostArray> in = {F32({256, 16}, testing::RandomFloats(rng, 256 * 16, -1, 1)),
+                                     F32({16, 32}, testing::RandomFloats(rng, 16 * 32, -1, 1))};
+  const std::vector<HostArray> fused = Run(b.module(), kFused, in), unfused = Run(b.module(), kUnfused, in);
+  for (size_t r = 0; r < fused.size(); ++r) EXPECT_EQ(fused[r].bytes, unfused[r].bytes) << "result " << r;
+}
+
+TEST_F(PassesTest, WhatDoesNotShrinkStaysWhereItIs) {
+  // A product as large as its operands (a forward's), a sum of a row into a value only 4 times smaller,
+  // and a view that something staying also reads, keep their places.
+  ModuleBuilder b;
+  const int64_t x = b.Parameter(0, proto::F32, {64, 16}), w = b.Parameter(1, proto::F32, {16, 32});
+  const int64_t wt = b.Transpose(w, {1, 0});
+  const int64_t y = b.Unary(Opcode::kExp, b.Parameter(2, proto::F32, {64, 32}));
+  const int64_t forward = b.Dot(x, w);
+  const int64_t rows = b.Reduce(Combiner::kSum, b.Parameter(3, proto::F32, {8, 4}), {1});
+  const int64_t shared = b.Dot(y, wt);  // [64, 16]: not smaller than y
+  b.Output(forward);
+  b.Output(rows);
+  b.Output(shared);
+  b.Output(b.Unary(Opcode::kTanh, wt));
+  int64_t moved = 0;
+  const Scheduled s = Schedule(b.module(), &moved);
+  EXPECT_EQ(moved, 0);
+  for (size_t i = 0; i < s.at.size(); ++i) EXPECT_EQ(s.at[i], static_cast<int64_t>(i));
+}
+
 TEST_F(PassesTest, PassTimingsListEveryPass) {
   ModuleBuilder b;
   const int64_t x = b.Parameter(0, proto::F32, {4});
@@ -547,8 +624,8 @@ TEST_F(PassesTest, PassTimingsListEveryPass) {
     EXPECT_GE(t.ms(), 0) << t.pass();
   }
   EXPECT_THAT(names, ::testing::ElementsAre("verify", "dce", "algebraic_simplifier", "constant_folding", "cse",
-                                            "fusion", "buffer_assignment", "autotune"));
-  EXPECT_GE(CompilerPassesRun() - before, 8);
+                                            "schedule_reductions_early", "fusion", "buffer_assignment", "autotune"));
+  EXPECT_GE(CompilerPassesRun() - before, 9);
   EXPECT_GT(with.compile_ms(), 0);
   EXPECT_EQ(with.module_name(), "test");
   EXPECT_EQ(with.op_histogram().at("parameter"), 1);

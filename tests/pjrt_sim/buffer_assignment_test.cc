@@ -121,6 +121,35 @@ TEST_F(BufferAssignmentTest, PlacesTheLargestValuesFirst) {
   ExpectNoLiveOverlap(exe);
 }
 
+TEST_F(BufferAssignmentTest, PrefersTheBytesReadLatest) {
+  // a and b live together, then die (a read by kernel 2, b by kernel 3); v, written by kernel 4, fits where
+  // either was: it takes b's bytes, read last (likelier cached), and the arena stays two values long.
+  proto::Executable exe;
+  const std::vector<proto::Slot::Kind> slots = {proto::Slot::ARENA,  proto::Slot::ARENA, proto::Slot::OUTPUT,
+                                                proto::Slot::OUTPUT, proto::Slot::ARENA, proto::Slot::OUTPUT};
+  for (size_t i = 0; i < slots.size(); ++i) {
+    proto::Slot* slot = exe.add_slots();
+    slot->set_kind(slots[i]);
+    slot->mutable_shape()->set_type(proto::F32);
+    slot->mutable_shape()->add_dims(16);
+    if (slots[i] == proto::Slot::OUTPUT) slot->set_index(exe.outputs_size());
+    if (slots[i] == proto::Slot::OUTPUT) exe.add_outputs(static_cast<int64_t>(i));
+  }
+  const std::vector<std::pair<std::vector<int64_t>, int64_t>> kernels = {{{}, 0},  {{}, 1}, {{0}, 2},
+                                                                         {{1}, 3}, {{}, 4}, {{4}, 5}};
+  for (const auto& [inputs, output] : kernels) {
+    proto::Kernel* k = exe.add_kernels();
+    for (int64_t in : inputs) k->add_inputs(in);
+    k->set_output(output);
+  }
+  AssignBuffers(exe);
+  EXPECT_EQ(exe.arena_bytes(), 2 * 64);
+  EXPECT_EQ(exe.slots(0).offset(), 0);
+  EXPECT_EQ(exe.slots(1).offset(), 64);
+  EXPECT_EQ(exe.slots(4).offset(), 64);  // first fit: 0, a's bytes, read before b's
+  ExpectNoLiveOverlap(exe);
+}
+
 TEST_F(BufferAssignmentTest, NeverOverlapsLiveValues) {
   // Random graphs where values stay live for different spans.
   std::mt19937_64 rng(99);

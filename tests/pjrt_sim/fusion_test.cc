@@ -192,6 +192,16 @@ const proto::Kernel* DotKernelOf(const proto::Executable& exe) {
   return nullptr;
 }
 
+// The first DOT kernel of `exe` if it adds `addends` addends (an input and an operand view each, after
+// its operands, which have no view), else null.
+const proto::Kernel* DotWithAddends(const proto::Executable& exe, int addends) {
+  const proto::Kernel* dot = DotKernelOf(exe);
+  const bool ok = dot != nullptr && dot->inputs_size() == 2 + addends && dot->operand_views_size() == 2 + addends &&
+                  dot->operand_views(0).dims_size() == 0 && dot->operand_views(1).dims_size() == 0;
+  EXPECT_TRUE(ok) << KernelSummary(exe);
+  return ok ? dot : nullptr;
+}
+
 TEST_F(FusionTest, ProductPlusBiasIsComputedByTheDotKernel) {
   // The GPT's h = x W + b, reshaped to [B, T, C] and read by GELU's forward and backward: the DOT adds
   // the bias (a view broadcast along its rows) and stores the sum; no loop reads the product back, and
@@ -207,12 +217,8 @@ TEST_F(FusionTest, ProductPlusBiasIsComputedByTheDotKernel) {
     b.Output(b.Unary(Opcode::kTanh, h));
     b.Output(b.Mul(h, b.Unary(Opcode::kExp, h)));
     const proto::Executable exe = CompileToProto(b.module(), kFused);
-    const proto::Kernel* dot = DotKernelOf(exe);
-    ASSERT_NE(dot, nullptr) << KernelSummary(exe);
-    ASSERT_EQ(dot->inputs_size(), 3) << KernelSummary(exe);
-    ASSERT_EQ(dot->operand_views_size(), 3);
-    EXPECT_EQ(dot->operand_views(0).dims_size(), 0);
-    EXPECT_EQ(dot->operand_views(1).dims_size(), 0);
+    const proto::Kernel* dot = DotWithAddends(exe, 1);
+    ASSERT_NE(dot, nullptr);
     EXPECT_THAT(dot->operand_views(2).dims(), ElementsAre(2, 8, 40));
     EXPECT_THAT(dot->operand_views(2).strides(), ElementsAre(0, 0, 1));
     EXPECT_THAT(dot->label(), ::testing::HasSubstr("+ broadcast"));
@@ -230,9 +236,8 @@ TEST_F(FusionTest, ProductPlusAnArrayOfItsShapeIsComputedByTheDotKernel) {
                 g = b.Parameter(2, proto::F32, {3, 6, 7});
   b.Output(b.Unary(Opcode::kTanh, b.Add(b.Dot(x, w, false, true), g)));
   const proto::Executable exe = CompileToProto(b.module(), kFused);
-  const proto::Kernel* dot = DotKernelOf(exe);
-  ASSERT_NE(dot, nullptr) << KernelSummary(exe);
-  ASSERT_EQ(dot->inputs_size(), 3) << KernelSummary(exe);
+  const proto::Kernel* dot = DotWithAddends(exe, 1);
+  ASSERT_NE(dot, nullptr);
   EXPECT_THAT(dot->operand_views(2).strides(), ElementsAre(42, 7, 1));
   EXPECT_EQ(dot->batch(), 3);
   ExpectFusedBitsAreUnfusedBits(b.module(), {{3, 6, 5}, {3, 7, 5}, {3, 6, 7}});
@@ -249,10 +254,8 @@ TEST_F(FusionTest, AResidualSumOfABiasedProductIsComputedByTheDotKernel) {
   b.Output(b.Unary(Opcode::kTanh, resid));
   b.Output(b.Add(resid, b.Unary(Opcode::kExp, x)));
   const proto::Executable exe = CompileToProto(b.module(), kFused);
-  const proto::Kernel* dot = DotKernelOf(exe);
-  ASSERT_NE(dot, nullptr) << KernelSummary(exe);
-  ASSERT_EQ(dot->inputs_size(), 4) << KernelSummary(exe);
-  ASSERT_EQ(dot->operand_views_size(), 4);
+  const proto::Kernel* dot = DotWithAddends(exe, 2);
+  ASSERT_NE(dot, nullptr);
   EXPECT_THAT(dot->operand_views(2).strides(), ElementsAre(0, 0, 1));     // the bias first
   EXPECT_THAT(dot->operand_views(3).strides(), ElementsAre(320, 40, 1));  // then x
   EXPECT_EQ(dot->label(), "dot(parameter, parameter) + broadcast + parameter");

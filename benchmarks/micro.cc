@@ -530,7 +530,8 @@ struct CompiledStep {
 
 // The layer norm's kernel alone over [4096, 128] f32, forward (range 0 = 0) or gradient (1), on arrays
 // fresh from memory as a training step's kernels find them (its arena far larger than the caches): each
-// run takes the next of 48 sets of arrays (96 MiB of inputs). range(1) = 1 runs on one set, warm.
+// run takes the next of 48 sets of arrays (2 MiB each: 96 MiB of x, as much of dy for the gradient).
+// range(1) = 1 runs on one set, warm.
 void BM_NormalizeKernel(benchmark::State& state) {
   const bool backward = state.range(0) != 0, warm = state.range(1) != 0;
   lazyrt::pjrt::proto::Kernel kernel;

@@ -8,9 +8,10 @@
 namespace lazyrt::pjrt {
 
 // Places every ARENA slot by liveness over the kernel schedule: a slot's bytes are reused once its
-// last reader has run. The largest are placed first, each where no slot live with it is and the arena
-// grows no more than at the lowest such offset: of those places, the one read the latest before it is
-// written (likelier still cached). Sets offsets and the arena size; returns the bytes saved over no reuse.
+// last reader has run. The largest are placed first, each clear of the slots live with it, the arena
+// growing no more than at the lowest such offset: of that offset and the offsets of slots dead before it
+// is written, the one whose bytes were read the latest (likelier still cached). Sets offsets and the arena
+// size; returns the bytes saved over no reuse.
 int64_t AssignBuffers(proto::Executable& exe);
 
 }  // namespace lazyrt::pjrt

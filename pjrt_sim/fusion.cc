@@ -14,6 +14,7 @@
 #include "absl/strings/str_join.h"
 #include "pjrt_sim/kernels/attention.h"
 #include "pjrt_sim/kernels/strided_view.h"
+#include "pjrt_sim/passes.h"
 
 namespace lazyrt::pjrt {
 namespace {
@@ -197,8 +198,9 @@ class Emitter {
   // constants and broadcasts of small stored arrays, at most an eighth of the result: a row of biases, a
   // column of means): each reader computes it from that array instead of loading it stored, which costs a
   // reader about the same load (or less, through a convert) and saves the store with its write-allocate
-  // read. The GPT's x = dot + bias, read by GELU's forward and again by its backward, is not written at
-  // all; nor, with bf16 products, f32(dot) read by a layer norm's gradient and by its reductions.
+  // read. With bf16 products, f32(dot) + bias, read by GELU's forward and again by its backward, is not
+  // written at all, nor f32(dot) read by a layer norm's gradient and by its reductions (an f32 dot + bias
+  // is the DOT's own result: AddToProducts).
   // Deeper f32 work, up to kRecomputedDepth steps below the value and functions of one argument among
   // them, is recomputed too when the one array it comes from is narrower and no reader broadcasts the
   // value: a reader then loads fewer bytes than the stored value would take, and the loops wait on
@@ -453,14 +455,17 @@ class Emitter {
     Strided strided;
   };
 
-  // A product plus addends of its type (a bias broadcast along its rows, a stored array of its shape), the
-  // product read by nothing else: the DOT's kernel adds them to each piece of the product while it is in
-  // cache, and the sum is stored instead of the product (PyTorch's addmm computes the same sum).
+  // A product plus addends of its type (stored arrays read through views with contiguous rows: a bias
+  // broadcast along its rows, an array of its shape), the product read by nothing else: the DOT's kernel
+  // adds them to each panel of the product right after the library writes it, and the sum is stored
+  // instead of the product (PyTorch's addmm computes the same sum).
   // No loop reads the product back to add the bias, and the sum's readers load it instead of computing it
   // (the GPT's q, k, v, and h = x W1 + b1 read by GELU's forward and backward). The same bits: the sum is
-  // rounded once, after the product's own rounding. The DOT runs where the sum was, with the addend written.
+  // rounded once, after the product's own rounding (but for which of two NaNs' payloads it carries: the
+  // product's, whatever the add's order). The DOT runs where the sum was, with the addend written.
   void AddToProducts() {
     added_to_product_.clear();
+    sum_of_product_.clear();
     if (!options_.enabled) return;
     for (size_t i = 0; i < m_.insts.size(); ++i) {
       const HloInst& add = m_.insts[i];
@@ -473,6 +478,7 @@ class Emitter {
         std::optional<ViewedOperand> addend = AddendView(add.operands[1 - side], add.shape);
         if (!addend) continue;
         for (int64_t id : chain) materialized_[static_cast<size_t>(id)] = false;
+        sum_of_product_[chain.front()] = static_cast<int64_t>(i);
         AddedToProduct sum{chain.front(), {add.operands[1 - side]}, {*std::move(addend)}};
         // A sum read by nothing but another add of an addend the DOT can read (a residual connection's x +
         // (x W + b)) is the DOT's too, added after: the same bits as the loops adding them in turn.
@@ -484,11 +490,12 @@ class Emitter {
           if (next.opcode != Opcode::kAdd || next.operands[0] == next.operands[1]) break;
           const int64_t other = next.operands[0] == last ? next.operands[1] : next.operands[0];
           std::optional<ViewedOperand> more = AddendView(other, next.shape);
-          if (!more) break;
+          if (!more || !NearProduct(sum.product, readers[0])) break;
           sum.addends.push_back(other);
           sum.views.push_back(*std::move(more));
           materialized_[static_cast<size_t>(last)] = false;
           last = readers[0];
+          sum_of_product_[sum.product] = last;
         }
         materialized_[static_cast<size_t>(last)] = true;
         added_to_product_.emplace(last, std::move(sum));
@@ -498,7 +505,9 @@ class Emitter {
   }
   // Whether `id` is a product of operands of `add`'s type, or a reshape of one, that `add` alone reads
   // (through nothing but reshapes, each read by the next alone) and that is no result; `chain` gets the
-  // product and the reshapes.
+  // product and the reshapes. Not a product that shrinks its operands (a weight's gradient, which the
+  // schedule runs right after them: its kernel would run at the sum instead, and its operands live until
+  // then), nor one far from the sum (NearProduct).
   bool ProductOnlyFor(int64_t id, int64_t add, std::vector<int64_t>& chain) const {
     const PrimitiveType type = Inst(add).shape.type;
     int64_t reader = add;
@@ -509,9 +518,21 @@ class Emitter {
         return false;
       chain.insert(chain.begin(), at);
       if (inst.opcode == Opcode::kReshape) continue;
-      return inst.opcode == Opcode::kDot && inst.shape.type == type && Inst(inst.operands[0]).shape.type == type &&
-             Inst(inst.operands[1]).shape.type == type;
+      if (inst.opcode != Opcode::kDot || inst.shape.type != type) return false;
+      const HloInst& a = Inst(inst.operands[0]);
+      const HloInst& b = Inst(inst.operands[1]);
+      return a.shape.type == type && b.shape.type == type &&
+             inst.shape.numel() * kShrinkFactor > std::max(a.shape.numel(), b.shape.numel()) && NearProduct(at, add);
     }
+  }
+  // Whether sum `add` of `product` comes before kEvictedBytes of other stored values: the product's kernel
+  // runs at the sum, its operands live until then, and it should find them cached.
+  bool NearProduct(int64_t product, int64_t add) const {
+    int64_t bytes = 0;
+    for (int64_t i = product + 1; i < add && bytes <= kEvictedBytes; ++i) {
+      if (materialized_[static_cast<size_t>(i)]) bytes += Inst(i).shape.byte_size();
+    }
+    return bytes <= kEvictedBytes;
   }
   // How the product's kernel reads `operand` of a sum of `sum_shape`: a stored array of the sum's type,
   // through broadcasts, transposes, slices and unit dim reshapes that are not stored, with contiguous rows.
@@ -592,6 +613,7 @@ class Emitter {
              readers_[static_cast<size_t>(at)].size() == 1) {
         at = readers_[static_cast<size_t>(at)][0];
       }
+      if (const auto sum = sum_of_product_.find(at); sum != sum_of_product_.end()) at = sum->second;  // its kernel
       if (!materialized_[static_cast<size_t>(at)]) return std::nullopt;
       points.push_back(at);
     }
@@ -1138,6 +1160,7 @@ class Emitter {
     std::vector<ViewedOperand> views;
   };
   absl::flat_hash_map<int64_t, AddedToProduct> added_to_product_;
+  absl::flat_hash_map<int64_t, int64_t> sum_of_product_;  // the sum each such product's kernel computes
   std::vector<int64_t> slot_;
 };
 

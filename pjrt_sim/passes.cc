@@ -466,19 +466,24 @@ int64_t ScheduleReductionsEarly(HloModule& module) {
     auto operator<=>(const Place&) const = default;
   };
   std::vector<Place> place(n);
-  int64_t moved = 0;
   for (size_t i = 0; i < n; ++i) {
     std::optional<Place> latest;
     for (int64_t op : module.insts[i].operands) {
       latest = std::max(latest.value_or(place[static_cast<size_t>(op)]), place[static_cast<size_t>(op)]);
     }
     place[i] = moves[i] && latest ? Place{latest->start, latest->depth + 1, i} : Place{i, 0, i};
-    moved += place[i] < Place{i, 0, i};
   }
-  if (moved == 0) return 0;
   std::vector<size_t> order(n);
   std::iota(order.begin(), order.end(), size_t{0});
   std::ranges::sort(order, [&](size_t a, size_t b) { return place[a] < place[b]; });
+  // Moved: ahead of an instruction that was before it.
+  int64_t moved = 0;
+  size_t earliest_after = n;
+  for (size_t j = n; j-- > 0;) {
+    moved += order[j] > earliest_after;
+    earliest_after = std::min(earliest_after, order[j]);
+  }
+  if (moved == 0) return 0;
   std::vector<int64_t> renumber(n);
   std::vector<HloInst> reordered;
   reordered.reserve(n);

@@ -608,8 +608,6 @@ int64_t FusedProgram::prefetched_bytes_per_point() const {
 }
 
 void FusedProgram::Prefetch(std::span<const void* const> inputs, int64_t begin, int64_t n) const {
-  n = std::min(n, space_numel_ - begin);
-  if (begin < 0 || n <= 0) return;
   for (int32_t i : per_block_) {
     const Step& s = steps_[static_cast<size_t>(i)];
     if (!s.load || s.access != Access::kContiguous) continue;

@@ -50,12 +50,11 @@ class FusedProgram {
   // Computes the values shared by every point into `scratch`. Call it once per run on each thread,
   // before that thread's Evaluate calls on the same scratch.
   void Prepare(std::span<const void* const> inputs, void* scratch) const;
-  // Prefetches what Evaluate of points [begin, begin + n) will load from arrays read in order
-  // (kernels/prefetch.h); nothing for points past the iteration space.
+  // Prefetches what Evaluate of points [begin, begin + n) (of the iteration space) will load from arrays
+  // read in order (kernels/prefetch.h).
   void Prefetch(std::span<const void* const> inputs, int64_t begin, int64_t n) const;
   // The bytes a point loads from arrays read in order (what Prefetch asks for, per point).
   int64_t prefetched_bytes_per_point() const;
-  int64_t space_numel() const { return space_numel_; }
   // Evaluates points [begin, begin + n) (n <= kBlock). Returns the result block, held in `scratch` (or
   // read in place from an input) in the result's compute type. `result_dsts[r]`, where given and not
   // null, is where result r's block is stored in its compute type: the step computing it writes there

@@ -56,11 +56,10 @@ void ForEachChunk(int64_t n, int64_t grain, const std::function<void(int64_t, in
   ThreadPool::Get().ParallelFor(tasks, [&](int64_t t) { fn(t * grain, std::min(n, (t + 1) * grain)); });
 }
 
-// Prefetches the inputs `program` loads for points [begin, begin + n) of its space and the results stored
-// there (`results` of `types`), while the block before is computed (kernels/prefetch.h).
+// Prefetches the inputs `program` loads for points [begin, begin + n) of its space (none if n <= 0) and the
+// results stored there (`results` of `types`), while the block before is computed (kernels/prefetch.h).
 void PrefetchBlock(const FusedProgram& program, std::span<const void* const> inputs, std::span<void* const> results,
                    std::span<const PrimitiveType> types, int64_t begin, int64_t n) {
-  n = std::min(n, program.space_numel() - begin);
   if (n <= 0) return;
   program.Prefetch(inputs, begin, n);
   for (size_t r = 0; r < types.size(); ++r) {
@@ -439,9 +438,9 @@ constexpr int64_t kMinTile = 64;
 // 16-bit operands may also give their f32 product unrounded (an f32 output): how autotuning compares
 // the products of a 16-bit DOT's variants, which the one rounding would mostly hide.
 // An f32 or f64 product may have addends (the inputs after its operands, each read through a view of the
-// product's elements: a bias broadcast along its rows, an array of its shape): each piece of the product
-// gets them added in turn as soon as the library has written it, while it is in the core's cache, each sum
-// rounded once, as loops adding them would.
+// product's elements with contiguous rows: a bias broadcast along its rows, an array of its shape): each
+// panel of the product gets them added in turn right after the library has written it (its last pieces
+// still cached), each sum rounded once, as loops adding them would.
 class DotKernel final : public Kernel {
  public:
   DotKernel(const proto::Kernel& k, PrimitiveType type, PrimitiveType output_type, GemmLibrary library,
@@ -456,7 +455,7 @@ class DotKernel final : public Kernel {
 
   absl::Status Run(std::span<const void* const> inputs, std::span<void* const> outputs) const override {
     void* output = outputs[0];
-    const std::span<const void* const> addends = inputs.subspan(2);
+    const std::span<const void* const> addends = inputs.subspan(2, addends_.size());
     if (type_ == PrimitiveType::kF32) {
       RunTyped<float>(inputs[0], inputs[1], addends, output);
     } else if (type_ == PrimitiveType::kF64) {
@@ -518,7 +517,7 @@ class DotKernel final : public Kernel {
     ForEachPanel(static_cast<const T*>(lhs), static_cast<const T*>(rhs), out, false,
                  [&](int64_t rows, int64_t cols, MatrixView<const T> a, MatrixView<const T> b, MatrixView<T> c) {
                    Gemm(library_, rows, cols, k_.k(), a, b, c);
-                   for (size_t i = 0; i < addends.size(); ++i) {
+                   for (size_t i = 0; i < addends_.size(); ++i) {
                      AddAddend(addends_[i], static_cast<const T*>(addends[i]), c.data - out, rows, cols, c.data);
                    }
                  });

@@ -13,7 +13,14 @@ namespace {
 std::vector<OperandView> ViewsOf(const google::protobuf::RepeatedPtrField<proto::OperandView>& stored) {
   std::vector<OperandView> views;
   for (const proto::OperandView& v : stored) {
-    views.push_back({{v.dims().begin(), v.dims().end()}, v.offset(), {v.strides().begin(), v.strides().end()}});
+    OperandView& view = views.emplace_back(
+        OperandView{{v.dims().begin(), v.dims().end()}, v.offset(), {v.strides().begin(), v.strides().end()}});
+    // A dim of one element is never stepped along: its stride is 0 (1 for the rows' own, which are then
+    // contiguous), whatever the executable says, so that walking past a view's last element (ForEachRun's
+    // final carry) cannot overflow on a huge one.
+    for (size_t d = 0; d < view.dims.size() && d < view.strides.size(); ++d) {
+      if (view.dims[d] == 1) view.strides[d] = d + 1 == view.dims.size() ? 1 : 0;
+    }
   }
   return views;
 }

@@ -292,6 +292,28 @@ TEST_F(FusionTest, ProductPlusAddendStaysALoopWhereTheDotCannotAdd) {
   }
 }
 
+TEST_F(FusionTest, AProductStaysWhereItRunsBestWhenItsSumIsElsewhere) {
+  // A weight's gradient plus the one accumulated before (x^T dY + g: a product 16 times smaller than an
+  // operand, run right after its operands by the schedule), and a product whose sum comes after 20 MiB of
+  // other values: either kernel would have to run at the sum, its operands live until then. Each DOT stores
+  // its product, and a loop adds.
+  for (bool far : {false, true}) {
+    SCOPED_TRACE(far ? "far" : "a gradient");
+    ModuleBuilder b;
+    const int64_t x = b.Parameter(0, proto::F32, {256, 16}), dy = b.Parameter(1, proto::F32, {256, 32});
+    const int64_t g = b.Parameter(2, proto::F32, far ? Dims{256, 32} : Dims{16, 32});
+    const int64_t product = far ? b.Dot(x, b.Parameter(3, proto::F32, {16, 32})) : b.Dot(x, dy, true, false);
+    int64_t between = b.Parameter(far ? 4 : 3, proto::F32, {1024, 1024});
+    for (int i = 0; i < (far ? 5 : 0); ++i) b.Output(between = b.Unary(Opcode::kTanh, between));
+    b.Output(b.Add(product, g));
+    const proto::Executable exe = CompileToProto(b.module(), kFused);
+    const proto::Kernel* dot = DotKernelOf(exe);
+    ASSERT_NE(dot, nullptr) << KernelSummary(exe);
+    EXPECT_EQ(dot->inputs_size(), 2) << KernelSummary(exe);
+    EXPECT_EQ(KernelsComputing(exe, Opcode::kAdd), 1) << KernelSummary(exe);
+  }
+}
+
 TEST_F(FusionTest, ProductsPlusBiasesKeepTheirBitsInEveryVariant) {
   // Products large enough to be split over the pool by autotuning (rows or columns), each plus a bias:
   // the pieces get their addend where they are, the same bits as a loop adding it to the whole product.

@@ -193,6 +193,18 @@ TEST(GemmLibraryTest, AnAddendItCannotReadIsRefusedAtBuild) {
   refused(good, f64_addend, output, "an f32 or f64 product of its own type");
   const std::vector<ArrayShape> bf16 = {{PrimitiveType::kBF16, {30}}, {PrimitiveType::kBF16, {40}}, f32};
   refused(good, bf16, output, "an f32 or f64 product of its own type");
+  // A dim of one element may say any stride: it is never stepped along (read as 0, not overflowing).
+  const Product one{1, 3, 4, 5, false, false, false};
+  const proto::Kernel huge = WithAddend(one, kDotSerial, GemmLibrary::kBlis, 0, {INT64_MAX, 0, 1});
+  const std::vector<ArrayShape> one_inputs = {{PrimitiveType::kF32, {15}}, {PrimitiveType::kF32, {20}}, f32};
+  absl::StatusOr<std::unique_ptr<Kernel>> built = BuildKernel(huge, one_inputs, {PrimitiveType::kF32, {1, 3, 4}});
+  ASSERT_TRUE(built.ok()) << built.status();
+  std::vector<float> a(15, 1.0f), b(20, 1.0f), bias(40), c(12);
+  for (size_t i = 0; i < bias.size(); ++i) bias[i] = static_cast<float>(i);
+  const void* in[] = {a.data(), b.data(), bias.data()};
+  void* out[] = {c.data()};
+  ASSERT_TRUE((*built)->Run(in, out).ok());
+  for (size_t e = 0; e < c.size(); ++e) EXPECT_EQ(c[e], 5.0f + static_cast<float>(e % 4)) << e;
 }
 
 TEST(GemmLibraryTest, AnUnknownLibraryIsRefusedAtBuild) {

@@ -594,7 +594,7 @@ TEST_F(PassesTest, AWeightGradientRunsRightAfterItsOperands) {
 
 TEST_F(PassesTest, WhatDoesNotShrinkStaysWhereItIs) {
   // A product as large as its operands (a forward's), a sum of a row into a value only 4 times smaller,
-  // and a view that something staying also reads, keep their places.
+  // a view that something staying also reads, and a sum already right after its operand, keep their places.
   ModuleBuilder b;
   const int64_t x = b.Parameter(0, proto::F32, {64, 16}), w = b.Parameter(1, proto::F32, {16, 32});
   const int64_t wt = b.Transpose(w, {1, 0});
@@ -602,6 +602,7 @@ TEST_F(PassesTest, WhatDoesNotShrinkStaysWhereItIs) {
   const int64_t forward = b.Dot(x, w);
   const int64_t rows = b.Reduce(Combiner::kSum, b.Parameter(3, proto::F32, {8, 4}), {1});
   const int64_t shared = b.Dot(y, wt);  // [64, 16]: not smaller than y
+  b.Output(b.Reduce(Combiner::kSum, b.Unary(Opcode::kTanh, forward), {0, 1}));
   b.Output(forward);
   b.Output(rows);
   b.Output(shared);

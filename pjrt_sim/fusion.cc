@@ -191,6 +191,13 @@ class Emitter {
     return pjrt::IsFusable(inst.opcode) ||
            (inst.opcode == Opcode::kReshape && IsUnitDimReshape(inst, Inst(inst.operands[0])));
   }
+  // Whether `inst` reads its operand where it is: a transpose, a slice, a unit dim reshape, or (with
+  // `broadcasts`) a broadcast.
+  bool IsView(const HloInst& inst, bool broadcasts) const {
+    return inst.opcode == Opcode::kTranspose || inst.opcode == Opcode::kSlice ||
+           (broadcasts && inst.opcode == Opcode::kBroadcast) ||
+           (inst.opcode == Opcode::kReshape && IsUnitDimReshape(inst, Inst(inst.operands[0])));
+  }
   // Whether `id`'s kernel, if it has one, is a loop: elementwise, and not a sum a DOT computes.
   bool IsLoop(int64_t id) const { return IsElementwise(Inst(id).opcode) && !added_to_product_.contains(id); }
 
@@ -478,7 +485,6 @@ class Emitter {
         std::optional<ViewedOperand> addend = AddendView(add.operands[1 - side], add.shape);
         if (!addend) continue;
         for (int64_t id : chain) materialized_[static_cast<size_t>(id)] = false;
-        sum_of_product_[chain.front()] = static_cast<int64_t>(i);
         AddedToProduct sum{chain.front(), {add.operands[1 - side]}, {*std::move(addend)}};
         // A sum read by nothing but another add of an addend the DOT can read (a residual connection's x +
         // (x W + b)) is the DOT's too, added after: the same bits as the loops adding them in turn.
@@ -495,9 +501,9 @@ class Emitter {
           sum.views.push_back(*std::move(more));
           materialized_[static_cast<size_t>(last)] = false;
           last = readers[0];
-          sum_of_product_[sum.product] = last;
         }
         materialized_[static_cast<size_t>(last)] = true;
+        sum_of_product_[sum.product] = last;
         added_to_product_.emplace(last, std::move(sum));
         break;
       }
@@ -543,10 +549,7 @@ class Emitter {
     int64_t at = operand;
     while (!materialized_[static_cast<size_t>(at)]) {
       const HloInst& inst = Inst(at);
-      if (inst.opcode != Opcode::kBroadcast && inst.opcode != Opcode::kTranspose && inst.opcode != Opcode::kSlice &&
-          !(inst.opcode == Opcode::kReshape && IsUnitDimReshape(inst, Inst(inst.operands[0])))) {
-        return std::nullopt;
-      }
+      if (!IsView(inst, /*broadcasts=*/true)) return std::nullopt;
       view = ViewOfOperand(inst, Inst(inst.operands[0]), view);
       at = inst.operands[0];
     }
@@ -575,10 +578,7 @@ class Emitter {
     int64_t at = operand;
     for (;;) {
       const HloInst& inst = Inst(at);
-      if (inst.opcode != Opcode::kTranspose && inst.opcode != Opcode::kSlice &&
-          !(inst.opcode == Opcode::kReshape && IsUnitDimReshape(inst, Inst(inst.operands[0])))) {
-        break;
-      }
+      if (!IsView(inst, /*broadcasts=*/false)) break;
       view = ViewOfOperand(inst, Inst(inst.operands[0]), view);
       at = inst.operands[0];
     }

@@ -6,6 +6,7 @@
 #include <pthread.h>
 #include <sched.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cmath>
@@ -288,10 +289,15 @@ void BM_FusedElementwise(benchmark::State& state) {
 BENCHMARK(BM_FusedElementwise)->Arg(1 << 16)->Arg(1 << 22)->UseRealTime()->Unit(benchmark::kMicrosecond);
 
 // GELU (exact, erf) over N floats, fused into one pass: elements per ns, the speed of the transcendental
-// element functions (vector_math.h) in a kernel, as the GPT's MLP runs them.
+// element functions (vector_math.h) in a kernel, as the GPT's MLP runs them. Arg 1: the values [-2, 2) in
+// ascending order (runs of small elements, which erf's array loop takes by the polynomial alone), or
+// shuffled as a layer's pre-activations are (mixed runs: erf's whole work).
 void BM_Gelu(benchmark::State& state) {
   const int64_t n = state.range(0);
-  Tensor x = lazyrt::arange(0, n, 1, lazyrt::DType::kF32) * (4.0 / static_cast<double>(n)) - 2.0;  // [-2, 2)
+  std::vector<float> values(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) values[static_cast<size_t>(i)] = static_cast<float>(4.0 * i / n - 2.0);
+  if (state.range(1) == 1) std::shuffle(values.begin(), values.end(), std::mt19937_64(7));
+  Tensor x = Tensor::FromData(values, {n});
   lazyrt::sync();
   {
     Tensor warm = lazyrt::gelu(x);
@@ -306,7 +312,7 @@ void BM_Gelu(benchmark::State& state) {
   state.counters["Gelem/s"] = benchmark::Counter(static_cast<double>(n) * static_cast<double>(state.iterations()) / 1e9,
                                                  benchmark::Counter::kIsRate);
 }
-BENCHMARK(BM_Gelu)->Arg(1 << 21)->UseRealTime()->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_Gelu)->Args({1 << 21, 0})->Args({1 << 21, 1})->UseRealTime()->Unit(benchmark::kMicrosecond);
 
 // Mixed precision's widening loop: a bf16 [N, 512] product widened to f32 plus a bias, as the GPT's
 // linear layers run under --dtype bf16, one sync each (cache hit): GB/s of bf16 read + f32 written.

@@ -133,7 +133,8 @@ inline float ErfBelowOne(float a) {  // a = |x| < 1 (any a in the lanes whose re
   poly = std::fma(poly, z, 1.1283791f);
   return a * poly;
 }
-inline float ErfFromOne(float a) {  // a = min(|x|, 4) >= 1 (any a in the lanes whose result is discarded)
+// log erfc(a) for a = min(|x|, 4) >= 1 (any a in the lanes whose result is discarded): Q(a - 2.5).
+inline float LogErfc(float a) {
   // Q by Estrin's scheme: pairs, then pairs of pairs. The chain through Q and exp bounds a vector loop
   // of erf (the CPU overlaps too few iterations to hide it), and Horner's 16 dependent operations were
   // half of it: 0.71 -> 0.55 ns an element on a Zen 5, still within the test's 2 ulp.
@@ -141,10 +142,12 @@ inline float ErfFromOne(float a) {  // a = min(|x|, 4) >= 1 (any a in the lanes 
   const float t2 = t * t, t4 = t2 * t2;
   const float q01 = std::fma(-5.3526807f, t, -7.806815f), q23 = std::fma(-1.0858487e-02f, t, -9.438936e-01f);
   const float q45 = std::fma(-4.201731e-04f, t, 2.1650817e-03f), q67 = std::fma(-1.33017165e-05f, t, 7.7454875e-05f);
-  const float q = std::fma(1.5998297e-06f, t4 * t4, std::fma(std::fma(q67, t2, q45), t4, std::fma(q23, t2, q01)));
-  // For |x| in [1, 4], q is in [-18.0, -1.8] (log erfc): exp's clamps would change nothing. In the lanes
-  // of smaller |x| it is in [-1.9, 0.001] (or NaN), and the select in VectorErf discards it.
-  return 1.0f - VectorExpInRange(q);
+  return std::fma(1.5998297e-06f, t4 * t4, std::fma(std::fma(q67, t2, q45), t4, std::fma(q23, t2, q01)));
+}
+inline float ErfFromOne(float a) {  // a = min(|x|, 4) >= 1 (any a in the lanes whose result is discarded)
+  // For |x| in [1, 4], log erfc is in [-18.0, -1.8]: exp's clamps would change nothing. In the lanes of
+  // smaller |x| it is in [-1.9, 0.001] (or NaN), and the select in VectorErf discards it.
+  return 1.0f - VectorExpInRange(LogErfc(a));
 }
 inline float VectorErf(float x) {
   float a = std::fabs(x);

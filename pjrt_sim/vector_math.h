@@ -149,10 +149,18 @@ inline float ErfFromOne(float a) {  // a = min(|x|, 4) >= 1 (any a in the lanes 
   // smaller |x| it is in [-1.9, 0.001] (or NaN), and the select in VectorErf discards it.
   return 1.0f - VectorExpInRange(LogErfc(a));
 }
+// The argument both parts take: min(|x|, 4), NaN passing.
+inline float ErfMagnitude(float x) {
+  const float a = std::fabs(x);
+  return a > 4.0f ? 4.0f : a;
+}
+// erf(x) from a = ErfMagnitude(x) and ErfFromOne(a): the part a's magnitude selects, with x's sign.
+inline float ErfOfParts(float x, float a, float from_one) {
+  return std::copysign(a < 1.0f ? ErfBelowOne(a) : from_one, x);
+}
 inline float VectorErf(float x) {
-  float a = std::fabs(x);
-  a = a > 4.0f ? 4.0f : a;  // NaN passes
-  return std::copysign(a < 1.0f ? ErfBelowOne(a) : ErfFromOne(a), x);
+  const float a = ErfMagnitude(x);
+  return ErfOfParts(x, a, ErfFromOne(a));
 }
 
 // The functions over arrays, out[i] = f(x[i]) for i < n, as the kernels run them: each compiled for

@@ -368,7 +368,7 @@ size_t RoundUp64(size_t bytes) { return (bytes + 63) / 64 * 64; }
 
 absl::StatusOr<FusedProgram> FusedProgram::Build(const google::protobuf::RepeatedPtrField<proto::Step>& steps,
                                                  std::span<const ArrayShape> inputs, const ArrayShape& space,
-                                                 std::span<const int64_t> extra_roots, bool results_stored) {
+                                                 std::span<const int64_t> extra_roots, Stored stored) {
   FusedProgram program;
   program.space_dims_ = space.dims;
   program.space_numel_ = space.numel();
@@ -478,7 +478,7 @@ absl::StatusOr<FusedProgram> FusedProgram::Build(const google::protobuf::Repeate
     }
     program.roots_.push_back(static_cast<int32_t>(root));
   }
-  program.Assign(results_stored);
+  program.Assign(stored);
   for (size_t i = 0; i < program.steps_.size(); ++i) {
     if (program.steps_[i].fn == nullptr) {
       return absl::InvalidArgumentError(absl::StrCat("fused program step ", i, ": no loop computes it"));
@@ -487,7 +487,7 @@ absl::StatusOr<FusedProgram> FusedProgram::Build(const google::protobuf::Repeate
   return program;
 }
 
-void FusedProgram::Assign(bool results_stored) {
+void FusedProgram::Assign(Stored stored) {
   const size_t n = steps_.size();
   std::vector<int> arity(n, 0);
   std::vector<size_t> last_use(n, 0);  // 0: no step reads it (a reader comes after what it reads)
@@ -509,9 +509,12 @@ void FusedProgram::Assign(bool results_stored) {
                  DispatchComputeType((s.type), [&]<typename T>() { return Native<T>(s.type); });
     s.round16 = !s.load && Is16BitFloat(s.type);
   }
-  for (int32_t root : roots_) {
-    // Stored, a result is rounded by its store: rounding it before too was a pass for nothing.
-    if (results_stored && last_use[static_cast<size_t>(root)] == 0) steps_[static_cast<size_t>(root)].round16 = false;
+  for (size_t r = stored == Stored::kAllResults ? 0 : 1; r < roots_.size(); ++r) {
+    // Stored, a result is rounded by its store: rounding it before too was a pass for nothing (and a
+    // reduction's bf16 extra result of an f32 value, no longer rounded, is that value: it forwards).
+    const size_t root = static_cast<size_t>(roots_[r]);
+    const bool reduced = stored == Stored::kExtraResults && roots_[r] == roots_[0];
+    if (last_use[root] == 0 && !reduced) steps_[root].round16 = false;
   }
   for (int32_t root : roots_) last_use[static_cast<size_t>(root)] = n;  // results outlive the program
   for (Step& s : steps_) {
@@ -567,7 +570,9 @@ void FusedProgram::Assign(bool results_stored) {
     if (!s.uniform) per_block_.push_back(static_cast<int32_t>(i));
     free.insert(free.end(), freed_after[i].begin(), freed_after[i].end());
   }
-  for (size_t r = 0; r < roots_.size(); ++r) {
+  // A step named by several results computes into the last one's destination: a reduction's value that
+  // is also an extra result (a gradient stored and summed) gets no destination as result 0.
+  for (size_t r = roots_.size(); r-- > 0;) {
     Step& s = steps_[static_cast<size_t>(roots_[r])];
     if (s.result < 0 && !s.uniform && s.reg >= 0 && !s.round16) s.result = static_cast<int32_t>(r);
   }

@@ -31,14 +31,17 @@ class FusedProgram {
   // (2048 was no faster). Tests cover lengths around multiples of it.
   static constexpr int64_t kBlock = 1024;
 
+  // The results the caller stores to arrays of their types (StoreBlock): a loop's all, a reduction's
+  // extra ones (its value is reduced, not stored). The store rounds a 16-bit result itself, so a stored
+  // result no step reads is not rounded before.
+  enum class Stored { kAllResults, kExtraResults };
+
   // Checks `steps` against the kernel's inputs and iteration space: argument indices, types, and that
   // every load stays inside its input for every point of the space. The result is the last step's
   // value; `extra_roots` name more steps whose values are results too (multi-output fusion).
-  // `results_stored`: the caller stores every result to an array of the result's type (StoreBlock), which
-  // rounds a 16-bit result itself, so a result no step reads is not rounded before.
   static absl::StatusOr<FusedProgram> Build(const google::protobuf::RepeatedPtrField<proto::Step>& steps,
                                             std::span<const ArrayShape> inputs, const ArrayShape& space,
-                                            std::span<const int64_t> extra_roots = {}, bool results_stored = false);
+                                            std::span<const int64_t> extra_roots, Stored stored);
 
   // Results: 0 is the last step's, 1... the extra roots' in order.
   PrimitiveType result_type(size_t r = 0) const { return steps_[static_cast<size_t>(roots_[r])].type; }
@@ -96,7 +99,7 @@ class FusedProgram {
 
  private:
   // fn, uniform, scalar, in_place, round16, forwards and registers of every step.
-  void Assign(bool results_stored);
+  void Assign(Stored stored);
   char* Registers(void* scratch) const;
 
   std::vector<Step> steps_;

@@ -68,6 +68,47 @@ void PrefetchBlock(const FusedProgram& program, std::span<const void* const> inp
   }
 }
 
+// The arrays of a fused kernel's stored results (results `first`... of its program, each an array over
+// the iteration space), for one run. A result held exactly as it is stored (f32 as f32, not bf16 as f32)
+// is computed straight into its array: a store from a register was a pass over every result. Not where
+// the array is named twice or read as an input (which a valid executable never does): the program reads
+// and writes a block at a time.
+class ResultArrays {
+ public:
+  ResultArrays(const FusedProgram& program, std::span<const PrimitiveType> types, std::span<const void* const> inputs,
+               std::span<void* const> arrays, size_t first)
+      : program_(program), types_(types), arrays_(arrays.first(types.size())), first_(first), in_place_(types.size()) {
+    for (size_t r = first_; r < types_.size(); ++r) {
+      const auto same = [&](const void* other) { return other == arrays_[r]; };
+      in_place_[r] = program_.result_type(r) == types_[r] && !Is16BitFloat(types_[r]) &&
+                     std::ranges::none_of(inputs, same) && std::ranges::count_if(arrays_, same) == 1;
+    }
+  }
+
+  // Evaluates points [begin, begin + n) with `scratch` and stores the results there; returns the block
+  // of result 0 (in its compute type).
+  const void* Evaluate(std::span<const void* const> inputs, int64_t begin, int64_t n, void* scratch) const {
+    absl::InlinedVector<void*, 4> dsts(types_.size()), computed_into(types_.size());
+    for (size_t r = first_; r < types_.size(); ++r) {
+      dsts[r] = static_cast<char*>(arrays_[r]) + begin * ByteWidth(types_[r]);
+      computed_into[r] = in_place_[r] ? dsts[r] : nullptr;
+    }
+    const void* values = program_.Evaluate(inputs, begin, n, scratch, computed_into);
+    for (size_t r = first_; r < types_.size(); ++r) {
+      const void* block = program_.ResultBlock(scratch, r);
+      if (block != dsts[r]) StoreBlock(block, ComputeTypeOf(program_.result_type(r)), types_[r], dsts[r], n);
+    }
+    return values;
+  }
+
+ private:
+  const FusedProgram& program_;
+  std::span<const PrimitiveType> types_;
+  std::span<void* const> arrays_;
+  size_t first_;
+  absl::InlinedVector<bool, 4> in_place_;
+};
+
 // Evaluates a fused program over its output's shape and stores each of its results (the output, then
 // the extra outputs).
 class LoopKernel final : public Kernel {
@@ -84,36 +125,16 @@ class LoopKernel final : public Kernel {
         }()) {}
 
   absl::Status Run(std::span<const void* const> inputs, std::span<void* const> outputs) const override {
-    const size_t results = result_types_.size();
-    // A result held exactly as it is stored (f32 as f32, not bf16 as f32) is computed straight into its
-    // output: a store from a register was a pass over every result. Not where the output is named twice
-    // or read as an input (which a valid executable never does): the program reads and writes a block
-    // at a time.
-    absl::InlinedVector<bool, 4> computed_in_place(results);
-    for (size_t r = 0; r < results; ++r) {
-      const auto same = [&](const void* other) { return other == outputs[r]; };
-      computed_in_place[r] = program_.result_type(r) == result_types_[r] && !Is16BitFloat(result_types_[r]) &&
-                             std::ranges::none_of(inputs, same) &&
-                             std::count_if(outputs.begin(), outputs.begin() + results, same) == 1;
-    }
+    const ResultArrays arrays(program_, result_types_, inputs, outputs, 0);
     ForEachChunk(output_.numel(), grain_, [&](int64_t begin, int64_t end) {
       void* scratch = Scratch(program_.scratch_bytes());
       program_.Prepare(inputs, scratch);
-      absl::InlinedVector<void*, 4> dsts(results), computed_into(results);
       for (int64_t b = begin; b < end; b += kFusedBlock) {
         const int64_t n = std::min(kFusedBlock, end - b);
         if (prefetches_)
-          PrefetchBlock(program_, inputs, outputs.first(results), result_types_, b + n,
+          PrefetchBlock(program_, inputs, outputs.first(result_types_.size()), result_types_, b + n,
                         std::min(kFusedBlock, end - b - n));
-        for (size_t r = 0; r < results; ++r) {
-          dsts[r] = static_cast<char*>(outputs[r]) + b * ByteWidth(result_types_[r]);
-          computed_into[r] = computed_in_place[r] ? dsts[r] : nullptr;
-        }
-        program_.Evaluate(inputs, b, n, scratch, computed_into);
-        for (size_t r = 0; r < results; ++r) {
-          const void* block = program_.ResultBlock(scratch, r);
-          if (block != dsts[r]) StoreBlock(block, ComputeTypeOf(program_.result_type(r)), result_types_[r], dsts[r], n);
-        }
+        arrays.Evaluate(inputs, b, n, scratch);
       }
     });
     return absl::OkStatus();
@@ -208,12 +229,12 @@ LAZYRT_VECTOR_CLONES_TEMPLATE A CombineRun(Combiner combiner, A a, const T* x, i
 class ReduceKernel final : public Kernel {
  public:
   ReduceKernel(FusedProgram program, ArrayShape space, std::vector<int64_t> reduce_dims, Combiner combiner,
-               ArrayShape output, std::vector<PrimitiveType> extra_types, int64_t grain)
+               ArrayShape output, std::vector<PrimitiveType> result_types, int64_t grain)
       : program_(std::move(program)),
         space_(std::move(space)),
         combiner_(combiner),
         output_(std::move(output)),
-        extra_types_(std::move(extra_types)),
+        result_types_(std::move(result_types)),
         grain_(grain) {
     const size_t rank = space_.dims.size();
     std::vector<bool> reduced(rank, false);
@@ -251,20 +272,16 @@ class ReduceKernel final : public Kernel {
  private:
   // The values of points [begin, begin + n), with the extra results (sibling fusion) stored there.
   template <typename T>
-  const T* Evaluate(std::span<const void* const> inputs, std::span<void* const> results, int64_t begin, int64_t n,
-                    void* scratch) const {
-    const T* values = static_cast<const T*>(program_.Evaluate(inputs, begin, n, scratch));
-    for (size_t r = 0; r < extra_types_.size(); ++r) {
-      StoreBlock(program_.ResultBlock(scratch, r + 1), ComputeTypeOf(program_.result_type(r + 1)), extra_types_[r],
-                 static_cast<char*>(results[r + 1]) + begin * ByteWidth(extra_types_[r]), n);
-    }
-    return values;
+  static const T* Evaluate(std::span<const void* const> inputs, const ResultArrays& results, int64_t begin, int64_t n,
+                           void* scratch) {
+    return static_cast<const T*>(results.Evaluate(inputs, begin, n, scratch));
   }
 
   // Values computed in T, accumulated in A.
   template <typename T, typename A>
-  void RunTyped(std::span<const void* const> inputs, std::span<void* const> results) const {
-    void* output = results[0];
+  void RunTyped(std::span<const void* const> inputs, std::span<void* const> arrays) const {
+    void* output = arrays[0];
+    const ResultArrays results(program_, result_types_, inputs, arrays, 1);
     const int64_t outputs = output_.numel();
     const A identity = ReduceIdentity<A>(combiner_);
     thread_local std::vector<A> acc_storage;
@@ -372,8 +389,8 @@ class ReduceKernel final : public Kernel {
   // next_run after each (which may move out_index). Runs shorter than a block are evaluated a block of
   // whole runs at a time, added in the same order.
   template <typename T, typename A, typename NextRun>
-  void AddRuns(std::span<const void* const> inputs, std::span<void* const> results, void* scratch, int64_t r0,
-               int64_t r1, A* acc, const int64_t& out_index, NextRun next_run) const {
+  void AddRuns(std::span<const void* const> inputs, const ResultArrays& results, void* scratch, int64_t r0, int64_t r1,
+               A* acc, const int64_t& out_index, NextRun next_run) const {
     const int64_t runs_per_block = run_length_ < kFusedBlock ? kFusedBlock / run_length_ : 1;
     if (runs_per_block > 1) {
       for (int64_t r = r0; r < r1; r += runs_per_block) {
@@ -409,7 +426,7 @@ class ReduceKernel final : public Kernel {
   ArrayShape space_;
   Combiner combiner_;
   ArrayShape output_;
-  std::vector<PrimitiveType> extra_types_;  // of the extra results, stored over the iteration space
+  std::vector<PrimitiveType> result_types_;  // the output's, then the extra results' (stored over the space)
   int64_t grain_;
   bool row_reduce_ = false;
   int64_t row_length_ = 1;
@@ -1061,10 +1078,10 @@ absl::StatusOr<std::unique_ptr<Kernel>> BuildKernel(const proto::Kernel& k, std:
     return Expect(false, k, "extra outputs need a LOOP or REDUCE kernel and a result step each");
   }
   const std::span<const int64_t> extra_roots(k.extra_roots().data(), static_cast<size_t>(k.extra_roots_size()));
-  // The types of the extra results, each of the iteration space's dims.
-  const auto extra_result_types = [&](const FusedProgram& program,
-                                      const ArrayShape& space) -> absl::StatusOr<std::vector<PrimitiveType>> {
-    std::vector<PrimitiveType> types;
+  // The types of the results: the output's, then the extra results' (each of the iteration space's dims).
+  const auto result_types = [&](const FusedProgram& program,
+                                const ArrayShape& space) -> absl::StatusOr<std::vector<PrimitiveType>> {
+    std::vector<PrimitiveType> types = {output.type};
     for (size_t r = 0; r < extra_outputs.size(); ++r) {
       if (extra_outputs[r].dims != space.dims || program.result_type(r + 1) != extra_outputs[r].type) {
         return Expect(false, k,
@@ -1078,14 +1095,12 @@ absl::StatusOr<std::unique_ptr<Kernel>> BuildKernel(const proto::Kernel& k, std:
   switch (k.kind()) {
     case proto::Kernel::LOOP: {
       if (!(FromProto(k.iteration_shape()) == output)) return Expect(false, k, "iteration space must be the output");
-      ASSIGN_OR_RETURN(FusedProgram program,
-                       FusedProgram::Build(k.program(), inputs, output, extra_roots, /*results_stored=*/true));
-      ASSIGN_OR_RETURN(std::vector<PrimitiveType> extra_types, extra_result_types(program, output));
-      std::vector<PrimitiveType> result_types = {output.type};
-      result_types.insert(result_types.end(), extra_types.begin(), extra_types.end());
-      // Stored results must be of their arrays' types: the store rounds a 16-bit one (results_stored).
+      ASSIGN_OR_RETURN(FusedProgram program, FusedProgram::Build(k.program(), inputs, output, extra_roots,
+                                                                 FusedProgram::Stored::kAllResults));
+      ASSIGN_OR_RETURN(std::vector<PrimitiveType> types, result_types(program, output));
+      // Stored results must be of their arrays' types: the store rounds a 16-bit one (Stored).
       if (program.result_type() != output.type) return Expect(false, k, "program type differs from the output");
-      return std::make_unique<LoopKernel>(std::move(program), output, std::move(result_types), k.grain());
+      return std::make_unique<LoopKernel>(std::move(program), output, std::move(types), k.grain());
     }
     case proto::Kernel::REDUCE: {
       const ArrayShape space = FromProto(k.iteration_shape());
@@ -1107,12 +1122,13 @@ absl::StatusOr<std::unique_ptr<Kernel>> BuildKernel(const proto::Kernel& k, std:
       RETURN_IF_ERROR(Expect(sorted && kept == output.dims && space.type == output.type && space_ok &&
                                  combiner.has_value() && Accepts(TypeClassOf(*combiner), output.type),
                              k, "bad reduction"));
-      // Its values are reduced, not stored: a 16-bit result is rounded before (results_stored false).
-      ASSIGN_OR_RETURN(FusedProgram program, FusedProgram::Build(k.program(), inputs, space, extra_roots));
+      // Its values are reduced, not stored: a 16-bit one is rounded before (only the extra results are stored).
+      ASSIGN_OR_RETURN(FusedProgram program, FusedProgram::Build(k.program(), inputs, space, extra_roots,
+                                                                 FusedProgram::Stored::kExtraResults));
       if (program.result_type() != output.type) return Expect(false, k, "program type differs from the output");
-      ASSIGN_OR_RETURN(std::vector<PrimitiveType> extra_types, extra_result_types(program, space));
+      ASSIGN_OR_RETURN(std::vector<PrimitiveType> types, result_types(program, space));
       return std::make_unique<ReduceKernel>(std::move(program), space, std::move(dims), *combiner, output,
-                                            std::move(extra_types), k.grain());
+                                            std::move(types), k.grain());
     }
     case proto::Kernel::DOT: {
       int64_t products = 0;

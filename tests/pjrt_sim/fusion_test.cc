@@ -697,6 +697,36 @@ TEST_F(FusionTest, BiasGradientSumsAndRoundsDyInOnePass) {
   }
 }
 
+TEST_F(FusionTest, AValueBothStoredAndSummedIsSummedAsStored) {
+  // A gradient stored and summed by one REDUCE kernel, its value both the reduction's and an extra result.
+  // In bf16 the sums add the rounded values (the stored ones: the unfused bits), though the store rounds
+  // too; in f32 the value is computed straight into its array, from where the sums read it. Columns and
+  // rows, across blocks and ending mid-block.
+  const Dims d = {5, FusedProgram::kBlock + 301};
+  std::mt19937_64 rng(4);
+  const auto arr = [&] {
+    return MakeArray<float>(PrimitiveType::kF32, d, testing::RandomFloats(rng, testing::NumElements(d), -2, 2));
+  };
+  const std::vector<HostArray> args = {arr(), arr()};
+  for (const proto::ElementType type : {proto::BF16, proto::F32}) {
+    for (const int64_t dim : {0, 1}) {
+      SCOPED_TRACE(absl::StrCat(type == proto::BF16 ? "bf16" : "f32", " sums over dim ", dim));
+      ModuleBuilder b;
+      const int64_t x = b.Parameter(0, proto::F32, d), y = b.Parameter(1, proto::F32, d);
+      const int64_t g = b.Mul(b.Convert(x, type), b.Unary(Opcode::kTanh, b.Convert(y, type)));
+      b.Output(b.Reduce(Combiner::kSum, g, {dim}));
+      b.Output(g);
+      const proto::Executable exe = CompileToProto(b.module(), kFused);
+      ASSERT_EQ(exe.kernels_size(), 1) << KernelSummary(exe);
+      EXPECT_EQ(exe.kernels(0).kind(), proto::Kernel::REDUCE);
+      ASSERT_EQ(exe.kernels(0).extra_roots_size(), 1) << KernelSummary(exe);
+      EXPECT_EQ(exe.kernels(0).extra_roots(0), exe.kernels(0).program_size() - 1) << "g is the sums' value too";
+      const std::vector<HostArray> fused = Run(b.module(), kFused, args), unfused = Run(b.module(), kUnfused, args);
+      for (size_t r = 0; r < fused.size(); ++r) EXPECT_EQ(fused[r].bytes, unfused[r].bytes) << "result " << r;
+    }
+  }
+}
+
 TEST_F(FusionTest, SiblingFusionsKeepEveryReadAfterItsWrite) {
   // Modules where sibling fusion once put a kernel before one whose result it reads (found in review):
   // each compiles (TearDown: without undoing any sibling fusion) to the unfused bits.

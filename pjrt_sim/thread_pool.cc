@@ -35,8 +35,25 @@ ThreadPool& ThreadPool::Get() {
   return *pool;
 }
 
-ThreadPool::ThreadPool(int threads) {
-  for (int i = 1; i < threads; ++i) workers_.emplace_back([this] { Work(); });
+ThreadPool::ThreadPool(int threads)
+    : next_(static_cast<size_t>(std::max(1, threads))), end_(static_cast<size_t>(std::max(1, threads))) {
+  for (int i = 1; i < threads; ++i) workers_.emplace_back([this, i] { Work(i); });
+}
+
+int64_t ThreadPool::Claim(int thread) {
+  const size_t own = static_cast<size_t>(thread);
+  if (next_[own] < end_[own]) {
+    --unclaimed_;
+    return next_[own]++;
+  }
+  // From the back of the range with the most left: its owner keeps taking its front in order.
+  size_t victim = own;
+  for (size_t p = 0; p < next_.size(); ++p) {
+    if (end_[p] - next_[p] > end_[victim] - next_[victim]) victim = p;
+  }
+  if (next_[victim] >= end_[victim]) return -1;
+  --unclaimed_;
+  return --end_[victim];
 }
 
 ThreadPool::~ThreadPool() {
@@ -57,13 +74,16 @@ void ThreadPool::ParallelFor(int64_t tasks, const std::function<void(int64_t)>& 
   std::lock_guard<std::mutex> call(call_mu_);
   std::unique_lock<std::mutex> lock(mu_);
   job_ = &fn;
-  next_ = 0;
-  tasks_ = tasks;
+  const int64_t threads = size();
+  for (int64_t p = 0; p < threads; ++p) {
+    next_[static_cast<size_t>(p)] = tasks * p / threads;
+    end_[static_cast<size_t>(p)] = tasks * (p + 1) / threads;
+  }
+  unclaimed_ = tasks;
   running_ = 0;
   ++generation_;
   wake_.notify_all();
-  while (next_ < tasks_) {
-    const int64_t t = next_++;
+  for (int64_t t; (t = Claim(0)) >= 0;) {
     ++running_;
     lock.unlock();
     fn(t);
@@ -77,7 +97,7 @@ void ThreadPool::ParallelFor(int64_t tasks, const std::function<void(int64_t)>& 
   job_ = nullptr;
 }
 
-void ThreadPool::Work() {
+void ThreadPool::Work(int thread) {
   uint64_t seen = 0;
   std::unique_lock<std::mutex> lock(mu_);
   while (true) {
@@ -89,14 +109,13 @@ void ThreadPool::Work() {
     wake_.wait(lock, [&] { return stopping_ || (generation_ != seen && job_ != nullptr); });
     if (stopping_) return;
     seen = generation_;
-    while (job_ != nullptr && next_ < tasks_) {
-      const int64_t t = next_++;
+    for (int64_t t; job_ != nullptr && (t = Claim(thread)) >= 0;) {
       ++running_;
       const std::function<void(int64_t)>* job = job_;
       lock.unlock();
       (*job)(t);
       lock.lock();
-      if (--running_ == 0 && next_ >= tasks_) done_.notify_all();
+      if (--running_ == 0 && unclaimed_ == 0) done_.notify_all();
     }
   }
 }

@@ -42,18 +42,13 @@ ThreadPool::ThreadPool(int threads)
 
 int64_t ThreadPool::Claim(int thread) {
   const size_t own = static_cast<size_t>(thread);
-  if (next_[own] < end_[own]) {
-    --unclaimed_;
-    return next_[own]++;
-  }
+  if (next_[own] < end_[own]) return next_[own]++;
   // From the back of the range with the most left: its owner keeps taking its front in order.
   size_t victim = own;
   for (size_t p = 0; p < next_.size(); ++p) {
     if (end_[p] - next_[p] > end_[victim] - next_[victim]) victim = p;
   }
-  if (next_[victim] >= end_[victim]) return -1;
-  --unclaimed_;
-  return --end_[victim];
+  return next_[victim] < end_[victim] ? --end_[victim] : -1;
 }
 
 ThreadPool::~ThreadPool() {
@@ -79,7 +74,6 @@ void ThreadPool::ParallelFor(int64_t tasks, const std::function<void(int64_t)>& 
     next_[static_cast<size_t>(p)] = tasks * p / threads;
     end_[static_cast<size_t>(p)] = tasks * (p + 1) / threads;
   }
-  unclaimed_ = tasks;
   running_ = 0;
   ++generation_;
   wake_.notify_all();
@@ -115,7 +109,7 @@ void ThreadPool::Work(int thread) {
       lock.unlock();
       (*job)(t);
       lock.lock();
-      if (--running_ == 0 && unclaimed_ == 0) done_.notify_all();
+      if (--running_ == 0) done_.notify_all();  // the caller waits for it once no task is left to take
     }
   }
 }

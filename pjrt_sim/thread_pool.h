@@ -37,9 +37,8 @@ class ThreadPool {
   std::mutex mu_;
   std::condition_variable wake_, done_;
   const std::function<void(int64_t)>* job_ = nullptr;
-  // The tasks of each thread's range not yet taken, [next_[p], end_[p]), and how many are left in all.
+  // The tasks of each thread's range not yet taken: [next_[p], end_[p]).
   std::vector<int64_t> next_, end_;
-  int64_t unclaimed_ = 0;
   // Written under mu_; read without it by workers spinning for the next job, and by the caller spinning
   // for the last tasks to end.
   std::atomic<int64_t> running_{0};

@@ -604,18 +604,26 @@ class Emitter {
     return *std::move(points);
   }
   // The points where the readers of `id` reach it (as ReadingPoints), earliest first; nothing if one
-  // reaches it through a view or a chain that ends unstored.
+  // reaches it through a view or a chain that ends unstored. A fused elementwise value with several
+  // readers is computed again in each reader's kernel (a bf16 product widened to f32 for both the sum of
+  // its columns and a product with a weight): its readers' points are points reading `id`.
   std::optional<std::vector<int64_t>> PointsReading(int64_t id) const {
-    std::vector<int64_t> points;
-    for (int64_t reader : readers_[static_cast<size_t>(id)]) {
-      int64_t at = reader;
-      while (!materialized_[static_cast<size_t>(at)] && IsElementwise(Inst(at).opcode) &&
-             readers_[static_cast<size_t>(at)].size() == 1) {
-        at = readers_[static_cast<size_t>(at)][0];
+    std::vector<int64_t> points, pending = {id}, seen;
+    while (!pending.empty()) {
+      const int64_t value = pending.back();
+      pending.pop_back();
+      for (int64_t at : readers_[static_cast<size_t>(value)]) {
+        if (!materialized_[static_cast<size_t>(at)] && IsElementwise(Inst(at).opcode)) {
+          if (std::ranges::find(seen, at) == seen.end()) {
+            seen.push_back(at);
+            pending.push_back(at);
+          }
+          continue;
+        }
+        if (const auto sum = sum_of_product_.find(at); sum != sum_of_product_.end()) at = sum->second;  // its kernel
+        if (!materialized_[static_cast<size_t>(at)]) return std::nullopt;
+        points.push_back(at);
       }
-      if (const auto sum = sum_of_product_.find(at); sum != sum_of_product_.end()) at = sum->second;  // its kernel
-      if (!materialized_[static_cast<size_t>(at)]) return std::nullopt;
-      points.push_back(at);
     }
     std::ranges::sort(points);
     return points;

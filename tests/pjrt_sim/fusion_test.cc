@@ -163,24 +163,27 @@ TEST_F(FusionTest, ElementwiseValueWithSeveralReadersIsComputedOnceByItsFirstRea
   ExpectFusedBitsAreUnfusedBits(b.module(), {5}, 1);
 }
 
-TEST_F(FusionTest, BiasAddWithSeveralReadersIsRecomputedByEachInsteadOfStored) {
-  // v = x + bias is read by a loop and by a reduction (of v itself, or of a product of it): each computes
-  // it from x (and the small bias) as it would load it stored, so it is written nowhere (GELU's input,
-  // read by its forward and backward).
+TEST_F(FusionTest, BiasAddWithSeveralReadersIsComputedOnceByTheirOneKernel) {
+  // v = x + bias is read by a loop and by a reduction (of v itself, or of a product of it), over columns or
+  // rows: both are computed by one REDUCE kernel (sibling fusion through the fused v, which each would
+  // otherwise compute again from x), which computes v once and writes it nowhere (GELU's input, read by
+  // its forward and backward).
   const Dims d = {16, 40};  // the bias an eighth of the sum or less
   for (bool reduce_directly : {false, true}) {
-    SCOPED_TRACE(reduce_directly ? "sum(v)" : "sum(v * v)");
-    ModuleBuilder b;
-    const int64_t x = b.Parameter(0, proto::F32, d), bias = b.Parameter(1, proto::F32, {40});
-    const int64_t v = b.Add(x, b.Broadcast(bias, d, {1}));
-    b.Output(b.Unary(Opcode::kTanh, v));
-    b.Output(b.Reduce(Combiner::kSum, reduce_directly ? v : b.Mul(v, v), {reduce_directly ? 0 : 1}));
-    const proto::Executable exe = CompileToProto(b.module(), kFused);
-    ASSERT_EQ(exe.kernels_size(), 2) << KernelSummary(exe);
-    for (const proto::Kernel& k : exe.kernels()) EXPECT_EQ(k.extra_outputs_size(), 0) << KernelSummary(exe);
-    EXPECT_EQ(KernelsComputing(exe, Opcode::kAdd), 2) << KernelSummary(exe);
-    EXPECT_EQ(exe.arena_bytes(), 0);
-    ExpectFusedBitsAreUnfusedBits(b.module(), {d, {40}});
+    for (const int64_t dim : {0, 1}) {
+      SCOPED_TRACE(absl::StrCat(reduce_directly ? "sum(v)" : "sum(v * v)", " over dim ", dim));
+      ModuleBuilder b;
+      const int64_t x = b.Parameter(0, proto::F32, d), bias = b.Parameter(1, proto::F32, {40});
+      const int64_t v = b.Add(x, b.Broadcast(bias, d, {1}));
+      b.Output(b.Unary(Opcode::kTanh, v));
+      b.Output(b.Reduce(Combiner::kSum, reduce_directly ? v : b.Mul(v, v), {dim}));
+      const proto::Executable exe = CompileToProto(b.module(), kFused);
+      ASSERT_EQ(exe.kernels_size(), 1) << KernelSummary(exe);
+      EXPECT_EQ(exe.kernels(0).kind(), proto::Kernel::REDUCE);
+      EXPECT_EQ(KernelsComputing(exe, Opcode::kAdd), 1) << KernelSummary(exe);
+      EXPECT_EQ(exe.arena_bytes(), 0);
+      ExpectFusedBitsAreUnfusedBits(b.module(), {d, {40}});
+    }
   }
 }
 
@@ -340,11 +343,45 @@ TEST_F(FusionTest, ProductsPlusBiasesKeepTheirBitsInEveryVariant) {
   }
 }
 
-TEST_F(FusionTest, WideningConvertOfAStoredArrayIsRecomputedByEachReader) {
+TEST_F(FusionTest, AWidenedProductSummedAndScaledIsOneReduction) {
+  // The bf16 step's layer-norm backward: dY = f32(bf16 product) is summed over its rows (the bias's
+  // gradient) and multiplied by the weight (the normalization's gradient): one REDUCE kernel loads the
+  // product once for both, as the f32 step's does, where dY is the product itself.
+  for (const proto::ElementType type : {proto::F32, proto::BF16}) {
+    SCOPED_TRACE(type == proto::BF16 ? "bf16" : "f32");
+    ModuleBuilder b;
+    const int64_t x = b.Parameter(0, type, {64, 32}), y = b.Parameter(1, type, {32, 16});
+    const int64_t w = b.Parameter(2, proto::F32, {16});
+    int64_t dy = b.Reshape(b.Dot(x, y), {4, 16, 16});
+    if (type == proto::BF16) dy = b.Convert(dy, proto::F32);
+    b.Output(b.Reduce(Combiner::kSum, dy, {0, 1}));
+    b.Output(b.Mul(dy, b.Broadcast(w, {4, 16, 16}, {2})));
+    const proto::Executable exe = CompileToProto(b.module(), kFused);
+    ASSERT_EQ(exe.kernels_size(), 2) << KernelSummary(exe);
+    EXPECT_EQ(exe.kernels(0).kind(), proto::Kernel::DOT);
+    EXPECT_EQ(exe.kernels(1).kind(), proto::Kernel::REDUCE);
+    EXPECT_EQ(exe.kernels(1).extra_roots_size(), 1) << KernelSummary(exe);
+    std::mt19937_64 rng(12);
+    const auto operand = [&](const Dims& d) {
+      const std::vector<float> v = testing::RandomFloats(rng, testing::NumElements(d), -1, 1);
+      if (type == proto::F32) return F32(d, v);
+      std::vector<uint16_t> bits;
+      for (float f : v) bits.push_back(FloatToBf16(f));
+      return MakeArray<uint16_t>(PrimitiveType::kBF16, d, bits);
+    };
+    const std::vector<HostArray> args = {operand({64, 32}), operand({32, 16}),
+                                         F32({16}, testing::RandomFloats(rng, 16, -1, 1))};
+    const std::vector<HostArray> fused = Run(b.module(), kFused, args), unfused = Run(b.module(), kUnfused, args);
+    for (size_t r = 0; r < fused.size(); ++r) EXPECT_EQ(fused[r].bytes, unfused[r].bytes) << "result " << r;
+  }
+}
+
+TEST_F(FusionTest, WideningConvertOfAStoredArrayIsNeverStored) {
   // With bf16 products, f32(h) and f32(h) + bias are read by a loop and by a reduction (a layer norm's
-  // gradient and its sums; GELU's forward and backward): each reader loads the bf16 array and converts
-  // it, fewer bytes than the stored f32 value, which is written nowhere. A narrowing convert (f32 to
-  // bf16 of an f32 array) would load more than the stored value: it is computed once.
+  // gradient and its sums; GELU's forward and backward): the bf16 array is loaded and converted by the one
+  // kernel computing both (sibling fusion through the converted value), fewer bytes than the stored f32
+  // value, which is written nowhere. A narrowing convert (f32 to bf16 of an f32 array) would load more
+  // than the stored value: it is computed once.
   const Dims d = {16, 40};
   std::mt19937_64 rng(9);
   std::vector<uint16_t> h_bits;
@@ -360,9 +397,8 @@ TEST_F(FusionTest, WideningConvertOfAStoredArrayIsRecomputedByEachReader) {
     b.Output(b.Unary(Opcode::kTanh, v));
     b.Output(b.Reduce(Combiner::kSum, b.Mul(v, v), {0}));
     const proto::Executable exe = CompileToProto(b.module(), kFused);
-    ASSERT_EQ(exe.kernels_size(), 2) << KernelSummary(exe);
-    for (const proto::Kernel& k : exe.kernels()) EXPECT_EQ(k.extra_outputs_size(), 0) << KernelSummary(exe);
-    EXPECT_EQ(KernelsComputing(exe, Opcode::kConvert), 2) << KernelSummary(exe);
+    ASSERT_EQ(exe.kernels_size(), 1) << KernelSummary(exe);
+    EXPECT_EQ(KernelsComputing(exe, Opcode::kConvert), 1) << KernelSummary(exe);
     EXPECT_EQ(exe.arena_bytes(), 0);
     const std::vector<HostArray> fused = Run(b.module(), kFused, {h_array, bias_array}),
                                  unfused = Run(b.module(), kUnfused, {h_array, bias_array});
@@ -499,9 +535,9 @@ TEST_F(FusionTest, AConvertOfAReshapedViewIsOneLoop) {
 }
 
 TEST_F(FusionTest, AConvertStaysAfterAReshapeWhereMovingItCostsMore) {
-  // Widening: f32(reshape(-h)) with bf16 h is recomputed by each reader from the stored bf16 -h, not
-  // stored in f32. Another reader of v: exp(x) is computed once, by the tanh's loop, not again for a
-  // convert of its own.
+  // Widening: f32(reshape(-h)) with bf16 h is computed from the stored bf16 -h by the one kernel of its
+  // two readers, not stored in f32. Another reader of v: exp(x) is computed once, by the tanh's loop, not
+  // again for a convert of its own.
   {
     ModuleBuilder b;
     const int64_t h = b.Parameter(0, proto::BF16, {4, 6});
@@ -509,7 +545,12 @@ TEST_F(FusionTest, AConvertStaysAfterAReshapeWhereMovingItCostsMore) {
     b.Output(b.Unary(Opcode::kTanh, wide));
     b.Output(b.Reduce(Combiner::kSum, wide, {0}));
     const proto::Executable exe = CompileToProto(b.module(), kFused);
-    EXPECT_EQ(KernelsComputing(exe, Opcode::kConvert), 2) << KernelSummary(exe);
+    EXPECT_EQ(KernelsComputing(exe, Opcode::kConvert), 1) << KernelSummary(exe);
+    std::vector<uint16_t> h_bits;
+    for (int i = 0; i < 24; ++i) h_bits.push_back(FloatToBf16(static_cast<float>(i % 7) * 0.37f - 1.1f));
+    const std::vector<HostArray> args = {MakeArray<uint16_t>(PrimitiveType::kBF16, {4, 6}, h_bits)};
+    const std::vector<HostArray> fused = Run(b.module(), kFused, args), unfused = Run(b.module(), kUnfused, args);
+    for (size_t r = 0; r < fused.size(); ++r) EXPECT_EQ(fused[r].bytes, unfused[r].bytes) << "result " << r;
   }
   ModuleBuilder b;
   const int64_t x = b.Parameter(0, proto::F32, {4, 6});
@@ -1064,6 +1105,7 @@ TEST_F(FusionTest, ReduceStoresAnOperandThatIsAResult) {
   EXPECT_EQ(exe.kernels(0).extra_outputs_size(), 1);
   ExpectFusedBitsAreUnfusedBits(b.module(), {4, 6}, 1);
 }
+
 
 }  // namespace fusion_test
 }  // namespace lazyrt::pjrt

@@ -317,13 +317,22 @@ void Commit(PendingGraph& pending, std::vector<std::shared_ptr<pjrt::Buffer>>& r
 // Synced graphs go to the releaser thread in batches: waking it costs several microseconds, which a
 // small graph's sync should not pay every time. A batch goes once it holds kRetiredNodes nodes or
 // keeps kRetiredBytes of device memory alive through its leaves (a training step's graph holds the
-// previous parameters: those go at once), and at wait_device().
+// previous parameters: those go at once), and at wait_device(). A batch of fewer than
+// kInlineReleaseNodes nodes is freed on the calling thread instead: the MLP step's 237 nodes took 7 us
+// there, less than waking the releaser costs the caller on a VM (6-15 us, Stream::wake_ns), and on a
+// machine whose cores the device keeps busy the releaser's work took CPU from it as well (the step
+// 0.487 -> 0.477 ms, 10 alternating pairs on a 2-core Zen 5). The GPT step's 2173 nodes took 262 us.
 constexpr int64_t kRetiredNodes = 1 << 16;
 constexpr int64_t kRetiredBytes = 1 << 20;
+constexpr int64_t kInlineReleaseNodes = 1024;
 
 void HandOverRetired(Runtime& rt, DeviceState& state) {
   if (state.retired_graphs.empty()) return;
-  rt.releaser().Enqueue([graphs = std::move(state.retired_graphs)]() mutable { graphs.clear(); });
+  if (state.retired_nodes < kInlineReleaseNodes) {
+    state.retired_graphs.clear();
+  } else {
+    rt.releaser().Enqueue([graphs = std::move(state.retired_graphs)]() mutable { graphs.clear(); });
+  }
   state.retired_graphs = {};
   state.retired_nodes = 0;
   state.retired_bytes = 0;

@@ -1106,6 +1106,5 @@ TEST_F(FusionTest, ReduceStoresAnOperandThatIsAResult) {
   ExpectFusedBitsAreUnfusedBits(b.module(), {4, 6}, 1);
 }
 
-
 }  // namespace fusion_test
 }  // namespace lazyrt::pjrt

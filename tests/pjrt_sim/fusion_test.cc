@@ -534,6 +534,55 @@ TEST_F(FusionTest, AConvertOfAReshapedViewIsOneLoop) {
   ExpectFusedBitsAreUnfusedBits(b.module(), {{4, 8, 2, 3}, {6, 5}});
 }
 
+TEST_F(FusionTest, ANarrowedCopyOfATransposedWeightIsConvertedInOrderAndReadTransposed) {
+  // x bf16(W^T), W [out, in] as a linear layer's weight under bf16 products: the simplifier converts W in
+  // its own order (a loop reading it contiguously) and the product reads the bf16 copy transposed; the
+  // backward's product with bf16(W^T)^T reads the same copy untransposed. The same bits as the loop that
+  // converted W^T.
+  ModuleBuilder b;
+  const int64_t x = b.Parameter(0, proto::F32, {5, 6}), w = b.Parameter(1, proto::F32, {4, 6});
+  const int64_t g = b.Parameter(2, proto::F32, {5, 4});
+  const int64_t wt = b.Convert(b.Transpose(w, {1, 0}), proto::BF16);    // [6, 4]
+  b.Output(b.Dot(b.Convert(x, proto::BF16), wt));                       // [5, 4]
+  b.Output(b.Dot(b.Convert(g, proto::BF16), b.Transpose(wt, {1, 0})));  // [5, 6]
+  const proto::Executable exe = CompileToProto(b.module(), kFused);
+  int converts_of_w = 0;
+  for (const proto::Kernel& k : exe.kernels()) {
+    if (k.kind() == proto::Kernel::DOT) continue;
+    EXPECT_EQ(KernelsComputing(exe, Opcode::kTranspose), 0) << KernelSummary(exe);
+    if (k.label() == "convert(parameter)" && k.iteration_shape().dims(0) == 4) ++converts_of_w;
+  }
+  EXPECT_EQ(converts_of_w, 1) << KernelSummary(exe);
+  int transposed = 0;
+  for (const proto::Kernel& k : exe.kernels()) transposed += k.kind() == proto::Kernel::DOT && k.transpose_rhs();
+  EXPECT_EQ(transposed, 1) << KernelSummary(exe);
+  // Against the same products of W^T given whole (nothing to move): small integers, so that every sum is
+  // exact whatever order a layout's GEMM adds in.
+  ModuleBuilder given;
+  const int64_t gx = given.Parameter(0, proto::F32, {5, 6}), gwt = given.Parameter(1, proto::F32, {6, 4});
+  const int64_t gg = given.Parameter(2, proto::F32, {5, 4});
+  const int64_t gwt16 = given.Convert(gwt, proto::BF16);
+  given.Output(given.Dot(given.Convert(gx, proto::BF16), gwt16));
+  given.Output(given.Dot(given.Convert(gg, proto::BF16), given.Transpose(gwt16, {1, 0})));
+  std::mt19937_64 rng(21);
+  std::uniform_int_distribution<int> small(-4, 4);
+  const auto ints = [&](int64_t n) {
+    std::vector<float> v(static_cast<size_t>(n));
+    for (float& f : v) f = static_cast<float>(small(rng));
+    return v;
+  };
+  const std::vector<float> xv = ints(30), wv = ints(24), gv = ints(20);
+  std::vector<float> wtv(24);
+  for (int64_t o = 0; o < 4; ++o) {
+    for (int64_t i = 0; i < 6; ++i) wtv[static_cast<size_t>(i * 4 + o)] = wv[static_cast<size_t>(o * 6 + i)];
+  }
+  const std::vector<HostArray> moved = Run(b.module(), kFused, {F32({5, 6}, xv), F32({4, 6}, wv), F32({5, 4}, gv)}),
+                               whole =
+                                   Run(given.module(), kFused, {F32({5, 6}, xv), F32({6, 4}, wtv), F32({5, 4}, gv)});
+  ASSERT_EQ(moved.size(), whole.size());
+  for (size_t r = 0; r < moved.size(); ++r) EXPECT_EQ(moved[r].bytes, whole[r].bytes) << "result " << r;
+}
+
 TEST_F(FusionTest, AConvertStaysAfterAReshapeWhereMovingItCostsMore) {
   // Widening: f32(reshape(-h)) with bf16 h is computed from the stored bf16 -h by the one kernel of its
   // two readers, not stored in f32. Another reader of v: exp(x) is computed once, by the tanh's loop, not

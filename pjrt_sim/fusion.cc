@@ -589,8 +589,8 @@ class Emitter {
   }
 
   // The points where the readers of materialized elementwise value `id` reach it, earliest first: each
-  // reader itself, or the first materialized value along the chain of fused elementwise ops (each with
-  // one reader) from it towards the readers. Empty unless the first is a loop (elementwise, so of `id`'s
+  // reader itself, or the first materialized values along the fused elementwise ops from it towards the
+  // readers (PointsReading). Empty unless the first is a loop (elementwise, so of `id`'s
   // shape), which can compute `id` as an extra output, and every point is materialized (a reader in
   // another kernel loads the stored value; none recomputes it through a view). The base of an operand view
   // (ViewOf) is never moved so: the view's first op is a reader that is not stored, or one stored before

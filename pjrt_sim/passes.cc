@@ -269,7 +269,7 @@ int64_t SimplifyAlgebra(HloModule& module) {
           // convert(transpose(v)) = transpose(convert(v)) with the last two dims swapped: a product reading
           // it takes the transpose as its operand's (the DOT rule), and a loop reads it through its load, so
           // the convert runs over v in v's order instead of gathering a column at a time (the bf16 copies of
-          // a linear layer's [out, in] weights read as [in, out]: 0.8 ms of the bf16 GPT step).
+          // a linear layer's [out, in] weights read as [in, out]: 0.71 ms of the bf16 GPT step, 0.35 in order).
           HloInst& transpose = operand(0);
           const HloInst& v = module.insts[static_cast<size_t>(transpose.operands[0])];
           inst.dims = std::exchange(transpose.dims, {});

@@ -22,6 +22,7 @@
 #include "pjrt_sim/collective_trace.h"
 #include "pjrt_sim/executable.h"
 #include "pjrt_sim/status_macros.h"
+#include "pjrt_sim/thread_pool.h"
 #include "pjrt_sim/version.h"
 
 namespace lazyrt {
@@ -46,6 +47,7 @@ json Manifest() {
   gethostname(host, sizeof host - 1);
   machine["hostname"] = host;
   machine["cpus"] = std::thread::hardware_concurrency();
+  machine["usable_cpus"] = pjrt::UsableCpus();  // the device's pool: the process's affinity mask
   machine["memory_bytes"] = static_cast<int64_t>(sysconf(_SC_PHYS_PAGES)) * sysconf(_SC_PAGE_SIZE);
   utsname u{};
   if (uname(&u) == 0) machine["kernel"] = absl::StrCat(u.sysname, " ", u.release, " ", u.machine);

@@ -1,5 +1,7 @@
 #include "pjrt_sim/thread_pool.h"
 
+#include <sched.h>
+
 #include <algorithm>
 #include <chrono>
 
@@ -30,8 +32,14 @@ void WatchFor(std::unique_lock<std::mutex>& lock, Done done) {
 
 }  // namespace
 
+int UsableCpus() {
+  cpu_set_t allowed;
+  if (sched_getaffinity(0, sizeof(allowed), &allowed) == 0) return std::max(1, CPU_COUNT(&allowed));
+  return static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));  // a mask beyond CPU_SETSIZE
+}
+
 ThreadPool& ThreadPool::Get() {
-  static ThreadPool* pool = new ThreadPool(static_cast<int>(std::max(1u, std::thread::hardware_concurrency())));
+  static ThreadPool* pool = new ThreadPool(UsableCpus());
   return *pool;
 }
 

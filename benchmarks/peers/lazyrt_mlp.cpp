@@ -2,8 +2,8 @@
 // initial weights every peer shares (mlp_common.h). One sync per step; the runtime may run up to two
 // steps ahead of the device, as a training loop does, so a step's time is the loop's period.
 //
-// lazyrt has no thread setting: its device pool has one worker per core (std::thread's
-// hardware_concurrency), which is 2 on the benchmark machine, the count the other peers are given.
+// lazyrt has no thread setting: its device pool has one worker per CPU the process may use
+// (pjrt::UsableCpus), which is 2 on the benchmark machine, the count the other peers are given.
 //
 // The persistent cache is off: the first step is what a fresh process pays (trace + compile + run),
 // comparable with the first step of the PyTorch peers. benchmarks/cold_warm measures the warm start.
@@ -11,7 +11,6 @@
 #include <cstdio>
 #include <exception>
 #include <span>
-#include <thread>
 #include <vector>
 
 #include "benchmarks/configure_without_cache.h"
@@ -22,6 +21,7 @@
 #include "lazy/runtime.h"
 #include "lazy/sync.h"
 #include "lazy/tensor.h"
+#include "pjrt_sim/thread_pool.h"
 
 namespace {
 
@@ -58,7 +58,7 @@ int main(int argc, char** argv) {
 
     peers::Result result;
     result.peer = "lazyrt";
-    result.threads = static_cast<int>(std::thread::hardware_concurrency());
+    result.threads = lazyrt::pjrt::UsableCpus();
     result.steps = flags.steps;
     result.warmup = flags.warmup;
     std::vector<float> images;

@@ -8,11 +8,11 @@
 #include <algorithm>
 #include <fstream>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "lazy/devices.h"
 #include "lazy/sharding.h"
+#include "pjrt_sim/thread_pool.h"
 #include "tests/lazy/data_parallel_mlp.h"
 #include "tests/lazy/device_test_util.h"
 
@@ -45,7 +45,7 @@ TEST(DeviceThreads, EightDevicesRunOnAStreamEachAndOneSharedKernelPool) {
 
   // At most one stream per device, the kernel pool's workers (the calling stream thread is its last member)
   // and the runtime's releaser of finished graphs besides those: nothing grows with the mesh but the streams.
-  const int cores = static_cast<int>(std::max(1U, std::thread::hardware_concurrency()));
+  const int cores = pjrt::UsableCpus();
   const int bound = before + device_count() + (cores - 1) + 1;
   const int threads = ThreadsNow();
   RecordProperty("threads", threads);

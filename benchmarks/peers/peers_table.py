@@ -34,15 +34,20 @@ def median_of(runs, name, key):
 
 
 def print_roofline(runs, order):
-    """The roofline measured in the same run (run_peers.sh's measure_roofline), and each peer's step as a
-    multiple of it."""
+    """The roofline measured in the same run (run_peers.sh's measure_roofline, before and after the peers),
+    from the best GEMM rate and the best bandwidth of its measurements, and each peer's step as a multiple
+    of it. The best, not the last: a roofline is what the machine can do, and one measurement taken while
+    the machine was disturbed read the optimizer's bandwidth at half its usual rate."""
     roofline = runs.get("roofline")
     if not roofline:
         return
     r = roofline[-1]
-    bound = r["roofline_ms"]
-    print(f"roofline ({r['model']}): {r['flops'] / 1e6:.1f} MFLOP of GEMM at {r['gemm_gflops']:.1f} GFLOP/s + "
-          f"{r['bytes'] / 1e6:.2f} MB at {r['bandwidth_gbs']:.1f} GB/s = {bound:.3f} ms")
+    gflops = max(m["gemm_gflops"] for m in roofline)
+    gbs = max(m["bandwidth_gbs"] for m in roofline)
+    bound = r["flops"] / gflops / 1e6 + r["bytes"] / gbs / 1e6
+    print(f"roofline ({r['model']}): {r['flops'] / 1e6:.1f} MFLOP of GEMM at {gflops:.1f} GFLOP/s + "
+          f"{r['bytes'] / 1e6:.2f} MB at {gbs:.1f} GB/s = {bound:.3f} ms (best of {len(roofline)} measurements: "
+          + ", ".join(f"{m['gemm_gflops']:.0f} GFLOP/s {m['bandwidth_gbs']:.1f} GB/s" for m in roofline) + ")")
     ratios = []
     for name in order:
         steady = median_of(runs, name, "steady_step_ms")

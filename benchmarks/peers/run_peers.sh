@@ -26,8 +26,9 @@
 #                                 [--omp-wait-policy passive|active] [--model-flops N --model-bytes N]
 # With build/benchmarks/micro, it also prints the step's roofline, measured in the same run: the model's
 # GEMM FLOPs at the best device GEMM rate (BM_Gemm) plus its optimizer's memory traffic at the bandwidth
-# of an optimizer update (BM_AdamWUpdate), and each peer's step as a multiple of it. Each model has its
-# counts (below); --model-flops and --model-bytes replace them.
+# of an optimizer update (BM_AdamWUpdate), each rate the best of a measurement before the peers and one
+# after them, and each peer's step as a multiple of it. Each model has its counts (below); --model-flops
+# and --model-bytes replace them.
 set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -159,6 +160,9 @@ print(json.dumps({"peer": "roofline", "model": sys.argv[2], "flops": flops, "byt
                   "bandwidth_gbs": gbs, "roofline_ms": flops / gflops / 1e6 + nbytes / gbs / 1e6}))
 EOF
 }
+
+# The rates before the peers, and again after them: the table takes the best of each.
+measure_roofline
 
 # The GPT peers: one function, so the MLP's sequence below stays as it was.
 run_gpt_peers() {

@@ -75,6 +75,7 @@ void Counters(benchmark::State& state, const Gemm& g) {
 }
 
 void BM_OpenBlas(benchmark::State& state) {
+  openblas_set_num_threads(1);
   const Gemm g = kShapes[state.range(0)];
   Operands o(g);
   for (auto _ : state) {

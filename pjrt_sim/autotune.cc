@@ -109,6 +109,11 @@ absl::StatusOr<std::string> F32Product(const proto::Kernel& dot, std::span<const
 // tuner's warm caches. From ~2^21 multiply-adds (~20 us on one core) a split can pay, and timing decides.
 constexpr int64_t kMinPanelMacs = int64_t{1} << 21;
 
+// How long autotuning waits for the pool's threads to run on CPUs of their own before it times anyway:
+// a worker placed on its creator's CPU was moved within a few milliseconds; another process's load may
+// not move at all, and a compile must not wait for it.
+constexpr std::chrono::milliseconds kPoolPatience{20};
+
 // Whether an attention kernel's queries (L) and keys (S) fill at least one block each.
 bool FullBlocks(const proto::Executable& exe, const proto::Kernel& attention) {
   const ArrayShape q = InputShape(attention, 0, FromProto(exe.slots(static_cast<int>(attention.inputs(0))).shape()));
@@ -194,6 +199,16 @@ absl::Status Autotune(proto::Executable& exe, Device* device, const GemmTuningRe
 
   DotOperands dot_operands;
   const int threads = ThreadPool::Get().size();
+  // Before the first measurement, the pool's threads each on a CPU of their own (or the record says they
+  // were not): a worker sharing its caller's CPU made a split product time as slow as a whole one, and
+  // 3 of 12 fresh processes kept a product of 128x784x256 serial, 2x slower for good (RESULTS.md,
+  // 2026-11-29).
+  std::optional<bool> separate_cpus;
+  auto await_separate_cpus = [&] {
+    if (separate_cpus) return;
+    separate_cpus = ThreadPool::Get().AwaitSeparateCpus(kPoolPatience);
+    exe.set_tuned_on_shared_cpus(!*separate_cpus);
+  };
   // The first candidate is the reference whose bits every other must reproduce.
   struct Candidate {
     Candidate(std::string n, proto::Kernel k) : name(std::move(n)), kernel(std::move(k)) {}
@@ -235,6 +250,7 @@ absl::Status Autotune(proto::Executable& exe, Device* device, const GemmTuningRe
         inputs.push_back(slots[static_cast<size_t>(in)]);
       }
       void* outs[] = {slots[static_cast<size_t>(kernel.output())]};
+      await_separate_cpus();
       proto::AutotuneRecord* record = exe.add_autotune();
       record->set_kernel(k);
       const GemmLibrary fastest = FastestGemmLibrary(
@@ -321,6 +337,7 @@ absl::Status Autotune(proto::Executable& exe, Device* device, const GemmTuningRe
   // round alike rather than condemning whichever kernel's candidates it happened to hit. With every
   // round of a kernel back to back, a run lost its parallel variants whenever the second core was away
   // for those few milliseconds.
+  if (!tunings.empty()) await_separate_cpus();
   constexpr int kTimedRounds = 5;
   for (int round = 0; round < kTimedRounds; ++round) {
     for (Tuning& t : tunings) {

@@ -3,7 +3,10 @@
 #include <sched.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
+#include <thread>
+#include <vector>
 
 namespace lazyrt::pjrt {
 namespace {
@@ -99,7 +102,63 @@ void ThreadPool::ParallelFor(int64_t tasks, const std::function<void(int64_t)>& 
   job_ = nullptr;
 }
 
+namespace {
+
+// Whether this thread is one of a pool's workers (not a caller of ParallelFor).
+thread_local bool t_pool_worker = false;
+
+// Moves the calling thread off `cpu`: allowed everywhere else for a moment, then everywhere again. The
+// scheduler leaves a pair of threads on one CPU while another is idle for tens of milliseconds (a thread
+// that just ran is "cache hot" and not moved); this moves one at once. No privilege needed: a thread
+// may narrow its own affinity within what it is allowed. False if it is allowed nowhere else.
+bool MoveOffCpu(int cpu) {
+  cpu_set_t allowed;
+  if (sched_getaffinity(0, sizeof(allowed), &allowed) != 0) return false;
+  cpu_set_t elsewhere = allowed;
+  CPU_CLR(cpu, &elsewhere);
+  if (CPU_COUNT(&elsewhere) == 0 || sched_setaffinity(0, sizeof(elsewhere), &elsewhere) != 0) return false;
+  return sched_setaffinity(0, sizeof(allowed), &allowed) == 0;
+}
+
+}  // namespace
+
+bool ThreadPool::AwaitSeparateCpus(std::chrono::microseconds patience) {
+  const int64_t threads = size();
+  if (threads == 1) return true;
+  // A task per thread, each watching (yielding, so that threads sharing a CPU all get to run) until every
+  // thread has started and all are on different CPUs at once, or patience runs out. A worker that finds
+  // itself on a CPU another thread of the pool is on moves off it (MoveOffCpu); left to the scheduler,
+  // the pair stayed on one CPU for all of 20 ms in 3 of 16 fresh processes here.
+  const auto deadline = std::chrono::steady_clock::now() + patience;
+  std::vector<std::atomic<int>> cpus(static_cast<size_t>(threads));
+  for (std::atomic<int>& cpu : cpus) cpu.store(-1);
+  std::atomic<bool> separate{false};
+  ParallelFor(threads, [&](int64_t t) {
+    std::vector<int> seen(static_cast<size_t>(threads));
+    while (!separate.load(std::memory_order_acquire) && std::chrono::steady_clock::now() < deadline) {
+      const int mine = sched_getcpu();
+      cpus[static_cast<size_t>(t)].store(mine, std::memory_order_release);
+      bool shared = false, all_started = true;
+      for (size_t i = 0; i < seen.size(); ++i) {
+        seen[i] = cpus[i].load(std::memory_order_acquire);
+        all_started = all_started && seen[i] >= 0;
+        shared = shared || (static_cast<int64_t>(i) != t && seen[i] == mine);
+      }
+      std::sort(seen.begin(), seen.end());
+      if (all_started && std::adjacent_find(seen.begin(), seen.end()) == seen.end()) {
+        separate.store(true, std::memory_order_release);
+      } else if (shared && t_pool_worker && mine >= 0) {
+        MoveOffCpu(mine);
+        continue;
+      }
+      std::this_thread::yield();
+    }
+  });
+  return separate.load();
+}
+
 void ThreadPool::Work(int thread) {
+  t_pool_worker = true;
   uint64_t seen = 0;
   std::unique_lock<std::mutex> lock(mu_);
   while (true) {

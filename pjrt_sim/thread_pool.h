@@ -2,6 +2,7 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <functional>
@@ -36,6 +37,13 @@ class ThreadPool {
   // where the two vCPUs sit on two core complexes, the GPT's f32 step took 76-78 ms instead of 81-83, its
   // bf16 step 60-61 instead of 65-69 (benchmarks/RESULTS.md); on one complex, the same.
   void ParallelFor(int64_t tasks, const std::function<void(int64_t)>& fn);
+
+  // Whether every thread of the pool runs at once, each on a CPU of its own, trying for up to `patience`:
+  // a task per thread that waits for all the others to start. A newly made worker can start on its
+  // creator's CPU, and the scheduler moves it only once both are busy a while; another process (or a
+  // library's spinning thread) can hold the other CPU. Then a kernel split over the pool runs no faster
+  // than whole, and timing it says so. Autotuning asks before it times anything.
+  bool AwaitSeparateCpus(std::chrono::microseconds patience);
 
  private:
   void Work(int thread);

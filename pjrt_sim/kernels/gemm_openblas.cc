@@ -1,11 +1,10 @@
 #include <cblas.h>
 
 #include <algorithm>
+#include <mutex>
 
 #include "pjrt_sim/kernels/gemm.h"
 
-// OpenBLAS's serial build (pjrt_sim/CMakeLists.txt): every call runs on its caller's thread, and the
-// library has no pool of its own to compete with the device's.
 namespace lazyrt::pjrt {
 namespace {
 
@@ -23,6 +22,12 @@ bool Express(MatrixView<T> v, int64_t rows, int64_t cols, CblasOperand* out) {
   return true;
 }
 
+// OpenBLAS's own pool would run beside the device's on the same cores: every call runs on its caller.
+void OpenBlasSingleThreaded() {
+  static std::once_flag once;
+  std::call_once(once, [] { openblas_set_num_threads(1); });
+}
+
 template <typename T, typename Call>
 bool Run(int64_t m, int64_t n, int64_t k, MatrixView<const T> a, MatrixView<const T> b, MatrixView<T> c, Call call) {
   CblasOperand oa, ob, oc;
@@ -33,6 +38,7 @@ bool Run(int64_t m, int64_t n, int64_t k, MatrixView<const T> a, MatrixView<cons
     for (int64_t i = 0; i < m; ++i) std::fill_n(c.data + i * c.row_stride, n, T{0});
     return true;
   }
+  OpenBlasSingleThreaded();
   call(oa, ob, oc);
   return true;
 }

@@ -1,6 +1,7 @@
 #include "pjrt_sim/thread_pool.h"
 
 #include <gtest/gtest.h>
+#include <sched.h>
 
 #include <algorithm>
 #include <atomic>
@@ -56,6 +57,68 @@ TEST(ThreadPoolTest, EachThreadStartsAtTheFrontOfItsOwnRange) {
   ASSERT_FALSE(workers.empty()) << "the worker never ran";
   EXPECT_EQ(workers.front(), 8) << "the worker's range starts at task 8";
   EXPECT_TRUE(std::is_sorted(callers_own.begin(), callers_own.end())) << "the caller takes its range in order";
+}
+
+// The CPUs this thread may run on, and a mask of one of them.
+cpu_set_t AllowedCpus() {
+  cpu_set_t allowed;
+  EXPECT_EQ(sched_getaffinity(0, sizeof(allowed), &allowed), 0);
+  return allowed;
+}
+cpu_set_t OnlyCpu(int cpu) {
+  cpu_set_t one;
+  CPU_ZERO(&one);
+  CPU_SET(cpu, &one);
+  return one;
+}
+int FirstCpu(const cpu_set_t& set) {
+  for (int cpu = 0; cpu < CPU_SETSIZE; ++cpu) {
+    if (CPU_ISSET(cpu, &set)) return cpu;
+  }
+  return -1;
+}
+
+TEST(ThreadPoolTest, ThreadsAllowedOneCpuAreFoundSharingIt) {
+  // Two threads confined to one CPU (the worker inherits its creator's mask) cannot be apart: the answer
+  // is no, within the patience.
+  const cpu_set_t allowed = AllowedCpus();
+  const cpu_set_t one = OnlyCpu(FirstCpu(allowed));
+  ASSERT_EQ(sched_setaffinity(0, sizeof(one), &one), 0);
+  {
+    ThreadPool pool(2);
+    const auto start = std::chrono::steady_clock::now();
+    EXPECT_FALSE(pool.AwaitSeparateCpus(std::chrono::milliseconds(5)));
+    EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(5)) << "it waited far past its patience";
+  }
+  ASSERT_EQ(sched_setaffinity(0, sizeof(allowed), &allowed), 0);
+}
+
+TEST(ThreadPoolTest, AWorkerOnItsCallersCpuIsMovedToAnother) {
+  // The worker and the caller put on one CPU, each then allowed every CPU again (the state of a new
+  // worker started on its creator's CPU): the pool finds them apart, the worker moved off (the scheduler
+  // alone kept such a pair together for 20 ms and more).
+  const cpu_set_t allowed = AllowedCpus();
+  if (CPU_COUNT(&allowed) < 2) GTEST_SKIP() << "needs two CPUs";
+  const cpu_set_t one = OnlyCpu(FirstCpu(allowed));
+  ThreadPool pool(2);
+  ASSERT_EQ(sched_setaffinity(0, sizeof(one), &one), 0);
+  std::atomic<int> worker_cpu{-1};
+  // Task 1 is the worker's: the caller's task 0 waits for it to start (at most 30 s), and so cannot take it.
+  pool.ParallelFor(2, [&](int64_t t) {
+    if (t == 0) {
+      const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+      while (worker_cpu.load() < 0 && std::chrono::steady_clock::now() < deadline) std::this_thread::yield();
+      return;
+    }
+    cpu_set_t pin = one;
+    sched_setaffinity(0, sizeof(pin), &pin);
+    worker_cpu = sched_getcpu();
+    cpu_set_t all = allowed;
+    sched_setaffinity(0, sizeof(all), &all);
+  });
+  ASSERT_EQ(sched_setaffinity(0, sizeof(allowed), &allowed), 0);
+  EXPECT_EQ(worker_cpu.load(), FirstCpu(allowed));
+  EXPECT_TRUE(pool.AwaitSeparateCpus(std::chrono::seconds(10)));
 }
 
 }  // namespace

@@ -142,6 +142,7 @@ Json ExecutableJson(const proto::Executable& exe) {
         {{"kernel", record.kernel()}, {"candidates", std::move(candidates)}, {"chosen", record.chosen()}});
   }
   json["autotune"] = std::move(autotune);
+  json["tuned_on_shared_cpus"] = exe.tuned_on_shared_cpus();
   Json passes = Json::array();
   for (const proto::PassTiming& timing : exe.pass_timings()) {
     passes.push_back({{"pass", timing.pass()}, {"ms", timing.ms()}, {"changes", timing.changes()}});
@@ -264,6 +265,10 @@ void PrintExecutable(const proto::Executable& exe) {
       }
     }
     autotune.Print(std::cout, 2);
+    if (exe.tuned_on_shared_cpus()) {
+      std::cout << "  measured with the device's threads sharing CPUs (the machine was busy): a split kernel\n"
+                   "  timed no faster than whole, and a serial choice may be wrong; evict the entry to tune again\n";
+    }
   }
 
   std::cout << "\ncompiler passes\n";

@@ -328,12 +328,10 @@ constexpr int64_t kInlineReleaseNodes = 1024;
 
 void HandOverRetired(Runtime& rt, DeviceState& state) {
   if (state.retired_graphs.empty()) return;
-  if (state.retired_nodes < kInlineReleaseNodes) {
-    state.retired_graphs.clear();
-  } else {
+  if (state.retired_nodes >= kInlineReleaseNodes) {
     rt.releaser().Enqueue([graphs = std::move(state.retired_graphs)]() mutable { graphs.clear(); });
   }
-  state.retired_graphs = {};
+  state.retired_graphs = {};  // a small batch is freed here
   state.retired_nodes = 0;
   state.retired_bytes = 0;
 }

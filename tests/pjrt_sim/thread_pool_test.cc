@@ -119,6 +119,19 @@ TEST(ThreadPoolTest, AWorkerOnItsCallersCpuIsMovedToAnother) {
   ASSERT_EQ(sched_setaffinity(0, sizeof(allowed), &allowed), 0);
   EXPECT_EQ(worker_cpu.load(), FirstCpu(allowed));
   EXPECT_TRUE(pool.AwaitSeparateCpus(std::chrono::seconds(10)));
+  // The move narrowed the worker's affinity only for a moment: it may run on every CPU again.
+  std::atomic<bool> checked{false}, worker_allowed_everywhere{false};
+  pool.ParallelFor(2, [&](int64_t t) {
+    if (t == 0) {  // waits for the worker's task, as above
+      const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+      while (!checked && std::chrono::steady_clock::now() < deadline) std::this_thread::yield();
+      return;
+    }
+    cpu_set_t mask;
+    worker_allowed_everywhere = sched_getaffinity(0, sizeof(mask), &mask) == 0 && CPU_EQUAL(&mask, &allowed);
+    checked = true;
+  });
+  EXPECT_TRUE(worker_allowed_everywhere.load()) << "the worker was left confined";
 }
 
 }  // namespace

@@ -30,6 +30,8 @@ absl::string_view AttrKeyName(AttrKey key) {
     case AttrKey::kMeshShape: return "mesh_shape";
     case AttrKey::kMeshDevices: return "mesh_devices";
     case AttrKey::kShardAxes: return "shard_axes";
+    case AttrKey::kBeta: return "beta";
+    case AttrKey::kSquare: return "square";
   }
   return "?";
 }

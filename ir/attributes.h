@@ -38,6 +38,8 @@ enum class AttrKey : uint8_t {
   kMeshShape,
   kMeshDevices,
   kShardAxes,
+  kBeta,    // double: AdamWMoment's decay of the moment (beta1, beta2)
+  kSquare,  // bool: AdamWMoment averages the squared gradient (the second moment)
 };
 
 absl::string_view AttrKeyName(AttrKey key);

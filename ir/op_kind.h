@@ -9,6 +9,8 @@ namespace lazyrt::ir {
 
 // X(Name, category). Categories: leaf (no operands), unary/binary/ternary (elementwise, NumPy
 // broadcasting between operands), other (shape-changing, reductions, contractions, composites).
+// AdamWMoment and AdamWParam are AdamW's update of a moment and of a parameter, one node each where the
+// update is ~8 elementwise ops and their scalars (lazy/optim.cc); they lower to those very ops.
 // Two more lists below complete the set: the floating unary math ops and the plain reductions, whose
 // rows also name their public function and the device opcode or combiner they lower to.
 #define LAZYRT_IR_OPS(X)   \
@@ -63,7 +65,9 @@ namespace lazyrt::ir {
   X(Argsort, kOther)       \
   X(ScatterAdd, kOther)    \
   X(IndexAdd, kOther)      \
-  X(Shard, kOther)
+  X(Shard, kOther)         \
+  X(AdamWMoment, kOther)   \
+  X(AdamWParam, kOther)
 
 // Elementwise math on floating values (integer inputs are computed in f32), category kUnary: X(Name,
 // public function lazyrt::fn(x), device opcode). Its gradient is FloatUnaryGrad<OpKind::kName> in

@@ -2,7 +2,9 @@
 
 #include <cmath>
 
+#include "absl/strings/str_cat.h"
 #include "lazy/runtime.h"
+#include "lazy/tracing.h"
 
 namespace lazyrt {
 namespace {
@@ -25,6 +27,27 @@ Tensor StateLike(const Tensor& p, const SourceLocation& loc) {
   state.impl()->sharding = p.impl()->sharding;
   return state;
 }
+
+// Parameter i's gradient as an operand of its update, refused unless it has the parameter's dtype, dims
+// and device (the update is elementwise over the parameter: no broadcasting, no promotion).
+ir::Value Gradient(const Tensor& p, size_t i, const SourceLocation& loc) {
+  const detail::TensorImpl& param = detail::ImplOf(p, "AdamW.step", loc);
+  const detail::TensorImpl& grad = detail::ImplOf(p.grad(), "AdamW.step", loc);
+  if (grad.shape != param.shape || grad.device != param.device) {
+    throw Error(absl::StrCat("AdamW.step: parameter ", i, " is ", param.shape.ToString(), " on lazy:", param.device,
+                             " but its gradient is ", grad.shape.ToString(), " on lazy:", grad.device),
+                loc);
+  }
+  return detail::ValueOf(p.grad());
+}
+
+// beta m + (1 - beta) g (g g with `square`): a moment's update.
+Tensor Moment(const Tensor& m, ir::Value g, double beta, bool square, int device, const SourceLocation& loc) {
+  return detail::MakeTensor(ir::OpKind::kAdamWMoment, {detail::ValueOf(m), std::move(g)},
+                            detail::ImplOf(m, "AdamW.step", loc).shape, device, loc,
+                            ir::Attributes{{ir::AttrKey::kBeta, beta}, {ir::AttrKey::kSquare, square}});
+}
+
 }  // namespace
 
 void Optimizer::zero_grad() {
@@ -85,20 +108,28 @@ void AdamW::step(SourceLocation loc) {
   // Here in f64, so lr / (1 - b1^t) is rounded once.
   Tensor step_size_f64 = ScalarArg(Scalar(lr_), loc) / (c(1) - beta1_power_);
   Tensor sqrt_correction2_f64 = sqrt(c(1) - beta2_power_, loc);
+  // Each update one node (AdamWMoment, AdamWParam) that lowers to the ~8 elementwise ops torch.optim's
+  // AdamW is made of, in its order: the same module and bits as tracing those ops, but a parameter costs
+  // the host 3 nodes to trace, hash and free instead of ~25 (with their scalars and tensors).
+  ir::Value decay;  // decoupled weight decay: p <- p (1 - lr wd), rounded once from double as torch.optim's
   for (size_t i = 0; i < params_.size(); ++i) {
     Tensor& p = params_[i];
     if (!p.grad().defined()) continue;
-    const Tensor& g = p.grad();
-    const Tensor step_size = cast(step_size_f64, p.dtype(), loc);
-    const Tensor sqrt_correction2 = cast(sqrt_correction2_f64, p.dtype(), loc);
-    // Decoupled weight decay: p <- p (1 - lr wd), the factor computed in double on the host and
-    // rounded once, as torch.optim's Python float.
-    if (weight_decay_ != 0) p.assign(p * ScalarArg(Scalar(1 - lr_ * weight_decay_), loc), loc);
-    exp_avg_[i].assign(exp_avg_[i] * c(beta1_) + t(g * c(1 - beta1_)), loc);
-    exp_avg_sq_[i].assign(exp_avg_sq_[i] * c(beta2_) + t(g * t(g) * c(1 - beta2_)), loc);
-    Tensor denom = sqrt(exp_avg_sq_[i], loc) / t(sqrt_correction2) + c(eps_);
-    // addcdiv's order: (step_size m) / denom.
-    p.assign(p - t(exp_avg_[i] * t(step_size) / t(denom)), loc);
+    const detail::TensorImpl& impl = detail::ImplOf(p, "AdamW.step", loc);
+    const ir::Value g = Gradient(p, i, loc);
+    exp_avg_[i].assign(Moment(exp_avg_[i], g, beta1_, /*square=*/false, impl.device, loc), loc);
+    exp_avg_sq_[i].assign(Moment(exp_avg_sq_[i], g, beta2_, /*square=*/true, impl.device, loc), loc);
+    ir::OperandList operands{detail::ValueOf(p), detail::ValueOf(exp_avg_[i]), detail::ValueOf(exp_avg_sq_[i]),
+                             detail::ValueOf(step_size_f64), detail::ValueOf(sqrt_correction2_f64)};
+    if (weight_decay_ != 0) {
+      if (!decay || decay.shape().dtype() != impl.shape.dtype()) {
+        decay = detail::ScalarValue(Scalar(1 - lr_ * weight_decay_), impl.shape.dtype(), loc);
+      }
+      operands.push_back(decay);
+    }
+    p.assign(detail::MakeTensor(ir::OpKind::kAdamWParam, std::move(operands), impl.shape, impl.device, loc,
+                                ir::Attributes{{ir::AttrKey::kEpsilon, eps_}}),
+             loc);
   }
 }
 

@@ -90,6 +90,14 @@ class ModuleBuilder {
   int64_t Elementwise(Opcode op, proto::ElementType type, const std::vector<int64_t>& dims, int64_t a, int64_t b) {
     return Simple(op, type, dims, {BroadcastTo(a, dims), BroadcastTo(b, dims)});
   }
+  // `x` converted to `type` (itself if of that type already).
+  int64_t ConvertTo(int64_t x, proto::ElementType type) {
+    return ShapeOf(x).type() == type ? x : Simple(Opcode::kConvert, type, DimsOf(x), {x});
+  }
+  // `x` op a scalar constant broadcast to `x`'s dims: how a traced tensor-scalar op lowers.
+  int64_t WithConstant(Opcode op, int64_t x, double value) {
+    return Elementwise(op, ShapeOf(x).type(), DimsOf(x), x, Constant(value, ShapeOf(x).type(), {}));
+  }
   int64_t Compare(CompareDirection direction, const std::vector<int64_t>& dims, int64_t a, int64_t b) {
     int64_t id;
     Add(Opcode::kCompare, proto::PRED, dims, {BroadcastTo(a, dims), BroadcastTo(b, dims)}, &id)
@@ -366,6 +374,30 @@ absl::StatusOr<proto::Module> LowerGraph(const ir::PostOrder& order, std::string
         for (size_t i = 0; i < node.operands().size(); ++i) inst->add_operands(in(i));
         inst->set_axis(attrs.Get<int64_t>(AttrKey::kAxis));
         inst->set_value(attrs.Get<double>(AttrKey::kEpsilon));
+        break;
+      }
+      case OpKind::kAdamWMoment: {
+        // beta m + (1 - beta) g, of g g for the second moment: the ops (and their order) of the traced
+        // update this node stands for, so that fusing it on the host never changes a bit.
+        const double beta = attrs.Get<double>(AttrKey::kBeta);
+        const int64_t g = attrs.Get<bool>(AttrKey::kSquare) ? b.Binary(Opcode::kMultiply, in(1), in(1)) : in(1);
+        const int64_t kept = b.WithConstant(Opcode::kMultiply, in(0), beta);
+        const int64_t added = b.WithConstant(Opcode::kMultiply, g, 1 - beta);
+        id = b.Binary(Opcode::kAdd, kept, added);
+        break;
+      }
+      case OpKind::kAdamWParam: {
+        // p decay - (m step_size) / (sqrt(v) / sqrt_correction2 + eps): operands p, m, v, the step size
+        // and sqrt(1 - beta2^t) (f64 scalars, rounded to p's type here), and the decay factor if any.
+        const int64_t decayed =
+            node.operands().size() > 5 ? b.Elementwise(Opcode::kMultiply, type, dims, in(0), in(5)) : in(0);
+        const int64_t step_size = b.ConvertTo(in(3), type);
+        const int64_t correction = b.ConvertTo(in(4), type);
+        const int64_t root = b.Unary(Opcode::kSqrt, in(2));
+        const int64_t scaled = b.Elementwise(Opcode::kDivide, type, dims, root, correction);
+        const int64_t denom = b.WithConstant(Opcode::kAdd, scaled, attrs.Get<double>(AttrKey::kEpsilon));
+        const int64_t step = b.Elementwise(Opcode::kMultiply, type, dims, in(1), step_size);
+        id = b.Elementwise(Opcode::kSubtract, type, dims, decayed, b.Binary(Opcode::kDivide, step, denom));
         break;
       }
       case OpKind::kShard: {

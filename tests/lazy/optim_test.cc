@@ -15,6 +15,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include "lazy/error.h"
 #include "lazy/metrics.h"
 #include "lazy/nn.h"
 #include "lazy/optim.h"
@@ -24,7 +25,9 @@
 namespace lazyrt {
 namespace optim_test {
 
+using ::testing::AllOf;
 using ::testing::ElementsAre;
+using ::testing::HasSubstr;
 
 Tensor F32(const std::vector<float>& values, const std::vector<int64_t>& dims) {
   return Tensor::FromData(std::span<const float>(values), dims);
@@ -35,6 +38,12 @@ Tensor I64(const std::vector<int64_t>& values, const std::vector<int64_t>& dims)
 }
 
 std::vector<int64_t> DimsOf(const Tensor& t) { return {t.dims().begin(), t.dims().end()}; }
+
+int CountOf(const std::string& text, const std::string& word) {
+  int count = 0;
+  for (size_t at = text.find(word); at != std::string::npos; at = text.find(word, at + word.size())) ++count;
+  return count;
+}
 
 // A known gradient that changes from step to step, with both signs and several magnitudes.
 std::vector<float> GradientAt(int step, size_t n) {
@@ -177,6 +186,104 @@ TEST(Optim, AdamWFirstStepIsExactToTheUlp) {
     const double got = p.to_vector<float>()[0];
     const double ulp = std::abs(std::nextafter(static_cast<float>(expected), 0.0f) - static_cast<float>(expected));
     EXPECT_NEAR(got, expected, 4 * ulp);
+  }
+}
+
+// AdamW's update traced as the elementwise ops it is made of: the step AdamW::step took before each
+// update became one node (torch.optim.AdamW's order, the bias corrections in f64 on the device).
+class ElementwiseAdamW {
+ public:
+  ElementwiseAdamW(std::vector<Tensor> params, double lr, double b1, double b2, double eps, double wd)
+      : params_(std::move(params)), lr_(lr), b1_(b1), b2_(b2), eps_(eps), wd_(wd) {
+    for (const Tensor& p : params_) {
+      m_.push_back(zeros(DimsOf(p), p.dtype()));
+      v_.push_back(zeros(DimsOf(p), p.dtype()));
+    }
+    b1_power_ = Tensor::FromData(std::vector<double>{1.0}, {});
+    b2_power_ = Tensor::FromData(std::vector<double>{1.0}, {});
+  }
+  void Step(const std::vector<Tensor>& grads) {
+    b1_power_.assign(b1_power_ * Scalar::Static(b1_));
+    b2_power_.assign(b2_power_ * Scalar::Static(b2_));
+    const Tensor step_size_f64 = ScalarArg(Scalar(lr_)) / (ScalarArg(Scalar::Static(1)) - b1_power_);
+    const Tensor sqrt_correction2_f64 = sqrt(ScalarArg(Scalar::Static(1)) - b2_power_);
+    for (size_t i = 0; i < params_.size(); ++i) {
+      Tensor& p = params_[i];
+      const Tensor& g = grads[i];
+      const Tensor step_size = cast(step_size_f64, p.dtype());
+      const Tensor sqrt_correction2 = cast(sqrt_correction2_f64, p.dtype());
+      if (wd_ != 0) p.assign(p * Scalar(1 - lr_ * wd_));
+      m_[i].assign(m_[i] * Scalar::Static(b1_) + g * Scalar::Static(1 - b1_));
+      v_[i].assign(v_[i] * Scalar::Static(b2_) + g * g * Scalar::Static(1 - b2_));
+      const Tensor denom = sqrt(v_[i]) / sqrt_correction2 + Scalar::Static(eps_);
+      p.assign(p - m_[i] * step_size / denom);
+    }
+  }
+  const Tensor& param(size_t i) const { return params_[i]; }
+  void set_lr(double lr) { lr_ = lr; }
+
+ private:
+  std::vector<Tensor> params_, m_, v_;
+  Tensor b1_power_, b2_power_;
+  double lr_, b1_, b2_, eps_, wd_;
+};
+
+// One node per update (two moments and the parameter), and bit for bit the values of the elementwise
+// ops it stands for, in f32 and f64, with and without weight decay, while the learning rate changes.
+TEST(Optim, AdamWUpdatesAreOneNodeEachWithTheBitsOfTheirElementwiseOps) {
+  for (const DType dtype : {DType::kF32, DType::kF64}) {
+    for (const double wd : {0.0, 0.05}) {
+      SCOPED_TRACE(testing::Message() << (dtype == DType::kF32 ? "f32" : "f64") << ", weight decay " << wd);
+      const std::vector<std::vector<int64_t>> shapes = {{3, 4}, {4}};
+      std::vector<Tensor> fused_params, plain_params;
+      for (size_t i = 0; i < shapes.size(); ++i) {
+        const int64_t n = shapes[i].size() == 2 ? shapes[i][0] * shapes[i][1] : shapes[i][0];
+        std::vector<float> init = GradientAt(100 + static_cast<int>(i), static_cast<size_t>(n));
+        fused_params.push_back(cast(F32(init, shapes[i]), dtype));
+        plain_params.push_back(cast(F32(init, shapes[i]), dtype));
+      }
+      sync();
+      AdamW fused(fused_params, 0.01, 0.9, 0.999, 1e-8, wd);
+      ElementwiseAdamW plain(plain_params, 0.01, 0.9, 0.999, 1e-8, wd);
+      for (int step = 1; step <= 4; ++step) {
+        if (step == 3) fused.set_lr(0.02);
+        std::vector<Tensor> grads;
+        for (size_t i = 0; i < shapes.size(); ++i) {
+          const int64_t n = shapes[i].size() == 2 ? shapes[i][0] * shapes[i][1] : shapes[i][0];
+          grads.push_back(cast(F32(GradientAt(step + static_cast<int>(i), static_cast<size_t>(n)), shapes[i]), dtype));
+          fused_params[i].set_grad(grads.back());
+        }
+        fused.step();
+        if (step == 3) plain.set_lr(0.02);
+        plain.Step(grads);
+        const std::string text = graph_text({fused_params[0]});
+        EXPECT_EQ(CountOf(text, "AdamWParam("), 1) << text;
+        EXPECT_EQ(CountOf(text, "AdamWMoment("), 2) << text;
+        EXPECT_EQ(CountOf(text, "Sqrt("), 1) << "sqrt(1 - beta2^t) only, the update's own in its node\n" << text;
+        sync();
+        for (size_t i = 0; i < shapes.size(); ++i) {
+          const std::vector<double> got = cast(fused_params[i], DType::kF64).to_vector<double>();
+          const std::vector<double> want = cast(plain.param(i), DType::kF64).to_vector<double>();
+          EXPECT_EQ(got, want) << "step " << step << ", parameter " << i;
+        }
+        fused.zero_grad();
+      }
+    }
+  }
+}
+
+// A gradient that is not of its parameter's shape is refused, naming the parameter and both shapes.
+TEST(Optim, AdamWRefusesAGradientOfAnotherShape) {
+  Tensor w = F32({1, 2, 3, 4}, {2, 2});
+  Tensor b = F32({1, 2}, {2});
+  AdamW opt({w, b});
+  w.set_grad(F32({1, 1, 1, 1}, {2, 2}));
+  b.set_grad(F32({1, 1, 1, 1}, {4}));
+  try {
+    opt.step();
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_THAT(e.what(), AllOf(HasSubstr("parameter 1"), HasSubstr("f32[2]"), HasSubstr("f32[4]")));
   }
 }
 

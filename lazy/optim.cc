@@ -29,10 +29,16 @@ Tensor StateLike(const Tensor& p, const SourceLocation& loc) {
 }
 
 // Parameter i's gradient as an operand of its update, refused unless it has the parameter's dtype, dims
-// and device (the update is elementwise over the parameter: no broadcasting, no promotion).
-ir::Value Gradient(const Tensor& p, size_t i, const SourceLocation& loc) {
+// and device (the update is elementwise over the parameter: no broadcasting, no promotion), and unless
+// the parameter is on `device`, the optimizer's (its step count and bias corrections live there).
+ir::Value Gradient(const Tensor& p, size_t i, int device, const SourceLocation& loc) {
   const detail::TensorImpl& param = detail::ImplOf(p, "AdamW.step", loc);
   const detail::TensorImpl& grad = detail::ImplOf(p.grad(), "AdamW.step", loc);
+  if (param.device != device) {
+    throw Error(absl::StrCat("AdamW.step: parameter ", i, " is on lazy:", param.device, " and parameter 0 on lazy:",
+                             device, "; one optimizer's parameters share a device (its step count lives there)"),
+                loc);
+  }
   if (grad.shape != param.shape || grad.device != param.device) {
     throw Error(absl::StrCat("AdamW.step: parameter ", i, " is ", param.shape.ToString(), " on lazy:", param.device,
                              " but its gradient is ", grad.shape.ToString(), " on lazy:", grad.device),
@@ -116,7 +122,7 @@ void AdamW::step(SourceLocation loc) {
     Tensor& p = params_[i];
     if (!p.grad().defined()) continue;
     const detail::TensorImpl& impl = detail::ImplOf(p, "AdamW.step", loc);
-    const ir::Value g = Gradient(p, i, loc);
+    const ir::Value g = Gradient(p, i, step_.device().index, loc);
     exp_avg_[i].assign(Moment(exp_avg_[i], g, beta1_, /*square=*/false, impl.device, loc), loc);
     exp_avg_sq_[i].assign(Moment(exp_avg_sq_[i], g, beta2_, /*square=*/true, impl.device, loc), loc);
     ir::OperandList operands{detail::ValueOf(p), detail::ValueOf(exp_avg_[i]), detail::ValueOf(exp_avg_sq_[i]),

@@ -21,6 +21,7 @@
 #include "lazy/optim.h"
 #include "lazy/sync.h"
 #include "lazy/tensor.h"
+#include "tests/lazy/device_test_util.h"
 
 namespace lazyrt {
 namespace optim_test {
@@ -233,7 +234,7 @@ class ElementwiseAdamW {
 TEST(Optim, AdamWUpdatesAreOneNodeEachWithTheBitsOfTheirElementwiseOps) {
   for (const DType dtype : {DType::kF32, DType::kF64}) {
     for (const double wd : {0.0, 0.05}) {
-      SCOPED_TRACE(testing::Message() << (dtype == DType::kF32 ? "f32" : "f64") << ", weight decay " << wd);
+      SCOPED_TRACE(::testing::Message() << (dtype == DType::kF32 ? "f32" : "f64") << ", weight decay " << wd);
       const std::vector<std::vector<int64_t>> shapes = {{3, 4}, {4}};
       std::vector<Tensor> fused_params, plain_params;
       for (size_t i = 0; i < shapes.size(); ++i) {
@@ -269,6 +270,23 @@ TEST(Optim, AdamWUpdatesAreOneNodeEachWithTheBitsOfTheirElementwiseOps) {
         fused.zero_grad();
       }
     }
+  }
+}
+
+// Parameters on two devices are refused when the step is traced, naming both devices: the step count and
+// bias corrections live on the first parameter's device.
+TEST(Optim, AdamWRefusesParametersOnTwoDevices) {
+  LAZYRT_NEEDS_DEVICES(2);
+  Tensor w = F32({0.5f, -1.0f}, {2});
+  Tensor b = F32({0.25f}, {1}).to(Device{1});
+  AdamW opt({w, b});
+  w.set_grad(F32({1, 1}, {2}));
+  b.set_grad(F32({1}, {1}).to(Device{1}));
+  try {
+    opt.step();
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_THAT(e.what(), AllOf(HasSubstr("parameter 1 is on lazy:1"), HasSubstr("parameter 0 on lazy:0")));
   }
 }
 

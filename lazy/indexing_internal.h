@@ -19,4 +19,7 @@ Tensor IndexAddUnchecked(const Tensor& x, int64_t dim, const Tensor& index, cons
 // `api_name` (nullptr: gather), for ops built on it (cross_entropy's labels).
 Tensor GatherAs(const Tensor& x, int64_t d, const Tensor& index, const char* api_name, const SourceLocation& loc);
 
+// one_hot with its range check, its index errors named as `api_name` (cross_entropy's gradient).
+Tensor OneHotAs(const Tensor& index, int64_t num_classes, DType dtype, const char* api_name, const SourceLocation& loc);
+
 }  // namespace lazyrt::detail

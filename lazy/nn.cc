@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "absl/strings/str_cat.h"
+#include "lazy/autograd.h"
 #include "lazy/indexing_internal.h"
 #include "lazy/tracing.h"
 
@@ -76,7 +77,7 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& labels, int64_t ignore_
                 loc);
   }
   const int64_t classes = logits.dim(logits.rank() == 1 ? 0 : 1);
-  detail::CheckKnownIndices(labels, classes, "cross_entropy", loc, ignore_index);
+  const bool labels_known = detail::CheckKnownIndices(labels, classes, "cross_entropy", loc, ignore_index);
   // Rows of classes: [M, C] with the class dim last, and their labels [M].
   Tensor rows = logits;
   if (logits.rank() > 2) {
@@ -90,9 +91,33 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& labels, int64_t ignore_
   const Tensor kept = ne(flat, Scalar::Static(static_cast<double>(ignore_index)), loc);
   // Ignored rows pick class 0 (any in range), then count nothing.
   const Tensor safe = where(kept, flat, zeros({}, flat.dtype(), flat.device(), loc), loc);
-  const Tensor picked = detail::GatherAs(log_softmax(rows, 1, loc), 1, safe, "cross_entropy", loc);  // [M, 1]
   const Tensor zero = zeros({}, logits.dtype(), logits.device(), loc);
-  const Tensor losses = reshape(where(kept, neg(picked, loc), zero, loc), {-1}, loc);
+  Tensor log_probs, losses;
+  {
+    // The row losses are differentiated as one op (below), not op by op.
+    NoGradGuard no_grad;
+    log_probs = log_softmax(rows, 1, loc);
+    const Tensor picked = detail::GatherAs(log_probs, 1, safe, "cross_entropy", loc);  // [M, 1]
+    losses = reshape(where(kept, neg(picked, loc), zero, loc), {-1}, loc);
+  }
+  // d(loss_i)/d(row i) = g_i (softmax(row i) - one_hot(label_i)), 0 for an ignored row: one elementwise
+  // expression of the saved log-probabilities, where the ops above differentiated one at a time took a
+  // scatter of the gathered gradient into zeros and log_softmax's row sums of it (five kernels for the
+  // MLP's loss). The same values: the scattered row sums to -g_i exactly, so log_softmax's g - exp(y) sum(g)
+  // is exp(y) g_i - g_i at the label and exp(y) g_i elsewhere.
+  losses = detail::Record(
+      losses, "cross_entropy", {rows},
+      [log_probs, kept, safe, zero, classes, labels_known, loc](const Tensor& g, const Tensor&,
+                                                                const std::vector<Tensor>&) -> std::vector<Tensor> {
+        const Tensor row_grad = where(kept, reshape(g, {-1, 1}, loc), zero, loc);  // [M, 1]
+        // [M, C]: labels only the device knows are checked by this gradient too, which may be read
+        // without the loss (the forward's gather checks them for the loss).
+        const Tensor label =
+            labels_known ? eq(arange(0, classes, 1, safe.dtype(), safe.device(), loc), safe, loc)
+                         : detail::OneHotAs(reshape(safe, {-1}, loc), classes, DType::kBool, "cross_entropy", loc);
+        return {exp(log_probs, loc) * TensorArg(row_grad, loc) - TensorArg(where(label, row_grad, zero, loc), loc)};
+      },
+      loc);
   if (reduction == "none") return reshape(losses, labels.sizes(), loc);
   const Tensor total = sum(losses, {}, false, loc);
   if (reduction == "sum") return total;

@@ -887,22 +887,27 @@ Tensor detail::GatherAs(const Tensor& x, int64_t d, const Tensor& index, const c
 }
 
 Tensor one_hot(const Tensor& index, int64_t num_classes, DType dtype, SourceLocation loc) {
-  const detail::TensorImpl& impl = ImplOf(index, "one_hot", loc);
+  return detail::OneHotAs(index, num_classes, dtype, "one_hot", loc);
+}
+
+Tensor detail::OneHotAs(const Tensor& index, int64_t num_classes, DType dtype, const char* api_name,
+                        const SourceLocation& loc) {
+  const detail::TensorImpl& impl = ImplOf(index, api_name, loc);
   Tensor out = OneHotUnchecked(index, num_classes, dtype, loc);
   // PyTorch refuses an index outside [0, num_classes); a row of zeros would be silent garbage.
-  if (detail::CheckKnownIndices(index, num_classes, "one_hot", loc)) return out;
+  if (detail::CheckKnownIndices(index, num_classes, api_name, loc)) return out;
   // Indices only the device knows are checked there, by the kernel that checks index_select's: selecting
   // one zero per index from a vector of num_classes zeros fails for an index out of range, so reading
-  // the result (or anything computed from it) reports that index, as one_hot's; adding the zeros changes
-  // no value.
+  // the result (or anything computed from it) reports that index, as the caller's; adding the zeros
+  // changes no value.
   const DType zero_type = dtype == DType::kBool ? DType::kI32 : dtype;
   std::vector<int64_t> dims(impl.shape.dims().begin(), impl.shape.dims().end());
   dims.push_back(1);
   const Tensor table = zeros({num_classes}, zero_type, Device{impl.device}, loc);
   const Tensor flat = reshape(index, {-1}, loc);
   Tensor picked = MakeTensor(OpKind::kIndexSelect, {ValueOf(table), ValueOf(flat)},
-                             Check(ir::InferIndexSelect(table.shape(), 0, flat.shape()), "one_hot", loc), impl.device,
-                             loc, ir::Attributes{{AttrKey::kAxis, int64_t{0}}}, "one_hot");
+                             Check(ir::InferIndexSelect(table.shape(), 0, flat.shape()), api_name, loc), impl.device,
+                             loc, ir::Attributes{{AttrKey::kAxis, int64_t{0}}}, api_name);
   Tensor check = reshape(picked, dims, loc);
   if (dtype == DType::kBool) return logical_or(out, ne(check, Scalar::Static(0), loc), loc);
   return out + TensorArg(check, loc);

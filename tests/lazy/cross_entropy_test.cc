@@ -98,6 +98,50 @@ TEST(CrossEntropy, HigherRankLogitsAndFiniteDifferences) {
             {{3, 3}});
 }
 
+// The gradient is one elementwise expression of the saved log-probabilities; it must give the bits of
+// the ops cross_entropy is made of differentiated one by one (a gather's scatter, log_softmax's row sums).
+TEST(CrossEntropy, GradientHasTheBitsOfItsOpsDifferentiatedOneByOne) {
+  std::mt19937_64 rng(11);
+  const int64_t n = 37, classes = 10;
+  std::vector<float> logits(static_cast<size_t>(n * classes));
+  std::uniform_real_distribution<float> u(-6, 6);
+  for (float& v : logits) v = u(rng);
+  std::vector<int64_t> labels(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) labels[static_cast<size_t>(i)] = i % 5 == 3 ? -100 : (i * 7) % classes;
+  for (const char* reduction : {"mean", "sum", "none"}) {
+    Tensor fused = Tensor::FromData(std::span<const float>(logits), {n, classes});
+    fused.requires_grad_();
+    Tensor loss = nn::cross_entropy(fused, I64(labels, {n}), -100, reduction);
+    (std::string(reduction) == "none" ? sum(loss * 0.5) : loss).backward();
+    EXPECT_THAT(graph_text({fused.grad()}), Not(HasSubstr("ScatterAdd")));
+
+    Tensor ops = Tensor::FromData(std::span<const float>(logits), {n, classes});
+    ops.requires_grad_();
+    const Tensor flat = reshape(I64(labels, {n}), {-1, 1});
+    const Tensor kept = ne(flat, Scalar::Static(-100.0));
+    const Tensor safe = where(kept, flat, zeros({}, DType::kI64));
+    const Tensor zero = zeros({});
+    const Tensor losses = reshape(where(kept, neg(gather(log_softmax(ops, 1), 1, safe)), zero), {-1});
+    const Tensor total = sum(losses);
+    const std::string r = reduction;
+    Tensor want = r == "none" ? sum(losses * 0.5) : r == "sum" ? total : total / sum(cast(kept, DType::kF32));
+    want.backward();
+    EXPECT_EQ(loss.to_vector<float>(), (r == "none" ? losses : want).to_vector<float>()) << reduction;
+    EXPECT_EQ(fused.grad().to_vector<float>(), ops.grad().to_vector<float>()) << reduction;
+  }
+}
+
+// A label only the device knows, out of range: reading the gradient alone reports it, as cross_entropy's.
+TEST(CrossEntropy, GradientReadWithoutTheLossReportsALabelOutOfRange) {
+  Tensor x = F64(std::vector<double>(6, 0.5), {2, 3});
+  x.requires_grad_();
+  const int line = __LINE__ + 1;
+  nn::cross_entropy(x, PendingI64({1, 3}, {2})).backward();
+  EXPECT_THAT(ErrorOf([&] { x.grad().to_vector<double>(); }),
+              AllOf(HasSubstr("cross_entropy (called at tests/lazy/cross_entropy_test.cc:" + std::to_string(line)),
+                    HasSubstr("index 3")));
+}
+
 TEST(CrossEntropy, LabelErrors) {
   const Tensor x = F64(std::vector<double>(6, 0.0), {2, 3});
   const int line = __LINE__ + 1;

@@ -127,13 +127,21 @@ const void* IotaStep(const Step& s, const void* const*, const Context& c, void* 
     std::fill_n(o, c.n, static_cast<T>(s.start));
     return out;
   }
+  if (c.n == 0) return out;  // else the space has points: no dim is 0
   int64_t inner = 1;
   for (size_t d = static_cast<size_t>(s.axis) + 1; d < c.space_dims.size(); ++d) inner *= c.space_dims[d];
   const int64_t size = c.space_dims[static_cast<size_t>(s.axis)];
+  // The point's coordinate along the axis, and its place in the run of `inner` points that share it,
+  // divided out once a block and then counted (two divisions a point were most of a one_hot's loop).
+  int64_t coord = (c.begin / inner) % size, within = c.begin % inner;
   for (int64_t i = 0; i < c.n; ++i) {
     // Wrapping (unsigned) arithmetic: start and step come from the executable and may be anything.
-    const uint64_t coord = static_cast<uint64_t>(((c.begin + i) / inner) % size);
-    o[i] = static_cast<T>(static_cast<int64_t>(static_cast<uint64_t>(s.start) + static_cast<uint64_t>(s.step) * coord));
+    o[i] = static_cast<T>(static_cast<int64_t>(static_cast<uint64_t>(s.start) +
+                                               static_cast<uint64_t>(s.step) * static_cast<uint64_t>(coord)));
+    if (++within == inner) {
+      within = 0;
+      if (++coord == size) coord = 0;
+    }
   }
   return out;
 }

@@ -1197,7 +1197,12 @@ TEST_P(KernelTest, Iota) {
                                          {proto::F32, {3, 4}, 0, 10, -1},
                                          {proto::S32, {2, 1, 3}, 2, 7, 2},
                                          {proto::F32, {0, 4}, 1, 0, 1},
-                                         {proto::S64, {}, 0, 9, 4}}) {
+                                         {proto::S64, {}, 0, 9, 4},
+                                         // Several blocks, which begin inside a run of points that
+                                         // share a coordinate and end inside another.
+                                         {proto::S32, {3, 701, 3}, 1, 5, 2},
+                                         {proto::S64, {5, 611}, 0, 3, -1},
+                                         {proto::F32, {2, 3, 1100}, 2, 0, 1}}) {
     ModuleBuilder b;
     const int64_t io = b.Iota(c.type, c.dims, c.axis, c.start, c.step);
     b.Output(io);

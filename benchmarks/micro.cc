@@ -314,6 +314,36 @@ void BM_Gelu(benchmark::State& state) {
 }
 BENCHMARK(BM_Gelu)->Args({1 << 21, 0})->Args({1 << 21, 1})->UseRealTime()->Unit(benchmark::kMicrosecond);
 
+// GELU's gradient as the GPT's MLP block takes it: h = x W1 + b1 (here x + b1) through gelu, the gradient of
+// h from the next layer's (a fixed [4096, 512] array), and b1's gradient summed over the rows, one sync of
+// the backward each (cache hit): one REDUCE kernel computing gelu'(h) and storing the gradient of h.
+void BM_GeluGradient(benchmark::State& state) {
+  const int64_t rows = state.range(0), width = 512;
+  std::vector<float> values(static_cast<size_t>(rows * width));
+  std::mt19937_64 rng(8);
+  std::normal_distribution<float> normal(0, 1.5f);
+  for (float& v : values) v = normal(rng);
+  Tensor x = Tensor::FromData(values, {rows, width});
+  for (float& v : values) v = normal(rng);
+  const Tensor upstream = Tensor::FromData(values, {rows, width});
+  Tensor bias = Filled({width}, 0.25f);
+  x.requires_grad_();  // h's gradient is stored, as the GPT's is (for x's and W1's)
+  bias.requires_grad_();
+  lazyrt::sync();
+  auto step = [&] {
+    lazyrt::sum(lazyrt::gelu(x + bias) * upstream).backward();
+    lazyrt::sync();
+    lazyrt::wait_device();
+    x.set_grad(Tensor());
+    bias.set_grad(Tensor());
+  };
+  step();  // compiled here, outside the timed loop
+  for (auto _ : state) step();
+  state.counters["Gelem/s"] = benchmark::Counter(
+      static_cast<double>(rows * width) * static_cast<double>(state.iterations()) / 1e9, benchmark::Counter::kIsRate);
+}
+BENCHMARK(BM_GeluGradient)->Arg(4096)->UseRealTime()->Unit(benchmark::kMicrosecond);
+
 // Mixed precision's widening loop: a bf16 [N, 512] product widened to f32 plus a bias, as the GPT's
 // linear layers run under --dtype bf16, one sync each (cache hit): GB/s of bf16 read + f32 written.
 void BM_Bf16WidenAddBias(benchmark::State& state) {

@@ -11,6 +11,7 @@ namespace lazyrt::ir {
 // broadcasting between operands), other (shape-changing, reductions, contractions, composites).
 // AdamWMoment and AdamWParam are AdamW's update of a moment and of a parameter, one node each where the
 // update is ~8 elementwise ops and their scalars (lazy/optim.cc); they lower to those very ops.
+// GeluGrad(g, x) is g times GELU's derivative at x (approximate="none"), gelu's backward as one node.
 // Two more lists below complete the set: the floating unary math ops and the plain reductions, whose
 // rows also name their public function and the device opcode or combiner they lower to.
 #define LAZYRT_IR_OPS(X)   \
@@ -67,7 +68,8 @@ namespace lazyrt::ir {
   X(IndexAdd, kOther)      \
   X(Shard, kOther)         \
   X(AdamWMoment, kOther)   \
-  X(AdamWParam, kOther)
+  X(AdamWParam, kOther)    \
+  X(GeluGrad, kBinary)
 
 // Elementwise math on floating values (integer inputs are computed in f32), category kUnary: X(Name,
 // public function lazyrt::fn(x), device opcode). Its gradient is FloatUnaryGrad<OpKind::kName> in

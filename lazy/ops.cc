@@ -545,10 +545,10 @@ Tensor gelu(const Tensor& x, absl::string_view approximate, SourceLocation loc) 
         auto c = [&](double v) { return ScalarArg(Scalar::Static(v), loc); };
         auto t = [&](const Tensor& v) { return TensorArg(v, loc); };
         if (!tanh_form) {
-          // d/dx x Phi(x) = Phi(x) + x phi(x): Phi(x) = (1 + erf(x / sqrt 2)) / 2, phi(x) = e^(-x^2/2) / sqrt(2 pi).
-          Tensor cdf = (erf(x * c(M_SQRT1_2), loc) + c(1)) * c(0.5);
-          Tensor pdf = exp(x * t(x) * c(-0.5), loc) * c(1.0 / std::sqrt(2 * M_PI));
-          return {g * t(cdf + x * t(pdf))};
+          // g (Phi(x) + x phi(x)) as one node (the device's GELU_DERIVATIVE opcode); g has out's dtype and
+          // x was converted to it.
+          const Tensor& xc = x.dtype() == g.dtype() ? x : cast(x, g.dtype(), loc);
+          return {Elementwise(OpKind::kGeluGrad, {ValueOf(g), ValueOf(xc)}, CommonDevice({&g, &xc}, "gelu", loc), loc)};
         }
         // y = 0.5 x (1 + tanh(u)), u = k (x + 0.044715 x^3), k = sqrt(2/pi)
         const double k = std::sqrt(2.0 / M_PI);

@@ -208,6 +208,9 @@ absl::StatusOr<proto::Module> LowerGraph(const ir::PostOrder& order, std::string
                       b.Binary(Opcode::kAdd, b.Scalar(1, x), t));
         break;
       }
+      case OpKind::kGeluGrad:
+        id = b.Elementwise(Opcode::kMultiply, type, dims, in(0), b.Unary(Opcode::kGeluDerivative, in(1)));
+        break;
       case OpKind::kConvert: id = b.Simple(Opcode::kConvert, type, dims, {in(0)}); break;
       case OpKind::kSelect:
         id = b.Simple(Opcode::kSelect, type, dims,

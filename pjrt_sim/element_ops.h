@@ -249,6 +249,17 @@ T Erf(T x) {
     return std::erf(x);
   }
 }
+// GELU's derivative (approximate="none"), Phi(x) + x phi(x): f32 by vector_math's VectorGeluDerivative,
+// f64 by the same formula on the C library's erf and exp, each operation rounded in the same order.
+template <typename T>
+T GeluDerivative(T x) {
+  if constexpr (std::is_same_v<T, float>) {
+    return VectorGeluDerivative(x);
+  } else {
+    const T cdf = (Erf(x * static_cast<T>(0.70710678118654752440)) + T{1}) * T{0.5};
+    return cdf + x * (Exp(x * x * T{-0.5}) * static_cast<T>(0.39894228040143267794));
+  }
+}
 // NaN-propagating, as XLA's max/min. `|`, not `||`: no branch, so loops of it vectorize (a != a is the
 // NaN test).
 template <typename T>

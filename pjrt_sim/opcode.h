@@ -37,7 +37,8 @@ enum class TypeClass : uint8_t {
   X(Not, 19, kPred, static_cast<T>(!x))     \
   X(Erf, 21, kFloat, Erf(x))                \
   X(Sin, 22, kFloat, std::sin(x))           \
-  X(Cos, 23, kFloat, std::cos(x))
+  X(Cos, 23, kFloat, std::cos(x))           \
+  X(GeluDerivative, 24, kFloat, GeluDerivative(x))
 
 // Elementwise, two operands of one type: X(Name, number, type class, element function of `a`, `b`).
 #define LAZYRT_BINARY_OPCODES(X)            \

@@ -163,6 +163,17 @@ inline float VectorErf(float x) {
   return ErfOfParts(x, a, ErfFromOne(a));
 }
 
+// GELU's derivative d/dx x Phi(x) = Phi(x) + x phi(x), as the operations of its formula
+// 0.5 (1 + erf(x / sqrt 2)) + x e^(-x^2/2) / sqrt(2 pi) each rounded to f32 in turn (the constants too).
+inline constexpr float kGeluErfScale = static_cast<float>(0.70710678118654752440);  // 1 / sqrt 2
+inline constexpr float kGeluPdfScale = static_cast<float>(0.39894228040143267794);  // 1 / sqrt(2 pi)
+inline float GeluDerivativeOfParts(float x, float erf_of_scaled, float exp_of_half_square) {
+  return (erf_of_scaled + 1.0f) * 0.5f + x * (exp_of_half_square * kGeluPdfScale);
+}
+inline float VectorGeluDerivative(float x) {
+  return GeluDerivativeOfParts(x, VectorErf(x * kGeluErfScale), VectorExp(x * x * -0.5f));
+}
+
 // The functions over arrays, out[i] = f(x[i]) for i < n, as the kernels run them: each compiled for
 // x86-64-v4, v3 and the baseline x86-64, the CPU's best chosen when the program is loaded (2-3x the
 // baseline's 4 lanes). Every version computes the scalar function's bits (the same IEEE operations in
@@ -173,6 +184,7 @@ void VectorLog(const float* x, int64_t n, float* out);
 void VectorTanh(const float* x, int64_t n, float* out);
 void VectorLogistic(const float* x, int64_t n, float* out);
 void VectorErf(const float* x, int64_t n, float* out);
+void VectorGeluDerivative(const float* x, int64_t n, float* out);
 // sum[i] += x[i] for i < n, compiled the same way.
 void AddTo(float* sum, const float* x, int64_t n);
 void AddTo(double* sum, const double* x, int64_t n);

@@ -1,4 +1,6 @@
 // Every differentiable op's gradient against central finite differences, in f64.
+#include <bit>
+#include <cmath>
 #include <functional>
 #include <random>
 
@@ -217,4 +219,33 @@ TEST(Autograd, ForwardBackwardAndUpdateInOneGraph) {
 }
 
 }  // namespace autograd_test
+// gelu's gradient is one node (the device's GELU_DERIVATIVE): the bits of its formula's ops traced one by
+// one, g (0.5 (1 + erf(x / sqrt 2)) + x e^(-x^2/2) / sqrt(2 pi)), in f32 and f64.
+TEST(Autograd, GeluGradientIsOneNodeWithTheBitsOfItsFormula) {
+  std::mt19937_64 rng(12);
+  std::normal_distribution<double> normal(0, 2.5);
+  std::vector<double> values(3001), upstream(3001);
+  for (double& v : values) v = normal(rng);
+  for (double& v : upstream) v = normal(rng);
+  values[0] = 0, values[1] = -0.0, values[2] = 40, values[3] = -40, values[4] = 1, values[5] = -1;
+  for (const DType dtype : {DType::kF32, DType::kF64}) {
+    const Tensor g = cast(Tensor::FromData(upstream, {3001}), dtype);
+    Tensor x = cast(Tensor::FromData(values, {3001}), dtype).detach();
+    x.requires_grad_();
+    sum(gelu(x) * g).backward();
+    EXPECT_THAT(graph_text({x.grad()}), ::testing::Not(::testing::HasSubstr("Erf")));
+    const Tensor xv = x.detach();
+    const Tensor cdf = (erf(xv * M_SQRT1_2) + 1.0) * 0.5;
+    const Tensor pdf = exp(xv * xv * -0.5) * (1.0 / std::sqrt(2 * M_PI));
+    const Tensor want = g * (cdf + xv * pdf);
+    const std::vector<double> got = cast(x.grad(), DType::kF64).to_vector<double>();
+    const std::vector<double> expected = cast(want, DType::kF64).to_vector<double>();
+    ASSERT_EQ(got.size(), expected.size());
+    for (size_t i = 0; i < got.size(); ++i) {
+      ASSERT_EQ(std::bit_cast<uint64_t>(got[i]), std::bit_cast<uint64_t>(expected[i]))
+          << ir::DTypeName(dtype) << " x = " << values[i] << ": " << got[i] << " vs " << expected[i];
+    }
+  }
+}
+
 }  // namespace lazyrt

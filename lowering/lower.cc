@@ -194,9 +194,7 @@ absl::StatusOr<proto::Module> LowerGraph(const ir::PostOrder& order, std::string
         const int64_t x = in(0);
         if (!attrs.Get<bool>(AttrKey::kApproximate)) {
           // x Phi(x) = 0.5 x (1 + erf(x / sqrt 2)), PyTorch's default (approximate="none").
-          const int64_t e = b.Unary(Opcode::kErf, b.Binary(Opcode::kMultiply, x, b.Scalar(M_SQRT1_2, x)));
-          id = b.Binary(Opcode::kMultiply, b.Binary(Opcode::kMultiply, b.Scalar(0.5, x), x),
-                        b.Binary(Opcode::kAdd, b.Scalar(1, x), e));
+          id = b.Unary(Opcode::kGelu, x);
           break;
         }
         // 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))), PyTorch's approximate="tanh".

@@ -249,6 +249,16 @@ T Erf(T x) {
     return std::erf(x);
   }
 }
+// GELU (approximate="none"), x Phi(x) = (0.5 x) (1 + erf(x / sqrt 2)): f32 by vector_math's VectorGelu, f64
+// by the same formula on the C library's erf, each operation rounded in the same order.
+template <typename T>
+T Gelu(T x) {
+  if constexpr (std::is_same_v<T, float>) {
+    return VectorGelu(x);
+  } else {
+    return (T{0.5} * x) * (T{1} + Erf(x * static_cast<T>(0.70710678118654752440)));
+  }
+}
 // GELU's derivative (approximate="none"), Phi(x) + x phi(x): f32 by vector_math's VectorGeluDerivative,
 // f64 by the same formula on the C library's erf and exp, each operation rounded in the same order.
 template <typename T>

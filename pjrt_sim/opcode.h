@@ -24,21 +24,22 @@ enum class TypeClass : uint8_t {
 };
 
 // Elementwise, one operand: X(Name, number, type class, element function of `x`, computed in T).
-#define LAZYRT_UNARY_OPCODES(X)             \
-  X(Negate, 10, kNumeric, Negate(x))        \
-  X(Abs, 11, kNumeric, Abs(x))              \
-  X(Exp, 12, kFloat, Exp(x))                \
-  X(Log, 13, kFloat, Log(x))                \
-  X(Sqrt, 14, kFloat, std::sqrt(x))         \
-  X(Rsqrt, 15, kFloat, T{1} / std::sqrt(x)) \
-  X(Tanh, 16, kFloat, Tanh(x))              \
-  X(Logistic, 17, kFloat, Logistic(x))      \
-  X(Sign, 18, kNumeric, Sign(x))            \
-  X(Not, 19, kPred, static_cast<T>(!x))     \
-  X(Erf, 21, kFloat, Erf(x))                \
-  X(Sin, 22, kFloat, std::sin(x))           \
-  X(Cos, 23, kFloat, std::cos(x))           \
-  X(GeluDerivative, 24, kFloat, GeluDerivative(x))
+#define LAZYRT_UNARY_OPCODES(X)                    \
+  X(Negate, 10, kNumeric, Negate(x))               \
+  X(Abs, 11, kNumeric, Abs(x))                     \
+  X(Exp, 12, kFloat, Exp(x))                       \
+  X(Log, 13, kFloat, Log(x))                       \
+  X(Sqrt, 14, kFloat, std::sqrt(x))                \
+  X(Rsqrt, 15, kFloat, T{1} / std::sqrt(x))        \
+  X(Tanh, 16, kFloat, Tanh(x))                     \
+  X(Logistic, 17, kFloat, Logistic(x))             \
+  X(Sign, 18, kNumeric, Sign(x))                   \
+  X(Not, 19, kPred, static_cast<T>(!x))            \
+  X(Erf, 21, kFloat, Erf(x))                       \
+  X(Sin, 22, kFloat, std::sin(x))                  \
+  X(Cos, 23, kFloat, std::cos(x))                  \
+  X(GeluDerivative, 24, kFloat, GeluDerivative(x)) \
+  X(Gelu, 25, kFloat, Gelu(x))
 
 // Elementwise, two operands of one type: X(Name, number, type class, element function of `a`, `b`).
 #define LAZYRT_BINARY_OPCODES(X)            \

@@ -360,6 +360,7 @@ int64_t SimplifyAlgebra(HloModule& module) {
       case Opcode::kSign:
       case Opcode::kNot:
       case Opcode::kErf:
+      case Opcode::kGelu:
       case Opcode::kGeluDerivative:
       case Opcode::kSin:
       case Opcode::kCos:

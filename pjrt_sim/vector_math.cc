@@ -53,6 +53,18 @@ LAZYRT_VECTOR_CLONES void VectorErf(const float* x, int64_t n, float* out) {
   for (int64_t begin = 0; begin < n; begin += kRun) ErfRun(x + begin, std::min(kRun, n - begin), out + begin);
 }
 
+// A run at a time: its erf as VectorErf's array loop, then the product.
+LAZYRT_VECTOR_CLONES void VectorGelu(const float* x, int64_t n, float* out) {
+  for (int64_t begin = 0; begin < n; begin += kRun) {
+    const int64_t m = std::min(kRun, n - begin);
+    const float* xs = x + begin;
+    float scaled[kRun], erf[kRun];
+    for (int64_t i = 0; i < m; ++i) scaled[i] = xs[i] * kGeluErfScale;
+    ErfRun(scaled, m, erf);
+    for (int64_t i = 0; i < m; ++i) out[begin + i] = GeluOfParts(xs[i], erf[i]);
+  }
+}
+
 // A run at a time: its erf as VectorErf's array loop (the polynomial alone where the run allows), the
 // exponential of the run, then the formula: a few short passes in L1 where GELU's gradient took a step of
 // the fused program per operation of the formula over each block (13 of them, in its kernel).

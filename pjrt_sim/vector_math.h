@@ -173,6 +173,9 @@ inline float GeluDerivativeOfParts(float x, float erf_of_scaled, float exp_of_ha
 inline float VectorGeluDerivative(float x) {
   return GeluDerivativeOfParts(x, VectorErf(x * kGeluErfScale), VectorExp(x * x * -0.5f));
 }
+// GELU itself, x Phi(x), as the operations of (0.5 x) (1 + erf(x / sqrt 2)) each rounded to f32 in turn.
+inline float GeluOfParts(float x, float erf_of_scaled) { return (0.5f * x) * (1.0f + erf_of_scaled); }
+inline float VectorGelu(float x) { return GeluOfParts(x, VectorErf(x * kGeluErfScale)); }
 
 // The functions over arrays, out[i] = f(x[i]) for i < n, as the kernels run them: each compiled for
 // x86-64-v4, v3 and the baseline x86-64, the CPU's best chosen when the program is loaded (2-3x the
@@ -185,6 +188,7 @@ void VectorTanh(const float* x, int64_t n, float* out);
 void VectorLogistic(const float* x, int64_t n, float* out);
 void VectorErf(const float* x, int64_t n, float* out);
 void VectorGeluDerivative(const float* x, int64_t n, float* out);
+void VectorGelu(const float* x, int64_t n, float* out);
 // sum[i] += x[i] for i < n, compiled the same way.
 void AddTo(float* sum, const float* x, int64_t n);
 void AddTo(double* sum, const double* x, int64_t n);

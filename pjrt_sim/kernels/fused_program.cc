@@ -184,10 +184,10 @@ const void* NormalStep(const Step& s, const void* const* values, const Context& 
 // The f32 transcendental functions over a block, in vector_math's loops compiled for the CPU's widest
 // vectors. Looked up by index: a function's address is no constant expression under the sanitizers.
 using VectorLoop = void (*)(const float*, int64_t, float*);
-constexpr Opcode kVectorLoopOpcodes[] = {Opcode::kExp,      Opcode::kLog, Opcode::kTanh,
-                                         Opcode::kLogistic, Opcode::kErf, Opcode::kGeluDerivative};
-constexpr VectorLoop kVectorLoops[] = {&VectorExp,      &VectorLog, &VectorTanh,
-                                       &VectorLogistic, &VectorErf, &VectorGeluDerivative};
+constexpr Opcode kVectorLoopOpcodes[] = {Opcode::kExp, Opcode::kLog,  Opcode::kTanh,          Opcode::kLogistic,
+                                         Opcode::kErf, Opcode::kGelu, Opcode::kGeluDerivative};
+constexpr VectorLoop kVectorLoops[] = {&VectorExp, &VectorLog,  &VectorTanh,          &VectorLogistic,
+                                       &VectorErf, &VectorGelu, &VectorGeluDerivative};
 static_assert(std::size(kVectorLoopOpcodes) == std::size(kVectorLoops));
 // The index of `op`'s loop in kVectorLoops, -1 when it has none.
 constexpr int VectorLoopIndex(Opcode op) {

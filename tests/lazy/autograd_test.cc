@@ -219,9 +219,10 @@ TEST(Autograd, ForwardBackwardAndUpdateInOneGraph) {
 }
 
 }  // namespace autograd_test
-// gelu's gradient is one node (the device's GELU_DERIVATIVE): the bits of its formula's ops traced one by
-// one, g (0.5 (1 + erf(x / sqrt 2)) + x e^(-x^2/2) / sqrt(2 pi)), in f32 and f64.
-TEST(Autograd, GeluGradientIsOneNodeWithTheBitsOfItsFormula) {
+// gelu and its gradient are one device opcode each (GELU, GELU_DERIVATIVE), the gradient one node: the
+// bits of their formulas' ops traced one by one, (0.5 x) (1 + erf(x / sqrt 2)) and
+// g (0.5 (1 + erf(x / sqrt 2)) + x e^(-x^2/2) / sqrt(2 pi)), in f32 and f64.
+TEST(Autograd, GeluAndItsGradientHaveTheBitsOfTheirFormulas) {
   std::mt19937_64 rng(12);
   std::normal_distribution<double> normal(0, 2.5);
   std::vector<double> values(3001), upstream(3001);
@@ -232,12 +233,19 @@ TEST(Autograd, GeluGradientIsOneNodeWithTheBitsOfItsFormula) {
     const Tensor g = cast(Tensor::FromData(upstream, {3001}), dtype);
     Tensor x = cast(Tensor::FromData(values, {3001}), dtype).detach();
     x.requires_grad_();
-    sum(gelu(x) * g).backward();
+    const Tensor y = gelu(x);
+    sum(y * g).backward();
     EXPECT_THAT(graph_text({x.grad()}), ::testing::Not(::testing::HasSubstr("Erf")));
     const Tensor xv = x.detach();
     const Tensor cdf = (erf(xv * M_SQRT1_2) + 1.0) * 0.5;
     const Tensor pdf = exp(xv * xv * -0.5) * (1.0 / std::sqrt(2 * M_PI));
     const Tensor want = g * (cdf + xv * pdf);
+    const std::vector<double> got_y = cast(y, DType::kF64).to_vector<double>();
+    const std::vector<double> want_y = cast(xv * 0.5 * (erf(xv * M_SQRT1_2) + 1.0), DType::kF64).to_vector<double>();
+    for (size_t i = 0; i < got_y.size(); ++i) {
+      ASSERT_EQ(std::bit_cast<uint64_t>(got_y[i]), std::bit_cast<uint64_t>(want_y[i]))
+          << ir::DTypeName(dtype) << " gelu(" << values[i] << "): " << got_y[i] << " vs " << want_y[i];
+    }
     const std::vector<double> got = cast(x.grad(), DType::kF64).to_vector<double>();
     const std::vector<double> expected = cast(want, DType::kF64).to_vector<double>();
     ASSERT_EQ(got.size(), expected.size());

@@ -97,15 +97,20 @@ TEST(Lowering, ComparisonsArePredCompares) {
   EXPECT_EQ(cmp.shape().type(), pjrt::proto::PRED);
 }
 
-TEST(Lowering, GeluIsErfByDefaultAndTanhWhenAskedFor) {
+TEST(Lowering, GeluIsItsOpcodeByDefaultAndTanhWhenAskedFor) {
   const auto gelu = [](bool approximate) {
     return Lowered(Op(OpKind::kGelu, {Leaf(kF32_2x3)}, kF32_2x3, Attributes{{AttrKey::kApproximate, approximate}}));
   };
   const std::map<Opcode, int> exact = gelu(false), tanh = gelu(true);
-  EXPECT_EQ(exact.count(Opcode::kErf), 1u);
+  EXPECT_EQ(exact.count(Opcode::kGelu), 1u);
   EXPECT_EQ(exact.count(Opcode::kTanh), 0u);
   EXPECT_EQ(tanh.count(Opcode::kTanh), 1u);
-  EXPECT_EQ(tanh.count(Opcode::kErf), 0u);
+  EXPECT_EQ(tanh.count(Opcode::kGelu), 0u);
+  // Its gradient: g times GELU_DERIVATIVE(x).
+  const std::map<Opcode, int> grad = Lowered(Op(OpKind::kGeluGrad, {Leaf(kF32_2x3), Leaf(kF32_2x3)}, kF32_2x3));
+  EXPECT_EQ(grad.count(Opcode::kGeluDerivative), 1u);
+  EXPECT_EQ(grad.count(Opcode::kMultiply), 1u);
+  EXPECT_EQ(grad.count(Opcode::kErf), 0u);
 }
 
 TEST(Lowering, MeanIsASumScaledOnce) {

@@ -175,30 +175,39 @@ TEST(VectorMathTest, ErfOfAnArrayIsTheScalarBitsWhateverMixOfSmallAndLargeElemen
   }
 }
 
-// GELU's derivative Phi(x) + x phi(x) against the f64 formula: within a few ulp of 1 (its values are in
-// [-0.17, 1.13], and it crosses 0 near x = -0.75, where no relative bound holds); NaN at NaN and +-inf (the
-// formula's inf * 0, as PyTorch's); and the array loop, whose runs take erf's polynomial alone where
-// they can, gives the scalar function's bits.
-TEST(VectorMathTest, GeluDerivativeIsTheFormulasValueAndItsArrayTheScalarBits) {
+// GELU, x Phi(x), and its derivative Phi(x) + x phi(x) against the f64 formulas: within a few ulp of
+// max(1, |value|) (the derivative's values are in [-0.17, 1.13], and it crosses 0 near x = -0.75, where
+// no relative bound holds); the derivative NaN at NaN and +-inf (the formula's inf * 0, as PyTorch's);
+// and the array loops, whose runs take erf's polynomial alone where they can, give the scalar bits.
+TEST(VectorMathTest, GeluAndItsDerivativeAreTheFormulasValuesAndTheirArraysTheScalarBits) {
   std::vector<float> xs;
   for (int i = -120000; i <= 120000; ++i) xs.push_back(static_cast<float>(i) * 1e-4f);
   for (float x : {0.0f, -0.0f, 1.0f, -1.0f, 1.4142135f, -1.4142135f, 5.656854f, -5.656854f, 30.0f, -30.0f}) {
     xs.push_back(x);
   }
-  double worst = 0;
+  double worst_derivative = 0, worst_gelu = 0;
   for (float x : xs) {
-    const double d = x;
-    const double exact = 0.5 * (1 + std::erf(d / std::sqrt(2.0))) + d * std::exp(-d * d / 2) / std::sqrt(2 * M_PI);
-    worst = std::max(worst, std::abs(static_cast<double>(VectorGeluDerivative(x)) - exact));
+    const double d = x, cdf = 0.5 * (1 + std::erf(d / std::sqrt(2.0)));
+    const double derivative = cdf + d * std::exp(-d * d / 2) / std::sqrt(2 * M_PI);
+    worst_derivative = std::max(worst_derivative, std::abs(VectorGeluDerivative(x) - derivative));
+    worst_gelu = std::max(worst_gelu, std::abs(VectorGelu(x) - d * cdf) / std::max(1.0, std::abs(d * cdf)));
   }
-  EXPECT_LE(worst, 4 * 0x1p-24) << "GELU's derivative is " << worst << " off";
+  EXPECT_LE(worst_derivative, 4 * 0x1p-24) << "GELU's derivative is " << worst_derivative << " off";
+  EXPECT_LE(worst_gelu, 4 * 0x1p-24) << "GELU is " << worst_gelu << " off";
   for (float x : {kNaN, -kNaN, kInf, -kInf}) EXPECT_TRUE(std::isnan(VectorGeluDerivative(x))) << x;
-  std::vector<float> out(xs.size());
-  for (int64_t offset : {0, 5, 64}) {
-    VectorGeluDerivative(xs.data() + offset, static_cast<int64_t>(xs.size()) - offset, out.data());
-    for (size_t i = 0; i + static_cast<size_t>(offset) < xs.size(); ++i) {
-      const float x = xs[i + static_cast<size_t>(offset)];
-      ASSERT_EQ(std::bit_cast<uint32_t>(out[i]), std::bit_cast<uint32_t>(VectorGeluDerivative(x))) << x;
+  EXPECT_TRUE(std::isnan(VectorGelu(kNaN)));
+  EXPECT_EQ(VectorGelu(kInf), kInf);
+  using ArrayFn = void (*)(const float*, int64_t, float*);
+  using ScalarFn = float (*)(float);
+  for (const auto& [array, scalar] : {std::pair<ArrayFn, ScalarFn>{&VectorGelu, &VectorGelu},
+                                      std::pair<ArrayFn, ScalarFn>{&VectorGeluDerivative, &VectorGeluDerivative}}) {
+    std::vector<float> out(xs.size());
+    for (int64_t offset : {0, 5, 64}) {
+      array(xs.data() + offset, static_cast<int64_t>(xs.size()) - offset, out.data());
+      for (size_t i = 0; i + static_cast<size_t>(offset) < xs.size(); ++i) {
+        const float x = xs[i + static_cast<size_t>(offset)];
+        ASSERT_EQ(std::bit_cast<uint32_t>(out[i]), std::bit_cast<uint32_t>(scalar(x))) << x;
+      }
     }
   }
 }
@@ -211,10 +220,13 @@ TEST(VectorMathTest, KernelsGiveTheScalarFunctionsBits) {
   xs.resize(300001);  // enough lanes of every kind, a test-sized run
   const Dims dims = {static_cast<int64_t>(xs.size())};
   const std::vector<HostArray> args = {MakeArray<float>(PrimitiveType::kF32, dims, xs)};
-  const std::pair<Opcode, float (*)(float)> ops[] = {
-      {Opcode::kExp, &VectorExp},   {Opcode::kLog, &VectorLog},
-      {Opcode::kTanh, &VectorTanh}, {Opcode::kLogistic, &VectorLogistic},
-      {Opcode::kErf, &VectorErf},   {Opcode::kGeluDerivative, &VectorGeluDerivative}};
+  const std::pair<Opcode, float (*)(float)> ops[] = {{Opcode::kExp, &VectorExp},
+                                                     {Opcode::kLog, &VectorLog},
+                                                     {Opcode::kTanh, &VectorTanh},
+                                                     {Opcode::kLogistic, &VectorLogistic},
+                                                     {Opcode::kErf, &VectorErf},
+                                                     {Opcode::kGelu, &VectorGelu},
+                                                     {Opcode::kGeluDerivative, &VectorGeluDerivative}};
   std::unique_ptr<Client> client = testing::MakeClient();
   for (const auto& [opcode, fn] : ops) {
     ModuleBuilder mb;

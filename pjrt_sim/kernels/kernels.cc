@@ -194,7 +194,7 @@ LAZYRT_VECTOR_CLONES_TEMPLATE void Accumulate(Combiner combiner, A* acc, const T
 }
 
 template <Combiner kCombiner, typename A, typename T>
-A CombineLanes(A a, const T* x, int64_t n) {
+[[gnu::always_inline]] inline A CombineLanes(A a, const T* x, int64_t n) {
   A lanes[kLanes];
   std::fill_n(lanes, kLanes, ReduceIdentity<A>(kCombiner));
   int64_t i = 0;

@@ -44,8 +44,9 @@ class MLP {
 // a 0-dim label). Rows whose label is ignore_index contribute nothing; reduction "mean" divides by the
 // number of the other rows (NaN if there are none, as torch), "sum" adds, "none" gives the per-row
 // losses in labels' shape. A label outside [0, C) that is not ignore_index is an index error (at the
-// call if the labels are known, else when the result is read). Built from log_softmax and a gather, so
-// neither direction makes an [N, C] one_hot or a matmul with one.
+// call if the labels are known, else when the result is read). Built from log_softmax and a gather; its
+// gradient is one elementwise expression, g (exp(log_softmax) - one_hot(label)), computed in one fused
+// loop: neither direction stores an [N, C] one_hot or multiplies by one.
 Tensor cross_entropy(const Tensor& logits, const Tensor& labels, int64_t ignore_index = -100,
                      absl::string_view reduction = "mean", LAZYRT_HERE);
 

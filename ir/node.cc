@@ -27,8 +27,8 @@ Node::Node(OpKind op, OperandList operands, ShapeList shapes, Attributes attrs,
       created_at_(created_at),
       api_name_(api_name) {
   Hasher h;
-  h.Add(static_cast<uint64_t>(op_) | (static_cast<uint64_t>(operands_.size()) << 16) |
-        (static_cast<uint64_t>(shapes_.size()) << 32));
+  h.Add(OpKindStableId(op_));
+  h.Add(static_cast<uint64_t>(operands_.size()) | (static_cast<uint64_t>(shapes_.size()) << 32));
   for (const Value& v : operands_) {
     h.Add(v.node->hash());
     h.Add(v.index);

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstdint>
+#include <iterator>
 #include <optional>
 #include "absl/strings/string_view.h"
 
@@ -114,6 +115,33 @@ inline constexpr OpKind kAllOpKinds[] = {
     LAZYRT_IR_ALL_OPS(LAZYRT_IR_ROW)
 #undef LAZYRT_IR_ROW
 };
+
+// A number for each op kind that does not depend on its place in the lists above: the FNV-1a hash of its
+// name. Node hashes, and so the persistent cache's graph keys, take it: an op appended or moved must not give
+// an existing graph another graph's key (the enum's numbers shift for every op after it).
+constexpr uint64_t Fnv1a(absl::string_view text) {
+  uint64_t h = 14695981039346656037ULL;
+  for (char c : text) {
+    h ^= static_cast<uint8_t>(c);
+    h *= 1099511628211ULL;
+  }
+  return h;
+}
+inline constexpr uint64_t kOpKindStableIds[] = {
+#define LAZYRT_IR_ROW(name, category) Fnv1a(#name),
+    LAZYRT_IR_ALL_OPS(LAZYRT_IR_ROW)
+#undef LAZYRT_IR_ROW
+};
+constexpr bool StableIdsAreDistinct() {
+  for (size_t i = 0; i < std::size(kOpKindStableIds); ++i) {
+    for (size_t j = 0; j < i; ++j) {
+      if (kOpKindStableIds[i] == kOpKindStableIds[j]) return false;
+    }
+  }
+  return true;
+}
+static_assert(StableIdsAreDistinct(), "two op kinds' names hash alike: rename one");
+inline uint64_t OpKindStableId(OpKind op) { return kOpKindStableIds[static_cast<size_t>(op)]; }
 
 // "Add", "MatMul", ...
 absl::string_view OpKindName(OpKind op);

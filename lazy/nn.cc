@@ -102,20 +102,21 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& labels, int64_t ignore_
   }
   // d(loss_i)/d(row i) = g_i (softmax(row i) - one_hot(label_i)), 0 for an ignored row: one elementwise
   // expression of the saved log-probabilities, where the ops above differentiated one at a time took a
-  // scatter of the gathered gradient into zeros and log_softmax's row sums of it (five kernels for the
-  // MLP's loss). The same values: the scattered row sums to -g_i exactly, so log_softmax's g - exp(y) sum(g)
-  // is exp(y) g_i - g_i at the label and exp(y) g_i elsewhere.
+  // scatter of the gathered gradient into zeros and log_softmax's g' - exp(y) sum(g') of it (five kernels for
+  // the MLP's loss). With s = -g_i (0 on an ignored row), the scattered row g' is s at the label and +0
+  // elsewhere and sums to s, so where(label, s, 0) - exp(y) s is the same value, and the same bits: the
+  // same operations, and where s is -0 (g' held +0) each result is still +0 - (+-0) or -0 - (-0), +0.
   losses = detail::Record(
       losses, "cross_entropy", {rows},
       [log_probs, kept, safe, zero, classes, labels_known, loc](const Tensor& g, const Tensor&,
                                                                 const std::vector<Tensor>&) -> std::vector<Tensor> {
-        const Tensor row_grad = where(kept, reshape(g, {-1, 1}, loc), zero, loc);  // [M, 1]
+        const Tensor s = neg(where(kept, reshape(g, {-1, 1}, loc), zero, loc), loc);  // [M, 1]
         // [M, C]: labels only the device knows are checked by this gradient too, which may be read
         // without the loss (the forward's gather checks them for the loss).
         const Tensor label =
             labels_known ? eq(arange(0, classes, 1, safe.dtype(), safe.device(), loc), safe, loc)
                          : detail::OneHotAs(reshape(safe, {-1}, loc), classes, DType::kBool, "cross_entropy", loc);
-        return {exp(log_probs, loc) * TensorArg(row_grad, loc) - TensorArg(where(label, row_grad, zero, loc), loc)};
+        return {where(label, s, zero, loc) - TensorArg(exp(log_probs, loc) * TensorArg(s, loc), loc)};
       },
       loc);
   if (reduction == "none") return reshape(losses, labels.sizes(), loc);

@@ -46,7 +46,8 @@ class MLP {
 // losses in labels' shape. A label outside [0, C) that is not ignore_index is an index error (at the
 // call if the labels are known, else when the result is read). Built from log_softmax and a gather; its
 // gradient is one elementwise expression, g (exp(log_softmax) - one_hot(label)), computed in one fused
-// loop: neither direction stores an [N, C] one_hot or multiplies by one.
+// loop (labels only the device knows add their range check's kernel): neither direction stores an [N, C]
+// one_hot or multiplies by one.
 Tensor cross_entropy(const Tensor& logits, const Tensor& labels, int64_t ignore_index = -100,
                      absl::string_view reduction = "mean", LAZYRT_HERE);
 

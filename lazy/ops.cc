@@ -545,10 +545,9 @@ Tensor gelu(const Tensor& x, absl::string_view approximate, SourceLocation loc) 
         auto c = [&](double v) { return ScalarArg(Scalar::Static(v), loc); };
         auto t = [&](const Tensor& v) { return TensorArg(v, loc); };
         if (!tanh_form) {
-          // g (Phi(x) + x phi(x)) as one node (the device's GELU_DERIVATIVE opcode); g has out's dtype and
-          // x was converted to it.
-          const Tensor& xc = x.dtype() == g.dtype() ? x : cast(x, g.dtype(), loc);
-          return {Elementwise(OpKind::kGeluGrad, {ValueOf(g), ValueOf(xc)}, CommonDevice({&g, &xc}, "gelu", loc), loc)};
+          // g (Phi(x) + x phi(x)) as one node (the device's GELU_DERIVATIVE opcode). x is floating (an
+          // integer x has no gradient) and of g's dtype, gelu's.
+          return {Elementwise(OpKind::kGeluGrad, {ValueOf(g), ValueOf(x)}, CommonDevice({&g, &x}, "gelu", loc), loc)};
         }
         // y = 0.5 x (1 + tanh(u)), u = k (x + 0.044715 x^3), k = sqrt(2/pi)
         const double k = std::sqrt(2.0 / M_PI);

@@ -212,12 +212,12 @@ class Emitter {
   // them, is recomputed too when the one array it comes from is narrower and no reader broadcasts the
   // value: a reader then loads fewer bytes than the stored value would take, and the loops wait on
   // memory, not on f32 arithmetic (f64 functions are scalar library calls; a broadcast reader would
-  // compute the value once per element of its larger space). With bf16 products GELU's
-  // erf((f32(h) + bias) * c) is not stored for its backward (benchmarks/RESULTS.md: 101.2 -> 97.2 ms a
-  // bf16 GPT step, the same bits). From an f32 array, such work is recomputed only for readers far
-  // apart, more than kEvictedBytes of values computed between them (a forward's and its backward's): the
-  // stored value would be written to memory and read back from it, holding its bytes in the arena all
-  // the while; a reader loads the array instead, as many bytes, or none more where it loads the array
+  // compute the value once per element of its larger space). With bf16 products this kept GELU's
+  // erf((f32(h) + bias) * c) from being stored for its backward, before GELU and its derivative became
+  // opcodes of their own (benchmarks/RESULTS.md: 101.2 -> 97.2 ms a bf16 GPT step, the same bits). From an f32 array,
+  // such work is recomputed only for readers far apart, more than kEvictedBytes of values computed between them (a
+  // forward's and its backward's): the stored value would be written to memory and read back from it, holding its bytes
+  // in the arena all the while; a reader loads the array instead, as many bytes, or none more where it loads the array
   // anyway (GELU's backward, which also needs h + bias). Readers close together find a stored value in
   // the cache, and it is computed once (softmax's exp, read by the sum and by the division).
   bool CheapToRecompute(int64_t id) const {
@@ -353,8 +353,8 @@ class Emitter {
     // Multi-output fusion: an elementwise value computed once for several readers is computed by the
     // first kernel that reads it, if that is a loop of the value's shape, and written from there.
     // Its own kernel would read the same inputs in a pass of its own: AdamW's new moments, read again
-    // by the parameter update right after; GELU's erf, read by the forward's product and again by the
-    // backward. A value read in that kernel only (and not a result) is never stored at all.
+    // by the parameter update right after. A value read in that kernel only (and not a result) is never
+    // stored at all.
     absorbed_into_.assign(n, -1);
     moved_to_.assign(n, -1);
     if (!options_.enabled) return;

@@ -22,6 +22,11 @@ LAZYRT_VECTOR_CLONES void AddTo(float* sum, const float* x, int64_t n) {
 LAZYRT_VECTOR_CLONES void AddTo(double* sum, const double* x, int64_t n) {
   for (int64_t i = 0; i < n; ++i) sum[i] += x[i];
 }
+
+namespace {
+constexpr int64_t kRun = 64;
+
+// erf of a run of at most kRun elements, inlined into each clone of its callers.
 // A run of elements all below 1 in magnitude (the usual inputs of GELU's erf(x / sqrt 2)) takes the
 // polynomial alone: a vector loop computes both parts in every lane and selects, and the exp part is
 // three quarters of the work. Another run is computed in three passes over it (log erfc, its exp, the
@@ -29,11 +34,6 @@ LAZYRT_VECTOR_CLONES void AddTo(double* sum, const double* x, int64_t n) {
 // each vector's chain through the polynomial and exp, which the passes' independent iterations overlap
 // (0.70 -> 0.57 ns an element on one core of a Sapphire Rapids Xeon, GELU-like inputs in L1). Each element's
 // bits are VectorErf's either way: the same operations.
-namespace {
-constexpr int64_t kRun = 64;
-
-// erf of a run of at most kRun elements, as VectorErf's array loop computes it. Inlined into each clone
-// of its callers.
 [[gnu::always_inline]] inline void ErfRun(const float* x, int64_t m, float* out) {
   int beyond = 0;  // lanes at or above 1, or NaN
   for (int64_t i = 0; i < m; ++i) beyond |= !(std::fabs(x[i]) < 1.0f);

@@ -218,7 +218,6 @@ TEST(Autograd, ForwardBackwardAndUpdateInOneGraph) {
   EXPECT_FLOAT_EQ(static_cast<float>(loss.item()), 1.25f);
 }
 
-}  // namespace autograd_test
 // gelu and its gradient are one device opcode each (GELU, GELU_DERIVATIVE), the gradient one node: the
 // bits of their formulas' ops traced one by one, (0.5 x) (1 + erf(x / sqrt 2)) and
 // g (0.5 (1 + erf(x / sqrt 2)) + x e^(-x^2/2) / sqrt(2 pi)), in f32 and f64.
@@ -254,6 +253,25 @@ TEST(Autograd, GeluAndItsGradientHaveTheBitsOfTheirFormulas) {
           << ir::DTypeName(dtype) << " x = " << values[i] << ": " << got[i] << " vs " << expected[i];
     }
   }
+
+  // bf16: computed in f32 from the widened input and rounded once (the gradient's derivative too, then
+  // the product with g).
+  const Tensor x16 = cast(Tensor::FromData(values, {3001}), DType::kBF16);
+  const Tensor g16 = cast(Tensor::FromData(upstream, {3001}), DType::kBF16);
+  Tensor leaf16 = x16.detach();
+  leaf16.requires_grad_();
+  const Tensor y16 = gelu(leaf16);
+  sum(y16 * g16).backward();
+  Tensor x32 = cast(x16, DType::kF32).detach();
+  x32.requires_grad_();
+  sum(gelu(x32)).backward();  // gelu's derivative at x32 in f32, times 1
+  const Tensor derivative = cast(cast(x32.grad(), DType::kBF16), DType::kF32);
+  const std::vector<float> want_y16 = cast(cast(gelu(x32), DType::kBF16), DType::kF32).to_vector<float>();
+  const std::vector<float> want_g16 =
+      cast(cast(cast(g16, DType::kF32) * derivative, DType::kBF16), DType::kF32).to_vector<float>();
+  EXPECT_EQ(cast(y16, DType::kF32).to_vector<float>(), want_y16);
+  EXPECT_EQ(cast(leaf16.grad(), DType::kF32).to_vector<float>(), want_g16);
 }
 
+}  // namespace autograd_test
 }  // namespace lazyrt

@@ -1,7 +1,11 @@
 // nn::cross_entropy: reductions, ignore_index, higher-rank logits and a large vocabulary against
 // reference loops; gradients against finite differences; label errors.
+#include <bit>
 #include <cmath>
+#include <limits>
 #include <random>
+#include <span>
+#include <string>
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -99,35 +103,52 @@ TEST(CrossEntropy, HigherRankLogitsAndFiniteDifferences) {
 }
 
 // The gradient is one elementwise expression of the saved log-probabilities; it must give the bits of
-// the ops cross_entropy is made of differentiated one by one (a gather's scatter, log_softmax's row sums).
+// the ops cross_entropy is made of differentiated one by one (a gather's scatter, log_softmax's row sums),
+// the sign of every zero included: upstream gradients of either sign and zeros ("none", weighted), a -inf
+// logit (a probability of 0), labels the host knows or only the device does.
 TEST(CrossEntropy, GradientHasTheBitsOfItsOpsDifferentiatedOneByOne) {
   std::mt19937_64 rng(11);
   const int64_t n = 37, classes = 10;
   std::vector<float> logits(static_cast<size_t>(n * classes));
   std::uniform_real_distribution<float> u(-6, 6);
   for (float& v : logits) v = u(rng);
+  logits[3] = -std::numeric_limits<float>::infinity();   // row 0, not its label (0)
+  logits[25] = -std::numeric_limits<float>::infinity();  // row 2, not its label (4)
+  logits[41] = 60.0f;                                    // row 4: the other classes' probabilities underflow
   std::vector<int64_t> labels(static_cast<size_t>(n));
   for (int64_t i = 0; i < n; ++i) labels[static_cast<size_t>(i)] = i % 5 == 3 ? -100 : (i * 7) % classes;
-  for (const char* reduction : {"mean", "sum", "none"}) {
-    Tensor fused = Tensor::FromData(std::span<const float>(logits), {n, classes});
-    fused.requires_grad_();
-    Tensor loss = nn::cross_entropy(fused, I64(labels, {n}), -100, reduction);
-    (std::string(reduction) == "none" ? sum(loss * 0.5) : loss).backward();
-    EXPECT_THAT(graph_text({fused.grad()}), Not(HasSubstr("ScatterAdd")));
+  std::vector<float> weights(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) weights[static_cast<size_t>(i)] = i % 4 == 0 ? -1.5f : (i % 4 == 1 ? 0.0f : 2.0f);
+  weights[2] = -0.0f;
+  const Tensor w = Tensor::FromData(std::span<const float>(weights), {n});
+  const auto bits = [](const Tensor& t) {
+    std::vector<uint32_t> out;
+    for (float v : t.to_vector<float>()) out.push_back(std::bit_cast<uint32_t>(v));
+    return out;
+  };
+  for (const bool pending : {false, true}) {
+    for (const std::string reduction : {"mean", "sum", "none"}) {
+      const Tensor y = pending ? PendingI64(labels, {n}) : I64(labels, {n});
+      Tensor fused = Tensor::FromData(std::span<const float>(logits), {n, classes});
+      fused.requires_grad_();
+      Tensor loss = nn::cross_entropy(fused, y, -100, reduction);
+      (reduction == "none" ? sum(loss * w) : loss).backward();
+      EXPECT_THAT(graph_text({fused.grad()}), Not(HasSubstr("ScatterAdd")));
 
-    Tensor ops = Tensor::FromData(std::span<const float>(logits), {n, classes});
-    ops.requires_grad_();
-    const Tensor flat = reshape(I64(labels, {n}), {-1, 1});
-    const Tensor kept = ne(flat, Scalar::Static(-100.0));
-    const Tensor safe = where(kept, flat, zeros({}, DType::kI64));
-    const Tensor zero = zeros({});
-    const Tensor losses = reshape(where(kept, neg(gather(log_softmax(ops, 1), 1, safe)), zero), {-1});
-    const Tensor total = sum(losses);
-    const std::string r = reduction;
-    Tensor want = r == "none" ? sum(losses * 0.5) : r == "sum" ? total : total / sum(cast(kept, DType::kF32));
-    want.backward();
-    EXPECT_EQ(loss.to_vector<float>(), (r == "none" ? losses : want).to_vector<float>()) << reduction;
-    EXPECT_EQ(fused.grad().to_vector<float>(), ops.grad().to_vector<float>()) << reduction;
+      Tensor ops = Tensor::FromData(std::span<const float>(logits), {n, classes});
+      ops.requires_grad_();
+      const Tensor flat = reshape(y, {-1, 1});
+      const Tensor kept = ne(flat, Scalar::Static(-100.0));
+      const Tensor safe = where(kept, flat, zeros({}, DType::kI64));
+      const Tensor losses = reshape(where(kept, neg(gather(log_softmax(ops, 1), 1, safe)), zeros({})), {-1});
+      const Tensor total = sum(losses);
+      Tensor want = reduction == "none"  ? sum(losses * w)
+                    : reduction == "sum" ? total
+                                         : total / sum(cast(kept, DType::kF32));
+      want.backward();
+      EXPECT_EQ(bits(loss), bits(reduction == "none" ? losses : want)) << reduction;
+      EXPECT_EQ(bits(fused.grad()), bits(ops.grad())) << reduction << (pending ? ", labels pending" : "");
+    }
   }
 }
 

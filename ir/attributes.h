@@ -13,6 +13,8 @@
 
 namespace lazyrt::ir {
 
+// Node hashes (the persistent cache's graph keys) take a key's number: append new keys, never insert or
+// reorder (NodeHash.IsStableAcrossBuildsAndOpListChanges pins some).
 enum class AttrKey : uint8_t {
   kAxes,         // vector: the dims a reduction reduces (sorted)
   kPermutation,  // vector: Permute: result dim i is operand dim permutation[i]

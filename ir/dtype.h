@@ -7,6 +7,8 @@
 
 namespace lazyrt::ir {
 
+// Node hashes (the persistent cache's graph keys) take a dtype's number: append new dtypes, never insert
+// or reorder.
 enum class DType : uint8_t { kF32, kF64, kBF16, kF16, kI32, kI64, kBool };
 
 inline constexpr DType kAllDTypes[] = {DType::kF32, DType::kF64, DType::kBF16, DType::kF16,

@@ -249,25 +249,22 @@ T Erf(T x) {
     return std::erf(x);
   }
 }
-// GELU (approximate="none"), x Phi(x) = (0.5 x) (1 + erf(x / sqrt 2)): f32 by vector_math's VectorGelu, f64
-// by the same formula on the C library's erf, each operation rounded in the same order.
+// GELU (approximate="none") and its derivative: f32 by vector_math's vectorizable functions, f64 by the
+// same formulas (GeluOfParts, GeluDerivativeOfParts) on the C library's erf and exp.
 template <typename T>
 T Gelu(T x) {
   if constexpr (std::is_same_v<T, float>) {
     return VectorGelu(x);
   } else {
-    return (T{0.5} * x) * (T{1} + Erf(x * static_cast<T>(0.70710678118654752440)));
+    return GeluOfParts(x, Erf(x * static_cast<T>(kGeluErfScale)));
   }
 }
-// GELU's derivative (approximate="none"), Phi(x) + x phi(x): f32 by vector_math's VectorGeluDerivative,
-// f64 by the same formula on the C library's erf and exp, each operation rounded in the same order.
 template <typename T>
 T GeluDerivative(T x) {
   if constexpr (std::is_same_v<T, float>) {
     return VectorGeluDerivative(x);
   } else {
-    const T cdf = (Erf(x * static_cast<T>(0.70710678118654752440)) + T{1}) * T{0.5};
-    return cdf + x * (Exp(x * x * T{-0.5}) * static_cast<T>(0.39894228040143267794));
+    return GeluDerivativeOfParts(x, Erf(x * static_cast<T>(kGeluErfScale)), Exp(x * x * T{-0.5}));
   }
 }
 // NaN-propagating, as XLA's max/min. `|`, not `||`: no branch, so loops of it vectorize (a != a is the

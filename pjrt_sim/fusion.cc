@@ -214,12 +214,13 @@ class Emitter {
   // memory, not on f32 arithmetic (f64 functions are scalar library calls; a broadcast reader would
   // compute the value once per element of its larger space). With bf16 products this kept GELU's
   // erf((f32(h) + bias) * c) from being stored for its backward, before GELU and its derivative became
-  // opcodes of their own (benchmarks/RESULTS.md: 101.2 -> 97.2 ms a bf16 GPT step, the same bits). From an f32 array,
-  // such work is recomputed only for readers far apart, more than kEvictedBytes of values computed between them (a
-  // forward's and its backward's): the stored value would be written to memory and read back from it, holding its bytes
-  // in the arena all the while; a reader loads the array instead, as many bytes, or none more where it loads the array
-  // anyway (GELU's backward, which also needs h + bias). Readers close together find a stored value in
-  // the cache, and it is computed once (softmax's exp, read by the sum and by the division).
+  // opcodes of their own (benchmarks/RESULTS.md: 101.2 -> 97.2 ms a bf16 GPT step, the same bits). From
+  // an f32 array, such work is recomputed only for readers far apart, more than kEvictedBytes of values
+  // computed between them (a forward's and its backward's): the stored value would be written to memory
+  // and read back from it, holding its bytes in the arena all the while; a reader loads the array
+  // instead, as many bytes, or none more where it loads the array anyway (GELU's backward, which also
+  // needs h + bias). Readers close together find a stored value in the cache, and it is computed once
+  // (softmax's exp, read by the sum and by the division).
   bool CheapToRecompute(int64_t id) const {
     const HloInst& inst = Inst(id);
     if (RecomputedFrom(inst, 0)) return true;

@@ -59,7 +59,7 @@ LAZYRT_VECTOR_CLONES void VectorGelu(const float* x, int64_t n, float* out) {
     const int64_t m = std::min(kRun, n - begin);
     const float* xs = x + begin;
     float scaled[kRun], erf[kRun];
-    for (int64_t i = 0; i < m; ++i) scaled[i] = xs[i] * kGeluErfScale;
+    for (int64_t i = 0; i < m; ++i) scaled[i] = xs[i] * static_cast<float>(kGeluErfScale);
     ErfRun(scaled, m, erf);
     for (int64_t i = 0; i < m; ++i) out[begin + i] = GeluOfParts(xs[i], erf[i]);
   }
@@ -73,7 +73,7 @@ LAZYRT_VECTOR_CLONES void VectorGeluDerivative(const float* x, int64_t n, float*
     const int64_t m = std::min(kRun, n - begin);
     const float* xs = x + begin;
     float scaled[kRun], erf[kRun], exps[kRun];
-    for (int64_t i = 0; i < m; ++i) scaled[i] = xs[i] * kGeluErfScale;
+    for (int64_t i = 0; i < m; ++i) scaled[i] = xs[i] * static_cast<float>(kGeluErfScale);
     ErfRun(scaled, m, erf);
     for (int64_t i = 0; i < m; ++i) exps[i] = VectorExp(xs[i] * xs[i] * -0.5f);
     for (int64_t i = 0; i < m; ++i) out[begin + i] = GeluDerivativeOfParts(xs[i], erf[i], exps[i]);

@@ -163,19 +163,23 @@ inline float VectorErf(float x) {
   return ErfOfParts(x, a, ErfFromOne(a));
 }
 
-// GELU's derivative d/dx x Phi(x) = Phi(x) + x phi(x), as the operations of its formula
-// 0.5 (1 + erf(x / sqrt 2)) + x e^(-x^2/2) / sqrt(2 pi) each rounded to f32 in turn (the constants too).
-inline constexpr float kGeluErfScale = static_cast<float>(0.70710678118654752440);  // 1 / sqrt 2
-inline constexpr float kGeluPdfScale = static_cast<float>(0.39894228040143267794);  // 1 / sqrt(2 pi)
-inline float GeluDerivativeOfParts(float x, float erf_of_scaled, float exp_of_half_square) {
-  return (erf_of_scaled + 1.0f) * 0.5f + x * (exp_of_half_square * kGeluPdfScale);
+// GELU, x Phi(x) = (0.5 x) (1 + erf(x / sqrt 2)), and its derivative Phi(x) + x phi(x) =
+// 0.5 (1 + erf(x / sqrt 2)) + x e^(-x^2/2) / sqrt(2 pi), from erf(x / sqrt 2) and e^(-x^2/2): the operations
+// of the formulas each rounded to T in turn (the constants too), for f32 here and for f64 (element_ops.h).
+inline constexpr double kGeluErfScale = 0.70710678118654752440;  // 1 / sqrt 2
+inline constexpr double kGeluPdfScale = 0.39894228040143267794;  // 1 / sqrt(2 pi)
+template <typename T>
+T GeluOfParts(T x, T erf_of_scaled) {
+  return (T{0.5} * x) * (T{1} + erf_of_scaled);
 }
+template <typename T>
+T GeluDerivativeOfParts(T x, T erf_of_scaled, T exp_of_half_square) {
+  return (erf_of_scaled + T{1}) * T{0.5} + x * (exp_of_half_square * static_cast<T>(kGeluPdfScale));
+}
+inline float VectorGelu(float x) { return GeluOfParts(x, VectorErf(x * static_cast<float>(kGeluErfScale))); }
 inline float VectorGeluDerivative(float x) {
-  return GeluDerivativeOfParts(x, VectorErf(x * kGeluErfScale), VectorExp(x * x * -0.5f));
+  return GeluDerivativeOfParts(x, VectorErf(x * static_cast<float>(kGeluErfScale)), VectorExp(x * x * -0.5f));
 }
-// GELU itself, x Phi(x), as the operations of (0.5 x) (1 + erf(x / sqrt 2)) each rounded to f32 in turn.
-inline float GeluOfParts(float x, float erf_of_scaled) { return (0.5f * x) * (1.0f + erf_of_scaled); }
-inline float VectorGelu(float x) { return GeluOfParts(x, VectorErf(x * kGeluErfScale)); }
 
 // The functions over arrays, out[i] = f(x[i]) for i < n, as the kernels run them: each compiled for
 // x86-64-v4, v3 and the baseline x86-64, the CPU's best chosen when the program is loaded (2-3x the

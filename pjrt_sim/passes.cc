@@ -141,6 +141,21 @@ bool IsSelective(Combiner combiner) {
   return false;  // unreachable: the switch covers every combiner
 }
 
+// Whether converting any value of `narrow` to `wide` is exact (and so converting it back gives it again).
+bool HoldsEveryValueOf(PrimitiveType wide, PrimitiveType narrow) {
+  using enum PrimitiveType;
+  switch (narrow) {
+    case kPred: return true;
+    case kBF16:
+    case kF16: return wide == kF32 || wide == kF64;
+    case kF32: return wide == kF64;
+    case kS32: return wide == kS64 || wide == kF64;
+    case kF64:
+    case kS64: return false;
+  }
+  return false;
+}
+
 }  // namespace
 
 int64_t EliminateDeadCode(HloModule& module) {
@@ -248,6 +263,14 @@ int64_t SimplifyAlgebra(HloModule& module) {
       case Opcode::kConvert:
         if (same_as_operand0) {
           replace_with(inst.operands[0]);
+        } else if (operand(0).opcode == Opcode::kConvert &&
+                   module.insts[static_cast<size_t>(operand(0).operands[0])].shape == inst.shape &&
+                   HoldsEveryValueOf(operand(0).shape.type, inst.shape.type)) {
+          // convert(convert(v, wider), v's type) = v where the wider type holds every value of v's: the
+          // gradient of a bf16 tensor widened to f32 and rounded back for a bf16 product (the attention's
+          // bf16 gradients into the qkv projection's backward) was a loop writing a copy of v. Only a NaN's
+          // payload may differ (the rounding makes every bf16 NaN 0x7fc0).
+          replace_with(operand(0).operands[0]);
         } else if (operand(0).opcode == Opcode::kReshape && uses[static_cast<size_t>(inst.operands[0])] == 1) {
           // convert(reshape(v)) = reshape(convert(v)) (row-major order is the same in both shapes), where v
           // is elementwise work or a view read here only, and the convert does not widen: the convert's

@@ -178,6 +178,34 @@ TEST_F(PassesTest, AlgebraicIdentitiesLeaveNoKernel) {
   }
 }
 
+// A convert to a type that holds every value of its operand's, and back, is the operand; a narrowing
+// and back rounds, and stays.
+TEST_F(PassesTest, AWideningConvertAndItsWayBackLeaveNoKernel) {
+  const Dims d = {4};
+  for (const auto& [narrow, wide] : {std::pair{proto::BF16, proto::F32},
+                                     {proto::F16, proto::F64},
+                                     {proto::F32, proto::F64},
+                                     {proto::S32, proto::S64},
+                                     {proto::S32, proto::F64},
+                                     {proto::PRED, proto::F32}}) {
+    SCOPED_TRACE(absl::StrCat(proto::ElementType_Name(narrow), " -> ", proto::ElementType_Name(wide), " -> back"));
+    ModuleBuilder b;
+    b.Output(b.Convert(b.Convert(b.Parameter(0, narrow, d), wide), narrow));
+    const proto::Executable exe = CompileToProto(b.module(), kUnfused);
+    EXPECT_EQ(exe.kernels_size(), 0) << KernelSummary(exe);
+    ASSERT_EQ(exe.outputs_size(), 1);
+    EXPECT_EQ(exe.slots(static_cast<int>(exe.outputs(0))).kind(), proto::Slot::PARAMETER);
+  }
+  ModuleBuilder b;
+  b.Output(b.Convert(b.Convert(b.Parameter(0, proto::F32, d), proto::BF16), proto::F32));
+  b.Output(b.Convert(b.Convert(b.Parameter(1, proto::F64, d), proto::S32), proto::F64));
+  const std::vector<HostArray> out = Run(b.module(), kUnfused,
+                                         {F32(d, {1.0f, 1.00390625f, 3.14159274f, -0.1f}),
+                                          MakeArray<double>(PrimitiveType::kF64, d, {0.5, -2.5, 7, 3e10})});
+  EXPECT_THAT(out[0].values<float>(), ElementsAre(1.0f, 1.0f, 3.140625f, -0.10009765625f));
+  EXPECT_THAT(out[1].values<double>(), ElementsAre(0, -2, 7, 2147483647));
+}
+
 TEST_F(PassesTest, IntegerIdentitiesToo) {
   ModuleBuilder b;
   const int64_t x = b.Parameter(0, proto::S32, {4});

@@ -644,10 +644,11 @@ const CompiledStep& MlpTrainingStep() {
 
 // Forward and backward of causal self-attention at the GPT example's shape, q, k, v [32, 4, T, 32]
 // (batch x heads x tokens x head dim), the loss sum(out * w): the fused kernels against the unfused
-// composition softmax(q k^T / sqrt(32) masked) v, each a whole sync (cache hit) and execution.
+// composition softmax(q k^T / sqrt(32) masked) v, each a whole sync (cache hit) and execution; and the
+// fused kernels on bf16 q, k and v (bf16 products, f32 softmax).
 // Counters: "arena_MiB", the intermediate bytes the step's executable materializes (its arena, planned
 // at compile time), and "scores_MiB", one [32, 4, T, T] f32 matrix for scale.
-void BM_AttentionForwardBackward(benchmark::State& state, bool fused) {
+void BM_AttentionForwardBackward(benchmark::State& state, bool fused, lazyrt::DType dtype) {
   const int64_t t = state.range(0);
   const std::vector<int64_t> dims = {32, 4, t, 32};
   std::mt19937_64 rng(1);
@@ -655,7 +656,7 @@ void BM_AttentionForwardBackward(benchmark::State& state, bool fused) {
     std::uniform_real_distribution<float> u(-1, 1);
     std::vector<float> v(static_cast<size_t>(32 * 4 * t * 32));
     for (float& x : v) x = u(rng);
-    return Tensor::FromData(v, dims);
+    return Tensor::FromData(v, dims).to(dtype);
   };
   Tensor q = random().requires_grad_(), k = random().requires_grad_(), v = random().requires_grad_();
   const Tensor w = random();
@@ -688,12 +689,17 @@ void BM_AttentionForwardBackward(benchmark::State& state, bool fused) {
     lazyrt::wait_device();
   }
 }
-BENCHMARK_CAPTURE(BM_AttentionForwardBackward, fused, true)
+BENCHMARK_CAPTURE(BM_AttentionForwardBackward, fused, true, lazyrt::DType::kF32)
     ->Arg(128)
     ->Arg(512)
     ->UseRealTime()
     ->Unit(benchmark::kMillisecond);
-BENCHMARK_CAPTURE(BM_AttentionForwardBackward, unfused, false)
+BENCHMARK_CAPTURE(BM_AttentionForwardBackward, fused_bf16, true, lazyrt::DType::kBF16)
+    ->Arg(128)
+    ->Arg(512)
+    ->UseRealTime()
+    ->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(BM_AttentionForwardBackward, unfused, false, lazyrt::DType::kF32)
     ->Arg(128)
     ->Arg(512)
     ->UseRealTime()

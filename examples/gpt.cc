@@ -120,7 +120,10 @@ Tensor Gpt::Attention(const Tensor& x, const Block& block) const {
   const int64_t groups = config_.model_parallel;
   // [batch, time, 3 width] as [batch, time, partition, q/k/v, heads of the partition, head dim]: with the
   // features split over "model", each partition slices q, k and v of its own heads from its own piece.
-  Tensor qkv = reshape(Linear(x, block.qkv_w, block.qkv_b), {batch, time, groups, 3, heads / groups, d});
+  // Mixed precision: the attention's products take bf16 q, k and v too (with f32 softmax and sums), as
+  // autocast's do.
+  Tensor qkv = reshape(cast(Linear(x, block.qkv_w, block.qkv_b), config_.matmul_dtype),
+                       {batch, time, groups, 3, heads / groups, d});
   auto head_major = [&](int64_t part) {
     return permute(reshape(slice(qkv, 3, part, part + 1), {batch, time, heads, d}), {0, 2, 1, 3});
   };

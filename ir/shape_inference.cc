@@ -270,9 +270,10 @@ absl::StatusOr<AttentionSizes> CheckAttention(const Shape& q, const Shape& k, co
     return absl::InvalidArgumentError(
         absl::StrCat("needs q [..., L, E], k [..., S, E] and v [..., S, Ev] of rank >= 2, got ", shapes));
   }
-  if (q.dtype() != k.dtype() || q.dtype() != v.dtype() || (q.dtype() != DType::kF32 && q.dtype() != DType::kF64)) {
+  if (q.dtype() != k.dtype() || q.dtype() != v.dtype() ||
+      (q.dtype() != DType::kF32 && q.dtype() != DType::kF64 && q.dtype() != DType::kBF16)) {
     return absl::InvalidArgumentError(
-        absl::StrCat("needs q, k and v of one dtype, f32 or f64 (convert bf16 and f16 first), got ", shapes));
+        absl::StrCat("needs q, k and v of one dtype, f32, f64 or bf16 (convert f16 first), got ", shapes));
   }
   AttentionSizes sz;
   sz.l = q.dim(q.rank() - 2);
@@ -331,7 +332,8 @@ absl::StatusOr<Shape> InferAttention(const Shape& q, const Shape& k, const Shape
   Dims out = std::move(sz->batch);
   out.push_back(sz->l);
   out.push_back(sz->ev + 1);
-  return Shape(q.dtype(), std::move(out));
+  // bf16 attention computes in f32, and its logsumexp needs f32's precision.
+  return Shape(q.dtype() == DType::kBF16 ? DType::kF32 : q.dtype(), std::move(out));
 }
 
 absl::StatusOr<Shape> InferAttentionGrad(const Shape& q, const Shape& k, const Shape& v, const Shape* mask) {

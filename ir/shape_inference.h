@@ -38,12 +38,13 @@ absl::StatusOr<Shape> InferSlice(const Shape& in, std::span<const int64_t> start
 absl::StatusOr<Shape> InferConcat(std::span<const Shape> inputs, int64_t axis);
 absl::StatusOr<Shape> InferIndexSelect(const Shape& in, int64_t axis, const Shape& index);
 absl::StatusOr<Shape> InferGather(const Shape& in, int64_t axis, const Shape& index);
-// Scaled dot-product attention, q [..., L, E], k [..., S, E], v [..., S, Ev] of one floating dtype, their
-// batch dims broadcast together; `mask` (may be null) bool or q's dtype, broadcastable to [..., L, S]
-// without growing it. The result packs the output and each row's logsumexp: [..., L, Ev + 1].
+// Scaled dot-product attention, q [..., L, E], k [..., S, E], v [..., S, Ev] of one dtype (f32, f64 or
+// bf16), their batch dims broadcast together; `mask` (may be null) bool or q's dtype, broadcastable to
+// [..., L, S] without growing it. The result packs the output and each row's logsumexp: [..., L, Ev + 1],
+// f32 for bf16 operands (their attention computes in f32), else q's dtype.
 absl::StatusOr<Shape> InferAttention(const Shape& q, const Shape& k, const Shape& v, const Shape* mask);
 // The gradients of Attention, each batch element's dq [L, E], dk [S, E] and dv [S, Ev] flattened and laid
-// end to end: [..., L*E + S*E + S*Ev].
+// end to end: [..., L*E + S*E + S*Ev] of q's dtype.
 absl::StatusOr<Shape> InferAttentionGrad(const Shape& q, const Shape& k, const Shape& v, const Shape* mask);
 absl::StatusOr<Shape> InferOneHot(const Shape& index, int64_t num_classes, DType dtype);
 // scatter_add(x, axis, index, src): index and src of x's rank, index no larger than src anywhere nor

@@ -85,6 +85,7 @@ Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tens
   const Tensor packed = MakeTensor(OpKind::kAttention, operands, out_shape, device, loc, attrs);
   const int64_t ev = v.dim(-1);
   Tensor out = slice(packed, -1, 0, ev, 1, loc);
+  if (out.dtype() != q.dtype()) out = cast(out, q.dtype(), loc);  // bf16's packed result is f32
   return Record(
       out, "scaled_dot_product_attention", {q, k, v},
       [packed, attn_mask, seed, attrs, device, loc](const Tensor& g, const Tensor&, const std::vector<Tensor>& x) {

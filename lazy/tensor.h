@@ -295,7 +295,8 @@ Tensor argmax(const Tensor& x, int64_t dim, bool keepdim = false, LAZYRT_HERE);
 Tensor softmax(const Tensor& x, int64_t dim, LAZYRT_HERE);
 Tensor log_softmax(const Tensor& x, int64_t dim, LAZYRT_HERE);
 // softmax(q k^T * scale + mask) v, as torch.nn.functional.scaled_dot_product_attention: q [..., L, E],
-// k [..., S, E], v [..., S, Ev] (f32 or f64, batch dims broadcast) give [..., L, Ev]. `attn_mask`, bool
+// k [..., S, E], v [..., S, Ev] (f32, f64 or bf16, batch dims broadcast) give [..., L, Ev] of q's dtype; bf16
+// is multiplied as bf16 with f32 sums, its softmax and gradient sums f32 (see README). `attn_mask`, bool
 // (true takes part) or q's dtype (added to the scores), broadcasts to [..., L, S]; `is_causal` lets query
 // i see keys j <= i (top-left aligned, as torch) and excludes a mask. `scale` defaults to 1/sqrt(E).
 // Computed by a fused kernel that never materializes the [L, S] scores (see README); a row with every

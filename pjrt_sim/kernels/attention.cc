@@ -20,6 +20,72 @@ namespace {
 
 constexpr int64_t kBlock = kAttentionBlock;
 
+// bf16 elements are their bits; the kernels compute them in f32 (scores, softmax, sums), as
+// FlashAttention-2 does: bf16 products with f32 sums, probabilities and score gradients rounded to bf16 for
+// the products that read them.
+using Bf16 = uint16_t;
+template <typename S>
+using ComputeOf = std::conditional_t<std::is_same_v<S, Bf16>, float, S>;
+
+inline float ToCompute(Bf16 x) { return Bf16ToFloat(x); }
+inline float ToCompute(float x) { return x; }
+inline double ToCompute(double x) { return x; }
+
+// The thread scratch arrays a kernel uses at once (Scratch's second argument).
+enum ScratchSlot { kWorkSlot, kOperandSlot, kWidenedSlot };
+
+// Per-thread scratch of `n` elements, reused by every block the thread computes.
+template <typename T, ScratchSlot kSlot = kWorkSlot>
+T* Scratch(size_t n) {
+  thread_local std::vector<T> scratch;
+  if (scratch.size() < n) scratch.resize(n);
+  return scratch.data();
+}
+
+LAZYRT_VECTOR_CLONES void ToBf16(const float* x, int64_t n, Bf16* out) {
+  for (int64_t c = 0; c < n; ++c) out[c] = FloatToBf16(x[c]);
+}
+LAZYRT_VECTOR_CLONES void FromBf16(const Bf16* x, int64_t n, float* out) {
+  for (int64_t c = 0; c < n; ++c) out[c] = Bf16ToFloat(x[c]);
+}
+
+// x[0, n) stored as S: copied, or rounded to bf16.
+template <typename S>
+void Store(const ComputeOf<S>* x, int64_t n, S* out) {
+  if constexpr (std::is_same_v<S, Bf16>) {
+    ToBf16(x, n, out);
+  } else {
+    std::copy_n(x, n, out);
+  }
+}
+
+// rows x cols of x (rows ld apart) as a product's operand of type S: x itself, or for bf16 operands its
+// values rounded to bf16 in `narrowed` (rows ld apart too).
+template <typename S>
+const S* AsOperand(const ComputeOf<S>* x, int64_t rows, int64_t cols, int64_t ld, S* narrowed) {
+  if constexpr (std::is_same_v<S, Bf16>) {
+    if (cols == ld) {
+      ToBf16(x, rows * cols, narrowed);  // one call: a call per row of 64 cost a sixth of the rounding
+    } else {
+      for (int64_t r = 0; r < rows; ++r) ToBf16(x + r * ld, cols, narrowed + r * ld);
+    }
+    return narrowed;
+  } else {
+    return x;
+  }
+}
+
+// x[0, n) in the compute type: x itself, or bf16 widened into `widened`.
+template <typename S>
+const ComputeOf<S>* AsCompute(const S* x, int64_t n, ComputeOf<S>* widened) {
+  if constexpr (std::is_same_v<S, Bf16>) {
+    FromBf16(x, n, widened);
+    return widened;
+  } else {
+    return x;
+  }
+}
+
 std::string ShapesText(std::span<const ArrayShape> operands) {
   return absl::StrJoin(operands, ", ", [](std::string* out, const ArrayShape& s) {
     absl::StrAppend(out, PrimitiveTypeName(s.type), "[", absl::StrJoin(s.dims, ","), "]");
@@ -40,10 +106,13 @@ bool BatchDimsAre(const ArrayShape& s, std::span<const int64_t> batch) {
   return s.dims.size() == batch.size() + 2 && std::equal(batch.begin(), batch.end(), s.dims.begin());
 }
 
-// C[m,n] = A[m,k] B[k,n] on `library`, with the empty cases the GEMM libraries need not see.
-template <typename T>
-void Product(GemmLibrary library, int64_t m, int64_t n, int64_t k, MatrixView<const T> a, MatrixView<const T> b,
-             MatrixView<T> c) {
+// C[m,n] = A[m,k] B[k,n] on `library`, with the empty cases the GEMM libraries need not see. bf16
+// operands: oneDNN's native bf16 product with f32 sums where the executable names oneDNN and the CPU has
+// one (OneDnnHasBf16), as a DOT's; else the operands widened to f32 (exact) and multiplied on `library`.
+template <typename S>
+void Product(GemmLibrary library, int64_t m, int64_t n, int64_t k, MatrixView<const S> a, MatrixView<const S> b,
+             MatrixView<ComputeOf<S>> c) {
+  using T = ComputeOf<S>;
   if (m == 0 || n == 0) return;
   if (k == 0) {
     for (int64_t i = 0; i < m; ++i) {
@@ -51,7 +120,20 @@ void Product(GemmLibrary library, int64_t m, int64_t n, int64_t k, MatrixView<co
     }
     return;
   }
-  Gemm(library, m, n, k, a, b, c);
+  if constexpr (std::is_same_v<S, Bf16>) {
+    if (library == GemmLibrary::kOneDnn && OneDnnGemmBf16(m, n, k, a, b, c)) return;
+    float* wa = Scratch<float, kWidenedSlot>(static_cast<size_t>(m * k + k * n));
+    float* wb = wa + m * k;
+    for (int64_t i = 0; i < m; ++i) {
+      for (int64_t j = 0; j < k; ++j) wa[i * k + j] = Bf16ToFloat(a.data[i * a.row_stride + j * a.col_stride]);
+    }
+    for (int64_t i = 0; i < k; ++i) {
+      for (int64_t j = 0; j < n; ++j) wb[i * n + j] = Bf16ToFloat(b.data[i * b.row_stride + j * b.col_stride]);
+    }
+    Gemm(library, m, n, k, MatrixView<const float>{wa, k, 1}, MatrixView<const float>{wb, n, 1}, c);
+  } else {
+    Gemm(library, m, n, k, a, b, c);
+  }
 }
 
 // The elementwise loops of a block, each compiled for the CPU's widest vectors (LAZYRT_VECTOR_CLONES:
@@ -172,14 +254,6 @@ double RowDot(const double* x, const double* y, int64_t n) {
   return sum;
 }
 
-// Per-thread scratch of `n` elements, reused by every block the thread computes.
-template <typename T>
-T* Scratch(size_t n) {
-  thread_local std::vector<T> scratch;
-  if (scratch.size() < n) scratch.resize(n);
-  return scratch.data();
-}
-
 // What forward and backward share: the sizes, and the masked, scaled scores of a block.
 class AttentionBase : public Kernel {
  public:
@@ -215,6 +289,16 @@ class AttentionBase : public Kernel {
     }
   }
 
+  // Calls f.template operator()<S>() with S the type of q, k and v (bf16 as its bits).
+  template <typename F>
+  void DispatchOperandType(F&& f) const {
+    switch (lay_.type) {
+      case PrimitiveType::kF64: f.template operator()<double>(); break;
+      case PrimitiveType::kBF16: f.template operator()<Bf16>(); break;
+      default: f.template operator()<float>(); break;
+    }
+  }
+
   // The mask's element offset for batch element b (its batch dims broadcast).
   int64_t MaskOffset(int64_t b) const { return BatchOffset(b, lay_.batch_dims, lay_.mask_batch_strides); }
 
@@ -237,13 +321,13 @@ class AttentionBase : public Kernel {
   bool Gathered(size_t i, int64_t cols) const { return lay_.access[i].row_stride != cols; }
 
   // scores[r * ld + c] = q_rows[r] . k[j0 + c] * scale (q_rows: the queries from i0), masked: -inf
-  // where the bool mask is false, plus the float mask. Keys after the query (causal) are left as they are:
-  // no reader looks past SeenCols.
-  template <typename T>
-  void Scores(const T* q_rows, const T* k, const void* mask, int64_t mask_offset, int64_t i0, int64_t rows, int64_t j0,
+  // where the bool mask is false, plus the float mask (of q's type). Keys after the query (causal) are left as they
+  // are: no reader looks past SeenCols.
+  template <typename S, typename T = ComputeOf<S>>
+  void Scores(const S* q_rows, const S* k, const void* mask, int64_t mask_offset, int64_t i0, int64_t rows, int64_t j0,
               int64_t cols, T* scores, int64_t ld) const {
     const int64_t e = lay_.e;
-    Product<T>(library_, rows, cols, e, {q_rows, e, 1}, {k + j0 * e, 1, e}, {scores, ld, 1});
+    Product<S>(library_, rows, cols, e, {q_rows, e, 1}, {k + j0 * e, 1, e}, {scores, ld, 1});
     const T scale = static_cast<T>(scale_);
     constexpr T kMinusInf = -std::numeric_limits<T>::infinity();
     for (int64_t r = 0; r < rows; ++r) {
@@ -255,8 +339,8 @@ class AttentionBase : public Kernel {
           const uint8_t* m = static_cast<const uint8_t*>(mask) + at;
           for (int64_t c = 0; c < cols; ++c) row[c] = m[c * lay_.mask_col_stride] != 0 ? row[c] : kMinusInf;
         } else {
-          const T* m = static_cast<const T*>(mask) + at;
-          for (int64_t c = 0; c < cols; ++c) row[c] += m[c * lay_.mask_col_stride];
+          const S* m = static_cast<const S*>(mask) + at;  // of q's type
+          for (int64_t c = 0; c < cols; ++c) row[c] += ToCompute(m[c * lay_.mask_col_stride]);
         }
       }
     }
@@ -301,17 +385,15 @@ class AttentionKernel final : public AttentionBase {
   using AttentionBase::AttentionBase;
 
   absl::Status Run(std::span<const void* const> inputs, std::span<void* const> outputs) const override {
-    if (lay_.type == PrimitiveType::kF32) {
-      RunTyped<float>(inputs, outputs[0]);
-    } else {
-      RunTyped<double>(inputs, outputs[0]);
-    }
+    DispatchOperandType([&]<typename S>() { RunTyped<S>(inputs, outputs[0]); });
     return absl::OkStatus();
   }
 
  private:
-  template <typename T>
+  // S: the type of q, k and v; the result is of the compute type.
+  template <typename S>
   void RunTyped(std::span<const void* const> inputs, void* output) const {
+    using T = ComputeOf<S>;
     const int64_t l = lay_.l, s = lay_.s, e = lay_.e, ev = lay_.ev;
     const int64_t query_blocks = (l + kBlock - 1) / kBlock;
     if (query_blocks == 0 || lay_.batch == 0) return;
@@ -328,15 +410,18 @@ class AttentionKernel final : public AttentionBase {
       const int64_t key_end = KeyEnd(i0, rows);
       const int64_t chunk =
           std::clamp<int64_t>(key_end, 1, kAttentionKeyChunk);  // keys per step; the scores' row stride
-      // Copies of the query block and the keys and values it sees, where they are views.
+      // Copies of the query block and the keys and values it sees, where they are views; for bf16, the
+      // probabilities rounded for their product with v.
       const size_t copies = static_cast<size_t>((Gathered(0, e) ? rows * e : 0) + (Gathered(1, e) ? key_end * e : 0) +
                                                 (Gathered(2, ev) ? key_end * ev : 0));
       const size_t scored = block * static_cast<size_t>(chunk);
-      T* scores = Scratch<T>(scored + 2 * values + 4 * block + copies);
-      T* copied = scores + scored + 2 * values + 4 * block;
-      const T* q = ContiguousRows<T>(inputs, 0, b, i0, rows, e, copied);
-      const T* k = ContiguousRows<T>(inputs, 1, b, 0, key_end, e, copied);
-      const T* v = ContiguousRows<T>(inputs, 2, b, 0, key_end, ev, copied);
+      const size_t narrowed = std::is_same_v<S, T> ? 0 : scored;
+      T* scores = Scratch<T>(scored + 2 * values + 4 * block);
+      S* probs_narrowed = Scratch<S, kOperandSlot>(narrowed + copies);
+      S* copied = probs_narrowed + narrowed;
+      const S* q = ContiguousRows<S>(inputs, 0, b, i0, rows, e, copied);
+      const S* k = ContiguousRows<S>(inputs, 1, b, 0, key_end, e, copied);
+      const S* v = ContiguousRows<S>(inputs, 2, b, 0, key_end, ev, copied);
       T* pv = scores + scored;
       T* acc = pv + values;
       T* row_max = acc + values;
@@ -349,7 +434,7 @@ class AttentionKernel final : public AttentionBase {
       const int64_t mask_offset = lay_.has_mask ? MaskOffset(b) : 0;
       for (int64_t j0 = 0; j0 < key_end; j0 += chunk) {
         const int64_t cols = std::min(chunk, key_end - j0);
-        Scores<T>(q, k, mask, mask_offset, i0, rows, j0, cols, scores, chunk);
+        Scores<S>(q, k, mask, mask_offset, i0, rows, j0, cols, scores, chunk);
         // The keys after the query are -inf (causal): not looked at.
         for (int64_t r = 0; r < rows; ++r)
           block_max[r] = RowMax(scores + r * chunk, SeenCols(i0 + r, j0, cols), row_max[r]);
@@ -366,7 +451,8 @@ class AttentionKernel final : public AttentionBase {
           ScaleBy(acc + r * ev, ev, rescale[r]);
         }
         if (dropout_ > 0) Dropout<T>(seed, b, i0, rows, j0, cols, scores, chunk);  // after the sums: softmax, then drop
-        Product<T>(library_, rows, ev, cols, {scores, chunk, 1}, {v + j0 * ev, ev, 1}, {pv, ev, 1});
+        const S* probs = AsOperand<S>(scores, rows, cols, chunk, probs_narrowed);
+        Product<S>(library_, rows, ev, cols, {probs, chunk, 1}, {v + j0 * ev, ev, 1}, {pv, ev, 1});
         AddTo(acc, pv, rows * ev);
       }
       T* log_sum = rescale;  // free now
@@ -390,38 +476,49 @@ class AttentionGradKernel final : public AttentionBase {
   using AttentionBase::AttentionBase;
 
   absl::Status Run(std::span<const void* const> inputs, std::span<void* const> outputs) const override {
-    if (lay_.type == PrimitiveType::kF32) {
-      RunTyped<float>(inputs, outputs[0]);
-    } else {
-      RunTyped<double>(inputs, outputs[0]);
-    }
+    DispatchOperandType([&]<typename S>() { RunTyped<S>(inputs, outputs[0]); });
     return absl::OkStatus();
   }
 
  private:
-  template <typename T>
+  // S: the type of q, k, v, d(output) and the gradients; the forward result is of the compute type T.
+  template <typename S>
   void RunTyped(std::span<const void* const> inputs, void* output) const {
+    using T = ComputeOf<S>;
+    constexpr bool kRounded = !std::is_same_v<S, T>;
     const int64_t per_batch = PerBatch();
     if (lay_.batch == 0 || per_batch == 0) return;
-    T* grads_all = static_cast<T*>(output);
+    S* grads_all = static_cast<S*>(output);
     // Written through result views, the gradients of a group of consecutive batch elements (the heads of
     // one sequence, whose rows interleave in the projections' [B, T, 3, H, D]) are summed in a task's
     // scratch, then put in place a row of every head at a time: the task's stores sweep its part of the
     // result in order. Put in place a head at a time, rows 1.5 KiB apart, the stores missed the cache
-    // (the kernel 0.75 ms slower a layer, as slow as the concatenation they replace).
+    // (the kernel 0.75 ms slower a layer, as slow as the concatenation they replace). bf16 gradients are
+    // summed in f32 there too, and rounded once as they are stored.
     const bool viewed = !lay_.result_access.empty();
+    const bool aside = viewed || kRounded;
     const int64_t group = viewed ? GroupOfBatchElements(static_cast<int64_t>(sizeof(T)) * per_batch) : 1;
     ThreadPool::Get().ParallelFor((lay_.batch + group - 1) / group, [&](int64_t task) {
       const int64_t first = task * group, count = std::min(group, lay_.batch - first);
-      const size_t summed = viewed ? static_cast<size_t>(count * per_batch) : 0;
-      // The work of a batch element's sums, the group's sums, the copies of the view operands.
-      T* work = Scratch<T>(WorkElements() + summed + CopiesFor());
+      const size_t summed = aside ? static_cast<size_t>(count * per_batch) : 0;
+      // The work of a batch element's sums, the group's sums, a copy of the forward result if it is a view;
+      // the copies of the other view operands and, for bf16, a step's probabilities or score gradients
+      // rounded for their products.
+      T* work = Scratch<T>(WorkElements() + summed + CopiesOf({3}));
       T* sums = work + WorkElements();
+      S* narrowed = Scratch<S, kOperandSlot>((kRounded ? Scored() : 0) + CopiesOf({0, 1, 2, 4}));
       for (int64_t b = first; b < first + count; ++b) {
-        T* dq = viewed ? sums + (b - first) * per_batch : grads_all + b * per_batch;
-        SumGradients<T>(inputs, b, work, sums + summed, dq);
+        T* dq = sums + (b - first) * per_batch;
+        if constexpr (!kRounded) {
+          if (!aside) dq = grads_all + b * per_batch;
+        }
+        SumGradients<S>(inputs, b, work, sums + summed, narrowed, dq);
       }
-      if (viewed) PutInPlace(sums, first, count, grads_all);
+      if (viewed) {
+        PutInPlace<S>(sums, first, count, grads_all);
+      } else if (aside) {
+        Store<S>(sums, count * per_batch, grads_all + first * per_batch);
+      }
     });
   }
 
@@ -433,10 +530,10 @@ class AttentionGradKernel final : public AttentionBase {
   static constexpr size_t kOperands = 5;
   std::array<int64_t, kOperands> Widths() const { return {lay_.e, lay_.e, lay_.ev, lay_.ev + 1, lay_.ev}; }
   std::array<int64_t, kOperands> Lengths() const { return {lay_.l, lay_.s, lay_.s, lay_.l, lay_.l}; }
-  // Elements of the copies of the operands that are views.
-  size_t CopiesFor() const {
+  // Elements of the copies of those of `operands` that are views.
+  size_t CopiesOf(std::initializer_list<size_t> operands) const {
     size_t copies = 0;
-    for (size_t i = 0; i < kOperands; ++i) {
+    for (size_t i : operands) {
       if (Gathered(i, Widths()[i])) copies += static_cast<size_t>(Lengths()[i] * Widths()[i]);
     }
     return copies;
@@ -449,9 +546,11 @@ class AttentionGradKernel final : public AttentionBase {
   size_t WorkElements() const { return 3 * Scored() + Wide() + 2 * static_cast<size_t>(lay_.l); }
 
   // Sums the gradients of batch element b into dq (dk and dv after it, packed; zeroed first). `p`: the
-  // work (WorkElements); `copied`: where the rows of the view operands go (CopiesFor).
-  template <typename T>
-  void SumGradients(std::span<const void* const> inputs, int64_t b, T* p, T* copied, T* dq) const {
+  // work (WorkElements); `forward_copy`: where the rows of the forward result go if it is a view
+  // (CopiesOf({3})); `narrowed`: for bf16 the rounded operands of a step's products (Scored), then where the
+  // rows of the other view operands go.
+  template <typename S, typename T = ComputeOf<S>>
+  void SumGradients(std::span<const void* const> inputs, int64_t b, T* p, T* forward_copy, S* narrowed, T* dq) const {
     const int64_t l = lay_.l, s = lay_.s, e = lay_.e, ev = lay_.ev;
     const int64_t queries = Queries();
     const size_t scored = Scored(), wide = Wide();
@@ -460,10 +559,12 @@ class AttentionGradKernel final : public AttentionBase {
     T* dk = dq + l * e;
     T* dv = dk + s * e;
     std::fill_n(dq, PerBatch(), T{0});
-    const T* operand[kOperands];
-    for (size_t i = 0; i < kOperands; ++i)
-      operand[i] = ContiguousRows<T>(inputs, i, b, 0, Lengths()[i], Widths()[i], copied);
-    const T *q = operand[0], *k = operand[1], *v = operand[2], *fwd = operand[3], *dout = operand[4];
+    S* copied = narrowed + (std::is_same_v<S, T> ? 0 : scored);
+    const auto rows_of = [&](size_t i) {
+      return ContiguousRows<S>(inputs, i, b, 0, Lengths()[i], Widths()[i], copied);
+    };
+    const S *q = rows_of(0), *k = rows_of(1), *v = rows_of(2), *dout = rows_of(4);
+    const T* fwd = ContiguousRows<T>(inputs, 3, b, 0, l, ev + 1, forward_copy);
     T* ds = p + scored;
     T* dropped = ds + scored;  // P with the dropout applied (P itself without dropout)
     T* product = dropped + scored;
@@ -471,7 +572,7 @@ class AttentionGradKernel final : public AttentionBase {
     T* delta = lse + l;
     for (int64_t i = 0; i < l; ++i) {
       const T* o = fwd + i * (ev + 1);
-      delta[i] = RowDot(dout + i * ev, o, ev);
+      delta[i] = RowDot(AsCompute<S>(dout + i * ev, ev, product), o, ev);
       lse[i] = o[ev];
     }
     const T scale = static_cast<T>(scale_);
@@ -481,7 +582,7 @@ class AttentionGradKernel final : public AttentionBase {
       // Causal: the queries before j0 see none of these keys.
       for (int64_t i0 = causal_ ? j0 : 0; i0 < l; i0 += queries) {
         const int64_t rows = std::min(queries, l - i0);
-        Scores<T>(q + i0 * e, k, mask, mask_offset, i0, rows, j0, cols, p, kBlock);
+        Scores<S>(q + i0 * e, k, mask, mask_offset, i0, rows, j0, cols, p, kBlock);
         for (int64_t r = 0; r < rows; ++r) {
           T* pr = p + r * kBlock;
           Probabilities(pr, i0 + r, j0, cols, lse[i0 + r]);
@@ -495,18 +596,20 @@ class AttentionGradKernel final : public AttentionBase {
           kept = dropped;
         }
         // dV[j0:] += (P Z)^T dO[i0:]
-        Product<T>(library_, cols, ev, rows, {kept, 1, kBlock}, {dout + i0 * ev, ev, 1}, {product, ev, 1});
+        const S* kept_operand = AsOperand<S>(kept, rows, cols, kBlock, narrowed);
+        Product<S>(library_, cols, ev, rows, {kept_operand, 1, kBlock}, {dout + i0 * ev, ev, 1}, {product, ev, 1});
         AddTo(dv + j0 * ev, product, cols * ev);
         // dS = P * (dO V^T Z - D) * scale; P Z / P is Z where P > 0 (and dS is 0 where P is)
-        Product<T>(library_, rows, cols, ev, {dout + i0 * ev, ev, 1}, {v + j0 * ev, 1, ev}, {ds, kBlock, 1});
+        Product<S>(library_, rows, cols, ev, {dout + i0 * ev, ev, 1}, {v + j0 * ev, 1, ev}, {ds, kBlock, 1});
         for (int64_t r = 0; r < rows; ++r) {
           ScoreGradients(p + r * kBlock, dropout_ > 0 ? kept + r * kBlock : nullptr, ds + r * kBlock, cols,
                          delta[i0 + r], scale);
         }
         // dK[j0:] += dS^T Q[i0:], dQ[i0:] += dS K[j0:]
-        Product<T>(library_, cols, e, rows, {ds, 1, kBlock}, {q + i0 * e, e, 1}, {product, e, 1});
+        const S* ds_operand = AsOperand<S>(ds, rows, cols, kBlock, narrowed);
+        Product<S>(library_, cols, e, rows, {ds_operand, 1, kBlock}, {q + i0 * e, e, 1}, {product, e, 1});
         AddTo(dk + j0 * e, product, cols * e);
-        Product<T>(library_, rows, e, cols, {ds, kBlock, 1}, {k + j0 * e, e, 1}, {product, e, 1});
+        Product<S>(library_, rows, e, cols, {ds_operand, kBlock, 1}, {k + j0 * e, e, 1}, {product, e, 1});
         AddTo(dq + i0 * e, product, rows * e);
       }
     }
@@ -527,11 +630,11 @@ class AttentionGradKernel final : public AttentionBase {
   // Writes the summed dq, dk and dv of batch elements [first, first + count) (each packed in `sums`)
   // through the result views: row r of each part of every element (in the projections' layout, one
   // stretch of memory), then row r + 1.
-  template <typename T>
-  void PutInPlace(const T* sums, int64_t first, int64_t count, T* result) const {
+  template <typename S, typename T = ComputeOf<S>>
+  void PutInPlace(const T* sums, int64_t first, int64_t count, S* result) const {
     const int64_t per_batch = PerBatch();
     const std::array<GradientPart, 3> parts = GradientParts(lay_.l, lay_.s, lay_.e, lay_.ev);
-    std::vector<T*> places;  // of row 0, by part and element
+    std::vector<S*> places;  // of row 0, by part and element
     for (size_t i = 0; i < 3; ++i) {
       for (int64_t b = first; b < first + count; ++b)
         places.push_back(result + lay_.result_access[i].Start(b, lay_.batch_dims));
@@ -541,8 +644,8 @@ class AttentionGradKernel final : public AttentionBase {
         if (r >= parts[i].rows) continue;
         const int64_t row = r * lay_.result_access[i].row_stride;
         for (int64_t b = 0; b < count; ++b) {
-          std::copy_n(sums + b * per_batch + parts[i].start + r * parts[i].cols, parts[i].cols,
-                      places[i * static_cast<size_t>(count) + static_cast<size_t>(b)] + row);
+          Store<S>(sums + b * per_batch + parts[i].start + r * parts[i].cols, parts[i].cols,
+                   places[i * static_cast<size_t>(count) + static_cast<size_t>(b)] + row);
         }
       }
     }
@@ -567,14 +670,20 @@ absl::StatusOr<AttentionLayout> CheckLayout(std::span<const ArrayShape> operands
   const ArrayShape& q = operands[0];
   AttentionLayout lay;
   lay.type = q.type;
-  if (q.type != PrimitiveType::kF32 && q.type != PrimitiveType::kF64) return fail("computes in f32 or f64 only");
+  if (q.type != PrimitiveType::kF32 && q.type != PrimitiveType::kF64 && q.type != PrimitiveType::kBF16) {
+    return fail("computes in f32, f64 or bf16 only");
+  }
+  // The forward result (the output and each row's logsumexp) is of the type the kernels compute in.
+  const PrimitiveType computed = q.type == PrimitiveType::kBF16 ? PrimitiveType::kF32 : q.type;
   if (q.dims.size() < 2) return fail("q needs rank >= 2");
   const size_t rank = q.dims.size();
   lay.batch_dims.assign(q.dims.begin(), q.dims.end() - 2);
   for (int64_t d : lay.batch_dims) lay.batch *= d;
   for (size_t i = 0; i < base; ++i) {
-    if (operands[i].type != q.type || !BatchDimsAre(operands[i], lay.batch_dims)) {
-      return fail("q, k, v (and the gradient operands) need one type and the same batch dims");
+    if (operands[i].type != (i == 3 ? computed : q.type) || !BatchDimsAre(operands[i], lay.batch_dims)) {
+      return fail(absl::StrCat("q, k, v (and d(output)) need one type, ",
+                               grad ? absl::StrCat("the forward result ", PrimitiveTypeName(computed), ", ") : "",
+                               "and the same batch dims"));
     }
   }
   lay.l = q.dims[rank - 2];
@@ -626,8 +735,10 @@ absl::StatusOr<AttentionLayout> CheckLayout(std::span<const ArrayShape> operands
     want.push_back(lay.l);
     want.push_back(lay.ev + 1);
   }
-  if (result.type != q.type || (!result_viewed && result.dims != want)) {
-    return fail(absl::StrCat("the result must be ", PrimitiveTypeName(q.type), "[", absl::StrJoin(want, ","), "]"));
+  const PrimitiveType result_type = grad ? q.type : computed;
+  if (result.type != result_type || (!result_viewed && result.dims != want)) {
+    return fail(
+        absl::StrCat("the result must be ", PrimitiveTypeName(result_type), "[", absl::StrJoin(want, ","), "]"));
   }
   return lay;
 }

@@ -1,7 +1,9 @@
 // Fused scaled dot-product attention (FlashAttention-2 style): softmax(q k^T * scale + mask) v computed
 // blockwise over the keys with an online softmax, so the [L, S] scores of a batch element are never
 // materialized, only a block of them per thread. The backward pass recomputes each block of
-// probabilities from q, k and the row logsumexp the forward pass kept.
+// probabilities from q, k and the row logsumexp the forward pass kept. bf16 operands are multiplied as
+// bf16 with f32 sums; scores, softmax and gradient sums are f32, the probabilities and score gradients
+// rounded to bf16 only as operands of their products (as FlashAttention-2's bf16 kernels do).
 #pragma once
 
 #include <array>
@@ -48,8 +50,10 @@ struct OperandAccess {
 
 // The sizes of an ATTENTION or ATTENTION_GRAD instruction, checked against its operands and result.
 struct AttentionLayout {
-  PrimitiveType type = PrimitiveType::kF32;  // of q, k, v and the results: f32 or f64
-  int64_t batch = 1;                         // product of the batch dims
+  // Of q, k, v, d(output) and the gradients: f32, f64 or bf16. The forward result is of the type the
+  // kernels compute in: f32 for bf16 (the logsumexp the backward reads needs f32's precision), else `type`.
+  PrimitiveType type = PrimitiveType::kF32;
+  int64_t batch = 1;  // product of the batch dims
   int64_t l = 0, s = 0, e = 0, ev = 0;
   bool has_mask = false;
   PrimitiveType mask_type = PrimitiveType::kPred;  // pred (true takes part) or `type` (added to the scores)

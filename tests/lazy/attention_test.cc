@@ -42,7 +42,7 @@ Tensor Random(const Dims& dims, DType dtype, std::mt19937_64& rng, double lo = -
 Tensor Fresh(const Tensor& t) {
   const Dims dims(t.dims().begin(), t.dims().end());
   if (t.dtype() == DType::kF64) return Tensor::FromData(std::span<const double>(t.to_vector<double>()), dims);
-  return Tensor::FromData(std::span<const float>(t.to_vector<float>()), dims);
+  return Tensor::FromData(std::span<const float>(t.to_vector<float>()), dims).to(t.dtype());  // exact for bf16
 }
 
 // A bool mask from host values (there is no bool FromData): true where keep[i].
@@ -342,6 +342,56 @@ TEST(Attention, DropoutDrawsAsRandAndItsGradientsFollow) {
   }
 }
 
+// bf16 q, k and v (views of one [B, T, 3, H, D] projection, as the GPT's attention reads them, or tensors of
+// their own; causal, masked by bool or bf16): the output and the gradients are bf16, and the values those
+// of the f64 attention of the same numbers within bf16's rounding. The products are bf16 with f32 sums,
+// softmax and sums f32; the gradients' sums read P and dS rounded (bf16's relative 2^-9).
+TEST(Attention, Bf16OperandsGiveBf16ResultsWithF32Softmax) {
+  std::mt19937_64 rng(21);
+  const int64_t b = 2, t = 70, h = 3, d = 16;
+  const Tensor projection = Random({b, t, 3, h, d}, DType::kF32, rng).to(DType::kBF16);
+  const Tensor w = Random({b, h, t, d}, DType::kF32, rng).to(DType::kBF16);
+  const Tensor bool_mask = gt(Random({t, t}, DType::kF32, rng), Scalar::Static(-0.6));
+  const Tensor bf16_mask = Random({h, t, t}, DType::kF32, rng).to(DType::kBF16);
+  for (const auto& [name, viewed, causal, mask] :
+       {std::tuple<const char*, bool, bool, Tensor>{"heads of the projection, causal", true, true, Tensor()},
+        {"tensors of their own", false, false, Tensor()},
+        {"bool mask", false, false, bool_mask},
+        {"bf16 mask", true, false, bf16_mask}}) {
+    SCOPED_TRACE(name);
+    auto run = [&](DType dtype) {
+      const Tensor qkv = Fresh(projection.to(dtype));
+      std::vector<Tensor> leaves = {qkv};
+      std::vector<Tensor> heads;
+      for (int64_t part = 0; part < 3; ++part) {
+        heads.push_back(permute(reshape(slice(qkv, 2, part, part + 1), {b, t, h, d}), {0, 2, 1, 3}));
+      }
+      if (!viewed) leaves = heads = {Fresh(heads[0]), Fresh(heads[1]), Fresh(heads[2])};
+      for (Tensor& x : leaves) x.requires_grad_();
+      if (viewed) {
+        for (int64_t part = 0; part < 3; ++part) {
+          heads[static_cast<size_t>(part)] =
+              permute(reshape(slice(leaves[0], 2, part, part + 1), {b, t, h, d}), {0, 2, 1, 3});
+        }
+      }
+      const Tensor m = mask.defined() && mask.dtype() != DType::kBool ? mask.to(dtype) : mask;
+      const Tensor out = scaled_dot_product_attention(heads[0], heads[1], heads[2], m, 0.0, causal);
+      EXPECT_EQ(out.dtype(), dtype);
+      sum(out * w.to(dtype)).backward();
+      std::vector<std::vector<double>> values = {out.to_vector<double>()};
+      for (const Tensor& x : leaves) {
+        EXPECT_EQ(x.grad().dtype(), dtype);
+        values.push_back(x.grad().to_vector<double>());
+      }
+      return values;
+    };
+    const auto bf16 = run(DType::kBF16);
+    const auto f64 = run(DType::kF64);
+    ExpectClose(bf16[0], f64[0], 6e-3, "output");
+    for (size_t i = 1; i < f64.size(); ++i) ExpectClose(bf16[i], f64[i], 2e-2, "gradient");
+  }
+}
+
 template <typename Fn>
 void ExpectError(Fn&& fn, std::initializer_list<std::string> parts) {
   try {
@@ -362,7 +412,9 @@ TEST(Attention, ErrorsNameTheShapesAndTheValidOnes) {
   ExpectError([&] { scaled_dot_product_attention(zeros({3, 4, 8}), k, v); }, {op, "cannot be broadcast"});
   ExpectError([&] { scaled_dot_product_attention(q.to(DType::kF64), k, v); }, {op, "one dtype", "f64[2,4,8]"});
   ExpectError([&] { scaled_dot_product_attention(q.to(DType::kI32), k.to(DType::kI32), v.to(DType::kI32)); },
-              {op, "f32 or f64"});
+              {op, "f32, f64 or bf16"});
+  ExpectError([&] { scaled_dot_product_attention(q.to(DType::kF16), k.to(DType::kF16), v.to(DType::kF16)); },
+              {op, "convert f16 first", "f16[2,4,8]"});
   ExpectError(
       [&] {
         scaled_dot_product_attention(q, k, v, zeros({4, 5}));

@@ -74,9 +74,13 @@ TEST(AttentionLowering, BroadcastsBatchDimsAndKeepsTheMaskBroadcast) {
 
 TEST(AttentionLowering, ShapeInferenceRefusesWhatTheKernelCannotDo) {
   const Shape q(DType::kF32, {2, 5, 4}), k(DType::kF32, {2, 7, 4}), v(DType::kF32, {2, 7, 6});
-  const Shape bf16(DType::kBF16, {2, 5, 4});
-  EXPECT_THAT(std::string(ir::InferAttention(bf16, bf16, bf16, nullptr).status().message()),
-              ::testing::HasSubstr("f32 or f64"));
+  const Shape f16(DType::kF16, {2, 5, 4});
+  EXPECT_THAT(std::string(ir::InferAttention(f16, f16, f16, nullptr).status().message()),
+              ::testing::HasSubstr("f32, f64 or bf16 (convert f16 first)"));
+  // bf16 computes in f32: the packed output and logsumexp are f32, the gradients bf16.
+  const Shape bq(DType::kBF16, {2, 5, 4}), bk(DType::kBF16, {2, 7, 4}), bv(DType::kBF16, {2, 7, 6});
+  EXPECT_EQ(*ir::InferAttention(bq, bk, bv, nullptr), Shape(DType::kF32, {2, 5, 7}));
+  EXPECT_EQ(*ir::InferAttentionGrad(bq, bk, bv, nullptr), Shape(DType::kBF16, {2, 5 * 4 + 7 * 4 + 7 * 6}));
   const Shape big_mask(DType::kBool, {3, 2, 5, 7});  // would grow the result
   EXPECT_THAT(std::string(ir::InferAttention(q, k, v, &big_mask).status().message()),
               ::testing::HasSubstr("broadcast to the scores [2,5,7]"));

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "pjrt_sim/element_ops.h"
 #include "pjrt_sim/module_verifier.h"
 #include "tests/pjrt_sim/pjrt_test_util.h"
 
@@ -44,6 +45,7 @@ struct Problem {
   bool pred_mask;
   bool causal;
   double scale = 0.35;
+  bool bf16 = false;  // q, k, v, d(output), the float mask and the gradients bf16; the forward result f32
 };
 
 int64_t Numel(const Dims& d) {
@@ -56,11 +58,28 @@ Dims With(Dims batch, std::initializer_list<int64_t> tail) {
   return batch;
 }
 
-std::vector<float> RandomFloats(std::mt19937_64& rng, int64_t n) {
+// Uniform in [-1, 1]; with `bf16`, each a bf16 value (so that the f64 reference sees the kernels' inputs).
+std::vector<float> RandomFloats(std::mt19937_64& rng, int64_t n, bool bf16 = false) {
   std::uniform_real_distribution<float> u(-1, 1);
   std::vector<float> v(static_cast<size_t>(n));
-  for (float& x : v) x = u(rng);
+  for (float& x : v) x = bf16 ? Bf16ToFloat(FloatToBf16(u(rng))) : u(rng);
   return v;
+}
+
+// `values` as an f32 array, or rounded to a bf16 one.
+HostArray FloatArray(bool bf16, const Dims& dims, const std::vector<float>& values) {
+  if (!bf16) return MakeArray(PrimitiveType::kF32, dims, values);
+  std::vector<uint16_t> bits;
+  for (float x : values) bits.push_back(FloatToBf16(x));
+  return MakeArray(PrimitiveType::kBF16, dims, bits);
+}
+
+// An f32 or bf16 array's values as floats (exact).
+std::vector<float> FloatsOf(const HostArray& a) {
+  if (a.shape.type != PrimitiveType::kBF16) return a.values<float>();
+  std::vector<float> out;
+  for (uint16_t x : a.values<uint16_t>()) out.push_back(Bf16ToFloat(x));
+  return out;
 }
 
 // Host arrays of a problem: q, k, v, d(output) and the mask (as f64 for the reference).
@@ -96,6 +115,7 @@ Reference Compute(const Problem& p, const Data& d) {
     return static_cast<double>(d.mask[static_cast<size_t>(at)]);
   };
   auto at = [](const std::vector<float>& a, int64_t i) { return static_cast<double>(a[static_cast<size_t>(i)]); };
+  auto operand = [&](double x) { return p.bf16 ? Bf16ToFloat(FloatToBf16(static_cast<float>(x))) : x; };
   for (int64_t b = 0; b < batch; ++b) {
     for (int64_t i = 0; i < p.l; ++i) {
       std::vector<double> prob(static_cast<size_t>(p.s)), dp(static_cast<size_t>(p.s));
@@ -127,8 +147,10 @@ Reference Compute(const Problem& p, const Data& d) {
         double x = 0;
         for (int64_t c = 0; c < p.ev; ++c)
           x += at(d.dout, (b * p.l + i) * p.ev + c) * at(d.v, (b * p.s + j) * p.ev + c);
-        const double pj = prob[static_cast<size_t>(j)];
-        const double ds = pj * (x - delta) * p.scale;
+        // bf16: the backward's products read P and dS rounded to bf16 (their sums over up to a thousand
+        // queries or keys move by a percent).
+        const double pj = operand(prob[static_cast<size_t>(j)]);
+        const double ds = operand(prob[static_cast<size_t>(j)] * (x - delta) * p.scale);
         for (int64_t c = 0; c < p.ev; ++c) {
           r.dv[static_cast<size_t>((b * p.s + j) * p.ev + c)] += pj * at(d.dout, (b * p.l + i) * p.ev + c);
         }
@@ -145,12 +167,13 @@ Reference Compute(const Problem& p, const Data& d) {
 // A module computing the forward result and the gradients of a problem.
 ModuleBuilder Build(const Problem& p) {
   ModuleBuilder m;
-  const int64_t q = m.Parameter(0, proto::F32, With(p.batch, {p.l, p.e}));
-  const int64_t k = m.Parameter(1, proto::F32, With(p.batch, {p.s, p.e}));
-  const int64_t v = m.Parameter(2, proto::F32, With(p.batch, {p.s, p.ev}));
-  const int64_t dout = m.Parameter(3, proto::F32, With(p.batch, {p.l, p.ev}));
+  const proto::ElementType type = p.bf16 ? proto::BF16 : proto::F32;
+  const int64_t q = m.Parameter(0, type, With(p.batch, {p.l, p.e}));
+  const int64_t k = m.Parameter(1, type, With(p.batch, {p.s, p.e}));
+  const int64_t v = m.Parameter(2, type, With(p.batch, {p.s, p.ev}));
+  const int64_t dout = m.Parameter(3, type, With(p.batch, {p.l, p.ev}));
   std::vector<int64_t> mask;
-  if (!p.mask.empty()) mask.push_back(m.Parameter(4, p.pred_mask ? proto::PRED : proto::F32, p.mask));
+  if (!p.mask.empty()) mask.push_back(m.Parameter(4, p.pred_mask ? proto::PRED : type, p.mask));
   auto attrs = [&](proto::Instruction& i) {
     i.set_value(p.scale);
     i.set_causal(p.causal);
@@ -161,7 +184,7 @@ ModuleBuilder Build(const Problem& p) {
   operands = {q, k, v, fwd, dout};
   operands.insert(operands.end(), mask.begin(), mask.end());
   const int64_t grads =
-      m.Op(Opcode::kAttentionGrad, operands, proto::F32, With(p.batch, {p.l * p.e + p.s * p.e + p.s * p.ev}), attrs);
+      m.Op(Opcode::kAttentionGrad, operands, type, With(p.batch, {p.l * p.e + p.s * p.e + p.s * p.ev}), attrs);
   m.Output(fwd);
   m.Output(grads);
   return m;
@@ -174,17 +197,16 @@ class AttentionKernelTest : public ::testing::Test {
     SCOPED_TRACE(name);
     std::mt19937_64 rng(std::hash<std::string>{}(name));
     const int64_t batch = Numel(p.batch);
-    Data d{RandomFloats(rng, batch * p.l * p.e),
-           RandomFloats(rng, batch * p.s * p.e),
-           RandomFloats(rng, batch * p.s * p.ev),
-           RandomFloats(rng, batch * p.l * p.ev),
+    Data d{RandomFloats(rng, batch * p.l * p.e, p.bf16),
+           RandomFloats(rng, batch * p.s * p.e, p.bf16),
+           RandomFloats(rng, batch * p.s * p.ev, p.bf16),
+           RandomFloats(rng, batch * p.l * p.ev, p.bf16),
            {}};
-    std::vector<HostArray> args = {MakeArray(PrimitiveType::kF32, With(p.batch, {p.l, p.e}), d.q),
-                                   MakeArray(PrimitiveType::kF32, With(p.batch, {p.s, p.e}), d.k),
-                                   MakeArray(PrimitiveType::kF32, With(p.batch, {p.s, p.ev}), d.v),
-                                   MakeArray(PrimitiveType::kF32, With(p.batch, {p.l, p.ev}), d.dout)};
+    std::vector<HostArray> args = {
+        FloatArray(p.bf16, With(p.batch, {p.l, p.e}), d.q), FloatArray(p.bf16, With(p.batch, {p.s, p.e}), d.k),
+        FloatArray(p.bf16, With(p.batch, {p.s, p.ev}), d.v), FloatArray(p.bf16, With(p.batch, {p.l, p.ev}), d.dout)};
     if (!p.mask.empty()) {
-      d.mask = RandomFloats(rng, Numel(p.mask));
+      d.mask = RandomFloats(rng, Numel(p.mask), p.bf16);
       if (p.pred_mask) {
         std::vector<uint8_t> keep;
         for (float& x : d.mask) {
@@ -193,7 +215,7 @@ class AttentionKernelTest : public ::testing::Test {
         }
         args.push_back(MakeArray(PrimitiveType::kPred, p.mask, keep));
       } else {
-        args.push_back(MakeArray(PrimitiveType::kF32, p.mask, d.mask));
+        args.push_back(FloatArray(p.bf16, p.mask, d.mask));
       }
     }
     const ModuleBuilder m = Build(p);
@@ -216,21 +238,31 @@ class AttentionKernelTest : public ::testing::Test {
     absl::StatusOr<std::vector<HostArray>> out = testing::ExecuteOnHost(*client_, **loaded, args);
     ASSERT_TRUE(out.ok()) << out.status();
     const Reference r = Compute(p, d);
-    const std::vector<float> fwd = (*out)[0].values<float>(), grads = (*out)[1].values<float>();
-    // f32 accumulation against f64: relative 1e-5 of the values' scale.
-    constexpr double kTol = 2e-5;
+    ASSERT_EQ((*out)[0].shape.type, PrimitiveType::kF32);
+    ASSERT_EQ((*out)[1].shape.type, p.bf16 ? PrimitiveType::kBF16 : PrimitiveType::kF32);
+    const std::vector<float> fwd = (*out)[0].values<float>(), grads = FloatsOf((*out)[1]);
+    // f32 accumulation against f64: relative 1e-5 of the values' scale. bf16: the gradients rounded to
+    // bf16 as they are stored (relative 2^-9), the output's probabilities as operands of its product (its
+    // average of them moves less, but D = rowsum(dO * O) with it: the gradients' errors reach 2.4e-3); the
+    // scores and the logsumexp are f32 sums of exact products.
+    const double tol = p.bf16 ? 6e-3 : 2e-5;
+    const auto near = [&](double got, double want) {
+      return std::abs(got - want) <= tol * std::max(1.0, std::abs(want));
+    };
     for (int64_t b = 0; b < batch; ++b) {
       for (int64_t i = 0; i < p.l; ++i) {
         const float* row = fwd.data() + (b * p.l + i) * (p.ev + 1);
         for (int64_t c = 0; c < p.ev; ++c) {
-          ASSERT_NEAR(row[c], r.out[static_cast<size_t>((b * p.l + i) * p.ev + c)], kTol) << b << " " << i << " " << c;
+          const double want = r.out[static_cast<size_t>((b * p.l + i) * p.ev + c)];
+          ASSERT_TRUE(near(row[c], want)) << row[c] << " != " << want << " at " << b << " " << i << " " << c;
         }
-        ASSERT_NEAR(row[p.ev], r.lse[static_cast<size_t>(b * p.l + i)], kTol * 10) << "lse " << b << " " << i;
+        ASSERT_NEAR(row[p.ev], r.lse[static_cast<size_t>(b * p.l + i)], 2e-4) << "lse " << b << " " << i;
       }
       const float* g = grads.data() + b * (p.l * p.e + p.s * p.e + p.s * p.ev);
       auto expect = [&](const std::vector<double>& want, int64_t offset, int64_t n, const char* what) {
         for (int64_t x = 0; x < n; ++x) {
-          ASSERT_NEAR(g[offset + x], want[static_cast<size_t>(b * n + x)], kTol) << what << " " << b << " " << x;
+          const double w = want[static_cast<size_t>(b * n + x)];
+          ASSERT_TRUE(near(g[offset + x], w)) << g[offset + x] << " != " << w << ": " << what << " " << b << " " << x;
         }
       };
       expect(r.dq, 0, p.l * p.e, "dq");
@@ -272,6 +304,24 @@ TEST_F(AttentionKernelTest, EveryGemmLibraryMatchesTheReferenceLoop) {
   }
 }
 
+// bf16 q, k, v: products of bf16 with f32 sums (oneDNN's native ones where the CPU has them, else the
+// operands widened for any library), softmax and sums in f32, the result f32 and the gradients bf16.
+TEST_F(AttentionKernelTest, Bf16OperandsMatchTheReferenceLoopOnEveryLibrary) {
+  const auto bf16 = [](Problem p) {
+    p.bf16 = true;
+    return p;
+  };
+  for (GemmLibrary library : kGemmLibraries) {
+    const std::string name = "bf16, " + std::string(GemmLibraryName(library));
+    Check(bf16({{2, 3}, 70, 70, 16, 16}), name + ", square, two blocks", library);
+    Check(bf16({{2}, 65, 129, 8, 24, {}, false, true}), name + ", causal, L != S, Ev != E", library);
+    Check(bf16({{2, 3}, 33, 66, 8, 4, {1, 3, 33, 66}, false}), name + ", bf16 mask per head", library);
+    Check(bf16({{2, 3}, 70, 90, 8, 8, {2, 1, 1, 90}, true}), name + ", pred key padding", library);
+  }
+  Check(bf16({{2}, 3, 1100, 4, 3}), "bf16, keys over three steps");
+  Check(bf16({{2}, 1100, 5, 4, 3}), "bf16, queries over three steps");
+}
+
 TEST_F(AttentionKernelTest, CausalSkipsBlocksAboveTheDiagonal) {
   Check({{2, 2}, 130, 130, 8, 8, {}, false, true}, "square");
   Check({{2}, 70, 150, 8, 4, {}, false, true}, "L < S");
@@ -306,10 +356,12 @@ class AttentionViewTest : public AttentionKernelTest {
   };
   // `keep_q`: q [B, H, T, D] is also a result, so stored by a kernel of its own, which the attention
   // then reads as it is.
+  // `bf16`: the projections, d(output) and the gradients bf16.
   void Check(int64_t b, int64_t t, int64_t h, int64_t d, bool causal, bool keep_q,
-             Gradients gradients = Gradients::kPacked) {
+             Gradients gradients = Gradients::kPacked, bool bf16 = false) {
     SCOPED_TRACE(absl::StrCat("b ", b, " t ", t, " h ", h, " d ", d, causal ? " causal" : "", keep_q ? ", q kept" : "",
-                              ", gradients ", static_cast<int>(gradients)));
+                              ", gradients ", static_cast<int>(gradients), bf16 ? ", bf16" : ""));
+    const proto::ElementType type = bf16 ? proto::BF16 : proto::F32;
     std::mt19937_64 rng(static_cast<uint64_t>(b * 1000 + t * 10 + h + causal));
     const std::vector<int64_t> order =  // the parts' order in the concatenation
         gradients == Gradients::kConcatenatedReordered ? std::vector<int64_t>{2, 0, 1} : std::vector<int64_t>{0, 1, 2};
@@ -319,8 +371,8 @@ class AttentionViewTest : public AttentionKernelTest {
       i.set_causal(causal);
     };
     ModuleBuilder m;
-    const int64_t packed = m.Parameter(0, proto::F32, {b, t, 3, h, d});
-    const int64_t dout_btd = m.Parameter(1, proto::F32, {b, t, h, d});
+    const int64_t packed = m.Parameter(0, type, {b, t, 3, h, d});
+    const int64_t dout_btd = m.Parameter(1, type, {b, t, h, d});
     std::vector<int64_t> heads;  // q, k, v as [B, H, T, D]
     for (int64_t part = 0; part < 3; ++part) {
       const int64_t slice = m.Slice(packed, {0, 0, part, 0, 0}, {b, t, part + 1, h, d}, {1, 1, 1, 1, 1});
@@ -328,8 +380,8 @@ class AttentionViewTest : public AttentionKernelTest {
     }
     const int64_t dout_bhtd = m.Transpose(dout_btd, {0, 2, 1, 3});
     const int64_t fwd = m.Op(Opcode::kAttention, heads, proto::F32, {b, h, t, d + 1}, attrs);
-    const int64_t grads = m.Op(Opcode::kAttentionGrad, {heads[0], heads[1], heads[2], fwd, dout_bhtd}, proto::F32,
-                               {b, h, 3 * t * d}, attrs);
+    const int64_t grads =
+        m.Op(Opcode::kAttentionGrad, {heads[0], heads[1], heads[2], fwd, dout_bhtd}, type, {b, h, 3 * t * d}, attrs);
     m.Output(fwd);
     if (gradients == Gradients::kPacked) {
       m.Output(grads);
@@ -341,8 +393,7 @@ class AttentionViewTest : public AttentionKernelTest {
         const int64_t slice = m.Slice(parts, {0, 0, part, 0, 0}, {b, h, part + 1, t, d}, {1, 1, 1, 1, 1});
         back.push_back(m.Reshape(m.Transpose(m.Reshape(slice, {b, h, t, d}), {0, 2, 1, 3}), {b, t, 1, h, d}));
       }
-      m.Output(
-          m.Op(Opcode::kConcatenate, back, proto::F32, {b, t, 3, h, d}, [](proto::Instruction& i) { i.set_axis(2); }));
+      m.Output(m.Op(Opcode::kConcatenate, back, type, {b, t, 3, h, d}, [](proto::Instruction& i) { i.set_axis(2); }));
       if (gradients == Gradients::kConcatenatedAndDq) m.Output(m.Reshape(back[0], {b, t, h, d}));
       if (gradients == Gradients::kConcatenatedAndPacked) m.Output(grads);
     }
@@ -369,8 +420,7 @@ class AttentionViewTest : public AttentionKernelTest {
     EXPECT_EQ(result_views, written_in_place ? 3 : 0);
     EXPECT_EQ(concatenations, gradients != Gradients::kPacked && !written_in_place ? 1 : 0);
     absl::StatusOr<std::vector<HostArray>> out = testing::ExecuteOnHost(
-        *client_, **loaded,
-        {MakeArray(PrimitiveType::kF32, {b, t, 3, h, d}, qkv), MakeArray(PrimitiveType::kF32, {b, t, h, d}, dout)});
+        *client_, **loaded, {FloatArray(bf16, {b, t, 3, h, d}, qkv), FloatArray(bf16, {b, t, h, d}, dout)});
     ASSERT_TRUE(out.ok()) << out.status();
 
     // The same attention on contiguous [B, H, T, D] copies made on the host.
@@ -385,20 +435,19 @@ class AttentionViewTest : public AttentionKernelTest {
     };
     Problem p({b, h}, t, t, d, d, {}, false, causal);
     p.scale = 0.3;
+    p.bf16 = bf16;
     const ModuleBuilder contiguous = Build(p);
     absl::StatusOr<std::shared_ptr<Executable>> plain = client_->Compile(contiguous.module(), {});
     ASSERT_TRUE(plain.ok()) << plain.status();
-    absl::StatusOr<std::vector<HostArray>> want =
-        testing::ExecuteOnHost(*client_, **plain,
-                               {MakeArray(PrimitiveType::kF32, {b, h, t, d}, head(qkv, 3, 0)),
-                                MakeArray(PrimitiveType::kF32, {b, h, t, d}, head(qkv, 3, 1)),
-                                MakeArray(PrimitiveType::kF32, {b, h, t, d}, head(qkv, 3, 2)),
-                                MakeArray(PrimitiveType::kF32, {b, h, t, d}, head(dout, 1, 0))});
+    absl::StatusOr<std::vector<HostArray>> want = testing::ExecuteOnHost(
+        *client_, **plain,
+        {FloatArray(bf16, {b, h, t, d}, head(qkv, 3, 0)), FloatArray(bf16, {b, h, t, d}, head(qkv, 3, 1)),
+         FloatArray(bf16, {b, h, t, d}, head(qkv, 3, 2)), FloatArray(bf16, {b, h, t, d}, head(dout, 1, 0))});
     ASSERT_TRUE(want.ok()) << want.status();
     EXPECT_EQ((*out)[0].values<float>(), (*want)[0].values<float>()) << "forward";
-    const std::vector<float> grads_bhtd = (*want)[1].values<float>();
+    const std::vector<float> grads_bhtd = FloatsOf((*want)[1]);
     if (gradients == Gradients::kPacked) {
-      EXPECT_EQ((*out)[1].values<float>(), grads_bhtd) << "gradients";
+      EXPECT_EQ(FloatsOf((*out)[1]), grads_bhtd) << "gradients";
     } else {
       // [B, H, 3, T, D] back to [B, T, 3, H, D].
       std::vector<float> concatenated, dq;
@@ -411,16 +460,16 @@ class AttentionViewTest : public AttentionKernelTest {
                 concatenated.push_back(x);
                 if (part == 0) dq.push_back(x);
               }
-      EXPECT_EQ((*out)[1].values<float>(), concatenated) << "gradients";
+      EXPECT_EQ(FloatsOf((*out)[1]), concatenated) << "gradients";
       if (gradients == Gradients::kConcatenatedAndDq) {
-        EXPECT_EQ((*out)[2].values<float>(), dq) << "dq";
+        EXPECT_EQ(FloatsOf((*out)[2]), dq) << "dq";
       }
       if (gradients == Gradients::kConcatenatedAndPacked) {
-        EXPECT_EQ((*out)[2].values<float>(), grads_bhtd) << "packed gradients";
+        EXPECT_EQ(FloatsOf((*out)[2]), grads_bhtd) << "packed gradients";
       }
     }
     if (keep_q) {
-      EXPECT_EQ(out->back().values<float>(), head(qkv, 3, 0)) << "q";
+      EXPECT_EQ(FloatsOf(out->back()), FloatsOf(FloatArray(bf16, {b, h, t, d}, head(qkv, 3, 0)))) << "q";
     }
   }
 };
@@ -443,6 +492,13 @@ TEST_F(AttentionViewTest, WritesTheHeadsGradientsWhereTheyAreConcatenated) {
   Check(3, 9, 1, 4, true, false, Gradients::kConcatenated);     // one head: a task per batch element
   Check(1, 600, 3, 64, true, false, Gradients::kConcatenated);  // 3 heads, sums for 2 in half an L2: 1 a task
   Check(2, 0, 3, 8, true, false, Gradients::kConcatenated);     // no time steps
+}
+
+TEST_F(AttentionViewTest, Bf16HeadsAreReadAndTheirGradientsWrittenWhereTheyAre) {
+  Check(2, 70, 3, 8, true, false, Gradients::kPacked, true);
+  Check(2, 70, 3, 8, true, true, Gradients::kConcatenated, true);
+  Check(1, 600, 3, 64, true, false, Gradients::kConcatenated, true);
+  Check(2, 70, 3, 8, true, false, Gradients::kConcatenatedAndDq, true);
 }
 
 // Gradients read elsewhere too (a part, or all packed) are no views of the concatenation alone, and parts

@@ -32,7 +32,7 @@ inline float ToCompute(float x) { return x; }
 inline double ToCompute(double x) { return x; }
 
 // The thread scratch arrays a kernel uses at once (Scratch's second argument).
-enum ScratchSlot { kWorkSlot, kOperandSlot, kWidenedSlot };
+enum ScratchSlot { kWorkSlot, kOperandSlot, kWidenedSlot, kStoredSlot };
 
 // Per-thread scratch of `n` elements, reused by every block the thread computes.
 template <typename T, ScratchSlot kSlot = kWorkSlot>
@@ -47,16 +47,6 @@ LAZYRT_VECTOR_CLONES void ToBf16(const float* x, int64_t n, Bf16* out) {
 }
 LAZYRT_VECTOR_CLONES void FromBf16(const Bf16* x, int64_t n, float* out) {
   for (int64_t c = 0; c < n; ++c) out[c] = Bf16ToFloat(x[c]);
-}
-
-// x[0, n) stored as S: copied, or rounded to bf16.
-template <typename S>
-void Store(const ComputeOf<S>* x, int64_t n, S* out) {
-  if constexpr (std::is_same_v<S, Bf16>) {
-    ToBf16(x, n, out);
-  } else {
-    std::copy_n(x, n, out);
-  }
 }
 
 // rows x cols of x (rows ld apart) as a product's operand of type S: x itself, or for bf16 operands its
@@ -516,8 +506,8 @@ class AttentionGradKernel final : public AttentionBase {
       }
       if (viewed) {
         PutInPlace<S>(sums, first, count, grads_all);
-      } else if (aside) {
-        Store<S>(sums, count * per_batch, grads_all + first * per_batch);
+      } else if constexpr (kRounded) {
+        ToBf16(sums, count * per_batch, grads_all + first * per_batch);
       }
     });
   }
@@ -633,6 +623,9 @@ class AttentionGradKernel final : public AttentionBase {
   template <typename S, typename T = ComputeOf<S>>
   void PutInPlace(const T* sums, int64_t first, int64_t count, S* result) const {
     const int64_t per_batch = PerBatch();
+    // bf16: rounded in one pass first (a call per row of 32 was most of the attention's rounding).
+    const S* stored = AsOperand<S>(sums, 1, count * per_batch, count * per_batch,
+                                   Scratch<S, kStoredSlot>(static_cast<size_t>(count * per_batch)));
     const std::array<GradientPart, 3> parts = GradientParts(lay_.l, lay_.s, lay_.e, lay_.ev);
     std::vector<S*> places;  // of row 0, by part and element
     for (size_t i = 0; i < 3; ++i) {
@@ -644,8 +637,8 @@ class AttentionGradKernel final : public AttentionBase {
         if (r >= parts[i].rows) continue;
         const int64_t row = r * lay_.result_access[i].row_stride;
         for (int64_t b = 0; b < count; ++b) {
-          Store<S>(sums + b * per_batch + parts[i].start + r * parts[i].cols, parts[i].cols,
-                   places[i * static_cast<size_t>(count) + static_cast<size_t>(b)] + row);
+          std::copy_n(stored + b * per_batch + parts[i].start + r * parts[i].cols, parts[i].cols,
+                      places[i * static_cast<size_t>(count) + static_cast<size_t>(b)] + row);
         }
       }
     }

@@ -390,6 +390,20 @@ TEST(Attention, Bf16OperandsGiveBf16ResultsWithF32Softmax) {
     ExpectClose(bf16[0], f64[0], 6e-3, "output");
     for (size_t i = 1; i < f64.size(); ++i) ExpectClose(bf16[i], f64[i], 2e-2, "gradient");
   }
+  // Dropout draws the same probabilities whatever the dtype (the draws are the scores' positions').
+  auto dropped = [&](DType dtype) {
+    Tensor q = Fresh(projection.to(dtype));
+    q.requires_grad_();
+    const Tensor heads = permute(reshape(slice(q, 2, 0, 1), {b, t, h, d}), {0, 2, 1, 3});
+    manual_seed(99);
+    const Tensor out = scaled_dot_product_attention(heads, heads, heads, Tensor(), 0.3, true);
+    sum(out * w.to(dtype)).backward();
+    return std::vector<std::vector<double>>{out.to_vector<double>(), q.grad().to_vector<double>()};
+  };
+  const auto bf16 = dropped(DType::kBF16);
+  const auto f64 = dropped(DType::kF64);
+  ExpectClose(bf16[0], f64[0], 1e-2, "output with dropout");
+  ExpectClose(bf16[1], f64[1], 3e-2, "gradient with dropout");
 }
 
 template <typename Fn>

@@ -624,8 +624,9 @@ class AttentionGradKernel final : public AttentionBase {
   void PutInPlace(const T* sums, int64_t first, int64_t count, S* result) const {
     const int64_t per_batch = PerBatch();
     // bf16: rounded in one pass first (a call per row of 32 was most of the attention's rounding).
-    const S* stored = AsOperand<S>(sums, 1, count * per_batch, count * per_batch,
-                                   Scratch<S, kStoredSlot>(static_cast<size_t>(count * per_batch)));
+    S* rounded = nullptr;
+    if constexpr (!std::is_same_v<S, T>) rounded = Scratch<S, kStoredSlot>(static_cast<size_t>(count * per_batch));
+    const S* stored = AsOperand<S>(sums, 1, count * per_batch, count * per_batch, rounded);
     const std::array<GradientPart, 3> parts = GradientParts(lay_.l, lay_.s, lay_.e, lay_.ev);
     std::vector<S*> places;  // of row 0, by part and element
     for (size_t i = 0; i < 3; ++i) {
@@ -674,9 +675,10 @@ absl::StatusOr<AttentionLayout> CheckLayout(std::span<const ArrayShape> operands
   for (int64_t d : lay.batch_dims) lay.batch *= d;
   for (size_t i = 0; i < base; ++i) {
     if (operands[i].type != (i == 3 ? computed : q.type) || !BatchDimsAre(operands[i], lay.batch_dims)) {
-      return fail(absl::StrCat("q, k, v (and d(output)) need one type, ",
-                               grad ? absl::StrCat("the forward result ", PrimitiveTypeName(computed), ", ") : "",
-                               "and the same batch dims"));
+      return fail(absl::StrCat(grad ? absl::StrCat("q, k, v and d(output) need one type, the forward result ",
+                                                   PrimitiveTypeName(computed), ",")
+                                    : "q, k and v need one type",
+                               " and the same batch dims"));
     }
   }
   lay.l = q.dims[rank - 2];

@@ -106,6 +106,38 @@ TEST(GemmOneDnnBf16Test, DotKernelRoundsTheF32ProductOnce) {
   }
 }
 
+// A shape's primitive keeps its memory objects between calls, pointed at each call's arrays: calls of one
+// shape on other arrays (operands and result), alternating, each give their own product, as a call of
+// their own would.
+TEST(GemmOneDnnBf16Test, CallsOfOneShapeReadAndWriteTheirOwnArrays) {
+  if (!OneDnnHasBf16()) GTEST_SKIP() << "this CPU has neither AVX512-BF16 nor AMX";
+  std::mt19937_64 rng(17);
+  const int64_t m = 64, n = 128, k = 32;
+  std::vector<std::vector<uint16_t>> a, b;
+  std::vector<std::vector<float>> first, again;
+  for (int call = 0; call < 3; ++call) {
+    a.push_back(RandomBf16(static_cast<size_t>(m * k), rng));
+    b.push_back(RandomBf16(static_cast<size_t>(n * k), rng));
+  }
+  for (std::vector<std::vector<float>>* products : {&first, &again}) {
+    for (size_t call = 0; call < a.size(); ++call) {
+      std::vector<float>& c = products->emplace_back(static_cast<size_t>(m * n), 0.0f);
+      ASSERT_TRUE(OneDnnGemmBf16(m, n, k, {a[call].data(), k, 1}, {b[call].data(), 1, k}, {c.data(), n, 1}));
+    }
+  }
+  const Product p{1, m, n, k, false, true, false};
+  for (size_t call = 0; call < a.size(); ++call) {
+    EXPECT_EQ(again[call], first[call]) << "call " << call;
+    for (int64_t i = 0; i < m; ++i) {
+      for (int64_t j = 0; j < n; ++j) {
+        const ExactDot want = Dot(a[call].data(), b[call].data(), p, i, j);
+        ASSERT_NEAR(first[call][static_cast<size_t>(i * n + j)], want.value, F32SumTolerance(want, k))
+            << "call " << call << " at (" << i << ", " << j << ")";
+      }
+    }
+  }
+}
+
 // A long K, as a weight gradient sums over batch x tokens: oneDNN's bf16 GEMM orders such sums by the
 // call's M and N, so the DOT kernel calls it on the same tiles in every variant. Serial, column and row
 // variants give the same f32 product (what autotuning compares), bit for bit, so that a split can be

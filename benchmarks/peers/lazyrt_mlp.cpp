@@ -61,13 +61,12 @@ int main(int argc, char** argv) {
     result.threads = lazyrt::pjrt::UsableCpus();
     result.steps = flags.steps;
     result.warmup = flags.warmup;
-    std::vector<float> images;
     std::vector<int64_t> labels;
     lazyrt::Tensor loss;
     const peers::Clock::time_point run_start = peers::Clock::now();
     for (int64_t step = 0; step < flags.steps; ++step) {
       const peers::Clock::time_point start = peers::Clock::now();
-      peers::GetBatch(train, flags.batch, step, images, labels);
+      const std::span<const float> images = peers::GetBatch(train, flags.batch, step, labels);
       lazyrt::Tensor h = lazyrt::Tensor::FromData(images, {flags.batch, train.features});
       const lazyrt::Tensor y = lazyrt::Tensor::FromData(std::span<const int64_t>(labels), {flags.batch});
       for (size_t l = 0; l < weights.size(); ++l) {

@@ -58,15 +58,15 @@ int main(int argc, char** argv) {
     result.threads = torch::get_num_threads();
     result.steps = flags.steps;
     result.warmup = flags.warmup;
-    std::vector<float> images;
     std::vector<int64_t> labels;
     torch::Tensor loss;
     const peers::Clock::time_point run_start = peers::Clock::now();
     for (int64_t step = 0; step < flags.steps; ++step) {
       const peers::Clock::time_point start = peers::Clock::now();
-      peers::GetBatch(train, flags.batch, step, images, labels);
-      // Copies, as lazyrt's FromData does: the batch vectors are reused by the next step.
-      const torch::Tensor x = torch::from_blob(images.data(), {flags.batch, train.features}).clone();
+      const std::span<const float> images = peers::GetBatch(train, flags.batch, step, labels);
+      // Copies, as lazyrt's FromData does (from_blob only reads the dataset, which clone copies).
+      const torch::Tensor x =
+          torch::from_blob(const_cast<float*>(images.data()), {flags.batch, train.features}).clone();
       const torch::Tensor y = torch::from_blob(labels.data(), {flags.batch}, torch::kInt64).clone();
       optimizer.zero_grad();
       loss = torch::nn::functional::cross_entropy(forward(x), y);

@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <span>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -139,12 +140,14 @@ inline Dataset LoadTrain(const std::string& dir) {
 }
 
 // Batch `step` in a fixed order: consecutive slices of the file, wrapping after the last full one.
-// No shuffle, so every peer (C++ or Python) sees the very same rows without sharing an RNG.
-inline void GetBatch(const Dataset& d, int64_t batch, int64_t step, std::vector<float>& images,
-                     std::vector<int64_t>& labels) {
+// No shuffle, so every peer (C++ or Python) sees the very same rows without sharing an RNG. Its images are
+// the dataset's rows where they are, which each peer copies once into its batch tensor (as the Python
+// peers' `from_numpy(images[first:last]).to(device, copy=True)`); its labels as i64 in `labels`.
+inline std::span<const float> GetBatch(const Dataset& d, int64_t batch, int64_t step, std::vector<int64_t>& labels) {
   const int64_t first = (step % (d.count / batch)) * batch;
-  images.assign(d.images.begin() + first * d.features, d.images.begin() + (first + batch) * d.features);
   labels.assign(d.labels.begin() + first, d.labels.begin() + first + batch);
+  return std::span<const float>(d.images).subspan(static_cast<size_t>(first * d.features),
+                                                  static_cast<size_t>(batch * d.features));
 }
 
 // Layer `l`'s weight [out, in] (splitmix stream 2l) and bias [out] (stream 2l+1): torch.nn.Linear's bounds

@@ -120,25 +120,32 @@ TEST(SpmdRules, AnEmbeddingGradientAddsEachPartitionsRowsAndAllReducesTheTable) 
   ExpectSameNumbers(b.module(), {Random({10, 3}, 20), RandomIndex({8}, 10, 21), Random({8, 3}, 22)});
 }
 
+// f32, and bf16 (whose forward result is f32 and gradients bf16).
 TEST(SpmdRules, AttentionAndItsGradientSplitOverBatchAndHeadsWithoutCommunication) {
-  ModuleBuilder b;
-  SetMesh(b, {2, 2});  // data, model: q, k, v [batch, heads, time, head dim]
-  const Axes batch_and_heads = {0, 1, kWhole, kWhole};
-  const int64_t q = ShardedParameter(b, 0, {2, 4, 3, 2}, batch_and_heads);
-  const int64_t k = ShardedParameter(b, 1, {2, 4, 3, 2}, batch_and_heads);
-  const int64_t v = ShardedParameter(b, 2, {2, 4, 3, 2}, batch_and_heads);
-  const int64_t d_out = ShardedParameter(b, 3, {2, 4, 3, 2}, batch_and_heads);
-  const int64_t out = Attention(b, q, k, v);
-  b.Output(out);
-  b.Output(AttentionGrad(b, q, k, v, out, d_out));
-  const SpmdPartitioned r = Partitioned(b.module());
-  EXPECT_EQ(r.replicated_fallbacks, 0);
-  EXPECT_EQ(r.collectives, 0);
-  EXPECT_THAT(DimsOf(Only(r.module, Opcode::kAttention)), ElementsAre(1, 2, 3, 3));
-  EXPECT_THAT(DimsOf(Only(r.module, Opcode::kAttentionGrad)), ElementsAre(1, 2, 18));
-  EXPECT_THAT(AxesOf(r.output_shardings[1], 3), ElementsAre(0, 1, kWhole));
-  ExpectSameNumbers(b.module(), {Random({2, 4, 3, 2}, 14), Random({2, 4, 3, 2}, 15), Random({2, 4, 3, 2}, 16),
-                                 Random({2, 4, 3, 2}, 17)});
+  for (const proto::ElementType type : {proto::F32, proto::BF16}) {
+    SCOPED_TRACE(proto::ElementType_Name(type));
+    ModuleBuilder b;
+    SetMesh(b, {2, 2});  // data, model: q, k, v [batch, heads, time, head dim]
+    const Axes batch_and_heads = {0, 1, kWhole, kWhole};
+    const int64_t q = ShardedParameter(b, 0, {2, 4, 3, 2}, batch_and_heads, type);
+    const int64_t k = ShardedParameter(b, 1, {2, 4, 3, 2}, batch_and_heads, type);
+    const int64_t v = ShardedParameter(b, 2, {2, 4, 3, 2}, batch_and_heads, type);
+    const int64_t d_out = ShardedParameter(b, 3, {2, 4, 3, 2}, batch_and_heads, type);
+    const int64_t out = Attention(b, q, k, v);
+    b.Output(out);
+    b.Output(AttentionGrad(b, q, k, v, out, d_out));
+    const SpmdPartitioned r = Partitioned(b.module());
+    EXPECT_EQ(r.replicated_fallbacks, 0);
+    EXPECT_EQ(r.collectives, 0);
+    EXPECT_THAT(DimsOf(Only(r.module, Opcode::kAttention)), ElementsAre(1, 2, 3, 3));
+    EXPECT_THAT(DimsOf(Only(r.module, Opcode::kAttentionGrad)), ElementsAre(1, 2, 18));
+    EXPECT_EQ(Only(r.module, Opcode::kAttention).shape().type(), proto::F32);
+    EXPECT_EQ(Only(r.module, Opcode::kAttentionGrad).shape().type(), type);
+    EXPECT_THAT(AxesOf(r.output_shardings[1], 3), ElementsAre(0, 1, kWhole));
+    const auto random = type == proto::BF16 ? RandomBf16 : Random;
+    ExpectSameNumbers(b.module(), {random({2, 4, 3, 2}, 14), random({2, 4, 3, 2}, 15), random({2, 4, 3, 2}, 16),
+                                   random({2, 4, 3, 2}, 17)});
+  }
 }
 
 TEST(SpmdRules, ASplitMovedToAnotherDimIsOneAllToAll) {

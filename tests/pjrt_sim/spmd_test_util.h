@@ -12,6 +12,7 @@
 #include <utility>
 #include <vector>
 
+#include "pjrt_sim/element_ops.h"
 #include "pjrt_sim/module_verifier.h"
 #include "pjrt_sim/spmd_partitioner.h"
 #include "tests/pjrt_sim/compiler_test_util.h"
@@ -37,20 +38,22 @@ inline void SetMesh(ModuleBuilder& b, const Dims& shape) {
 inline void Annotate(ModuleBuilder& b, int64_t id, const Axes& axes) {
   for (int64_t a : axes) b.inst(id).mutable_sharding()->add_dim_axes(a);
 }
-inline int64_t ShardedParameter(ModuleBuilder& b, int64_t number, const Dims& dims, const Axes& axes) {
-  const int64_t id = b.Parameter(number, proto::F32, dims);
+inline int64_t ShardedParameter(ModuleBuilder& b, int64_t number, const Dims& dims, const Axes& axes,
+                                proto::ElementType type = proto::F32) {
+  const int64_t id = b.Parameter(number, type, dims);
   Annotate(b, id, axes);
   return id;
 }
 
-// Causal ATTENTION of q [B..., L, E], k [B..., S, E], v [B..., S, Ev] (result [B..., L, Ev + 1]), with dropout
-// when given the s64[] seed.
+// Causal ATTENTION of q [B..., L, E], k [B..., S, E], v [B..., S, Ev] (result [B..., L, Ev + 1], f32 for bf16
+// operands), with dropout when given the s64[] seed.
 inline int64_t Attention(ModuleBuilder& b, int64_t q, int64_t k, int64_t v, double dropout = 0, int64_t seed = -1) {
   Dims dims = b.dims(q);
   dims.back() = b.dims(v).back() + 1;
   std::vector<int64_t> operands = {q, k, v};
   if (seed >= 0) operands.push_back(seed);
-  return b.Op(Opcode::kAttention, operands, b.type(q), dims, [&](proto::Instruction& i) {
+  const proto::ElementType type = b.type(q) == proto::BF16 ? proto::F32 : b.type(q);
+  return b.Op(Opcode::kAttention, operands, type, dims, [&](proto::Instruction& i) {
     i.set_value(0.5);
     i.set_causal(true);
     i.set_dropout(dropout);
@@ -362,6 +365,19 @@ inline HostArray Random(const Dims& dims, uint64_t seed) {
   std::mt19937_64 rng(seed);
   return F32(dims, testing::RandomFloats(rng, testing::NumElements(dims)));
 }
+// Random's values rounded to bf16.
+inline HostArray RandomBf16(const Dims& dims, uint64_t seed) {
+  std::vector<uint16_t> bits;
+  for (float x : Random(dims, seed).values<float>()) bits.push_back(FloatToBf16(x));
+  return MakeArray(PrimitiveType::kBF16, dims, bits);
+}
+// An f32 or bf16 array's values as floats.
+inline std::vector<float> FloatValues(const HostArray& a) {
+  if (a.shape.type != PrimitiveType::kBF16) return a.values<float>();
+  std::vector<float> out;
+  for (uint16_t x : a.values<uint16_t>()) out.push_back(Bf16ToFloat(x));
+  return out;
+}
 
 // The partitioned program computes what the global one does (to float reassociation), both interpreted and
 // run as one executable on the mesh's devices.
@@ -375,7 +391,7 @@ inline void ExpectSameNumbers(const proto::Module& module, const std::vector<Hos
     ASSERT_EQ(got.size(), expected.size()) << (on_devices ? "on devices" : "interpreted");
     for (size_t j = 0; j < got.size(); ++j) {
       ASSERT_EQ(got[j].shape, expected[j].shape) << "output " << j;
-      EXPECT_THAT(got[j].values<float>(), Pointwise(::testing::FloatNear(1e-4f), expected[j].values<float>()))
+      EXPECT_THAT(FloatValues(got[j]), Pointwise(::testing::FloatNear(1e-4f), FloatValues(expected[j])))
           << "output " << j << (on_devices ? " on devices" : " interpreted");
     }
   }

@@ -84,8 +84,8 @@ Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tens
   // [..., L, Ev + 1]: the output, then each row's logsumexp, which the backward pass reads.
   const Tensor packed = MakeTensor(OpKind::kAttention, operands, out_shape, device, loc, attrs);
   const int64_t ev = v.dim(-1);
-  Tensor out = slice(packed, -1, 0, ev, 1, loc);
-  if (out.dtype() != q.dtype()) out = cast(out, q.dtype(), loc);  // bf16's packed result is f32
+  // Of q's dtype: bf16's packed result is f32 (a cast to the same dtype is the tensor itself).
+  const Tensor out = cast(slice(packed, -1, 0, ev, 1, loc), q.dtype(), loc);
   return Record(
       out, "scaled_dot_product_attention", {q, k, v},
       [packed, attn_mask, seed, attrs, device, loc](const Tensor& g, const Tensor&, const std::vector<Tensor>& x) {

@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "pjrt_sim/element_ops.h"
+#include "pjrt_sim/kernels/fused_program.h"
 #include "pjrt_sim/kernels/gemm.h"
 #include "pjrt_sim/status_macros.h"
 #include "pjrt_sim/thread_pool.h"
@@ -42,9 +43,8 @@ T* Scratch(size_t n) {
   return scratch.data();
 }
 
-LAZYRT_VECTOR_CLONES void ToBf16(const float* x, int64_t n, Bf16* out) {
-  for (int64_t c = 0; c < n; ++c) out[c] = FloatToBf16(x[c]);
-}
+// f32 values rounded to bf16, as a kernel stores them.
+void ToBf16(const float* x, int64_t n, Bf16* out) { StoreBlock(x, ComputeType::kF32, PrimitiveType::kBF16, out, n); }
 LAZYRT_VECTOR_CLONES void FromBf16(const Bf16* x, int64_t n, float* out) {
   for (int64_t c = 0; c < n; ++c) out[c] = Bf16ToFloat(x[c]);
 }
@@ -112,15 +112,15 @@ void Product(GemmLibrary library, int64_t m, int64_t n, int64_t k, MatrixView<co
   }
   if constexpr (std::is_same_v<S, Bf16>) {
     if (library == GemmLibrary::kOneDnn && OneDnnGemmBf16(m, n, k, a, b, c)) return;
+    // rows x cols of a view, widened into a row-major array.
+    const auto widened = [](MatrixView<const Bf16> v, int64_t rows, int64_t cols, float* out) {
+      for (int64_t i = 0; i < rows; ++i) {
+        for (int64_t j = 0; j < cols; ++j) out[i * cols + j] = Bf16ToFloat(v.data[i * v.row_stride + j * v.col_stride]);
+      }
+      return MatrixView<const float>{out, cols, 1};
+    };
     float* wa = Scratch<float, kWidenedSlot>(static_cast<size_t>(m * k + k * n));
-    float* wb = wa + m * k;
-    for (int64_t i = 0; i < m; ++i) {
-      for (int64_t j = 0; j < k; ++j) wa[i * k + j] = Bf16ToFloat(a.data[i * a.row_stride + j * a.col_stride]);
-    }
-    for (int64_t i = 0; i < k; ++i) {
-      for (int64_t j = 0; j < n; ++j) wb[i * n + j] = Bf16ToFloat(b.data[i * b.row_stride + j * b.col_stride]);
-    }
-    Gemm(library, m, n, k, MatrixView<const float>{wa, k, 1}, MatrixView<const float>{wb, n, 1}, c);
+    Gemm(library, m, n, k, widened(a, m, k, wa), widened(b, k, n, wa + m * k), c);
   } else {
     Gemm(library, m, n, k, a, b, c);
   }

@@ -22,6 +22,7 @@ namespace lazyrt::pjrt {
 namespace attention_kernel_test {
 
 using testing::Dims;
+using testing::FloatsOf;
 using ::testing::HasSubstr;
 using testing::HostArray;
 using testing::MakeArray;
@@ -68,18 +69,7 @@ std::vector<float> RandomFloats(std::mt19937_64& rng, int64_t n, bool bf16 = fal
 
 // `values` as an f32 array, or rounded to a bf16 one.
 HostArray FloatArray(bool bf16, const Dims& dims, const std::vector<float>& values) {
-  if (!bf16) return MakeArray(PrimitiveType::kF32, dims, values);
-  std::vector<uint16_t> bits;
-  for (float x : values) bits.push_back(FloatToBf16(x));
-  return MakeArray(PrimitiveType::kBF16, dims, bits);
-}
-
-// An f32 or bf16 array's values as floats (exact).
-std::vector<float> FloatsOf(const HostArray& a) {
-  if (a.shape.type != PrimitiveType::kBF16) return a.values<float>();
-  std::vector<float> out;
-  for (uint16_t x : a.values<uint16_t>()) out.push_back(Bf16ToFloat(x));
-  return out;
+  return bf16 ? testing::Bf16Array(dims, values) : MakeArray(PrimitiveType::kF32, dims, values);
 }
 
 // Host arrays of a problem: q, k, v, d(output) and the mask (as f64 for the reference).

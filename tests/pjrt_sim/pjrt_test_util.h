@@ -19,6 +19,7 @@
 #include "pjrt_sim/client.h"
 #include "pjrt_sim/communicator.h"
 #include "pjrt_sim/compiler.h"
+#include "pjrt_sim/element_ops.h"
 #include "pjrt_sim/hlo.h"
 #include "pjrt_sim/module.pb.h"
 #include "pjrt_sim/status_macros.h"
@@ -224,6 +225,21 @@ HostArray MakeArray(PrimitiveType type, const Dims& dims, const std::vector<T>& 
   EXPECT_EQ(static_cast<int64_t>(sizeof(T)), ByteWidth(type));
   if (!values.empty()) std::memcpy(a.bytes.data(), values.data(), a.bytes.size());
   return a;
+}
+
+// `values` rounded to a bf16 array, as a kernel stores them.
+inline HostArray Bf16Array(const Dims& dims, const std::vector<float>& values) {
+  std::vector<uint16_t> bits;
+  for (float x : values) bits.push_back(FloatToBf16(x));
+  return MakeArray(PrimitiveType::kBF16, dims, bits);
+}
+
+// An f32 or bf16 array's values as floats (bf16 widened, exactly).
+inline std::vector<float> FloatsOf(const HostArray& a) {
+  if (a.shape.type != PrimitiveType::kBF16) return a.values<float>();
+  std::vector<float> out;
+  for (uint16_t x : a.values<uint16_t>()) out.push_back(Bf16ToFloat(x));
+  return out;
 }
 
 // Uploads `args`, runs `exe` on device 0 and reads every result back.

@@ -12,7 +12,6 @@
 #include <utility>
 #include <vector>
 
-#include "pjrt_sim/element_ops.h"
 #include "pjrt_sim/module_verifier.h"
 #include "pjrt_sim/spmd_partitioner.h"
 #include "tests/pjrt_sim/compiler_test_util.h"
@@ -367,16 +366,7 @@ inline HostArray Random(const Dims& dims, uint64_t seed) {
 }
 // Random's values rounded to bf16.
 inline HostArray RandomBf16(const Dims& dims, uint64_t seed) {
-  std::vector<uint16_t> bits;
-  for (float x : Random(dims, seed).values<float>()) bits.push_back(FloatToBf16(x));
-  return MakeArray(PrimitiveType::kBF16, dims, bits);
-}
-// An f32 or bf16 array's values as floats.
-inline std::vector<float> FloatValues(const HostArray& a) {
-  if (a.shape.type != PrimitiveType::kBF16) return a.values<float>();
-  std::vector<float> out;
-  for (uint16_t x : a.values<uint16_t>()) out.push_back(Bf16ToFloat(x));
-  return out;
+  return testing::Bf16Array(dims, Random(dims, seed).values<float>());
 }
 
 // The partitioned program computes what the global one does (to float reassociation), both interpreted and
@@ -391,7 +381,7 @@ inline void ExpectSameNumbers(const proto::Module& module, const std::vector<Hos
     ASSERT_EQ(got.size(), expected.size()) << (on_devices ? "on devices" : "interpreted");
     for (size_t j = 0; j < got.size(); ++j) {
       ASSERT_EQ(got[j].shape, expected[j].shape) << "output " << j;
-      EXPECT_THAT(FloatValues(got[j]), Pointwise(::testing::FloatNear(1e-4f), FloatValues(expected[j])))
+      EXPECT_THAT(testing::FloatsOf(got[j]), Pointwise(::testing::FloatNear(1e-4f), testing::FloatsOf(expected[j])))
           << "output " << j << (on_devices ? " on devices" : " interpreted");
     }
   }

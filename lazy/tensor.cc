@@ -97,26 +97,30 @@ Tensor MakeTensor(ir::OpKind op, ir::OperandList operands, Shape shape, int devi
 
 namespace {
 
+// A tensor of host `values`: copied, or used in place for as long as `owner` (when not null) is held.
 template <typename T>
 Tensor FromHost(std::span<const T> values, const std::vector<int64_t>& dims, DType dtype, Device device,
-                const SourceLocation& loc) {
+                std::shared_ptr<const void> owner, const SourceLocation& loc) {
+  const bool in_place = owner != nullptr;
+  const char* api = in_place ? "FromExternal" : "FromData";
   Shape shape(dtype, dims);
   for (int64_t d : dims) {
-    if (d < 0) throw Error(absl::StrCat("FromData: negative dimension in ", shape.ToString()), loc);
+    if (d < 0) throw Error(absl::StrCat(api, ": negative dimension in ", shape.ToString()), loc);
   }
   if (static_cast<int64_t>(values.size()) != shape.numel()) {
-    throw Error(absl::StrCat("FromData: ", values.size(), " values do not fill ", shape.ToString(), " (", shape.numel(),
+    throw Error(absl::StrCat(api, ": ", values.size(), " values do not fill ", shape.ToString(), " (", shape.numel(),
                              " elements)"),
                 loc);
   }
   detail::Runtime& rt = detail::Runtime::Get();
   detail::DeviceState& state = rt.device_state(device, loc);
-  absl::StatusOr<std::shared_ptr<pjrt::Buffer>> buffer = rt.client().BufferFromHost(
-      values.data(), pjrt::ArrayShape{lowering::DeviceType(dtype), std::vector<int64_t>(dims.begin(), dims.end())},
-      state.device);
-  ThrowIfError(buffer.status(), "FromData", loc);
+  const pjrt::ArrayShape array{lowering::DeviceType(dtype), std::vector<int64_t>(dims.begin(), dims.end())};
+  absl::StatusOr<std::shared_ptr<pjrt::Buffer>> buffer =
+      in_place ? rt.client().BufferFromHostInPlace(values.data(), array, state.device, std::move(owner))
+               : rt.client().BufferFromHost(values.data(), array, state.device);
+  ThrowIfError(buffer.status(), api, loc);
   static std::atomic<int64_t>& transfers = Counter(counters::kTransfersToDevice);  // looked up once
-  transfers.fetch_add(1);
+  if (!in_place) transfers.fetch_add(1);  // a copy to the device; data used in place moves nothing
   Tensor out = detail::NewTensor(std::move(shape), device.index, loc);
   out.impl()->buffer = *std::move(buffer);
   return out;
@@ -126,19 +130,39 @@ Tensor FromHost(std::span<const T> values, const std::vector<int64_t>& dims, DTy
 
 Tensor Tensor::FromData(std::span<const float> values, const std::vector<int64_t>& dims, Device device,
                         SourceLocation loc) {
-  return FromHost(values, dims, DType::kF32, device, loc);
+  return FromHost(values, dims, DType::kF32, device, nullptr, loc);
 }
 Tensor Tensor::FromData(std::span<const double> values, const std::vector<int64_t>& dims, Device device,
                         SourceLocation loc) {
-  return FromHost(values, dims, DType::kF64, device, loc);
+  return FromHost(values, dims, DType::kF64, device, nullptr, loc);
 }
 Tensor Tensor::FromData(std::span<const int32_t> values, const std::vector<int64_t>& dims, Device device,
                         SourceLocation loc) {
-  return FromHost(values, dims, DType::kI32, device, loc);
+  return FromHost(values, dims, DType::kI32, device, nullptr, loc);
 }
 Tensor Tensor::FromData(std::span<const int64_t> values, const std::vector<int64_t>& dims, Device device,
                         SourceLocation loc) {
-  return FromHost(values, dims, DType::kI64, device, loc);
+  return FromHost(values, dims, DType::kI64, device, nullptr, loc);
+}
+Tensor Tensor::FromExternal(std::span<const float> values, const std::vector<int64_t>& dims,
+                            std::shared_ptr<const void> owner, Device device, SourceLocation loc) {
+  if (owner == nullptr) throw Error("FromExternal: no owner to keep the values alive (FromData copies them)", loc);
+  return FromHost(values, dims, DType::kF32, device, std::move(owner), loc);
+}
+Tensor Tensor::FromExternal(std::span<const double> values, const std::vector<int64_t>& dims,
+                            std::shared_ptr<const void> owner, Device device, SourceLocation loc) {
+  if (owner == nullptr) throw Error("FromExternal: no owner to keep the values alive (FromData copies them)", loc);
+  return FromHost(values, dims, DType::kF64, device, std::move(owner), loc);
+}
+Tensor Tensor::FromExternal(std::span<const int32_t> values, const std::vector<int64_t>& dims,
+                            std::shared_ptr<const void> owner, Device device, SourceLocation loc) {
+  if (owner == nullptr) throw Error("FromExternal: no owner to keep the values alive (FromData copies them)", loc);
+  return FromHost(values, dims, DType::kI32, device, std::move(owner), loc);
+}
+Tensor Tensor::FromExternal(std::span<const int64_t> values, const std::vector<int64_t>& dims,
+                            std::shared_ptr<const void> owner, Device device, SourceLocation loc) {
+  if (owner == nullptr) throw Error("FromExternal: no owner to keep the values alive (FromData copies them)", loc);
+  return FromHost(values, dims, DType::kI64, device, std::move(owner), loc);
 }
 Tensor Tensor::FromData(std::initializer_list<float> values, std::initializer_list<int64_t> dims, Device device,
                         SourceLocation loc) {

@@ -121,6 +121,18 @@ class Tensor {
                          LAZYRT_HERE);
   static Tensor FromData(std::initializer_list<float> values, std::initializer_list<int64_t> dims, Device device = {},
                          LAZYRT_HERE);
+  // Uses host data in place, without copying it (torch.from_blob; PJRT's zero-copy host buffers): the
+  // tensor and the steps computing from it read `values` where they are. `owner` (not null) keeps them
+  // alive, and is held until the tensor and every step reading it are done; they must not change
+  // meanwhile. For data that outlives its steps unchanged, such as a dataset's batches.
+  static Tensor FromExternal(std::span<const float> values, const std::vector<int64_t>& dims,
+                             std::shared_ptr<const void> owner, Device device = {}, LAZYRT_HERE);
+  static Tensor FromExternal(std::span<const double> values, const std::vector<int64_t>& dims,
+                             std::shared_ptr<const void> owner, Device device = {}, LAZYRT_HERE);
+  static Tensor FromExternal(std::span<const int32_t> values, const std::vector<int64_t>& dims,
+                             std::shared_ptr<const void> owner, Device device = {}, LAZYRT_HERE);
+  static Tensor FromExternal(std::span<const int64_t> values, const std::vector<int64_t>& dims,
+                             std::shared_ptr<const void> owner, Device device = {}, LAZYRT_HERE);
 
   bool defined() const { return impl_ != nullptr; }
   const Shape& shape() const;

@@ -45,6 +45,21 @@ absl::StatusOr<std::shared_ptr<Buffer>> Client::BufferFromHost(const void* data,
   return std::make_shared<Buffer>(device, shape, std::make_shared<DeviceMemory>(std::move(memory)), Event::Ready());
 }
 
+absl::StatusOr<std::shared_ptr<Buffer>> Client::BufferFromHostInPlace(const void* data, const ArrayShape& shape,
+                                                                      Device* device,
+                                                                      std::shared_ptr<const void> owner) {
+  if (device == nullptr) return absl::InvalidArgumentError("no device for a host buffer used in place");
+  if (owner == nullptr) {
+    return absl::InvalidArgumentError("a host buffer used in place needs an owner that keeps its bytes alive");
+  }
+  if (data == nullptr && shape.byte_size() > 0) {
+    return absl::InvalidArgumentError(absl::StrCat("no host bytes for ", shape.ToString()));
+  }
+  return std::make_shared<Buffer>(
+      device, shape, std::make_shared<DeviceMemory>(DeviceMemory::Borrowed(data, shape.byte_size(), std::move(owner))),
+      Event::Ready());
+}
+
 absl::StatusOr<std::shared_ptr<Executable>> Client::Compile(const proto::Module& module, const CompileOptions& options,
                                                             Device* device) {
   return pjrt::Compile(module, options, device != nullptr ? device : devices_[0].get());

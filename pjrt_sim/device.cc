@@ -15,7 +15,8 @@ namespace lazyrt::pjrt {
 DeviceMemory::DeviceMemory(DeviceMemory&& other) noexcept
     : device_(std::exchange(other.device_, nullptr)),
       data_(std::exchange(other.data_, nullptr)),
-      size_(std::exchange(other.size_, 0)) {}
+      size_(std::exchange(other.size_, 0)),
+      owner_(std::move(other.owner_)) {}
 
 DeviceMemory& DeviceMemory::operator=(DeviceMemory&& other) noexcept {
   if (this != &other) {
@@ -23,17 +24,25 @@ DeviceMemory& DeviceMemory::operator=(DeviceMemory&& other) noexcept {
     device_ = std::exchange(other.device_, nullptr);
     data_ = std::exchange(other.data_, nullptr);
     size_ = std::exchange(other.size_, 0);
+    owner_ = std::move(other.owner_);
   }
   return *this;
 }
 
 DeviceMemory::~DeviceMemory() { Release(); }
 
+DeviceMemory DeviceMemory::Borrowed(const void* data, int64_t size, std::shared_ptr<const void> owner) {
+  DeviceMemory memory(nullptr, const_cast<void*>(data), size);  // read-only: see the declaration
+  memory.owner_ = std::move(owner);
+  return memory;
+}
+
 void DeviceMemory::Release() {
   if (device_ != nullptr) device_->Free(data_, size_);
   device_ = nullptr;
   data_ = nullptr;
   size_ = 0;
+  owner_.reset();
 }
 
 namespace {

@@ -47,6 +47,11 @@ class DeviceMemory {
   DeviceMemory& operator=(DeviceMemory&& other) noexcept;
   ~DeviceMemory();
 
+  // Host bytes used in place (PJRT's kImmutableZeroCopy host buffers, which its CPU client reads where
+  // they are): `owner` is held until this is destroyed, and the bytes are neither the device's nor
+  // counted as its. Executions only read them: an executable never writes its parameters.
+  static DeviceMemory Borrowed(const void* data, int64_t size, std::shared_ptr<const void> owner);
+
   void* data() const { return data_; }
   int64_t size() const { return size_; }
 
@@ -55,9 +60,10 @@ class DeviceMemory {
   DeviceMemory(Device* device, void* data, int64_t size) : device_(device), data_(data), size_(size) {}
   void Release();
 
-  Device* device_ = nullptr;
+  Device* device_ = nullptr;  // null for borrowed bytes
   void* data_ = nullptr;
   int64_t size_ = 0;
+  std::shared_ptr<const void> owner_;  // of borrowed bytes
 };
 
 class Device {

@@ -10,6 +10,7 @@
 // The last stdout line is the JSON result (see peers::PrintResult).
 #include <cstdio>
 #include <exception>
+#include <memory>
 #include <span>
 #include <vector>
 
@@ -44,7 +45,8 @@ int main(int argc, char** argv) {
   try {
     if (!lazyrt::bench::ConfigureWithoutPersistentCache("lazyrt_mlp")) return 2;
 
-    const peers::Dataset train = peers::LoadTrain(flags.data);
+    // Shared: each step's batch tensor reads its rows in place (FromExternal) and holds the dataset.
+    const auto train = std::make_shared<const peers::Dataset>(peers::LoadTrain(flags.data));
     std::vector<lazyrt::Tensor> weights, biases, params;
     for (const peers::LayerInit& l : peers::InitLayers()) {
       weights.push_back(lazyrt::Tensor::FromData(l.weight, {l.out, l.in}));
@@ -66,8 +68,8 @@ int main(int argc, char** argv) {
     const peers::Clock::time_point run_start = peers::Clock::now();
     for (int64_t step = 0; step < flags.steps; ++step) {
       const peers::Clock::time_point start = peers::Clock::now();
-      const std::span<const float> images = peers::GetBatch(train, flags.batch, step, labels);
-      lazyrt::Tensor h = lazyrt::Tensor::FromData(images, {flags.batch, train.features});
+      const std::span<const float> images = peers::GetBatch(*train, flags.batch, step, labels);
+      lazyrt::Tensor h = lazyrt::Tensor::FromExternal(images, {flags.batch, train->features}, train);
       const lazyrt::Tensor y = lazyrt::Tensor::FromData(std::span<const int64_t>(labels), {flags.batch});
       for (size_t l = 0; l < weights.size(); ++l) {
         h = lazyrt::matmul(h, lazyrt::transpose(weights[l], 0, 1)) + biases[l];  // as lazyrt::nn::Linear

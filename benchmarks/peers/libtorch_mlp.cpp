@@ -64,9 +64,8 @@ int main(int argc, char** argv) {
     for (int64_t step = 0; step < flags.steps; ++step) {
       const peers::Clock::time_point start = peers::Clock::now();
       const std::span<const float> images = peers::GetBatch(train, flags.batch, step, labels);
-      // Copies, as lazyrt's FromData does (from_blob only reads the dataset, which clone copies).
-      const torch::Tensor x =
-          torch::from_blob(const_cast<float*>(images.data()), {flags.batch, train.features}).clone();
+      // The batch's rows read in place, as lazyrt's FromExternal does; the labels copied, as its FromData.
+      const torch::Tensor x = torch::from_blob(const_cast<float*>(images.data()), {flags.batch, train.features});
       const torch::Tensor y = torch::from_blob(labels.data(), {flags.batch}, torch::kInt64).clone();
       optimizer.zero_grad();
       loss = torch::nn::functional::cross_entropy(forward(x), y);

@@ -141,8 +141,8 @@ inline Dataset LoadTrain(const std::string& dir) {
 
 // Batch `step` in a fixed order: consecutive slices of the file, wrapping after the last full one.
 // No shuffle, so every peer (C++ or Python) sees the very same rows without sharing an RNG. Its images are
-// the dataset's rows where they are, which each peer copies once into its batch tensor (as the Python
-// peers' `from_numpy(images[first:last]).to(device, copy=True)`); its labels as i64 in `labels`.
+// the dataset's rows where they are, which each peer's batch tensor reads in place (lazyrt's FromExternal,
+// torch's from_blob and from_numpy); its labels as i64 in `labels`, which each peer copies.
 inline std::span<const float> GetBatch(const Dataset& d, int64_t batch, int64_t step, std::vector<int64_t>& labels) {
   const int64_t first = (step % (d.count / batch)) * batch;
   labels.assign(d.labels.begin() + first, d.labels.begin() + first + batch);

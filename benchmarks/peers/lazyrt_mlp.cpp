@@ -66,7 +66,9 @@ int main(int argc, char** argv) {
     std::vector<int64_t> labels;
     lazyrt::Tensor loss;
     const peers::Clock::time_point run_start = peers::Clock::now();
+    double steady_cpu_start = 0;
     for (int64_t step = 0; step < flags.steps; ++step) {
+      if (step == 1 + flags.warmup) steady_cpu_start = peers::ThreadCpuUs();
       const peers::Clock::time_point start = peers::Clock::now();
       const std::span<const float> images = peers::GetBatch(*train, flags.batch, step, labels);
       lazyrt::Tensor h = lazyrt::Tensor::FromExternal(images, {flags.batch, train->features}, train);
@@ -83,6 +85,9 @@ int main(int argc, char** argv) {
       if (step == 0) result.first_loss = loss.item();  // the first step ends when its result is ready
       result.step_ms.push_back(peers::MsBetween(start, peers::Clock::now()));
     }
+    const int64_t steady_steps = flags.steps - 1 - flags.warmup;
+    if (steady_steps > 0)
+      result.host_cpu_us = (peers::ThreadCpuUs() - steady_cpu_start) / static_cast<double>(steady_steps);
     result.last_loss = loss.item();
     lazyrt::wait_device();
     result.total_ms = peers::MsBetween(run_start, peers::Clock::now());

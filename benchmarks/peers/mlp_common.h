@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <ctime>
 #include <span>
 #include <stdexcept>
 #include <string>
@@ -186,16 +187,28 @@ struct Result {
   double first_loss = 0, last_loss = 0;
   double op_ns = -1;  // per elementwise op: trace cost for a lazy peer, dispatch + run for an eager one
   std::string op_kind;
+  // The calling thread's CPU time per steady step, where the peer measures it (lazyrt: what tracing,
+  // syncing and launching a step cost the host, which shares the machine's cores with the device).
+  double host_cpu_us = -1;
 };
+
+// The calling thread's CPU time so far.
+inline double ThreadCpuUs() {
+  timespec t{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+  return static_cast<double>(t.tv_sec) * 1e6 + static_cast<double>(t.tv_nsec) / 1e3;
+}
 
 inline void PrintResult(const Result& r) {
   const std::vector<double> steady(r.step_ms.begin() + 1 + r.warmup, r.step_ms.end());
   std::printf(
       "{\"peer\": \"%s\", \"threads\": %d, \"steps\": %lld, \"warmup\": %lld, \"first_step_ms\": %.3f, "
       "\"steady_step_ms\": %.4f, \"mean_step_ms\": %.4f, \"first_loss\": %.7g, \"last_loss\": %.7g, "
-      "\"op_ns\": %.1f, \"op_kind\": \"%s\"}\n",
+      "\"op_ns\": %.1f, \"op_kind\": \"%s\"",
       r.peer.c_str(), r.threads, static_cast<long long>(r.steps), static_cast<long long>(r.warmup), r.step_ms[0],
       Median(steady), r.total_ms / static_cast<double>(r.steps), r.first_loss, r.last_loss, r.op_ns, r.op_kind.c_str());
+  if (r.host_cpu_us >= 0) std::printf(", \"host_cpu_us\": %.1f", r.host_cpu_us);
+  std::printf("}\n");
 }
 
 }  // namespace peers

@@ -174,6 +174,15 @@ GemmLibrary FastestGemmLibrary(const proto::Kernel& kernel, std::span<const Arra
 
 }  // namespace
 
+int64_t DotSplitVariant(const proto::Kernel& dot, int64_t operand_bytes, int64_t output_bytes, int threads) {
+  const double p = threads;
+  const double a = static_cast<double>(dot.batch() * dot.m() * dot.k() * operand_bytes);
+  const double b = static_cast<double>(dot.batch() * dot.k() * dot.n() * operand_bytes);
+  const double c = static_cast<double>(dot.batch() * dot.m() * dot.n() * output_bytes);
+  const double rows = a / p + b, columns = a + b / p + c * (p - 1) / (p * p);
+  return rows <= columns ? kDotRowPanels : kDotColumnPanels;
+}
+
 absl::Status Autotune(proto::Executable& exe, Device* device, const GemmTuningRecord* gemm_tuning) {
   ASSIGN_OR_RETURN(std::shared_ptr<Executable> loaded, Executable::Load(exe));
   std::vector<DeviceMemory> memory;
@@ -224,11 +233,14 @@ absl::Status Autotune(proto::Executable& exe, Device* device, const GemmTuningRe
     std::vector<Candidate> candidates;
     std::vector<const void*> inputs;
     std::vector<void*> outs;
+    // A DOT split into panels either way: the way DotSplitVariant chooses, where timing chooses to split.
+    std::optional<int64_t> split_variant;
   };
   std::vector<Tuning> tunings;
   for (int k = 0; k < exe.kernels_size(); ++k) {
     proto::Kernel& kernel = *exe.mutable_kernels(k);
     std::vector<Candidate> candidates;
+    std::optional<int64_t> split_variant;
     const bool tuned_dot = kernel.kind() == proto::Kernel::DOT && kernel.m() * kernel.n() * kernel.k() >= (1 << 15);
     // An attention kernel's products are small (kAttentionBlock queries or keys by at most 512) and many: which library
     // calls them fastest decides, not its variants (it has none).
@@ -275,6 +287,8 @@ absl::Status Autotune(proto::Executable& exe, Device* device, const GemmTuningRe
         } else {
           candidates.emplace_back(absl::StrCat(name, "_column_panels_x", threads), columns);
           candidates.emplace_back(absl::StrCat(name, "_row_panels_x", threads), rows);
+          const PrimitiveType output = FromProto(exe.slots(static_cast<int>(kernel.output())).shape()).type;
+          split_variant = DotSplitVariant(kernel, ByteWidth(operand), ByteWidth(output), threads);
         }
       }
     } else if ((kernel.kind() == proto::Kernel::LOOP || kernel.kind() == proto::Kernel::REDUCE) && threads > 1 &&
@@ -288,7 +302,7 @@ absl::Status Autotune(proto::Executable& exe, Device* device, const GemmTuningRe
     }
     if (candidates.empty()) continue;
 
-    Tuning& t = tunings.emplace_back(Tuning{k, std::move(candidates), {}, {}});
+    Tuning& t = tunings.emplace_back(Tuning{k, std::move(candidates), {}, {}, split_variant});
     std::vector<ArrayShape> input_shapes;
     for (int64_t in : kernel.inputs()) {
       input_shapes.push_back(FromProto(exe.slots(static_cast<int>(in)).shape()));
@@ -337,12 +351,17 @@ absl::Status Autotune(proto::Executable& exe, Device* device, const GemmTuningRe
   // round alike rather than condemning whichever kernel's candidates it happened to hit. With every
   // round of a kernel back to back, a run lost its parallel variants whenever the second core was away
   // for those few milliseconds.
+  // Each run starts with the pool's threads running, as a kernel after the step's earlier parallel ones
+  // does: after a serial candidate longer than the worker watches for more work (ThreadPool), the split
+  // candidate timed next paid the worker's wake-up, 10-60 us on a VM. The MLP's x W1^T in column panels,
+  // timed right after it whole: 241-264 -> 218-226 us (3 processes each; whole 225-248).
   if (!tunings.empty()) await_separate_cpus();
   constexpr int kTimedRounds = 5;
   for (int round = 0; round < kTimedRounds; ++round) {
     for (Tuning& t : tunings) {
       for (Candidate& cand : t.candidates) {
         if (!cand.ok) continue;
+        ThreadPool::Get().AwaitSeparateCpus(kPoolPatience);
         const Clock::time_point start = Clock::now();
         cand.ok = cand.built->Run(t.inputs, t.outs).ok();
         cand.us = std::min(cand.us, MsSince(start) * 1000);
@@ -364,6 +383,15 @@ absl::Status Autotune(proto::Executable& exe, Device* device, const GemmTuningRe
         record->set_chosen(cand.name);
         kernel.set_variant(cand.kernel.variant());
         kernel.set_grain(cand.kernel.grain());
+      }
+    }
+    // Split, then the way that moves the fewest bytes, if its panels gave the reference's bits too.
+    if (t.split_variant && kernel.variant() != kDotSerial && kernel.variant() != *t.split_variant) {
+      for (const Candidate& cand : t.candidates) {
+        if (cand.ok && cand.identical && cand.kernel.variant() == *t.split_variant) {
+          record->set_chosen(absl::StrCat(cand.name, " (the split that moves the fewest bytes)"));
+          kernel.set_variant(cand.kernel.variant());
+        }
       }
     }
   }

@@ -13,6 +13,7 @@
 #include <set>
 #include <string>
 
+#include "pjrt_sim/autotune.h"
 #include "pjrt_sim/kernels/kernels.h"
 #include "pjrt_sim/thread_pool.h"
 #include "tests/pjrt_sim/compiler_test_util.h"
@@ -684,30 +685,85 @@ TEST_F(PassesTest, AutotuneKeepsEachKernelsFastestIdenticalCandidate) {
     if (record.chosen().starts_with("library_")) continue;  // the machine's GEMM library, recorded once
     EXPECT_TRUE(tuned.insert(record.kernel()).second) << "two records of kernel " << record.kernel();
     ASSERT_GE(record.candidates_size(), 2) << record.kernel();
+    // A product timed faster split runs split the way DotSplitVariant says, whichever way timed faster.
+    std::string chosen_name = record.chosen();
+    const std::string redirected = " (the split that moves the fewest bytes)";
+    const bool by_traffic = chosen_name.ends_with(redirected);
+    if (by_traffic) chosen_name.resize(chosen_name.size() - redirected.size());
     double fastest = 1e300;
     const proto::AutotuneCandidate* chosen = nullptr;
+    const proto::AutotuneCandidate* fastest_candidate = nullptr;
     for (const proto::AutotuneCandidate& c : record.candidates()) {
       EXPECT_GT(c.us(), 0) << c.name();
       EXPECT_LT(c.us(), 1e6) << c.name();
       if (c.name().find("rejected") != std::string::npos) continue;
+      if (c.us() < fastest) fastest_candidate = &c;
       fastest = std::min(fastest, c.us());
-      if (c.name() == record.chosen()) chosen = &c;
+      if (c.name() == chosen_name) chosen = &c;
     }
     ASSERT_NE(chosen, nullptr) << "kernel " << record.kernel() << " chose " << record.chosen();
-    EXPECT_EQ(chosen->us(), fastest) << record.chosen();
+    if (by_traffic) {
+      EXPECT_THAT(fastest_candidate->name(), ::testing::HasSubstr("_panels_")) << record.chosen();
+      EXPECT_THAT(chosen_name, ::testing::HasSubstr("_panels_"));
+    } else {
+      EXPECT_EQ(chosen->us(), fastest) << record.chosen();
+    }
     const proto::Kernel& kernel = exe.kernels(static_cast<int>(record.kernel()));
     if (kernel.kind() == proto::Kernel::DOT) {
-      const int64_t variant = record.chosen().find("row_panels") != std::string::npos ||
-                                      record.chosen().find("_tiles_") != std::string::npos
-                                  ? kDotRowPanels
-                              : record.chosen().find("column_panels") != std::string::npos ? kDotColumnPanels
-                                                                                           : kDotSerial;
+      const int64_t variant =
+          chosen_name.find("row_panels") != std::string::npos || chosen_name.find("_tiles_") != std::string::npos
+              ? kDotRowPanels
+          : chosen_name.find("column_panels") != std::string::npos ? kDotColumnPanels
+                                                                   : kDotSerial;
       EXPECT_EQ(kernel.variant(), variant) << record.chosen();
     } else {
       EXPECT_EQ(kernel.grain() > 0, record.chosen().starts_with("parallel")) << record.chosen();
     }
   }
   EXPECT_EQ(tuned.size(), 3u) << KernelSummary(exe);  // both products and the loop
+}
+
+// A product split over two threads goes the way that brings each the fewest bytes: the MLP's x W1^T (W1
+// twice x's bytes) in columns, each reading its rows of W1; its weight gradient, whose result is the
+// largest array, in rows, which the next kernel's halves read where they were written; the GPT's
+// products by their larger operand.
+TEST(DotSplitVariant, SplitsTheWayThatMovesTheFewestBytes) {
+  auto dot = [](int64_t m, int64_t n, int64_t k) {
+    proto::Kernel kernel;
+    kernel.set_batch(1);
+    kernel.set_m(m);
+    kernel.set_n(n);
+    kernel.set_k(k);
+    return kernel;
+  };
+  EXPECT_EQ(DotSplitVariant(dot(128, 256, 784), 4, 4, 2), kDotColumnPanels);   // x W1^T
+  EXPECT_EQ(DotSplitVariant(dot(256, 784, 128), 4, 4, 2), kDotRowPanels);      // dW1 = dY1^T x
+  EXPECT_EQ(DotSplitVariant(dot(4096, 512, 128), 4, 4, 2), kDotRowPanels);     // the GPT's x W^T
+  EXPECT_EQ(DotSplitVariant(dot(128, 512, 4096), 4, 4, 2), kDotColumnPanels);  // its weight gradients
+  EXPECT_EQ(DotSplitVariant(dot(128, 256, 784), 2, 2, 2), kDotColumnPanels);   // only proportions count
+  EXPECT_EQ(DotSplitVariant(dot(64, 64, 64), 4, 4, 2), kDotRowPanels);         // a tie: rows
+}
+
+// Whole or split is timing's choice; which way to split, DotSplitVariant's, whichever split timed faster.
+TEST_F(PassesTest, AutotuneSplitsAProductTheWayThatMovesTheFewestBytes) {
+  if (ThreadPool::Get().size() != 2) GTEST_SKIP() << "the shapes below are chosen for two threads";
+  ModuleBuilder b;
+  const int64_t x = b.Parameter(0, proto::F32, {128, 784});
+  const int64_t w = b.Parameter(1, proto::F32, {256, 784});
+  const int64_t dy = b.Parameter(2, proto::F32, {128, 256});
+  b.Output(b.Dot(x, w, false, true));   // [128x784] x [784x256]
+  b.Output(b.Dot(dy, x, true, false));  // [256x128] x [128x784]
+  const proto::Executable exe = CompileToProto(b.module(), {.fusion = true, .autotune = true});
+  int split_products = 0;
+  for (const proto::AutotuneRecord& record : exe.autotune()) {
+    if (record.chosen().starts_with("library_")) continue;
+    const proto::Kernel& kernel = exe.kernels(static_cast<int>(record.kernel()));
+    ASSERT_EQ(kernel.kind(), proto::Kernel::DOT);
+    if (kernel.variant() == kDotSerial) continue;  // timed faster whole on this machine now
+    ++split_products;
+    EXPECT_EQ(kernel.variant(), kernel.m() == 128 ? kDotColumnPanels : kDotRowPanels) << record.chosen();
+  }
+  if (split_products == 0) GTEST_SKIP() << "both products timed faster whole: no split to check";
 }
 
 TEST_F(PassesTest, CompileOptionsFingerprintNamesEveryOption) {

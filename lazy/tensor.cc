@@ -1,6 +1,8 @@
 #include "lazy/tensor.h"
 
 #include <cstring>
+#include <memory>
+#include <optional>
 
 #include "absl/strings/str_cat.h"
 #include "ir/dump.h"
@@ -97,12 +99,16 @@ Tensor MakeTensor(ir::OpKind op, ir::OperandList operands, Shape shape, int devi
 
 namespace {
 
-// A tensor of host `values`: copied, or used in place for as long as `owner` (when not null) is held.
+// A tensor of host `values`: copied (no `owner`: FromData), or used in place for as long as `*owner` is
+// held (FromExternal).
 template <typename T>
 Tensor FromHost(std::span<const T> values, const std::vector<int64_t>& dims, DType dtype, Device device,
-                std::shared_ptr<const void> owner, const SourceLocation& loc) {
-  const bool in_place = owner != nullptr;
+                std::optional<std::shared_ptr<const void>> owner, const SourceLocation& loc) {
+  const bool in_place = owner.has_value();
   const char* api = in_place ? "FromExternal" : "FromData";
+  if (in_place && *owner == nullptr) {
+    throw Error("FromExternal: no owner to keep the values alive (FromData copies them)", loc);
+  }
   Shape shape(dtype, dims);
   for (int64_t d : dims) {
     if (d < 0) throw Error(absl::StrCat(api, ": negative dimension in ", shape.ToString()), loc);
@@ -116,7 +122,7 @@ Tensor FromHost(std::span<const T> values, const std::vector<int64_t>& dims, DTy
   detail::DeviceState& state = rt.device_state(device, loc);
   const pjrt::ArrayShape array{lowering::DeviceType(dtype), std::vector<int64_t>(dims.begin(), dims.end())};
   absl::StatusOr<std::shared_ptr<pjrt::Buffer>> buffer =
-      in_place ? rt.client().BufferFromHostInPlace(values.data(), array, state.device, std::move(owner))
+      in_place ? rt.client().BufferFromHostInPlace(values.data(), array, state.device, *std::move(owner))
                : rt.client().BufferFromHost(values.data(), array, state.device);
   ThrowIfError(buffer.status(), api, loc);
   static std::atomic<int64_t>& transfers = Counter(counters::kTransfersToDevice);  // looked up once
@@ -130,38 +136,34 @@ Tensor FromHost(std::span<const T> values, const std::vector<int64_t>& dims, DTy
 
 Tensor Tensor::FromData(std::span<const float> values, const std::vector<int64_t>& dims, Device device,
                         SourceLocation loc) {
-  return FromHost(values, dims, DType::kF32, device, nullptr, loc);
+  return FromHost(values, dims, DType::kF32, device, std::nullopt, loc);
 }
 Tensor Tensor::FromData(std::span<const double> values, const std::vector<int64_t>& dims, Device device,
                         SourceLocation loc) {
-  return FromHost(values, dims, DType::kF64, device, nullptr, loc);
+  return FromHost(values, dims, DType::kF64, device, std::nullopt, loc);
 }
 Tensor Tensor::FromData(std::span<const int32_t> values, const std::vector<int64_t>& dims, Device device,
                         SourceLocation loc) {
-  return FromHost(values, dims, DType::kI32, device, nullptr, loc);
+  return FromHost(values, dims, DType::kI32, device, std::nullopt, loc);
 }
 Tensor Tensor::FromData(std::span<const int64_t> values, const std::vector<int64_t>& dims, Device device,
                         SourceLocation loc) {
-  return FromHost(values, dims, DType::kI64, device, nullptr, loc);
+  return FromHost(values, dims, DType::kI64, device, std::nullopt, loc);
 }
 Tensor Tensor::FromExternal(std::span<const float> values, const std::vector<int64_t>& dims,
                             std::shared_ptr<const void> owner, Device device, SourceLocation loc) {
-  if (owner == nullptr) throw Error("FromExternal: no owner to keep the values alive (FromData copies them)", loc);
   return FromHost(values, dims, DType::kF32, device, std::move(owner), loc);
 }
 Tensor Tensor::FromExternal(std::span<const double> values, const std::vector<int64_t>& dims,
                             std::shared_ptr<const void> owner, Device device, SourceLocation loc) {
-  if (owner == nullptr) throw Error("FromExternal: no owner to keep the values alive (FromData copies them)", loc);
   return FromHost(values, dims, DType::kF64, device, std::move(owner), loc);
 }
 Tensor Tensor::FromExternal(std::span<const int32_t> values, const std::vector<int64_t>& dims,
                             std::shared_ptr<const void> owner, Device device, SourceLocation loc) {
-  if (owner == nullptr) throw Error("FromExternal: no owner to keep the values alive (FromData copies them)", loc);
   return FromHost(values, dims, DType::kI32, device, std::move(owner), loc);
 }
 Tensor Tensor::FromExternal(std::span<const int64_t> values, const std::vector<int64_t>& dims,
                             std::shared_ptr<const void> owner, Device device, SourceLocation loc) {
-  if (owner == nullptr) throw Error("FromExternal: no owner to keep the values alive (FromData copies them)", loc);
   return FromHost(values, dims, DType::kI64, device, std::move(owner), loc);
 }
 Tensor Tensor::FromData(std::initializer_list<float> values, std::initializer_list<int64_t> dims, Device device,

@@ -113,6 +113,9 @@ constexpr int64_t kMinPanelMacs = int64_t{1} << 21;
 // a worker placed on its creator's CPU was moved within a few milliseconds; another process's load may
 // not move at all, and a compile must not wait for it.
 constexpr std::chrono::milliseconds kPoolPatience{20};
+// How long each timed run waits for the pool's threads to be running: a worker's wake-up (10-60 us on a
+// VM) and no more, so that a machine whose other CPU is taken costs the compile at most this per run.
+constexpr std::chrono::microseconds kWakePatience{200};
 
 // Whether an attention kernel's queries (L) and keys (S) fill at least one block each.
 bool FullBlocks(const proto::Executable& exe, const proto::Kernel& attention) {
@@ -351,17 +354,19 @@ absl::Status Autotune(proto::Executable& exe, Device* device, const GemmTuningRe
   // round alike rather than condemning whichever kernel's candidates it happened to hit. With every
   // round of a kernel back to back, a run lost its parallel variants whenever the second core was away
   // for those few milliseconds.
-  // Each run starts with the pool's threads running, as a kernel after the step's earlier parallel ones
-  // does: after a serial candidate longer than the worker watches for more work (ThreadPool), the split
-  // candidate timed next paid the worker's wake-up, 10-60 us on a VM. The MLP's x W1^T in column panels,
-  // timed right after it whole: 241-264 -> 218-226 us (3 processes each; whole 225-248).
+  // Each run of a split or parallel candidate starts with the pool's threads running, as a kernel after
+  // the step's earlier parallel ones does: after a serial candidate longer than the worker watches for more work
+  // (ThreadPool), the split candidate timed next paid the worker's wake-up, 10-60 us on a VM. The MLP's x W1^T in
+  // column panels, timed right after it whole: 241-264 -> 218-226 us (3 processes each; whole 225-248). Where the
+  // threads found no CPUs of their own at the start, runs do not wait for them.
   if (!tunings.empty()) await_separate_cpus();
   constexpr int kTimedRounds = 5;
   for (int round = 0; round < kTimedRounds; ++round) {
     for (Tuning& t : tunings) {
       for (Candidate& cand : t.candidates) {
         if (!cand.ok) continue;
-        ThreadPool::Get().AwaitSeparateCpus(kPoolPatience);
+        const bool uses_pool = cand.kernel.variant() != kDotSerial || cand.kernel.grain() > 0;
+        if (uses_pool && *separate_cpus) ThreadPool::Get().AwaitSeparateCpus(kWakePatience);
         const Clock::time_point start = Clock::now();
         cand.ok = cand.built->Run(t.inputs, t.outs).ok();
         cand.us = std::min(cand.us, MsSince(start) * 1000);
@@ -385,12 +390,16 @@ absl::Status Autotune(proto::Executable& exe, Device* device, const GemmTuningRe
         kernel.set_grain(cand.kernel.grain());
       }
     }
-    // Split, then the way that moves the fewest bytes, if its panels gave the reference's bits too.
+    // Split, then the way that moves the fewest bytes: if its panels gave the reference's bits too and
+    // timed no slower than the whole product.
     if (t.split_variant && kernel.variant() != kDotSerial && kernel.variant() != *t.split_variant) {
+      const Candidate& whole = t.candidates.front();
       for (const Candidate& cand : t.candidates) {
-        if (cand.ok && cand.identical && cand.kernel.variant() == *t.split_variant) {
-          record->set_chosen(absl::StrCat(cand.name, " (the split that moves the fewest bytes)"));
+        if (cand.ok && cand.identical && cand.kernel.variant() == *t.split_variant && cand.us <= whole.us) {
+          record->set_chosen(cand.name);
+          record->set_split_by_traffic(true);
           kernel.set_variant(cand.kernel.variant());
+          break;
         }
       }
     }

@@ -26,9 +26,9 @@ absl::Status Autotune(proto::Executable& exe, Device* device, const GemmTuningRe
 // (threads - 1) / threads of from the other threads. Timing cannot tell the two apart: the tuner's
 // repeated runs find every operand in each core's caches, where a step's come from the kernels before it.
 // The MLP's x W1^T ([128x784]x[784x256], W1 twice x's bytes) took row panels by timing; in column panels
-// each thread reads the rows of W1 its half of AdamW wrote (benchmarks/RESULTS.md, 2026-11-29). Its
-// weight gradient [256x128]x[128x784] stays in row panels, which AdamW's halves read where they were
-// written.
+// each thread reads the rows of W1 its half of AdamW wrote (benchmarks/RESULTS.md, 2026-11-29). With two
+// threads its weight gradient [256x128]x[128x784] stays in row panels, which AdamW's halves read where
+// they were written (with four, it would go to columns). A tie goes to rows.
 int64_t DotSplitVariant(const proto::Kernel& dot, int64_t operand_bytes, int64_t output_bytes, int threads);
 
 // How much faster than the preferred library another must measure to be recorded instead: more than

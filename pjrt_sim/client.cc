@@ -1,6 +1,7 @@
 #include "pjrt_sim/client.h"
 
 #include <algorithm>
+#include <cstdint>
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
@@ -48,12 +49,22 @@ absl::StatusOr<std::shared_ptr<Buffer>> Client::BufferFromHost(const void* data,
 absl::StatusOr<std::shared_ptr<Buffer>> Client::BufferFromHostInPlace(const void* data, const ArrayShape& shape,
                                                                       Device* device,
                                                                       std::shared_ptr<const void> owner) {
-  if (device == nullptr) return absl::InvalidArgumentError("no device for a host buffer used in place");
+  if (device == nullptr) {
+    return absl::InvalidArgumentError(absl::StrCat("no device for ", shape.ToString(), " used in place"));
+  }
   if (owner == nullptr) {
-    return absl::InvalidArgumentError("a host buffer used in place needs an owner that keeps its bytes alive");
+    return absl::InvalidArgumentError(
+        absl::StrCat(shape.ToString(), " used in place needs an owner that keeps its bytes alive"));
   }
   if (data == nullptr && shape.byte_size() > 0) {
     return absl::InvalidArgumentError(absl::StrCat("no host bytes for ", shape.ToString()));
+  }
+  // Kernels load elements through typed pointers: a copy could start anywhere, the array read in place not.
+  const auto address = reinterpret_cast<uintptr_t>(data);
+  if (address % static_cast<uintptr_t>(ByteWidth(shape.type)) != 0) {
+    return absl::InvalidArgumentError(absl::StrCat("host bytes for ", shape.ToString(), " at 0x", absl::Hex(address),
+                                                   " are not aligned to its ", ByteWidth(shape.type),
+                                                   "-byte elements: copy them (BufferFromHost)"));
   }
   return std::make_shared<Buffer>(
       device, shape, std::make_shared<DeviceMemory>(DeviceMemory::Borrowed(data, shape.byte_size(), std::move(owner))),

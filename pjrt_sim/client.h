@@ -40,8 +40,9 @@ class Client {
   absl::StatusOr<std::shared_ptr<Buffer>> BufferFromHost(const void* data, const ArrayShape& shape, Device* device);
   // A buffer on `device` that is `shape.byte_size()` bytes at `data`, used in place (PJRT's
   // kImmutableZeroCopy semantics, which its CPU client honours by reading them where they are); ready at
-  // return. `owner` (not null) is held until the buffer and every execution reading it are done; the
-  // bytes must not change meanwhile. They are not the device's memory and do not count as its.
+  // return. `owner` (not null) is held until the buffer and every execution reading it are done (so its
+  // last reference may go on the device's stream thread); the bytes, aligned to the element type, must not
+  // change meanwhile. They are not the device's memory and do not count as its.
   absl::StatusOr<std::shared_ptr<Buffer>> BufferFromHostInPlace(const void* data, const ArrayShape& shape,
                                                                 Device* device, std::shared_ptr<const void> owner);
 

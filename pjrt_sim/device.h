@@ -49,7 +49,8 @@ class DeviceMemory {
 
   // Host bytes used in place (PJRT's kImmutableZeroCopy host buffers, which its CPU client reads where
   // they are): `owner` is held until this is destroyed, and the bytes are neither the device's nor
-  // counted as its. Executions only read them: an executable never writes its parameters.
+  // counted as its. Executions only read them: a kernel writes only arena and output slots (checked when
+  // an executable is loaded).
   static DeviceMemory Borrowed(const void* data, int64_t size, std::shared_ptr<const void> owner);
 
   void* data() const { return data_; }

@@ -188,7 +188,8 @@ struct Result {
   double op_ns = -1;  // per elementwise op: trace cost for a lazy peer, dispatch + run for an eager one
   std::string op_kind;
   // The calling thread's CPU time per steady step, where the peer measures it (lazyrt: what tracing,
-  // syncing and launching a step cost the host, which shares the machine's cores with the device).
+  // syncing and launching a step cost the host, which shares the machine's cores with the device, plus
+  // any executable small enough to run inline on it; the MLP step has none).
   double host_cpu_us = -1;
 };
 

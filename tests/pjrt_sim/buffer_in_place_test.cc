@@ -87,7 +87,7 @@ TEST(BufferInPlace, TheOwnerIsHeldUntilTheLastExecutionReadingItEnds) {
   EXPECT_TRUE(watch.expired());
 }
 
-TEST(BufferInPlace, RefusesNoOwnerNoBytesAndNoDevice) {
+TEST(BufferInPlace, RefusesNoOwnerNoBytesNoDeviceAndMisalignedElements) {
   auto client = testing::MakeClient();
   auto host = std::make_shared<std::vector<float>>(6);
   absl::StatusOr<std::shared_ptr<Buffer>> unowned =
@@ -101,6 +101,12 @@ TEST(BufferInPlace, RefusesNoOwnerNoBytesAndNoDevice) {
   absl::StatusOr<std::shared_ptr<Buffer>> no_device =
       client->BufferFromHostInPlace(host->data(), kShape, nullptr, host);
   EXPECT_EQ(no_device.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(no_device.status().message(), HasSubstr("f32[2,3]"));
+  const char* bytes = reinterpret_cast<const char*>(host->data());
+  absl::StatusOr<std::shared_ptr<Buffer>> misaligned =
+      client->BufferFromHostInPlace(bytes + 2, {PrimitiveType::kF32, {2}}, client->device(0), host);
+  EXPECT_EQ(misaligned.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(misaligned.status().message(), HasSubstr("not aligned to its 4-byte elements"));
 }
 
 }  // namespace buffer_in_place_test

@@ -138,8 +138,10 @@ Json ExecutableJson(const proto::Executable& exe) {
     for (const proto::AutotuneCandidate& candidate : record.candidates()) {
       candidates.push_back({{"name", candidate.name()}, {"us", candidate.us()}});
     }
-    autotune.push_back(
-        {{"kernel", record.kernel()}, {"candidates", std::move(candidates)}, {"chosen", record.chosen()}});
+    autotune.push_back({{"kernel", record.kernel()},
+                        {"candidates", std::move(candidates)},
+                        {"chosen", record.chosen()},
+                        {"split_by_traffic", record.split_by_traffic()}});
   }
   json["autotune"] = std::move(autotune);
   json["tuned_on_shared_cpus"] = exe.tuned_on_shared_cpus();
@@ -260,8 +262,11 @@ void PrintExecutable(const proto::Executable& exe) {
     Table autotune({{"KERNEL", Align::kRight}, {"CANDIDATE"}, {"TIME", Align::kRight}, {"CHOSEN"}});
     for (const proto::AutotuneRecord& record : exe.autotune()) {
       for (const proto::AutotuneCandidate& candidate : record.candidates()) {
+        const bool chosen = candidate.name() == record.chosen();
         autotune.AddRow({absl::StrCat(record.kernel()), candidate.name(), FormatMs(candidate.us() / 1000),
-                         candidate.name() == record.chosen() ? "*" : ""});
+                         chosen && record.split_by_traffic() ? "* (the split that moves the fewest bytes)"
+                         : chosen                            ? "*"
+                                                             : ""});
       }
     }
     autotune.Print(std::cout, 2);

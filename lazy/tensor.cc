@@ -134,38 +134,22 @@ Tensor FromHost(std::span<const T> values, const std::vector<int64_t>& dims, DTy
 
 }  // namespace
 
-Tensor Tensor::FromData(std::span<const float> values, const std::vector<int64_t>& dims, Device device,
-                        SourceLocation loc) {
-  return FromHost(values, dims, DType::kF32, device, std::nullopt, loc);
-}
-Tensor Tensor::FromData(std::span<const double> values, const std::vector<int64_t>& dims, Device device,
-                        SourceLocation loc) {
-  return FromHost(values, dims, DType::kF64, device, std::nullopt, loc);
-}
-Tensor Tensor::FromData(std::span<const int32_t> values, const std::vector<int64_t>& dims, Device device,
-                        SourceLocation loc) {
-  return FromHost(values, dims, DType::kI32, device, std::nullopt, loc);
-}
-Tensor Tensor::FromData(std::span<const int64_t> values, const std::vector<int64_t>& dims, Device device,
-                        SourceLocation loc) {
-  return FromHost(values, dims, DType::kI64, device, std::nullopt, loc);
-}
-Tensor Tensor::FromExternal(std::span<const float> values, const std::vector<int64_t>& dims,
-                            std::shared_ptr<const void> owner, Device device, SourceLocation loc) {
-  return FromHost(values, dims, DType::kF32, device, std::move(owner), loc);
-}
-Tensor Tensor::FromExternal(std::span<const double> values, const std::vector<int64_t>& dims,
-                            std::shared_ptr<const void> owner, Device device, SourceLocation loc) {
-  return FromHost(values, dims, DType::kF64, device, std::move(owner), loc);
-}
-Tensor Tensor::FromExternal(std::span<const int32_t> values, const std::vector<int64_t>& dims,
-                            std::shared_ptr<const void> owner, Device device, SourceLocation loc) {
-  return FromHost(values, dims, DType::kI32, device, std::move(owner), loc);
-}
-Tensor Tensor::FromExternal(std::span<const int64_t> values, const std::vector<int64_t>& dims,
-                            std::shared_ptr<const void> owner, Device device, SourceLocation loc) {
-  return FromHost(values, dims, DType::kI64, device, std::move(owner), loc);
-}
+// The copying and the in-place factory of each host element type.
+#define LAZYRT_HOST_FACTORIES(T, DTYPE)                                                               \
+  Tensor Tensor::FromData(std::span<const T> values, const std::vector<int64_t>& dims, Device device, \
+                          SourceLocation loc) {                                                       \
+    return FromHost(values, dims, DTYPE, device, std::nullopt, loc);                                  \
+  }                                                                                                   \
+  Tensor Tensor::FromExternal(std::span<const T> values, const std::vector<int64_t>& dims,            \
+                              std::shared_ptr<const void> owner, Device device, SourceLocation loc) { \
+    return FromHost(values, dims, DTYPE, device, std::move(owner), loc);                              \
+  }
+LAZYRT_HOST_FACTORIES(float, DType::kF32)
+LAZYRT_HOST_FACTORIES(double, DType::kF64)
+LAZYRT_HOST_FACTORIES(int32_t, DType::kI32)
+LAZYRT_HOST_FACTORIES(int64_t, DType::kI64)
+#undef LAZYRT_HOST_FACTORIES
+
 Tensor Tensor::FromData(std::initializer_list<float> values, std::initializer_list<int64_t> dims, Device device,
                         SourceLocation loc) {
   return FromData(std::span<const float>(values.begin(), values.size()), std::vector<int64_t>(dims), device, loc);

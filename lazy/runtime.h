@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <deque>
 #include <memory>
@@ -118,8 +119,19 @@ struct DeviceState {
   int64_t rng_stream_ = 0;
   // Ops traced since the last sync (for Options::graph_limit).
   int64_t traced_nodes = 0;
-  // Completion of the executions launched and maybe not yet finished, oldest first (see Sync).
-  std::deque<std::shared_ptr<pjrt::Event>> in_flight;
+  // The executions launched and maybe not yet finished, oldest first (see Sync): each one's completion,
+  // and, for an executable with a spare-core kernel, when it starts that kernel and how long it then
+  // runs on (pjrt::Executable::spare_core_kernel).
+  struct InFlight {
+    std::shared_ptr<pjrt::Event> done;
+    std::shared_ptr<pjrt::Event> spare_core;
+    int64_t after_spare_core_ns = -1;
+  };
+  std::deque<InFlight> in_flight;
+  // When the host last resumed from waiting for a launch slot, and how long it then ran before it
+  // waited again (a moving average; -1 before the first): tracing the next step, compiling, launching.
+  std::chrono::steady_clock::time_point resumed_at{};
+  int64_t host_run_ns = -1;
   // Synced graphs waiting to go to the releaser together, with their node count and the device bytes
   // their leaves keep alive (see Retire in graph_executor.cc; guarded by the executor's lock).
   std::vector<std::vector<ir::Value>> retired_graphs;

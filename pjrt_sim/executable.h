@@ -15,6 +15,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "pjrt_sim/buffer.h"
+#include "pjrt_sim/event.h"
 #include "pjrt_sim/executable.pb.h"
 #include "pjrt_sim/kernels/kernels.h"
 #include "pjrt_sim/version.h"
@@ -39,9 +40,12 @@ class Executable : public std::enable_shared_from_this<Executable> {
   // An index out of range is reported as "<op>: index ..." where <op> is name_site(the instruction's
   // site) (the caller's op and line), or the opcode's name without a namer or for site 0.
   // An executable of several partitions runs with ExecutePartitioned only.
+  // `spare_core`, if given, is set when the stream starts spare_core_kernel(), or when the execution ends
+  // (or fails) without having started it.
   using SiteNamer = std::function<std::string(int64_t site)>;
   absl::StatusOr<std::vector<std::shared_ptr<Buffer>>> Execute(std::span<const std::shared_ptr<Buffer>> args,
-                                                               Device* device, SiteNamer name_site = nullptr) const;
+                                                               Device* device, SiteNamer name_site = nullptr,
+                                                               std::shared_ptr<Event> spare_core = nullptr) const;
 
   // Runs the program once per partition, partition p on devices[p] with args[p] (buffers on that
   // device) as its parameters, all partitions at once, meeting at the collectives through
@@ -58,17 +62,31 @@ class Executable : public std::enable_shared_from_this<Executable> {
   // A partition waiting at a collective sleeps on a condition variable (no core used), and a rendezvous
   // never waits inside a ParallelFor, so partitions sharing the pool cannot deadlock it: the pool's
   // tasks never wait on another partition.
+  // `spare_core`: as Execute's, for partition 0 (set at once if another process runs it).
   absl::StatusOr<std::vector<std::vector<std::shared_ptr<Buffer>>>> ExecutePartitioned(
       std::span<const std::vector<std::shared_ptr<Buffer>>> args, std::span<Device* const> devices,
-      Communicator* communicator = nullptr, SiteNamer name_site = nullptr) const;
+      Communicator* communicator = nullptr, SiteNamer name_site = nullptr,
+      std::shared_ptr<Event> spare_core = nullptr) const;
   int64_t num_partitions() const { return std::max<int64_t>(proto_.num_partitions(), 1); }
 
   // Runs the kernels in order on memory the caller provides: one pointer per slot (aliases and arena
   // slots resolved by the caller through SlotPointers). Used by Execute and by autotuning. With
   // `profile`, each kernel's time is added to kernel_times(). `where`: the partition of an execution
   // it runs as (none: partition 0 without a communicator, where collectives of groups of one work).
+  // `spare_core`, if given, is set as spare_core_kernel() starts.
   absl::Status RunKernels(std::span<void* const> slot_ptrs, bool profile = false, const SiteNamer& name_site = nullptr,
-                          const PartitionContext* where = nullptr) const;
+                          const PartitionContext* where = nullptr, Event* spare_core = nullptr) const;
+
+  // Where a host thread waiting for this executable's predecessor should resume: the first kernel that
+  // runs on the stream's thread alone (Kernel::SplitsOverPool) after one that splits over the pool; -1
+  // if none. A step's first kernels are its forward products, split over every core; a host resuming
+  // then preempts one of the pool's threads mid-task while the others wait for it (the MLP's first
+  // product took 150-180 us a step instead of 125), and from a serial kernel on a core of the pool is
+  // idle. How long executions ran on from there, in nanoseconds (a moving average over the runs given a
+  // `spare_core` event that reached it; -1 before any): whether the host has time to trace its next step
+  // meanwhile.
+  int64_t spare_core_kernel() const { return spare_core_kernel_; }
+  int64_t after_spare_core_ns() const { return after_spare_core_ns_.load(std::memory_order_relaxed); }
 
   // How often each kernel (in schedule order) ran and for how long, over the executions on devices
   // with kernel profiling on: where an executable's device time goes. The first run is also kept apart:
@@ -114,6 +132,8 @@ class Executable : public std::enable_shared_from_this<Executable> {
   std::vector<ArrayShape> parameter_shapes_;
   int64_t inline_ns_ = kNeverInline;
   bool checks_indices_ = false;
+  int64_t spare_core_kernel_ = -1;
+  mutable std::atomic<int64_t> after_spare_core_ns_{-1};
   struct AtomicKernelTime {
     std::atomic<int64_t> runs{0}, total_ns{0}, first_ns{0};
   };

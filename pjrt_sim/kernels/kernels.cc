@@ -139,6 +139,7 @@ class LoopKernel final : public Kernel {
     });
     return absl::OkStatus();
   }
+  bool SplitsOverPool() const override { return grain_ > 0 && grain_ < output_.numel(); }
 
  private:
   FusedProgram program_;
@@ -268,6 +269,7 @@ class ReduceKernel final : public Kernel {
     });
     return absl::OkStatus();
   }
+  bool SplitsOverPool() const override { return grain_ > 0; }
 
  private:
   // The values of points [begin, begin + n), with the extra results (sibling fusion) stored there.
@@ -482,6 +484,7 @@ class DotKernel final : public Kernel {
     }
     return absl::OkStatus();
   }
+  bool SplitsOverPool() const override { return k_.variant() != kDotSerial; }
 
  private:
   // Calls gemm(rows, cols, A, B, C) for every product and panel, with row-major views of A[m,k],

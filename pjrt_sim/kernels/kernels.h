@@ -63,6 +63,9 @@ class Kernel {
     (void)where;
     return Run(inputs, outputs);
   }
+  // Whether Run may hand tasks to the ThreadPool. False only where it never does (a serial loop or
+  // reduction, a product whole), so that the pool's other threads are known to idle while it runs.
+  virtual bool SplitsOverPool() const { return true; }
 };
 
 // Validates `kernel` against the shapes of its input and output slots (`extra_outputs`: those of

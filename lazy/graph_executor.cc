@@ -32,8 +32,8 @@ using Clock = std::chrono::steady_clock;
 constexpr size_t kMaxInFlight = 2;
 
 // A host that waited for a launch slot resumes when the execution then running reaches its spare-core
-// kernel, if that execution's runs went on from there for at least this many times what the host runs
-// before it waits again; otherwise at once, as it does where the execution has no such kernel.
+// kernel, if that executable's runs went on from there for at least this many times what the host runs
+// between two such waits; otherwise at once, as it does where the execution has no such kernel.
 constexpr int64_t kSpareCoreMargin = 2;
 
 // Serializes syncs: the registry, the RNG state and the event log change together.
@@ -230,18 +230,23 @@ pjrt::Executable::SiteNamer SiteNamerOf(const ir::PostOrder& order, const pjrt::
   };
 }
 
-// Waits until fewer than `limit` executions are in flight on `state`'s device. On a machine whose cores
-// the device's pool all uses, the host's tracing takes one of them from the device wherever it runs; where
-// the execution now running leaves a core idle (its spare-core kernel) it takes none. Resuming there, the
-// MLP peer's step went 0.460 -> 0.438 ms (median of 6 alternating runs each, near vCPUs) and stayed the
-// same with far ones (benchmarks/RESULTS.md, 2026-11-29). Where the execution would end before the host
-// could trace its next step (kSpareCoreMargin), the host resumes at once, so the device never waits for it.
+// Waits until fewer than `limit` executions are in flight on `state`'s device. Where the device's pool has
+// a thread on every core, the host's tracing takes a core from the pool wherever it runs: at the start of
+// the running execution, from a thread in the middle of its panel of a product, which the others then wait
+// for; from its spare-core kernel on, from a thread with nothing to do. Resuming there, the MLP peer's step
+// went 0.451 -> 0.434 ms near and 0.561-0.571 -> 0.524-0.541 far (benchmarks/RESULTS.md, 2026-11-29). It
+// costs the host time to trace the step after the one it launches now: it has the rest of the running
+// execution and the next, where it had all of both. So the host waits there only where the rest alone
+// lasted kSpareCoreMargin times what it runs between waits. That run time's average drops at once to a
+// shorter run and rises over a few: one long pause of the host's (an evaluation, a checkpoint) must not
+// keep it from waiting for many steps after.
+// With several devices in one process, other devices' executions may be using the pool meanwhile.
 void AwaitLaunchSlot(DeviceState& state, size_t limit) {
   limit = std::max<size_t>(limit, 1);
   if (state.in_flight.size() < limit) return;
   if (state.resumed_at != Clock::time_point{}) {
     const int64_t ran = std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - state.resumed_at).count();
-    state.host_run_ns = state.host_run_ns < 0 ? ran : (3 * state.host_run_ns + ran) / 4;
+    state.host_run_ns = state.host_run_ns < 0 || ran < state.host_run_ns ? ran : (3 * state.host_run_ns + ran) / 4;
   }
   while (state.in_flight.size() >= limit) {
     state.in_flight.front().done->Wait().IgnoreError();  // an error is reported by the buffers that have it

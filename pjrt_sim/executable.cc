@@ -24,6 +24,7 @@
 #include "pjrt_sim/kernels/strided_view.h"
 #include "pjrt_sim/replica_groups.h"
 #include "pjrt_sim/status_macros.h"
+#include "pjrt_sim/thread_pool.h"
 #include "pjrt_sim/version.h"
 
 namespace lazyrt::pjrt {
@@ -368,7 +369,7 @@ absl::StatusOr<std::shared_ptr<Executable>> Executable::Load(proto::Executable p
   }
   exe->inline_ns_ = any_gemm ? kNeverInline : element_steps * kNsPerElementStep;
   bool split_before = false;
-  for (size_t k = 0; k < exe->kernels_.size() && exe->spare_core_kernel_ < 0; ++k) {
+  for (size_t k = 0; ThreadPool::Get().size() > 1 && k < exe->kernels_.size() && exe->spare_core_kernel_ < 0; ++k) {
     const bool splits = exe->kernels_[k]->SplitsOverPool();
     if (!splits && split_before) exe->spare_core_kernel_ = static_cast<int64_t>(k);
     split_before = split_before || splits;
@@ -419,9 +420,9 @@ absl::Status Executable::RunKernels(std::span<void* const> slot_ptrs, bool profi
   std::optional<Clock::time_point> spare_core_start;
   for (size_t k = 0; k < kernels_.size(); ++k) {
     const proto::Kernel& kernel = proto_.kernels(static_cast<int>(k));
-    if (static_cast<int64_t>(k) == spare_core_kernel_) {
+    if (spare_core != nullptr && static_cast<int64_t>(k) == spare_core_kernel_) {
       spare_core_start = Clock::now();
-      if (spare_core != nullptr) spare_core->Set(absl::OkStatus());
+      spare_core->Set(absl::OkStatus());
     }
     inputs.clear();
     for (int64_t in : kernel.inputs()) inputs.push_back(slot_ptrs[static_cast<size_t>(in)]);
@@ -439,7 +440,7 @@ absl::Status Executable::RunKernels(std::span<void* const> slot_ptrs, bool profi
       kernel_times_[k].total_ns.fetch_add(ns, std::memory_order_relaxed);
     }
   }
-  if (spare_core_start && spare_core != nullptr) {
+  if (spare_core_start) {
     const int64_t ns = std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - *spare_core_start).count();
     // Racing updates by executions on several devices may lose one, which an average can afford.
     const int64_t old = after_spare_core_ns_.load(std::memory_order_relaxed);
@@ -569,7 +570,10 @@ absl::StatusOr<std::vector<std::vector<std::shared_ptr<Buffer>>>> Executable::Ex
   if (partitions > 1 && communicator == nullptr) communicator = &InProcessCommunicator::Default();
   const uint64_t run_id = g_next_run_id.fetch_add(1, std::memory_order_relaxed);
   auto shared_devices = std::make_shared<const std::vector<Device*>>(devices.begin(), devices.end());
-  if (spare_core != nullptr && devices[0] == nullptr) spare_core->Set(absl::OkStatus());  // another process's
+  if (spare_core != nullptr && partitions > 1) {  // its partitions' kernels share the pool: none is spare
+    spare_core->Set(absl::OkStatus());
+    spare_core = nullptr;
+  }
   std::unique_lock<std::mutex> submitting(g_partitioned_submit_mu, std::defer_lock);
   if (partitions > 1) submitting.lock();
   for (size_t p = 0; p < partitions; ++p) {
@@ -584,7 +588,7 @@ absl::StatusOr<std::vector<std::vector<std::shared_ptr<Buffer>>>> Executable::Ex
     for (const auto& ready : run.arg_ready) inline_ok = inline_ok && ready->IsReady();
     devices[p]->stream().Submit(inline_ok, [self = shared_from_this(), run = std::move(run), profile, name_site,
                                             communicator, run_id, shared_devices, partition = static_cast<int64_t>(p),
-                                            spare_core = p == 0 ? spare_core : nullptr]() mutable {
+                                            spare_core]() mutable {
       absl::Status status;
       for (const auto& ready : run.arg_ready) {
         if (status = ready->Wait(); !status.ok()) break;

@@ -41,7 +41,7 @@ class Executable : public std::enable_shared_from_this<Executable> {
   // site) (the caller's op and line), or the opcode's name without a namer or for site 0.
   // An executable of several partitions runs with ExecutePartitioned only.
   // `spare_core`, if given, is set when the stream starts spare_core_kernel(), or when the execution ends
-  // (or fails) without having started it.
+  // (or fails) without having started it; not if Execute itself returns an error.
   using SiteNamer = std::function<std::string(int64_t site)>;
   absl::StatusOr<std::vector<std::shared_ptr<Buffer>>> Execute(std::span<const std::shared_ptr<Buffer>> args,
                                                                Device* device, SiteNamer name_site = nullptr,
@@ -62,7 +62,8 @@ class Executable : public std::enable_shared_from_this<Executable> {
   // A partition waiting at a collective sleeps on a condition variable (no core used), and a rendezvous
   // never waits inside a ParallelFor, so partitions sharing the pool cannot deadlock it: the pool's
   // tasks never wait on another partition.
-  // `spare_core`: as Execute's, for partition 0 (set at once if another process runs it).
+  // `spare_core`: as Execute's with one partition; with several (whose kernels all share the pool), set at
+  // once.
   absl::StatusOr<std::vector<std::vector<std::shared_ptr<Buffer>>>> ExecutePartitioned(
       std::span<const std::vector<std::shared_ptr<Buffer>>> args, std::span<Device* const> devices,
       Communicator* communicator = nullptr, SiteNamer name_site = nullptr,
@@ -79,8 +80,8 @@ class Executable : public std::enable_shared_from_this<Executable> {
 
   // Where a host thread waiting for this executable's predecessor should resume: the first kernel that
   // runs on the stream's thread alone (Kernel::SplitsOverPool) after one that splits over the pool; -1
-  // if none. A step's first kernels are its forward products, split over every core; a host resuming
-  // then preempts one of the pool's threads mid-task while the others wait for it (the MLP's first
+  // if none, or where the pool has one thread. A step's first kernels are its forward products, split over every core;
+  // a host resuming then preempts one of the pool's threads mid-task while the others wait for it (the MLP's first
   // product took 150-180 us a step instead of 125), and from a serial kernel on a core of the pool is
   // idle. How long executions ran on from there, in nanoseconds (a moving average over the runs given a
   // `spare_core` event that reached it; -1 before any): whether the host has time to trace its next step

@@ -45,6 +45,9 @@ class ThreadPool {
   // than whole, and timing it says so. Autotuning asks before it times anything.
   bool AwaitSeparateCpus(std::chrono::microseconds patience);
 
+  // How many ParallelFor calls so far handed tasks to the workers (more than one task, with workers).
+  uint64_t jobs() const { return generation_.load(std::memory_order_relaxed); }
+
  private:
   void Work(int thread);
   // The next task for `thread` (0: the caller), or -1 when every task is taken. Under mu_.

@@ -269,7 +269,11 @@ class ReduceKernel final : public Kernel {
     });
     return absl::OkStatus();
   }
-  bool SplitsOverPool() const override { return grain_ > 0; }
+  bool SplitsOverPool() const override {
+    const int64_t outputs = output_.numel();
+    if (row_reduce_) return RowsPerTask() < outputs;
+    return run_length_ > 1 && outputs == run_length_ && ColumnChunks() > 1;
+  }
 
  private:
   // The values of points [begin, begin + n), with the extra results (sibling fusion) stored there.
@@ -288,8 +292,7 @@ class ReduceKernel final : public Kernel {
     const A identity = ReduceIdentity<A>(combiner_);
     thread_local std::vector<A> acc_storage;
     if (row_reduce_) {
-      const int64_t rows_per_task =
-          grain_ <= 0 ? outputs : std::max<int64_t>(1, grain_ / std::max<int64_t>(1, row_length_));
+      const int64_t rows_per_task = RowsPerTask();
       ForEachChunk(outputs, rows_per_task >= outputs ? 0 : rows_per_task, [&](int64_t r0, int64_t r1) {
         void* scratch = Scratch(program_.scratch_bytes());
         program_.Prepare(inputs, scratch);
@@ -329,9 +332,7 @@ class ReduceKernel final : public Kernel {
       // accumulators on a thread of the pool, and the chunks' sums combined in order: the same bits
       // whatever the thread count (a 4096 x 512 gradient took 225 us on one core).
       const int64_t runs = total / run_length_;
-      const int64_t chunks = run_length_ > kMaxChunkedColumns
-                                 ? 1
-                                 : std::max<int64_t>(1, std::min({total / kColumnChunkPoints, kMaxColumnChunks, runs}));
+      const int64_t chunks = ColumnChunks();
       const int64_t runs_per_chunk = (runs + chunks - 1) / chunks;
       std::vector<A> sums(static_cast<size_t>(chunks * run_length_), identity);
       const int64_t no_offset = 0;
@@ -375,6 +376,18 @@ class ReduceKernel final : public Kernel {
       }
     }
     StoreBlockTyped(acc.data(), output, outputs);
+  }
+
+  // Rows of a row reduction each task of the pool takes (all of them: one task, on the calling thread).
+  int64_t RowsPerTask() const {
+    return grain_ <= 0 ? output_.numel() : std::max<int64_t>(1, grain_ / std::max<int64_t>(1, row_length_));
+  }
+  // The chunks a reduction over columns (outputs == run_length_ > 1) is cut into, by the shape alone.
+  int64_t ColumnChunks() const {
+    const int64_t total = space_.numel();
+    return run_length_ > kMaxChunkedColumns
+               ? 1
+               : std::max<int64_t>(1, std::min({total / kColumnChunkPoints, kMaxColumnChunks, total / run_length_}));
   }
 
   // Advances an odometer over the space's first `dims` dims, and out_index with it.
@@ -622,6 +635,7 @@ int64_t IndexAt(const void* base, PrimitiveType type, int64_t i) {
 // Outer x axis x inner decomposition of a shape around `axis`.
 class ArgmaxKernel final : public Kernel {
  public:
+  bool SplitsOverPool() const override { return false; }
   ArgmaxKernel(ArrayShape input, int64_t axis) : input_(std::move(input)), split_(input_.dims, axis) {}
   absl::Status Run(std::span<const void* const> inputs, std::span<void* const> outputs) const override {
     void* output = outputs[0];
@@ -781,6 +795,7 @@ absl::Status IndexError(int64_t index, int64_t position, int64_t size) {
 
 class IndexSelectKernel final : public Kernel {
  public:
+  bool SplitsOverPool() const override { return false; }
   IndexSelectKernel(ArrayShape input, ArrayShape index, int64_t axis)
       : input_(std::move(input)), index_(std::move(index)), split_(input_.dims, axis) {}
   absl::Status Run(std::span<const void* const> inputs, std::span<void* const> outputs) const override {
@@ -805,6 +820,7 @@ class IndexSelectKernel final : public Kernel {
 
 class GatherKernel final : public Kernel {
  public:
+  bool SplitsOverPool() const override { return false; }
   GatherKernel(ArrayShape input, ArrayShape index, int64_t axis)
       : input_(std::move(input)), index_(std::move(index)), axis_(axis) {}
   absl::Status Run(std::span<const void* const> inputs, std::span<void* const> outputs) const override {
@@ -861,6 +877,7 @@ void AddElement(PrimitiveType type, void* dst, int64_t d, const void* src, int64
 // row-major order: one fixed order of accumulation, so results are the same bits on every run.
 class ScatterAddKernel final : public Kernel {
  public:
+  bool SplitsOverPool() const override { return false; }
   ScatterAddKernel(ArrayShape input, ArrayShape index, int64_t axis)
       : input_(std::move(input)), index_(std::move(index)), axis_(axis) {}
   absl::Status Run(std::span<const void* const> inputs, std::span<void* const> outputs) const override {

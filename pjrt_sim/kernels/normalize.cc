@@ -191,8 +191,7 @@ class NormalizeKernel final : public Kernel {
 
   absl::Status Run(std::span<const void* const> inputs, std::span<void* const> outputs) const override {
     if (rows_ == 0 || width_ == 0) return absl::OkStatus();
-    const int64_t rows_per_task =
-        (std::max<int64_t>(1, kGrainElements / width_) + kRowBlock - 1) / kRowBlock * kRowBlock;
+    const int64_t rows_per_task = RowsPerTask();
     const int64_t tasks = (rows_ + rows_per_task - 1) / rows_per_task;
     const bool backward = inputs.size() > 1;
     const bool centred = op_ == Opcode::kLayerNorm || op_ == Opcode::kLayerNormGrad;
@@ -246,8 +245,15 @@ class NormalizeKernel final : public Kernel {
     }
     return absl::OkStatus();
   }
+  bool SplitsOverPool() const override { return rows_ > RowsPerTask() && width_ > 0; }
 
  private:
+  // Rows each task of the pool takes: blocks of kRowBlock, at least kGrainElements elements.
+  int64_t RowsPerTask() const {
+    return (std::max<int64_t>(1, kGrainElements / std::max<int64_t>(1, width_)) + kRowBlock - 1) / kRowBlock *
+           kRowBlock;
+  }
+
   Opcode op_;
   PrimitiveType type_;
   int64_t rows_, width_;

@@ -365,8 +365,7 @@ absl::Status Autotune(proto::Executable& exe, Device* device, const GemmTuningRe
     for (Tuning& t : tunings) {
       for (Candidate& cand : t.candidates) {
         if (!cand.ok) continue;
-        const bool uses_pool = cand.kernel.variant() != kDotSerial || cand.kernel.grain() > 0;
-        if (uses_pool && *separate_cpus) ThreadPool::Get().AwaitSeparateCpus(kWakePatience);
+        if (cand.built->SplitsOverPool() && *separate_cpus) ThreadPool::Get().AwaitSeparateCpus(kWakePatience);
         const Clock::time_point start = Clock::now();
         cand.ok = cand.built->Run(t.inputs, t.outs).ok();
         cand.us = std::min(cand.us, MsSince(start) * 1000);

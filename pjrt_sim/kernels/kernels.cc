@@ -46,9 +46,12 @@ void* Scratch(size_t bytes) {
   return scratch.data();
 }
 
+// Whether ForEachChunk(n, grain, ...) hands its chunks to the pool: more than one, of a positive grain.
+bool SplitsIntoChunks(int64_t n, int64_t grain) { return grain > 0 && grain < n; }
+
 // Splits [0, n) into tasks of `grain` elements (a multiple of the block), serially if grain <= 0.
 void ForEachChunk(int64_t n, int64_t grain, const std::function<void(int64_t, int64_t)>& fn) {
-  if (grain <= 0 || grain >= n) {
+  if (!SplitsIntoChunks(n, grain)) {
     fn(0, n);
     return;
   }
@@ -139,7 +142,7 @@ class LoopKernel final : public Kernel {
     });
     return absl::OkStatus();
   }
-  bool SplitsOverPool() const override { return grain_ > 0 && grain_ < output_.numel(); }
+  bool SplitsOverPool() const override { return SplitsIntoChunks(output_.numel(), grain_); }
 
  private:
   FusedProgram program_;
@@ -271,7 +274,7 @@ class ReduceKernel final : public Kernel {
   }
   bool SplitsOverPool() const override {
     const int64_t outputs = output_.numel();
-    if (row_reduce_) return RowsPerTask() < outputs;
+    if (row_reduce_) return SplitsIntoChunks(outputs, RowsPerTask());
     return run_length_ > 1 && outputs == run_length_ && ColumnChunks() > 1;
   }
 

@@ -9,6 +9,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "pjrt_sim/status_macros.h"
 
 namespace lazyrt::pjrt {
 
@@ -75,20 +76,38 @@ Device::~Device() {
 std::string Device::DebugString() const { return absl::StrCat("SIM:", id_); }
 
 absl::StatusOr<DeviceMemory> Device::Allocate(int64_t bytes) {
+  ASSIGN_OR_RETURN(DeviceMemory memory, Reserve(bytes));
+  RETURN_IF_ERROR(memory.Bind());  // else the reservation is released on return
+  return memory;
+}
+
+absl::StatusOr<DeviceMemory> Device::Reserve(int64_t bytes) {
   if (bytes < 0) return absl::InvalidArgumentError(absl::StrCat("negative allocation size ", bytes));
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (bytes > stats_.bytes_limit - stats_.bytes_in_use) {
-      return absl::ResourceExhaustedError(
-          absl::StrCat(DebugString(), " is out of memory: requested ", HumanBytes(bytes), " (", bytes, " bytes) with ",
-                       HumanBytes(stats_.bytes_in_use), " in use of a ", HumanBytes(stats_.bytes_limit), " limit"));
-    }
-    stats_.bytes_in_use += bytes;
-    stats_.peak_bytes_in_use = std::max(stats_.peak_bytes_in_use, stats_.bytes_in_use);
-    stats_.num_allocs += 1;
-    stats_.live_allocations += 1;
-    stats_.largest_alloc_size = std::max(stats_.largest_alloc_size, bytes);
+  std::lock_guard<std::mutex> lock(mu_);
+  if (bytes > stats_.bytes_limit - stats_.bytes_in_use) {
+    return absl::ResourceExhaustedError(absl::StrCat(DebugString(), " is out of memory: requested ", HumanBytes(bytes),
+                                                     " (", bytes, " bytes) with ", HumanBytes(stats_.bytes_in_use),
+                                                     " in use of a ", HumanBytes(stats_.bytes_limit), " limit"));
   }
+  stats_.bytes_in_use += bytes;
+  stats_.peak_bytes_in_use = std::max(stats_.peak_bytes_in_use, stats_.bytes_in_use);
+  stats_.num_allocs += 1;
+  stats_.live_allocations += 1;
+  stats_.largest_alloc_size = std::max(stats_.largest_alloc_size, bytes);
+  return DeviceMemory(this, nullptr, bytes);
+}
+
+absl::Status DeviceMemory::Bind() {
+  if (data_ != nullptr || device_ == nullptr) return absl::OkStatus();
+  data_ = device_->TakeBlock(size_);
+  if (data_ == nullptr) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat(device_->DebugString(), ": the host could not provide ", HumanBytes(size_)));
+  }
+  return absl::OkStatus();
+}
+
+void* Device::TakeBlock(int64_t bytes) {
   // Round up to the alignment: aligned_alloc requires a multiple of it; a zero-size request still gets
   // a distinct pointer.
   const size_t rounded = std::max<size_t>(64, RoundedSize(bytes));
@@ -99,16 +118,10 @@ absl::StatusOr<DeviceMemory> Device::Allocate(int64_t bytes) {
       void* reused = it->second.back();
       it->second.pop_back();
       stats_.bytes_cached -= static_cast<int64_t>(rounded);
-      return DeviceMemory(this, reused, bytes);
+      return reused;
     }
   }
-  void* data = AllocateBlock(rounded);
-  if (data == nullptr) {
-    Free(nullptr, bytes);
-    return absl::ResourceExhaustedError(
-        absl::StrCat(DebugString(), ": the host could not provide ", HumanBytes(bytes)));
-  }
-  return DeviceMemory(this, data, bytes);
+  return AllocateBlock(rounded);
 }
 
 void Device::Free(void* data, int64_t size) {

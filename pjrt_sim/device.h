@@ -53,6 +53,10 @@ class DeviceMemory {
   // an executable is loaded).
   static DeviceMemory Borrowed(const void* data, int64_t size, std::shared_ptr<const void> owner);
 
+  // Takes the memory of bytes reserved by Device::Reserve (nothing to do where it has it). Fails only where
+  // the host cannot provide the block; the bytes then stay reserved until this is destroyed.
+  absl::Status Bind();
+
   void* data() const { return data_; }
   int64_t size() const { return size_; }
 
@@ -83,6 +87,13 @@ class Device {
   // Reserves `bytes` (64-byte aligned). Exceeding the capacity is RESOURCE_EXHAUSTED naming the
   // request, the bytes in use and the limit; the device stays usable.
   absl::StatusOr<DeviceMemory> Allocate(int64_t bytes);
+  // Counts `bytes` against the capacity now, with Allocate's errors, and gives the memory itself only when
+  // DeviceMemory::Bind is called: an execution's arena, bound as the stream starts the execution. Freed
+  // blocks are reused last in, first out, so back-to-back executions of one executable then run in the same
+  // arena, still in the caches; bound at submission, with two steps in flight, they alternated between two
+  // arenas, each last touched a whole step before (the GPT's memory-bound kernels ran up to 1.8x slower:
+  // benchmarks/RESULTS.md).
+  absl::StatusOr<DeviceMemory> Reserve(int64_t bytes);
   MemoryStats memory_stats() const;
   // Starts a new peak: peak_bytes_in_use becomes bytes_in_use (to measure one phase of a program).
   void ResetPeakMemory();
@@ -102,6 +113,8 @@ class Device {
  private:
   friend class DeviceMemory;
   void Free(void* data, int64_t size);
+  // A block for `bytes` bytes: a freed one of its rounded size, else a new one; null if the host has none.
+  void* TakeBlock(int64_t bytes);
 
   const int id_;
   mutable std::mutex mu_;

@@ -51,6 +51,44 @@ TEST(Device, MemoryAccountingAndOutOfMemory) {
   EXPECT_EQ(d.memory_stats().num_allocs, 2);
 }
 
+// Reserve counts the bytes at once and takes memory only when bound; freed blocks are reused last in,
+// first out, so a reservation bound after another of its size was released gets that one's block.
+TEST(Device, ReservedBytesCountAtOnceAndBindTheLastFreedBlock) {
+  Device d(0, 1000);
+  absl::StatusOr<DeviceMemory> r = d.Reserve(600);
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->data(), nullptr);
+  EXPECT_EQ(d.memory_stats().bytes_in_use, 600);
+  absl::StatusOr<DeviceMemory> over = d.Reserve(500);
+  ASSERT_FALSE(over.ok());
+  EXPECT_EQ(over.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(over.status().message(), AllOf(HasSubstr("500 B"), HasSubstr("600 B in use")));
+  { DeviceMemory unbound = *std::move(r); }  // released without ever taking memory
+  EXPECT_EQ(d.memory_stats().bytes_in_use, 0);
+  EXPECT_EQ(d.memory_stats().live_allocations, 0);
+
+  void* first = nullptr;
+  {
+    absl::StatusOr<DeviceMemory> a = d.Reserve(300);
+    ASSERT_TRUE(a.ok());
+    ASSERT_TRUE(a->Bind().ok());
+    first = a->data();
+    ASSERT_NE(first, nullptr);
+    ASSERT_TRUE(a->Bind().ok());  // bound already: the same memory
+    EXPECT_EQ(a->data(), first);
+  }
+  EXPECT_EQ(d.memory_stats().bytes_cached, 320);  // 300 rounded up to 64-byte lines
+  absl::StatusOr<DeviceMemory> b = d.Reserve(300);
+  absl::StatusOr<DeviceMemory> c = d.Reserve(300);
+  ASSERT_TRUE(b.ok() && c.ok());
+  ASSERT_TRUE(c->Bind().ok());  // bound first, it gets the freed block
+  ASSERT_TRUE(b->Bind().ok());
+  EXPECT_EQ(c->data(), first);
+  EXPECT_NE(b->data(), first);
+  EXPECT_EQ(d.memory_stats().bytes_cached, 0);
+  EXPECT_EQ(d.memory_stats().bytes_in_use, 600);
+}
+
 TEST(Buffer, RoundTripAndDelete) {
   auto client = *Client::Create({});
   float host[4] = {1, 2, 3, 4};

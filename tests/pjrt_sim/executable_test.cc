@@ -7,6 +7,7 @@
 #include <google/protobuf/util/message_differencer.h>
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <set>
 #include <thread>
 
@@ -671,6 +672,40 @@ TEST_F(ExecutableTest, RejectsDotAndReduceThatDoNotFit) {
 }
 
 // --- execution ------------------------------------------------------------------------------------
+// Two executions queued on one stream run in one arena: each takes its block as it starts (the freed block
+// of the one before), where taking it at submission held two, each last touched a run before.
+TEST_F(ExecutableTest, QueuedExecutionsRunInTheSameArena) {
+  ModuleBuilder b("arena");
+  const int64_t in = b.Parameter(0, proto::F32, {8000});
+  int64_t sum = b.Unary(Opcode::kTanh, in);
+  for (int i = 1; i < 4; ++i) sum = b.Add(sum, b.Unary(Opcode::kTanh, b.Add(in, b.Constant(i, proto::F32, {8000}))));
+  b.Output(b.Reduce(Combiner::kSum, sum, {0}));
+  std::shared_ptr<Executable> exe = CompileOrDie(b.module(), {.fusion = false, .autotune = false});
+  ASSERT_NE(exe, nullptr);
+  const int64_t arena = exe->proto().arena_bytes();
+  ASSERT_GT(arena, 0);
+  std::unique_ptr<Client> client = testing::MakeClient(64 << 20);
+  Device* device = client->device(0);
+  absl::StatusOr<DeviceMemory> memory = device->Allocate(8000 * 4);
+  ASSERT_TRUE(memory.ok());
+  std::fill_n(static_cast<float*>(memory->data()), 8000, 0.0f);
+  auto written = std::make_shared<Event>();  // the argument is ready when the test says so
+  std::vector<std::shared_ptr<Buffer>> args = {std::make_shared<Buffer>(
+      device, ArrayShape{PrimitiveType::kF32, {8000}}, std::make_shared<DeviceMemory>(*std::move(memory)), written)};
+  absl::StatusOr<std::vector<std::shared_ptr<Buffer>>> first = exe->Execute(args, device);
+  absl::StatusOr<std::vector<std::shared_ptr<Buffer>>> second = exe->Execute(args, device);
+  ASSERT_TRUE(first.ok() && second.ok());
+  EXPECT_GE(device->memory_stats().bytes_in_use, 2 * arena);  // both arenas reserved, neither bound yet
+  written->Set(absl::OkStatus());
+  for (const auto* results : {&*first, &*second}) {
+    float total = 0;
+    ASSERT_TRUE((*results)[0]->ToHost(&total, sizeof total).ok());
+    EXPECT_NEAR(total, 8000 * (std::tanh(1.0f) + std::tanh(2.0f) + std::tanh(3.0f)), 1.0f);
+  }
+  device->stream().Synchronize();
+  EXPECT_EQ(device->memory_stats().bytes_cached, (arena + 63) / 64 * 64);  // one arena block, used twice
+}
+
 TEST_F(ExecutableTest, OutOfMemoryIsResourceExhaustedAndReleasesEverything) {
   // Compiled on a roomy device (autotuning measures there), run on a tiny one.
   ModuleBuilder b("oom");

@@ -68,9 +68,12 @@ void* AllocateBlock(size_t size) {
 Device::Device(int id, int64_t memory_capacity) : id_(id) { stats_.bytes_limit = memory_capacity; }
 
 Device::~Device() {
+  stream_.Synchronize();  // work still queued binds and frees blocks of the pool freed below
+  std::lock_guard<std::mutex> lock(mu_);
   for (auto& [size, blocks] : free_blocks_) {
     for (void* b : blocks) std::free(b);
   }
+  free_blocks_.clear();
 }
 
 std::string Device::DebugString() const { return absl::StrCat("SIM:", id_); }
@@ -98,7 +101,8 @@ absl::StatusOr<DeviceMemory> Device::Reserve(int64_t bytes) {
 }
 
 absl::Status DeviceMemory::Bind() {
-  if (data_ != nullptr || device_ == nullptr) return absl::OkStatus();
+  if (data_ != nullptr) return absl::OkStatus();
+  if (device_ == nullptr) return absl::FailedPreconditionError("binding memory of no device (moved from?)");
   data_ = device_->TakeBlock(size_);
   if (data_ == nullptr) {
     return absl::ResourceExhaustedError(

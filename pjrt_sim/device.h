@@ -39,7 +39,8 @@ struct CollectiveStats {
 
 class Device;
 
-// Device memory owned by one holder; returns its bytes to the device when destroyed.
+// Device memory owned by one holder; returns its bytes to the device when destroyed. Bytes reserved by
+// Device::Reserve have no memory (data() is null) until bound.
 class DeviceMemory {
  public:
   DeviceMemory() = default;
@@ -53,8 +54,9 @@ class DeviceMemory {
   // an executable is loaded).
   static DeviceMemory Borrowed(const void* data, int64_t size, std::shared_ptr<const void> owner);
 
-  // Takes the memory of bytes reserved by Device::Reserve (nothing to do where it has it). Fails only where
-  // the host cannot provide the block; the bytes then stay reserved until this is destroyed.
+  // Takes the memory of bytes reserved by Device::Reserve (nothing to do where it has it). Fails where the
+  // host cannot provide the block (the bytes then stay reserved until this is destroyed), and on memory
+  // of no device (moved from, or default).
   absl::Status Bind();
 
   void* data() const { return data_; }
@@ -84,15 +86,17 @@ class Device {
   // "SIM:0"
   std::string DebugString() const;
 
-  // Reserves `bytes` (64-byte aligned). Exceeding the capacity is RESOURCE_EXHAUSTED naming the
-  // request, the bytes in use and the limit; the device stays usable.
+  // Reserves `bytes` (64-byte aligned) and binds their memory: Reserve, then DeviceMemory::Bind.
+  // Exceeding the capacity is RESOURCE_EXHAUSTED naming the request, the bytes in use and the limit; the
+  // device stays usable.
   absl::StatusOr<DeviceMemory> Allocate(int64_t bytes);
   // Counts `bytes` against the capacity now, with Allocate's errors, and gives the memory itself only when
   // DeviceMemory::Bind is called: an execution's arena, bound as the stream starts the execution. Freed
-  // blocks are reused last in, first out, so back-to-back executions of one executable then run in the same
-  // arena, still in the caches; bound at submission, with two steps in flight, they alternated between two
-  // arenas, each last touched a whole step before (the GPT's memory-bound kernels ran up to 1.8x slower:
-  // benchmarks/RESULTS.md).
+  // blocks are reused last in, first out, so back-to-back executions of one executable run in one arena,
+  // whose pages and most recently touched lines the last run left in the TLB and the caches. Bound at
+  // submission, with two steps in flight, they alternated between two arenas, each last touched a whole
+  // step before: the GPT's layer norms, GELUs and transposes ran up to 1.8x slower, its step 6% (f32) and
+  // 7% (bf16) (benchmarks/RESULTS.md, session 34).
   absl::StatusOr<DeviceMemory> Reserve(int64_t bytes);
   MemoryStats memory_stats() const;
   // Starts a new peak: peak_bytes_in_use becomes bytes_in_use (to measure one phase of a program).

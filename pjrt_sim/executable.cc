@@ -618,10 +618,11 @@ absl::StatusOr<std::vector<std::vector<std::shared_ptr<Buffer>>>> Executable::Ex
                                                      " failed: ", status.message())));
       }
       // Memory goes back to the device before anyone waiting learns the execution ended, so that
-      // once the results are read and dropped, bytes in use is back where it was.
-      run.arena.reset();
+      // once the results are read and dropped, bytes in use is back where it was. The arena last: the
+      // next run binds the block freed last of its size.
       run.arg_memory.clear();
       run.out_memory.clear();
+      run.arena.reset();
       if (spare_core != nullptr) spare_core->Set(status);  // if the kernel was never reached
       run.done->Set(status);
     });

@@ -87,6 +87,7 @@ TEST(Device, ReservedBytesCountAtOnceAndBindTheLastFreedBlock) {
   EXPECT_NE(b->data(), first);
   EXPECT_EQ(d.memory_stats().bytes_cached, 0);
   EXPECT_EQ(d.memory_stats().bytes_in_use, 600);
+  EXPECT_EQ(DeviceMemory().Bind().code(), absl::StatusCode::kFailedPrecondition);  // memory of no device
 }
 
 TEST(Buffer, RoundTripAndDelete) {

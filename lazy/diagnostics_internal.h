@@ -44,7 +44,7 @@ std::vector<MemorySample> MemorySamples();
 // The directory of the persistent cache in use ("" when off), for the run manifest.
 std::string PersistentCacheDir();
 // The device time of the loaded executables' kernels, most expensive first (LAZYRT_DEBUG >= 3).
-std::string KernelProfileText();
+std::string KernelProfileText(int64_t shown);
 // Whether `location` (file:line) is in lazyrt's own sources.
 bool InLazyrt(std::string_view location);
 // The avoidable reshardings of SPMD executable `exe` (diagnostics_resharding.cc): its first run with graph

@@ -1,5 +1,5 @@
-// The kernel-profile view of diagnostics (LAZYRT_DEBUG >= 3): where the device's time went, by kernel
-// of the executables held in memory.
+// The kernel-profile view of diagnostics (LAZYRT_DEBUG >= 3, LAZYRT_KERNEL_PROFILE): where the device's time went, by
+// kernel of the executables held in memory.
 #include <algorithm>
 #include <string>
 #include <utility>
@@ -14,7 +14,7 @@
 
 namespace lazyrt::detail {
 
-std::string KernelProfileText() {
+std::string KernelProfileText(int64_t shown) {
   struct Row {
     std::string graph, kind, iteration, label;
     int kernel = 0;
@@ -44,7 +44,7 @@ std::string KernelProfileText() {
     it->second += r.time.total_ns;
   }
   std::stable_sort(by_kind.begin(), by_kind.end(), [](const auto& a, const auto& b) { return a.second > b.second; });
-  constexpr size_t kShown = 30;
+  const size_t kShown = static_cast<size_t>(std::max<int64_t>(0, shown));
   std::string out = absl::StrFormat("device time by kernel: %.1f ms in %d kernels of the loaded executables%s\n",
                                     static_cast<double>(total_ns) / 1e6, rows.size(),
                                     rows.size() > kShown ? absl::StrCat(", the ", kShown, " longest") : "");

@@ -40,6 +40,8 @@ constexpr int kMaxDevices = 1024;
 constexpr int64_t kMaxDeviceMemory = int64_t{1} << 44;
 // The highest LAZYRT_DEBUG level.
 constexpr int kMaxDebugLevel = 3;
+// The most kernels LAZYRT_KERNEL_PROFILE prints: more than any executable here has (the GPT's step ~200).
+constexpr int64_t kMaxKernelRows = 1'000'000;
 
 absl::StatusOr<int64_t> ParseAllReduceCombineBytes(absl::string_view text) {
   absl::StatusOr<int64_t> bytes = ParseByteSize(text);
@@ -146,6 +148,8 @@ const std::vector<Setting>& Settings() {
               "diagnostics: 0 off, 1 analysis at exit, 2 also a line per sync, 3 also device time by kernel",
               &Options::debug, [](absl::string_view t) { return ParseInt<int>(t, 0, kMaxDebugLevel); }),
       Declare("LAZYRT_DEBUG_FILE", "where diagnostics go instead of stderr", &Options::debug_file, ParsePath),
+      Declare("LAZYRT_KERNEL_PROFILE", "time every kernel and print the N longest at exit (0: off)",
+              &Options::kernel_profile, [](absl::string_view t) { return ParseInt<int64_t>(t, 0, kMaxKernelRows); }),
       Declare("LAZYRT_REPORT", "write the run report (JSON) to this file at exit", &Options::report, ParsePath),
       Declare("LAZYRT_TRACE", "write a Chrome trace to this file at exit", &Options::trace, ParsePath),
   };

@@ -71,6 +71,11 @@ struct Options {
   // or stderr.
   int debug = 0;
   std::string debug_file;
+  // Time every kernel and print the `kernel_profile` longest at exit (0: off; LAZYRT_DEBUG=3 prints 30), with
+  // nothing else of the debug levels: their call stacks cost the host ~2 us per input traced, and a host that
+  // traces while the device runs takes a core from the kernels it then times (the MLP's first product
+  // 151-182 us without them, 223-247 at level 3: benchmarks/RESULTS.md, session 33).
+  int64_t kernel_profile = 0;
   // Write the run report (JSON) / a Chrome trace to this file at exit.
   std::string report;
   std::string trace;

@@ -164,8 +164,8 @@ namespace detail {
 void WriteDiagnosticsAtExit() {
   const Options& o = lazyrt::options();
   if (o.debug >= 1) DebugLine(absl::StrCat("analysis at exit: ", diagnostics_summary()));
+  if (o.debug >= 3 || o.kernel_profile > 0) DebugLine(KernelProfileText(o.kernel_profile > 0 ? o.kernel_profile : 30));
   if (o.debug >= 3) {
-    DebugLine(KernelProfileText());
     for (int d = 0; d < device_count(); ++d) {
       const MemoryInfo m = memory_info(Device{d});
       DebugLine(absl::StrCat("memory on ", Device{d}.ToString(), " at exit: ", pjrt::HumanBytes(m.bytes_in_use),

@@ -161,7 +161,7 @@ Runtime::Runtime(Options options) : options_(std::move(options)) {
   for (pjrt::Device* d : client_->devices()) {
     auto state = std::make_unique<DeviceState>();
     state->device = d;
-    d->set_kernel_profiling(options_.debug >= 3);
+    d->set_kernel_profiling(options_.debug >= 3 || options_.kernel_profile > 0);
     state->rng_seed = options_.seed;
     devices_.push_back(std::move(state));
   }

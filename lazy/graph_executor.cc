@@ -269,7 +269,7 @@ std::vector<std::shared_ptr<pjrt::Buffer>> Launch(pjrt::Executable& exe,
                                                   const SourceLocation& loc) {
   AwaitLaunchSlot(state, kMaxInFlight);
   // Counted before the launch: a small graph may run (and free its arena) before Execute returns.
-  const int64_t live_bytes = state.device->memory_stats().bytes_in_use;
+  const pjrt::MemoryStats before = state.device->memory_stats();
   // With timing on, markers on the (in-order) stream bracket the execution.
   const bool timing = TimingEnabled();
   auto exec_start = std::make_shared<double>(0);
@@ -285,7 +285,8 @@ std::vector<std::shared_ptr<pjrt::Buffer>> Launch(pjrt::Executable& exe,
   }
   event.device = state.device->id();
   event.arena_bytes = exe.proto().arena_bytes();
-  event.peak_bytes = live_bytes + event.arena_bytes;
+  // The arenas of queued executions count as the largest of them (Device::ReserveArena).
+  event.peak_bytes = before.bytes_in_use + std::max<int64_t>(0, event.arena_bytes - before.arena_bytes);
   for (const auto& r : *results) event.peak_bytes += r->shape().byte_size();
   RecordMemorySample(*state.device, event.peak_bytes);
   if (timing) {

@@ -17,6 +17,7 @@ DeviceMemory::DeviceMemory(DeviceMemory&& other) noexcept
     : device_(std::exchange(other.device_, nullptr)),
       data_(std::exchange(other.data_, nullptr)),
       size_(std::exchange(other.size_, 0)),
+      arena_(std::exchange(other.arena_, false)),
       owner_(std::move(other.owner_)) {}
 
 DeviceMemory& DeviceMemory::operator=(DeviceMemory&& other) noexcept {
@@ -25,6 +26,7 @@ DeviceMemory& DeviceMemory::operator=(DeviceMemory&& other) noexcept {
     device_ = std::exchange(other.device_, nullptr);
     data_ = std::exchange(other.data_, nullptr);
     size_ = std::exchange(other.size_, 0);
+    arena_ = std::exchange(other.arena_, false);
     owner_ = std::move(other.owner_);
   }
   return *this;
@@ -39,10 +41,11 @@ DeviceMemory DeviceMemory::Borrowed(const void* data, int64_t size, std::shared_
 }
 
 void DeviceMemory::Release() {
-  if (device_ != nullptr) device_->Free(data_, size_);
+  if (device_ != nullptr) device_->Free(data_, size_, arena_);
   device_ = nullptr;
   data_ = nullptr;
   size_ = 0;
+  arena_ = false;
   owner_.reset();
 }
 
@@ -79,25 +82,40 @@ Device::~Device() {
 std::string Device::DebugString() const { return absl::StrCat("SIM:", id_); }
 
 absl::StatusOr<DeviceMemory> Device::Allocate(int64_t bytes) {
-  ASSIGN_OR_RETURN(DeviceMemory memory, Reserve(bytes));
-  RETURN_IF_ERROR(memory.Bind());  // else the reservation is released on return
+  if (bytes < 0) return absl::InvalidArgumentError(absl::StrCat("negative allocation size ", bytes));
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    RETURN_IF_ERROR(CountLocked(bytes, bytes));
+  }
+  DeviceMemory memory(this, nullptr, bytes);
+  RETURN_IF_ERROR(memory.Bind());  // else the bytes are released on return
   return memory;
 }
 
-absl::StatusOr<DeviceMemory> Device::Reserve(int64_t bytes) {
+absl::StatusOr<DeviceMemory> Device::ReserveArena(int64_t bytes) {
   if (bytes < 0) return absl::InvalidArgumentError(absl::StrCat("negative allocation size ", bytes));
   std::lock_guard<std::mutex> lock(mu_);
-  if (bytes > stats_.bytes_limit - stats_.bytes_in_use) {
-    return absl::ResourceExhaustedError(absl::StrCat(DebugString(), " is out of memory: requested ", HumanBytes(bytes),
-                                                     " (", bytes, " bytes) with ", HumanBytes(stats_.bytes_in_use),
-                                                     " in use of a ", HumanBytes(stats_.bytes_limit), " limit"));
+  const int64_t counted = ArenaBytesLocked();
+  RETURN_IF_ERROR(CountLocked(bytes, std::max(counted, bytes) - counted));
+  queued_arenas_.insert(bytes);
+  stats_.arena_bytes = ArenaBytesLocked();
+  DeviceMemory memory(this, nullptr, bytes);
+  memory.arena_ = true;
+  return memory;
+}
+
+absl::Status Device::CountLocked(int64_t requested, int64_t delta) {
+  if (delta > stats_.bytes_limit - stats_.bytes_in_use) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        DebugString(), " is out of memory: requested ", HumanBytes(requested), " (", requested, " bytes) with ",
+        HumanBytes(stats_.bytes_in_use), " in use of a ", HumanBytes(stats_.bytes_limit), " limit"));
   }
-  stats_.bytes_in_use += bytes;
+  stats_.bytes_in_use += delta;
   stats_.peak_bytes_in_use = std::max(stats_.peak_bytes_in_use, stats_.bytes_in_use);
   stats_.num_allocs += 1;
   stats_.live_allocations += 1;
-  stats_.largest_alloc_size = std::max(stats_.largest_alloc_size, bytes);
-  return DeviceMemory(this, nullptr, bytes);
+  stats_.largest_alloc_size = std::max(stats_.largest_alloc_size, requested);
+  return absl::OkStatus();
 }
 
 absl::Status DeviceMemory::Bind() {
@@ -128,11 +146,18 @@ void* Device::TakeBlock(int64_t bytes) {
   return AllocateBlock(rounded);
 }
 
-void Device::Free(void* data, int64_t size) {
+void Device::Free(void* data, int64_t size, bool arena) {
   const size_t rounded = std::max<size_t>(64, RoundedSize(size));
   {
     std::lock_guard<std::mutex> lock(mu_);
-    stats_.bytes_in_use -= size;
+    if (arena) {
+      const int64_t counted = ArenaBytesLocked();
+      queued_arenas_.erase(queued_arenas_.find(size));
+      stats_.arena_bytes = ArenaBytesLocked();
+      stats_.bytes_in_use -= counted - stats_.arena_bytes;
+    } else {
+      stats_.bytes_in_use -= size;
+    }
     stats_.live_allocations -= 1;
     if (data != nullptr && stats_.bytes_cached + static_cast<int64_t>(rounded) <= kMaxCachedBytes) {
       free_blocks_[rounded].push_back(data);

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -23,6 +24,7 @@ struct MemoryStats {
   int64_t largest_alloc_size = 0;
   int64_t bytes_limit = 0;
   int64_t bytes_cached = 0;               // freed blocks kept for reuse (not in use, not counted against the limit)
+  int64_t arena_bytes = 0;                // of bytes_in_use: the arenas of the executions queued or running
   int64_t collective_bytes_received = 0;  // copied in from other devices' memory by collectives
 };
 
@@ -39,8 +41,8 @@ struct CollectiveStats {
 
 class Device;
 
-// Device memory owned by one holder; returns its bytes to the device when destroyed. Bytes reserved by
-// Device::Reserve have no memory (data() is null) until bound.
+// Device memory owned by one holder; returns its bytes to the device when destroyed. An arena reserved by
+// Device::ReserveArena has no memory (data() is null) until bound.
 class DeviceMemory {
  public:
   DeviceMemory() = default;
@@ -54,7 +56,7 @@ class DeviceMemory {
   // an executable is loaded).
   static DeviceMemory Borrowed(const void* data, int64_t size, std::shared_ptr<const void> owner);
 
-  // Takes the memory of bytes reserved by Device::Reserve (nothing to do where it has it). Fails where the
+  // Takes the memory of an arena reserved by Device::ReserveArena (nothing to do where it has it). Fails where the
   // host cannot provide the block (the bytes then stay reserved until this is destroyed), and on memory
   // of no device (moved from, or default).
   absl::Status Bind();
@@ -70,6 +72,7 @@ class DeviceMemory {
   Device* device_ = nullptr;  // null for borrowed bytes
   void* data_ = nullptr;
   int64_t size_ = 0;
+  bool arena_ = false;                 // reserved by ReserveArena
   std::shared_ptr<const void> owner_;  // of borrowed bytes
 };
 
@@ -86,18 +89,22 @@ class Device {
   // "SIM:0"
   std::string DebugString() const;
 
-  // Reserves `bytes` (64-byte aligned) and binds their memory: Reserve, then DeviceMemory::Bind.
-  // Exceeding the capacity is RESOURCE_EXHAUSTED naming the request, the bytes in use and the limit; the
-  // device stays usable.
+  // Reserves `bytes` (64-byte aligned) with their memory. Exceeding the capacity is RESOURCE_EXHAUSTED
+  // naming the request, the bytes in use and the limit; the device stays usable.
   absl::StatusOr<DeviceMemory> Allocate(int64_t bytes);
-  // Counts `bytes` against the capacity now, with Allocate's errors, and gives the memory itself only when
-  // DeviceMemory::Bind is called: an execution's arena, bound as the stream starts the execution. Freed
-  // blocks are reused last in, first out, so back-to-back executions of one executable run in one arena,
-  // whose pages and most recently touched lines the last run left in the TLB and the caches. Bound at
-  // submission, with two steps in flight, they alternated between two arenas, each last touched a whole
-  // step before: the GPT's layer norms, GELUs and transposes ran up to 1.8x slower, its step 6% (f32) and
-  // 7% (bf16) (benchmarks/RESULTS.md, session 34).
-  absl::StatusOr<DeviceMemory> Reserve(int64_t bytes);
+  // The arena of an execution submitted to this device's stream: counted against the capacity now, with
+  // Allocate's errors, and its memory taken only when DeviceMemory::Bind is called, as the stream starts
+  // the execution.
+  // - The stream runs one execution at a time and each frees its arena before the next binds one, so the
+  //   arenas of the executions queued or running count as the largest of them (MemoryStats::arena_bytes),
+  //   not their sum: two steps in flight held two arenas' bytes where one is ever used (as a stream-ordered
+  //   allocator reuses a finished kernel's memory for the next).
+  // - Freed blocks are reused last in, first out, so back-to-back executions of one executable run in one
+  //   arena, whose pages and most recently touched lines the last run left in the TLB and the caches. Bound
+  //   at submission, with two steps in flight, they alternated between two arenas, each last touched a
+  //   whole step before: the GPT's layer norms, GELUs and transposes ran up to 1.8x slower, its step 6%
+  //   (f32) and 7% (bf16) (benchmarks/RESULTS.md, session 34).
+  absl::StatusOr<DeviceMemory> ReserveArena(int64_t bytes);
   MemoryStats memory_stats() const;
   // Starts a new peak: peak_bytes_in_use becomes bytes_in_use (to measure one phase of a program).
   void ResetPeakMemory();
@@ -116,7 +123,10 @@ class Device {
 
  private:
   friend class DeviceMemory;
-  void Free(void* data, int64_t size);
+  void Free(void* data, int64_t size, bool arena);
+  // Counts `delta` more bytes in use for a request of `requested` (RESOURCE_EXHAUSTED past the limit).
+  absl::Status CountLocked(int64_t requested, int64_t delta);
+  int64_t ArenaBytesLocked() const { return queued_arenas_.empty() ? 0 : *queued_arenas_.rbegin(); }
   // A block for `bytes` bytes: a freed one of its rounded size, else a new one; null if the host has none.
   void* TakeBlock(int64_t bytes);
 
@@ -126,6 +136,7 @@ class Device {
   // Freed blocks by rounded size. Training steps allocate the same sizes every step; reusing blocks
   // spares the host's page faults and zeroing of fresh memory (as a device's pooling allocator does).
   std::unordered_map<size_t, std::vector<void*>> free_blocks_;
+  std::multiset<int64_t> queued_arenas_;  // the sizes of the arenas reserved and not yet released
   std::atomic<bool> kernel_profiling_{false};
   std::atomic<int64_t> collective_calls_{0}, collective_ns_{0}, collective_wait_ns_{0};
   Stream stream_;

@@ -520,7 +520,7 @@ absl::StatusOr<std::vector<std::vector<std::shared_ptr<Buffer>>>> Executable::Ex
     }
   }
   if (elsewhere == partitions) return absl::InvalidArgumentError("no partition runs here: every device is null");
-  // Everything is checked and allocated (the arena reserved: Device::Reserve) for every partition before
+  // Everything is checked and allocated (the arena reserved: Device::ReserveArena) for every partition before
   // any starts, so that a failure leaves no partition waiting at a collective for the others; a host that
   // cannot provide a reserved arena's block fails the run as it starts, and its collectives abort.
   struct Partition {
@@ -559,7 +559,7 @@ absl::StatusOr<std::vector<std::vector<std::shared_ptr<Buffer>>>> Executable::Ex
       runs[p].arg_memory.push_back(*std::move(mem));
       runs[p].arg_ready.push_back(arg->ready());
     }
-    ASSIGN_OR_RETURN(DeviceMemory arena, device->Reserve(proto_.arena_bytes()));  // bound as the run starts
+    ASSIGN_OR_RETURN(DeviceMemory arena, device->ReserveArena(proto_.arena_bytes()));  // bound as the run starts
     runs[p].arena = std::make_shared<DeviceMemory>(std::move(arena));
     for (const ArrayShape& shape : output_shapes_) {
       ASSIGN_OR_RETURN(DeviceMemory mem,

@@ -36,7 +36,7 @@ class Executable : public std::enable_shared_from_this<Executable> {
   // Runs on `device`'s stream with `args` as parameters; returns the results at once, each ready when
   // the stream has computed it (or failed: the error is then reported by the buffer). Fails
   // immediately on a wrong argument or when the device cannot hold the arena and results (the arena is
-  // reserved here and bound as the run starts: Device::Reserve; a host that cannot then provide its memory
+  // reserved here and bound as the run starts: Device::ReserveArena; a host that cannot then provide its memory
   // fails the run, reported by the results, and aborts its other partitions). An executable
   // cheaper than a hand-off (inline_ns()) on an idle stream runs on the calling thread before this returns.
   // An index out of range is reported as "<op>: index ..." where <op> is name_site(the instruction's

@@ -51,25 +51,43 @@ TEST(Device, MemoryAccountingAndOutOfMemory) {
   EXPECT_EQ(d.memory_stats().num_allocs, 2);
 }
 
-// Reserve counts the bytes at once and takes memory only when bound; freed blocks are reused last in,
-// first out, so a reservation bound after another of its size was released gets that one's block.
-TEST(Device, ReservedBytesCountAtOnceAndBindTheLastFreedBlock) {
+// An arena counts at once and takes memory only when bound; the arenas reserved and not yet released count
+// as the largest of them (the stream binds one at a time); freed blocks are reused last in, first out.
+TEST(Device, ArenasCountAsTheLargestAndBindTheLastFreedBlock) {
   Device d(0, 1000);
-  absl::StatusOr<DeviceMemory> r = d.Reserve(600);
+  absl::StatusOr<DeviceMemory> r = d.ReserveArena(600);
   ASSERT_TRUE(r.ok());
   EXPECT_EQ(r->data(), nullptr);
   EXPECT_EQ(d.memory_stats().bytes_in_use, 600);
-  absl::StatusOr<DeviceMemory> over = d.Reserve(500);
+  absl::StatusOr<DeviceMemory> queued = d.ReserveArena(500);  // queued behind the first: no more bytes
+  ASSERT_TRUE(queued.ok());
+  EXPECT_EQ(d.memory_stats().bytes_in_use, 600);
+  EXPECT_EQ(d.memory_stats().arena_bytes, 600);
+  absl::StatusOr<DeviceMemory> larger = d.ReserveArena(800);  // 200 bytes more than the largest
+  ASSERT_TRUE(larger.ok());
+  EXPECT_EQ(d.memory_stats().bytes_in_use, 800);
+  absl::StatusOr<DeviceMemory> over = d.Allocate(300);
   ASSERT_FALSE(over.ok());
   EXPECT_EQ(over.status().code(), absl::StatusCode::kResourceExhausted);
-  EXPECT_THAT(over.status().message(), AllOf(HasSubstr("500 B"), HasSubstr("600 B in use")));
-  { DeviceMemory unbound = *std::move(r); }  // released without ever taking memory
-  EXPECT_EQ(d.memory_stats().bytes_in_use, 0);
-  EXPECT_EQ(d.memory_stats().live_allocations, 0);
+  EXPECT_THAT(over.status().message(), AllOf(HasSubstr("300 B"), HasSubstr("800 B in use")));
+  absl::StatusOr<DeviceMemory> too_large = d.ReserveArena(1200);
+  ASSERT_FALSE(too_large.ok());
+  EXPECT_THAT(too_large.status().message(), HasSubstr("1200 bytes"));
+  { DeviceMemory released = *std::move(larger); }  // back to the largest of the others, never bound
+  EXPECT_EQ(d.memory_stats().bytes_in_use, 600);
+  EXPECT_EQ(d.memory_stats().peak_bytes_in_use, 800);
+  { DeviceMemory released = *std::move(r); }
+  EXPECT_EQ(d.memory_stats().bytes_in_use, 500);
+  { DeviceMemory released = *std::move(queued); }
+  MemoryStats s = d.memory_stats();
+  EXPECT_EQ(s.bytes_in_use, 0);
+  EXPECT_EQ(s.arena_bytes, 0);
+  EXPECT_EQ(s.live_allocations, 0);
+  EXPECT_EQ(s.bytes_cached, 0);  // none was bound
 
   void* first = nullptr;
   {
-    absl::StatusOr<DeviceMemory> a = d.Reserve(300);
+    absl::StatusOr<DeviceMemory> a = d.ReserveArena(300);
     ASSERT_TRUE(a.ok());
     ASSERT_TRUE(a->Bind().ok());
     first = a->data();
@@ -78,15 +96,13 @@ TEST(Device, ReservedBytesCountAtOnceAndBindTheLastFreedBlock) {
     EXPECT_EQ(a->data(), first);
   }
   EXPECT_EQ(d.memory_stats().bytes_cached, 320);  // 300 rounded up to 64-byte lines
-  absl::StatusOr<DeviceMemory> b = d.Reserve(300);
-  absl::StatusOr<DeviceMemory> c = d.Reserve(300);
+  absl::StatusOr<DeviceMemory> b = d.ReserveArena(300);
+  absl::StatusOr<DeviceMemory> c = d.ReserveArena(300);
   ASSERT_TRUE(b.ok() && c.ok());
   ASSERT_TRUE(c->Bind().ok());  // bound first, it gets the freed block
-  ASSERT_TRUE(b->Bind().ok());
   EXPECT_EQ(c->data(), first);
-  EXPECT_NE(b->data(), first);
   EXPECT_EQ(d.memory_stats().bytes_cached, 0);
-  EXPECT_EQ(d.memory_stats().bytes_in_use, 600);
+  EXPECT_EQ(d.memory_stats().bytes_in_use, 300);
   EXPECT_EQ(DeviceMemory().Bind().code(), absl::StatusCode::kFailedPrecondition);  // memory of no device
 }
 

@@ -15,7 +15,8 @@ int device_count();
 
 // The memory of one physical device. Buffers count from when they are allocated (a graph's results
 // and its arena at launch, a transfer's destination at to()) until the last tensor, graph or work in
-// flight holding them lets go (wait_device() waits for the device and for graphs being released).
+// flight holding them lets go (wait_device() waits for the device and for graphs being released). The
+// arenas of the graphs queued on a device count as the largest of them: it runs one at a time.
 struct MemoryInfo {
   int64_t bytes_in_use = 0;
   int64_t peak_bytes = 0;   // the most bytes in use at once since the device was created or the last reset

@@ -38,7 +38,8 @@ struct SyncEvent {
   int device = 0;           // the lazy:N the graph ran on
   int64_t arena_bytes = 0;  // the executable's scratch memory
   // The graph's peak on its device: the bytes in use there when it launched (the tensors alive, work
-  // still in flight) plus its arena and its results.
+  // still in flight) plus its results and its arena, where larger than the arenas of the work already
+  // queued (the device runs one at a time: pjrt::Device::ReserveArena).
   int64_t peak_bytes = 0;
 };
 

@@ -85,7 +85,7 @@ absl::StatusOr<DeviceMemory> Device::Allocate(int64_t bytes) {
   if (bytes < 0) return absl::InvalidArgumentError(absl::StrCat("negative allocation size ", bytes));
   {
     std::lock_guard<std::mutex> lock(mu_);
-    RETURN_IF_ERROR(CountLocked(bytes, bytes));
+    RETURN_IF_ERROR(CountLocked(bytes, bytes, ""));
   }
   DeviceMemory memory(this, nullptr, bytes);
   RETURN_IF_ERROR(memory.Bind());  // else the bytes are released on return
@@ -96,7 +96,9 @@ absl::StatusOr<DeviceMemory> Device::ReserveArena(int64_t bytes) {
   if (bytes < 0) return absl::InvalidArgumentError(absl::StrCat("negative allocation size ", bytes));
   std::lock_guard<std::mutex> lock(mu_);
   const int64_t counted = ArenaBytesLocked();
-  RETURN_IF_ERROR(CountLocked(bytes, std::max(counted, bytes) - counted));
+  RETURN_IF_ERROR(CountLocked(bytes, std::max(counted, bytes) - counted,
+                              absl::StrCat(" (an arena; those of the work queued count as the largest of them, ",
+                                           HumanBytes(counted), " now)")));
   queued_arenas_.insert(bytes);
   stats_.arena_bytes = ArenaBytesLocked();
   DeviceMemory memory(this, nullptr, bytes);
@@ -104,11 +106,11 @@ absl::StatusOr<DeviceMemory> Device::ReserveArena(int64_t bytes) {
   return memory;
 }
 
-absl::Status Device::CountLocked(int64_t requested, int64_t delta) {
+absl::Status Device::CountLocked(int64_t requested, int64_t delta, absl::string_view note) {
   if (delta > stats_.bytes_limit - stats_.bytes_in_use) {
     return absl::ResourceExhaustedError(absl::StrCat(
-        DebugString(), " is out of memory: requested ", HumanBytes(requested), " (", requested, " bytes) with ",
-        HumanBytes(stats_.bytes_in_use), " in use of a ", HumanBytes(stats_.bytes_limit), " limit"));
+        DebugString(), " is out of memory: requested ", HumanBytes(requested), " (", requested, " bytes)", note,
+        " with ", HumanBytes(stats_.bytes_in_use), " in use of a ", HumanBytes(stats_.bytes_limit), " limit"));
   }
   stats_.bytes_in_use += delta;
   stats_.peak_bytes_in_use = std::max(stats_.peak_bytes_in_use, stats_.bytes_in_use);
@@ -121,20 +123,24 @@ absl::Status Device::CountLocked(int64_t requested, int64_t delta) {
 absl::Status DeviceMemory::Bind() {
   if (data_ != nullptr) return absl::OkStatus();
   if (device_ == nullptr) return absl::FailedPreconditionError("binding memory of no device (moved from?)");
-  data_ = device_->TakeBlock(size_);
-  if (data_ == nullptr) {
-    return absl::ResourceExhaustedError(
-        absl::StrCat(device_->DebugString(), ": the host could not provide ", HumanBytes(size_)));
-  }
+  ASSIGN_OR_RETURN(data_, device_->TakeBlock(size_, arena_));
   return absl::OkStatus();
 }
 
-void* Device::TakeBlock(int64_t bytes) {
+absl::StatusOr<void*> Device::TakeBlock(int64_t bytes, bool arena) {
   // Round up to the alignment: aligned_alloc requires a multiple of it; a zero-size request still gets
   // a distinct pointer.
   const size_t rounded = std::max<size_t>(64, RoundedSize(bytes));
   {
     std::lock_guard<std::mutex> lock(mu_);
+    if (arena) {
+      // What lets arenas count as the largest of them (ReserveArena): checked, not assumed.
+      if (arena_bound_) {
+        return absl::FailedPreconditionError(
+            absl::StrCat(DebugString(), ": an arena bound while another is (its stream binds one at a time)"));
+      }
+      arena_bound_ = true;
+    }
     auto it = free_blocks_.find(rounded);
     if (it != free_blocks_.end() && !it->second.empty()) {
       void* reused = it->second.back();
@@ -143,7 +149,11 @@ void* Device::TakeBlock(int64_t bytes) {
       return reused;
     }
   }
-  return AllocateBlock(rounded);
+  void* data = AllocateBlock(rounded);
+  if (data != nullptr) return data;
+  std::lock_guard<std::mutex> lock(mu_);
+  if (arena) arena_bound_ = false;
+  return absl::ResourceExhaustedError(absl::StrCat(DebugString(), ": the host could not provide ", HumanBytes(bytes)));
 }
 
 void Device::Free(void* data, int64_t size, bool arena) {
@@ -152,9 +162,11 @@ void Device::Free(void* data, int64_t size, bool arena) {
     std::lock_guard<std::mutex> lock(mu_);
     if (arena) {
       const int64_t counted = ArenaBytesLocked();
-      queued_arenas_.erase(queued_arenas_.find(size));
+      const auto queued = queued_arenas_.find(size);  // reserved by ReserveArena with this size
+      if (queued != queued_arenas_.end()) queued_arenas_.erase(queued);
       stats_.arena_bytes = ArenaBytesLocked();
       stats_.bytes_in_use -= counted - stats_.arena_bytes;
+      if (data != nullptr) arena_bound_ = false;
     } else {
       stats_.bytes_in_use -= size;
     }

@@ -23,8 +23,8 @@ struct MemoryStats {
   int64_t live_allocations = 0;  // allocations not yet freed
   int64_t largest_alloc_size = 0;
   int64_t bytes_limit = 0;
-  int64_t bytes_cached = 0;               // freed blocks kept for reuse (not in use, not counted against the limit)
-  int64_t arena_bytes = 0;                // of bytes_in_use: the arenas of the executions queued or running
+  int64_t bytes_cached = 0;  // freed blocks kept for reuse (not in use, not counted against the limit)
+  int64_t arena_bytes = 0;   // of bytes_in_use: the largest arena of the executions queued or running (ReserveArena)
   int64_t collective_bytes_received = 0;  // copied in from other devices' memory by collectives
 };
 
@@ -93,8 +93,8 @@ class Device {
   // naming the request, the bytes in use and the limit; the device stays usable.
   absl::StatusOr<DeviceMemory> Allocate(int64_t bytes);
   // The arena of an execution submitted to this device's stream: counted against the capacity now, with
-  // Allocate's errors, and its memory taken only when DeviceMemory::Bind is called, as the stream starts
-  // the execution.
+  // Allocate's errors, and its memory taken only when DeviceMemory::Bind is called, by the stream's work as
+  // it starts the execution (binding a second arena while one is bound fails).
   // - The stream runs one execution at a time and each frees its arena before the next binds one, so the
   //   arenas of the executions queued or running count as the largest of them (MemoryStats::arena_bytes),
   //   not their sum: two steps in flight held two arenas' bytes where one is ever used (as a stream-ordered
@@ -124,11 +124,13 @@ class Device {
  private:
   friend class DeviceMemory;
   void Free(void* data, int64_t size, bool arena);
-  // Counts `delta` more bytes in use for a request of `requested` (RESOURCE_EXHAUSTED past the limit).
-  absl::Status CountLocked(int64_t requested, int64_t delta);
+  // Counts `delta` more bytes in use for a request of `requested` (RESOURCE_EXHAUSTED past the limit, the
+  // message with `note` after the request).
+  absl::Status CountLocked(int64_t requested, int64_t delta, absl::string_view note);
   int64_t ArenaBytesLocked() const { return queued_arenas_.empty() ? 0 : *queued_arenas_.rbegin(); }
-  // A block for `bytes` bytes: a freed one of its rounded size, else a new one; null if the host has none.
-  void* TakeBlock(int64_t bytes);
+  // A block for `bytes` bytes: a freed one of its rounded size, else a new one. Fails where the host has
+  // none, and for an arena while another is bound.
+  absl::StatusOr<void*> TakeBlock(int64_t bytes, bool arena);
 
   const int id_;
   mutable std::mutex mu_;
@@ -137,6 +139,7 @@ class Device {
   // spares the host's page faults and zeroing of fresh memory (as a device's pooling allocator does).
   std::unordered_map<size_t, std::vector<void*>> free_blocks_;
   std::multiset<int64_t> queued_arenas_;  // the sizes of the arenas reserved and not yet released
+  bool arena_bound_ = false;              // one of them has its memory
   std::atomic<bool> kernel_profiling_{false};
   std::atomic<int64_t> collective_calls_{0}, collective_ns_{0}, collective_wait_ns_{0};
   Stream stream_;

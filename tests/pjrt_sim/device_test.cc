@@ -72,7 +72,12 @@ TEST(Device, ArenasCountAsTheLargestAndBindTheLastFreedBlock) {
   EXPECT_THAT(over.status().message(), AllOf(HasSubstr("300 B"), HasSubstr("800 B in use")));
   absl::StatusOr<DeviceMemory> too_large = d.ReserveArena(1200);
   ASSERT_FALSE(too_large.ok());
-  EXPECT_THAT(too_large.status().message(), HasSubstr("1200 bytes"));
+  EXPECT_THAT(too_large.status().message(),
+              AllOf(HasSubstr("1200 bytes"), HasSubstr("count as the largest"), HasSubstr("800 B now")));
+  absl::StatusOr<DeviceMemory> same = d.ReserveArena(600);  // a size queued twice
+  ASSERT_TRUE(same.ok());
+  { DeviceMemory released = *std::move(same); }  // not the largest: nothing changes
+  EXPECT_EQ(d.memory_stats().bytes_in_use, 800);
   { DeviceMemory released = *std::move(larger); }  // back to the largest of the others, never bound
   EXPECT_EQ(d.memory_stats().bytes_in_use, 600);
   EXPECT_EQ(d.memory_stats().peak_bytes_in_use, 800);
@@ -103,6 +108,13 @@ TEST(Device, ArenasCountAsTheLargestAndBindTheLastFreedBlock) {
   EXPECT_EQ(c->data(), first);
   EXPECT_EQ(d.memory_stats().bytes_cached, 0);
   EXPECT_EQ(d.memory_stats().bytes_in_use, 300);
+  // What lets them count as one: a second arena cannot be bound while one is.
+  const absl::Status second = b->Bind();
+  EXPECT_EQ(second.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(second.message(), HasSubstr("while another is"));
+  { DeviceMemory released = *std::move(c); }
+  ASSERT_TRUE(b->Bind().ok());
+  EXPECT_EQ(b->data(), first);
   EXPECT_EQ(DeviceMemory().Bind().code(), absl::StatusCode::kFailedPrecondition);  // memory of no device
 }
 

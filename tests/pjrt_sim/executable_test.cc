@@ -692,11 +692,13 @@ TEST_F(ExecutableTest, QueuedExecutionsRunInTheSameArena) {
   auto written = std::make_shared<Event>();  // the argument is ready when the test says so
   std::vector<std::shared_ptr<Buffer>> args = {std::make_shared<Buffer>(
       device, ArrayShape{PrimitiveType::kF32, {8000}}, std::make_shared<DeviceMemory>(*std::move(memory)), written)};
+  const int64_t before = device->memory_stats().bytes_in_use;
   absl::StatusOr<std::vector<std::shared_ptr<Buffer>>> first = exe->Execute(args, device);
   absl::StatusOr<std::vector<std::shared_ptr<Buffer>>> second = exe->Execute(args, device);
   ASSERT_TRUE(first.ok() && second.ok());
-  // Both arenas counted from submission, as one: the stream binds one at a time.
-  EXPECT_EQ(device->memory_stats().bytes_in_use, 8000 * 4 + 2 * 4 + arena);
+  // Both arenas counted from submission, as one: the stream binds one at a time. Two f32 results.
+  EXPECT_EQ(device->memory_stats().bytes_in_use, before + arena + 2 * 4);
+  EXPECT_EQ(device->memory_stats().arena_bytes, arena);
   written->Set(absl::OkStatus());
   for (const auto* results : {&*first, &*second}) {
     float total = 0;

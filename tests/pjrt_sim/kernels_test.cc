@@ -1202,7 +1202,10 @@ TEST_P(KernelTest, Iota) {
                                          // share a coordinate and end inside another.
                                          {proto::S32, {3, 701, 3}, 1, 5, 2},
                                          {proto::S64, {5, 611}, 0, 3, -1},
-                                         {proto::F32, {2, 3, 1100}, 2, 0, 1}}) {
+                                         {proto::F32, {2, 3, 1100}, 2, 0, 1},
+                                         // Along a short last axis: many runs, wrapping, in each block.
+                                         {proto::S64, {40, 114}, 1, 0, 1},
+                                         {proto::F32, {30, 50}, 1, -7, 3}}) {
     ModuleBuilder b;
     const int64_t io = b.Iota(c.type, c.dims, c.axis, c.start, c.step);
     b.Output(io);

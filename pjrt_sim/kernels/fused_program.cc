@@ -137,10 +137,11 @@ LAZYRT_VECTOR_CLONES_TEMPLATE const void* IotaStep(const Step& s, const void* co
   // vectorizes; else `inner` copies of one value. A point at a time, counting and wrapping the coordinate,
   // it was a scalar loop of a few cycles a point (the GPT's cross-entropy gradient: [4096, 114]).
   int64_t coord = (c.begin / inner) % size, within = c.begin % inner;
-  // Wrapping (unsigned) arithmetic: start and step come from the executable and may be anything.
-  const auto value = [&](int64_t at) {
-    return static_cast<T>(static_cast<int64_t>(static_cast<uint64_t>(s.start) +
-                                               static_cast<uint64_t>(s.step) * static_cast<uint64_t>(at)));
+  // Wrapping (unsigned) arithmetic: start and step come from the executable and may be anything. Copied:
+  // stores through `o` could, for all the compiler knows, change the step's fields.
+  const uint64_t start = static_cast<uint64_t>(s.start), step = static_cast<uint64_t>(s.step);
+  const auto value = [start, step](int64_t at) {
+    return static_cast<T>(static_cast<int64_t>(start + step * static_cast<uint64_t>(at)));
   };
   for (int64_t i = 0; i < c.n;) {
     if (inner == 1) {

@@ -68,6 +68,9 @@ std::atomic<void (*)()> g_statics_hook{nullptr};
 // superset of the calls that create oneDNN's statics). A shape oneDNN refused on its first call is refused
 // from then on without asking again: a second attempt would create its objects again, outside the lock,
 // every call.
+// Serializes first calls of every kind (a template's static would be one mutex per instantiation).
+std::mutex g_first_calls;
+
 template <typename Call>
 bool CallOneDnn(const MatmulKey& key, Call call) {
   // Hashed: every call looks its shape up (the GPT's attention makes thousands of small products a step, and
@@ -75,8 +78,7 @@ bool CallOneDnn(const MatmulKey& key, Call call) {
   thread_local absl::flat_hash_set<MatmulKey> seen, refused;
   if (seen.contains(key)) return call();
   if (refused.contains(key)) return false;
-  static std::mutex first_calls;
-  const std::lock_guard<std::mutex> lock(first_calls);
+  const std::lock_guard<std::mutex> lock(g_first_calls);
   const bool ok = call();
   (ok ? seen : refused).insert(key);
   if (void (*hook)() = g_statics_hook.load(std::memory_order_acquire)) hook();

@@ -44,10 +44,10 @@ std::string KernelProfileText(int64_t shown) {
     it->second += r.time.total_ns;
   }
   std::stable_sort(by_kind.begin(), by_kind.end(), [](const auto& a, const auto& b) { return a.second > b.second; });
-  const size_t kShown = static_cast<size_t>(std::max<int64_t>(0, shown));
+  const size_t shown_rows = static_cast<size_t>(std::max<int64_t>(0, shown));
   std::string out = absl::StrFormat("device time by kernel: %.1f ms in %d kernels of the loaded executables%s\n",
                                     static_cast<double>(total_ns) / 1e6, rows.size(),
-                                    rows.size() > kShown ? absl::StrCat(", the ", kShown, " longest") : "");
+                                    rows.size() > shown_rows ? absl::StrCat(", the ", shown_rows, " longest") : "");
   if (!by_kind.empty()) {
     absl::StrAppend(&out, "  by kind:");
     for (const auto& [kind, ns] : by_kind) {
@@ -60,7 +60,7 @@ std::string KernelProfileText(int64_t shown) {
   // MEAN: of the runs after the first (FIRST), which pays for what later runs reuse.
   absl::StrAppend(&out, absl::StrFormat("  %-16s %4s  %-6s  %-24s %7s %10s %9s %9s %6s  %s\n", "GRAPH", "#", "KIND",
                                         "ITERATION", "RUNS", "TOTAL ms", "FIRST us", "MEAN us", "SHARE", "LABEL"));
-  for (size_t i = 0; i < rows.size() && i < kShown; ++i) {
+  for (size_t i = 0; i < rows.size() && i < shown_rows; ++i) {
     const Row& r = rows[i];
     const int64_t later_runs = r.time.runs > 1 ? r.time.runs - 1 : 1;
     const int64_t later_ns = r.time.runs > 1 ? r.time.total_ns - r.time.first_ns : r.time.total_ns;

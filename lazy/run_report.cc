@@ -164,7 +164,10 @@ namespace detail {
 void WriteDiagnosticsAtExit() {
   const Options& o = lazyrt::options();
   if (o.debug >= 1) DebugLine(absl::StrCat("analysis at exit: ", diagnostics_summary()));
-  if (o.debug >= 3 || o.kernel_profile > 0) DebugLine(KernelProfileText(o.kernel_profile > 0 ? o.kernel_profile : 30));
+  constexpr int64_t kDebugKernelRows = 30;  // LAZYRT_DEBUG=3's table, unless LAZYRT_KERNEL_PROFILE says
+  if (o.debug >= 3 || o.kernel_profile > 0) {
+    DebugLine(KernelProfileText(o.kernel_profile > 0 ? o.kernel_profile : kDebugKernelRows));
+  }
   if (o.debug >= 3) {
     for (int d = 0; d < device_count(); ++d) {
       const MemoryInfo m = memory_info(Device{d});

@@ -99,8 +99,7 @@ absl::StatusOr<DeviceMemory> Device::ReserveArena(int64_t bytes) {
   RETURN_IF_ERROR(CountLocked(bytes, std::max(counted, bytes) - counted,
                               absl::StrCat(" (an arena; those of the work queued count as the largest of them, ",
                                            HumanBytes(counted), " now)")));
-  queued_arenas_.insert(bytes);
-  stats_.arena_bytes = ArenaBytesLocked();
+  queued_arenas_.push_back(bytes);
   DeviceMemory memory(this, nullptr, bytes);
   memory.arena_ = true;
   return memory;
@@ -162,10 +161,9 @@ void Device::Free(void* data, int64_t size, bool arena) {
     std::lock_guard<std::mutex> lock(mu_);
     if (arena) {
       const int64_t counted = ArenaBytesLocked();
-      const auto queued = queued_arenas_.find(size);  // reserved by ReserveArena with this size
+      const auto queued = std::ranges::find(queued_arenas_, size);  // reserved by ReserveArena with this size
       if (queued != queued_arenas_.end()) queued_arenas_.erase(queued);
-      stats_.arena_bytes = ArenaBytesLocked();
-      stats_.bytes_in_use -= counted - stats_.arena_bytes;
+      stats_.bytes_in_use -= counted - ArenaBytesLocked();
       if (data != nullptr) arena_bound_ = false;
     } else {
       stats_.bytes_in_use -= size;
@@ -202,7 +200,13 @@ CollectiveStats Device::collective_stats() const {
 
 MemoryStats Device::memory_stats() const {
   std::lock_guard<std::mutex> lock(mu_);
-  return stats_;
+  MemoryStats s = stats_;
+  s.arena_bytes = ArenaBytesLocked();
+  return s;
+}
+
+int64_t Device::ArenaBytesLocked() const {
+  return queued_arenas_.empty() ? 0 : *std::ranges::max_element(queued_arenas_);
 }
 
 void Device::ResetPeakMemory() {

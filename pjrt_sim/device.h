@@ -5,11 +5,11 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
-#include <set>
 #include <string>
 #include <unordered_map>
 #include <vector>
 
+#include "absl/container/inlined_vector.h"
 #include "absl/status/statusor.h"
 #include "pjrt_sim/stream.h"
 
@@ -127,7 +127,7 @@ class Device {
   // Counts `delta` more bytes in use for a request of `requested` (RESOURCE_EXHAUSTED past the limit, the
   // message with `note` after the request).
   absl::Status CountLocked(int64_t requested, int64_t delta, absl::string_view note);
-  int64_t ArenaBytesLocked() const { return queued_arenas_.empty() ? 0 : *queued_arenas_.rbegin(); }
+  int64_t ArenaBytesLocked() const;
   // A block for `bytes` bytes: a freed one of its rounded size, else a new one. Fails where the host has
   // none, and for an arena while another is bound.
   absl::StatusOr<void*> TakeBlock(int64_t bytes, bool arena);
@@ -138,8 +138,10 @@ class Device {
   // Freed blocks by rounded size. Training steps allocate the same sizes every step; reusing blocks
   // spares the host's page faults and zeroing of fresh memory (as a device's pooling allocator does).
   std::unordered_map<size_t, std::vector<void*>> free_blocks_;
-  std::multiset<int64_t> queued_arenas_;  // the sizes of the arenas reserved and not yet released
-  bool arena_bound_ = false;              // one of them has its memory
+  // The sizes of the arenas reserved and not yet released: a step or two in flight (inline, no allocation
+  // on the launch path).
+  absl::InlinedVector<int64_t, 4> queued_arenas_;
+  bool arena_bound_ = false;  // one of them has its memory
   std::atomic<bool> kernel_profiling_{false};
   std::atomic<int64_t> collective_calls_{0}, collective_ns_{0}, collective_wait_ns_{0};
   Stream stream_;

@@ -88,10 +88,12 @@ ExecutableCache::ExecutableCache() {
                   .compile_options = compile_options_.Fingerprint()};
   const cache::KeyIngredients& k = ingredients_;
   // And the CPU's ISA features: executables are tuned on them (and refused on other features), so two
-  // machines sharing a cache directory each keep their own entry instead of replacing each other's.
-  const std::string context =
-      absl::StrCat("lazyrt ", k.lazyrt_version, "|", k.lowering_version, "|", k.device_kind, "|", k.compiler_version,
-                   "|", k.compile_options, "|devices=", k.device_count, "|cpu=", pjrt::HostIsa());
+  // machines sharing a cache directory each keep their own entry instead of replacing each other's. So too
+  // an instrumented build's (pjrt::BuildFlavor), whose measurements are of its instrumented kernels.
+  const std::string flavor(pjrt::BuildFlavor());
+  const std::string context = absl::StrCat("lazyrt ", k.lazyrt_version, "|", k.lowering_version, "|", k.device_kind,
+                                           "|", k.compiler_version, "|", k.compile_options, "|devices=", k.device_count,
+                                           "|cpu=", pjrt::HostIsa(), flavor.empty() ? "" : "|build=", flavor);
   context_hash_ = ir::HashBytes(context.data(), context.size());
   if (!options.persistent_cache) return;
   absl::StatusOr<std::unique_ptr<cache::Store>> store =

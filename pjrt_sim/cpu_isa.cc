@@ -56,4 +56,22 @@ bool HostHas(std::string_view feature) {
   return false;
 }
 
+std::string_view BuildFlavor() {
+#if defined(__has_feature)
+#define LAZYRT_HAS_FEATURE(feature) __has_feature(feature)
+#else
+#define LAZYRT_HAS_FEATURE(feature) 0
+#endif
+#if defined(__SANITIZE_ADDRESS__) || LAZYRT_HAS_FEATURE(address_sanitizer)
+  return "asan";
+#elif defined(__SANITIZE_THREAD__) || LAZYRT_HAS_FEATURE(thread_sanitizer)
+  return "tsan";
+#elif !defined(__OPTIMIZE__)
+  return "unoptimized";
+#else
+  return "";
+#endif
+#undef LAZYRT_HAS_FEATURE
+}
+
 }  // namespace lazyrt::pjrt

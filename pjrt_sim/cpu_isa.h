@@ -16,4 +16,11 @@ const std::string& HostIsa();
 // Whether HostIsa() names `feature` ("avx512f").
 bool HostHas(std::string_view feature);
 
+// How the runtime's own code is built: "" optimized without sanitizers, else "asan", "tsan" or "unoptimized".
+// That code runs at another speed beside the GEMM libraries' (which no build instruments), so what a build
+// measures is its own: the machine's GEMM tuning record (an AddressSanitizer build's, written first, had a
+// Release build's MLP run its first products on a library 20% slower for good) and the executables it tunes
+// and caches. Of pjrt_sim's compilation, not its caller's (the tests build at -O0).
+std::string_view BuildFlavor();
+
 }  // namespace lazyrt::pjrt

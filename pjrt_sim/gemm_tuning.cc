@@ -208,11 +208,11 @@ std::optional<GemmShape> TunedGemmShape(const proto::Executable& exe, const prot
 }
 
 std::string GemmTuningRecord::DefaultPath() {
-  if (const char* xdg = std::getenv("XDG_CACHE_HOME"); xdg != nullptr && xdg[0] == '/') {
-    return absl::StrCat(xdg, "/lazyrt-machine/gemm_tuning.txt");
-  }
+  const std::string flavor(BuildFlavor());
+  const std::string name = absl::StrCat("/lazyrt-machine/gemm_tuning", flavor.empty() ? "" : "-", flavor, ".txt");
+  if (const char* xdg = std::getenv("XDG_CACHE_HOME"); xdg != nullptr && xdg[0] == '/') return absl::StrCat(xdg, name);
   if (const char* home = std::getenv("HOME"); home != nullptr && *home != '\0') {
-    return absl::StrCat(home, "/.cache/lazyrt-machine/gemm_tuning.txt");
+    return absl::StrCat(home, "/.cache", name);
   }
   return "";
 }

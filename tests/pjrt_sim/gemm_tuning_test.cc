@@ -11,6 +11,8 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <map>
+#include <optional>
 #include <random>
 #include <string>
 #include <thread>
@@ -311,6 +313,40 @@ TEST_F(GemmTuningTest, AnOversizedFileIsNotRead) {
   ::testing::internal::CaptureStderr();
   EXPECT_FALSE(GemmTuningRecord(path_).Lookup({PrimitiveType::kF32, 3, 4, 5, false, false}).has_value());
   EXPECT_NE(::testing::internal::GetCapturedStderr().find("larger than"), std::string::npos);
+}
+
+// An instrumented build measures the GEMM libraries beside its own slower code, so it keeps a record of its
+// own: a Release build never obeys what an AddressSanitizer build on the machine measured first.
+TEST_F(GemmTuningTest, EachBuildFlavorHasADefaultRecordOfItsOwn) {
+  // This test is built at -O0 whatever the build (tests/CMakeLists.txt); the library at the build's level.
+#if defined(__SANITIZE_ADDRESS__)
+  EXPECT_EQ(BuildFlavor(), "asan");
+#elif defined(__SANITIZE_THREAD__)
+  EXPECT_EQ(BuildFlavor(), "tsan");
+#elif defined(NDEBUG)
+  EXPECT_EQ(BuildFlavor(), "");  // Release
+#endif
+  const std::string file =
+      BuildFlavor().empty() ? "gemm_tuning.txt" : "gemm_tuning-" + std::string(BuildFlavor()) + ".txt";
+  std::map<std::string, std::optional<std::string>> saved;
+  for (const char* name : {"XDG_CACHE_HOME", "HOME"}) {
+    const char* value = std::getenv(name);
+    saved[name] = value == nullptr ? std::nullopt : std::optional<std::string>(value);
+  }
+  setenv("XDG_CACHE_HOME", "/xdg/cache", 1);
+  setenv("HOME", "/home/someone", 1);
+  const std::string with_xdg = GemmTuningRecord::DefaultPath();
+  unsetenv("XDG_CACHE_HOME");
+  const std::string with_home = GemmTuningRecord::DefaultPath();
+  for (const auto& [name, value] : saved) {
+    if (value) {
+      setenv(name.c_str(), value->c_str(), 1);
+    } else {
+      unsetenv(name.c_str());
+    }
+  }
+  EXPECT_EQ(with_xdg, "/xdg/cache/lazyrt-machine/" + file);
+  EXPECT_EQ(with_home, "/home/someone/.cache/lazyrt-machine/" + file);
 }
 
 }  // namespace gemm_tuning_test

@@ -22,6 +22,7 @@
 #include "pjrt_sim/hlo.h"
 #include "pjrt_sim/kernels/collectives.h"
 #include "pjrt_sim/kernels/strided_view.h"
+#include "pjrt_sim/module_verifier.h"
 #include "pjrt_sim/replica_groups.h"
 #include "pjrt_sim/status_macros.h"
 #include "pjrt_sim/thread_pool.h"
@@ -105,11 +106,11 @@ bool ChargeParse(google::protobuf::io::CodedInputStream& in, const Descriptor* t
 
 absl::Status CheckShape(const proto::Shape& s, const std::string& what) {
   if (!proto::ElementType_IsValid(s.type()) || s.dims_size() > 16) return Invalid(absl::StrCat(what, ": bad shape"));
-  int64_t n = 1;
   for (int64_t d : s.dims()) {
-    if (d < 0 || d > kMaxBytes) return Invalid(absl::StrCat(what, ": bad dimension"));
-    if (d != 0 && n > kMaxBytes / d) return Invalid(absl::StrCat(what, ": too large"));
-    n *= d;
+    if (d < 0 || d > kMaxElements) return Invalid(absl::StrCat(what, ": bad dimension"));
+  }
+  if (!DimsInRange({s.dims().data(), static_cast<size_t>(s.dims_size())})) {
+    return Invalid(absl::StrCat(what, ": too large"));
   }
   return absl::OkStatus();
 }

@@ -135,13 +135,10 @@ class Verifier {
   absl::Status CheckShape(int64_t id, const proto::Shape& s) const {
     if (!proto::ElementType_IsValid(s.type())) return Fail(id, "invalid element type");
     if (s.dims_size() > kMaxRank) return Fail(id, absl::StrCat("rank ", s.dims_size(), " exceeds ", kMaxRank));
-    int64_t n = 1;
     for (int64_t d : s.dims()) {
       if (d < 0 || d > kMaxElements) return Fail(id, absl::StrCat("bad dimension ", d));
-      n = d == 0 ? 0 : n;
-      if (n != 0 && d != 0 && n > kMaxElements / d) return Fail(id, "too many elements");
-      n *= d;
     }
+    if (!DimsInRange({s.dims().data(), static_cast<size_t>(s.dims_size())})) return Fail(id, "too many elements");
     return absl::OkStatus();
   }
 
@@ -506,6 +503,15 @@ class Verifier {
 };
 
 }  // namespace
+
+bool DimsInRange(std::span<const int64_t> dims) {
+  int64_t product = 1;
+  for (int64_t d : dims) {
+    if (d < 0 || d > kMaxElements || product > kMaxElements / std::max<int64_t>(d, 1)) return false;
+    product *= std::max<int64_t>(d, 1);
+  }
+  return true;
+}
 
 absl::Status VerifyModule(const proto::Module& module) { return Verifier(module).Run(); }
 

@@ -13,6 +13,7 @@
 #include "pjrt_sim/hlo.h"
 #include "pjrt_sim/kernels/prefetch.h"
 #include "pjrt_sim/kernels/strided_view.h"
+#include "pjrt_sim/module_verifier.h"
 #include "pjrt_sim/vector_math.h"
 
 namespace lazyrt::pjrt {
@@ -403,11 +404,18 @@ absl::StatusOr<FusedProgram> FusedProgram::Build(const google::protobuf::Repeate
   const size_t rank = space.dims.size();
   if (steps.empty()) return absl::InvalidArgumentError("empty fused program");
   if (rank > 16) return absl::InvalidArgumentError("iteration space of rank > 16");
-  for (int64_t d : space.dims) {
-    if (d < 0) return absl::InvalidArgumentError("iteration space with a negative dimension");
-  }
+  if (!DimsInRange(space.dims)) return absl::InvalidArgumentError("iteration space with dimensions out of range");
+  // A dim of one point is never stepped along: a load's stride for it counts as 0 whatever the executable
+  // says (as an operand view's does), so that ForEachRun's walk past the last point cannot overflow on a
+  // huge one.
+  const auto unstep_single_points = [&](std::vector<int64_t>& strides) {
+    for (size_t d = 0; d < rank; ++d) {
+      if (space.dims[d] == 1) strides[d] = 0;
+    }
+  };
   std::vector<int64_t> row_major(rank, 1);
   for (size_t d = rank; d-- > 1;) row_major[d - 1] = row_major[d] * space.dims[d];
+  unstep_single_points(row_major);
 
   for (int i = 0; i < steps.size(); ++i) {
     const proto::Step& p = steps[i];
@@ -426,6 +434,7 @@ absl::StatusOr<FusedProgram> FusedProgram::Build(const google::protobuf::Repeate
       if (static_cast<size_t>(p.strides_size()) != rank) return fail("a stride per iteration dim is needed");
       s.offset = p.offset();
       s.strides.assign(p.strides().begin(), p.strides().end());
+      unstep_single_points(s.strides);
       if (!StridedViewInBounds(s.offset, s.strides, space.dims, in.numel()))
         return fail("load reaches outside its input");
       const bool scalar = std::all_of(s.strides.begin(), s.strides.end(), [](int64_t x) { return x == 0; });

@@ -809,8 +809,8 @@ class IndexSelectKernel final : public Kernel {
       for (int64_t j = 0; j < count; ++j) {
         const int64_t a = IndexAt(inputs[1], index_.type, j);
         if (a < 0 || a >= split_.size) return IndexError(a, j, split_.size);
-        std::memcpy(static_cast<char*>(output) + ((o * count + j) * split_.inner) * width,
-                    static_cast<const char*>(inputs[0]) + ((o * split_.size + a) * split_.inner) * width, row);
+        std::memmove(static_cast<char*>(output) + ((o * count + j) * split_.inner) * width,
+                     static_cast<const char*>(inputs[0]) + ((o * split_.size + a) * split_.inner) * width, row);
       }
     }
     return absl::OkStatus();
@@ -838,8 +838,8 @@ class GatherKernel final : public Kernel {
       if (a < 0 || a >= size) return IndexError(a, i, size);
       int64_t src = 0;
       for (size_t d = 0; d < rank; ++d) src += (d == static_cast<size_t>(axis_) ? a : coords[d]) * in_strides[d];
-      std::memcpy(static_cast<char*>(output) + i * width, static_cast<const char*>(inputs[0]) + src * width,
-                  static_cast<size_t>(width));
+      std::memmove(static_cast<char*>(output) + i * width, static_cast<const char*>(inputs[0]) + src * width,
+                   static_cast<size_t>(width));
       for (size_t d = rank; d-- > 0;) {
         if (++coords[d] < index_.dims[d]) break;
         coords[d] = 0;
@@ -891,7 +891,7 @@ class ScatterAddKernel final : public Kernel {
       if (a < 0 || a >= size) return IndexError(a, i, size);
     }
     if (outputs[0] != inputs[0] && input_.byte_size() > 0) {  // zero-size arrays may have no memory at all
-      std::memcpy(outputs[0], inputs[0], static_cast<size_t>(input_.byte_size()));
+      std::memmove(outputs[0], inputs[0], static_cast<size_t>(input_.byte_size()));
     }
     std::vector<int64_t> strides(rank, 1), coords(rank, 0);
     for (size_t d = rank; d-- > 1;) strides[d - 1] = strides[d] * input_.dims[d];
@@ -941,9 +941,9 @@ class IndexAddKernel final : public Kernel {
       const int64_t begin = std::min(split_.outer, t * rows_per_task);
       const int64_t end = std::min(split_.outer, (t + 1) * rows_per_task);
       if (outputs[0] != inputs[0] && end > begin) {
-        std::memcpy(static_cast<char*>(outputs[0]) + begin * row_bytes,
-                    static_cast<const char*>(inputs[0]) + begin * row_bytes,
-                    static_cast<size_t>((end - begin) * row_bytes));
+        std::memmove(static_cast<char*>(outputs[0]) + begin * row_bytes,
+                     static_cast<const char*>(inputs[0]) + begin * row_bytes,
+                     static_cast<size_t>((end - begin) * row_bytes));
       }
       for (int64_t o = begin; o < end; ++o) AddRow(o, positions, inputs[2], outputs[0]);
     });
@@ -1013,14 +1013,14 @@ class ConcatKernel final : public Kernel {
         if (run == 0 || begin == end) {  // a zero-size input may have no memory
         } else if (view.dims.empty()) {
           for (int64_t o = begin; o < end; ++o) {
-            std::memcpy(dst((o - begin) * run), src + o * run * width, static_cast<size_t>(run * width));
+            std::memmove(dst((o - begin) * run), src + o * run * width, static_cast<size_t>(run * width));
           }
         } else {
           // The view's elements of these rows in order, a run of its last dim at a time (contiguous in the
           // input; never across one of the input's outer rows, whose length `run` is a multiple of the last dim).
           ForEachRun(view.dims, view.strides, view.offset, begin * run, (end - begin) * run,
                      [&](int64_t index, int64_t n, int64_t p) {
-                       std::memcpy(dst(p), src + index * width, static_cast<size_t>(n * width));
+                       std::memmove(dst(p), src + index * width, static_cast<size_t>(n * width));
                      });
         }
         at += in.size;
@@ -1136,11 +1136,7 @@ absl::StatusOr<std::unique_ptr<Kernel>> BuildKernel(const proto::Kernel& k, std:
                     std::adjacent_find(dims.begin(), dims.end()) == dims.end() &&
                     (dims.empty() || (dims.front() >= 0 && dims.back() < static_cast<int64_t>(space.dims.size())));
       // The iteration space is not a slot's (already checked) shape: check its dims here.
-      bool space_ok = space.dims.size() <= 16;
-      int64_t elements = 1;
-      for (int64_t d : space.dims) {
-        space_ok = space_ok && d >= 0 && !__builtin_mul_overflow(elements, d, &elements) && elements <= kMaxElements;
-      }
+      const bool space_ok = space.dims.size() <= 16 && DimsInRange(space.dims);
       const std::optional<Combiner> combiner = CombinerFromNumber(k.combiner());
       RETURN_IF_ERROR(Expect(sorted && kept == output.dims && space.type == output.type && space_ok &&
                                  combiner.has_value() && Accepts(TypeClassOf(*combiner), output.type),

@@ -79,15 +79,12 @@ absl::Status CheckOperandView(const OperandView& view, const ArrayShape& input, 
   if (view.dims.empty() || view.dims.size() > 16) return fail("needs 1 to 16 dims");
   if (view.strides.size() != view.dims.size()) return fail("needs a stride per dim");
   // Bounded as a slot's dims are, also where another dim is 0 (a view of nothing: of an empty input too).
-  int64_t nonzero = 1;
-  bool empty = false;
   for (int64_t d : view.dims) {
     if (d < 0 || d > kMaxElements) return fail("has a dimension out of range");
-    empty = empty || d == 0;
-    if (d != 0 && nonzero > kMaxElements / d) return fail("has more elements than a slot may have");
-    nonzero *= std::max<int64_t>(d, 1);
   }
-  if (!broadcasts && !empty && nonzero > input.numel()) return fail("has more elements than its input");
+  if (!DimsInRange(view.dims)) return fail("has more elements than a slot may have");
+  const int64_t numel = ArrayShape{input.type, view.dims}.numel();  // 0 for a view of nothing
+  if (!broadcasts && numel > input.numel()) return fail("has more elements than its input");
   if (view.strides.back() != 1) return fail("has rows that are not contiguous");
   if (!StridedViewInBounds(view.offset, view.strides, view.dims, input.numel())) {
     return fail("reaches outside its input");

@@ -8,6 +8,8 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <limits>
+#include <random>
 #include <set>
 #include <thread>
 
@@ -433,6 +435,86 @@ TEST_F(ExecutableTest, RejectsLoadReachingOutsideItsInput) {
               HasSubstr("load reaches outside its input"));
   EXPECT_THAT(Message(tamper([](proto::Step& s) { s.set_strides(0, std::numeric_limits<int64_t>::min()); })),
               HasSubstr("load reaches outside its input"));
+}
+
+// A dim of one point is never stepped along, whatever stride a load gives it: walking past the last point
+// with a huge one overflowed (UndefinedBehaviorSanitizer, in the executable loader's fuzzer).
+TEST_F(ExecutableTest, ALoadsStrideAlongADimOfOnePointIsNeverTaken) {
+  ModuleBuilder b("single_point_dim");
+  b.Output(b.Unary(Opcode::kExp, b.Unary(Opcode::kTanh, b.Parameter(0, proto::F32, {4, 1}))));
+  std::shared_ptr<Executable> exe = CompileOrDie(b.module(), {.fusion = true, .autotune = false});
+  ASSERT_NE(exe, nullptr);
+  proto::Executable p = exe->proto();
+  ASSERT_EQ(p.kernels_size(), 1);
+  int tampered = 0;
+  for (proto::Step& step : *p.mutable_kernels(0)->mutable_program()) {
+    if (!step.load()) continue;
+    ASSERT_EQ(step.strides_size(), 2);
+    step.set_strides(1, std::numeric_limits<int64_t>::max());
+    ++tampered;
+  }
+  ASSERT_EQ(tampered, 1);
+  ASSERT_TRUE(LoadBothWays(p).ok());
+  absl::StatusOr<std::shared_ptr<Executable>> loaded = Executable::Load(p);
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  const std::vector<HostArray> args = {MakeArray<float>(PrimitiveType::kF32, {4, 1}, {0.5f, -1, 2, 0})};
+  absl::StatusOr<std::vector<HostArray>> want = testing::ExecuteOnHost(*client_, *exe, args);
+  absl::StatusOr<std::vector<HostArray>> got = testing::ExecuteOnHost(*client_, **loaded, args);
+  ASSERT_TRUE(want.ok()) << want.status();
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_EQ((*got)[0].bytes, (*want)[0].bytes);
+}
+
+// Load checks each slot's bounds, not that the arena's slots are disjoint: a kernel copying between
+// overlapping ones gets wrong values, never undefined behaviour (memcpy's overlap was AddressSanitizer's
+// report).
+TEST_F(ExecutableTest, AKernelCopyingBetweenOverlappingSlotsRuns) {
+  ModuleBuilder b("overlap");
+  const int64_t e = b.Unary(Opcode::kExp, b.Parameter(0, proto::F32, {32}));
+  b.Output(b.Unary(Opcode::kTanh, b.Concatenate({e, e}, 0)));
+  std::shared_ptr<Executable> exe = CompileOrDie(b.module(), {.fusion = false, .autotune = false});
+  ASSERT_NE(exe, nullptr);
+  proto::Executable p = exe->proto();
+  int concat = -1;
+  for (int k = 0; k < p.kernels_size(); ++k) {
+    if (p.kernels(k).kind() == proto::Kernel::CONCATENATE) concat = k;
+  }
+  ASSERT_GE(concat, 0);
+  const proto::Slot& in = p.slots(static_cast<int>(p.kernels(concat).inputs(0)));
+  proto::Slot& out = *p.mutable_slots(static_cast<int>(p.kernels(concat).output()));
+  ASSERT_EQ(in.kind(), proto::Slot::ARENA);
+  ASSERT_EQ(out.kind(), proto::Slot::ARENA);
+  out.set_offset(in.offset() + 64);  // the second half of the input, and past it
+  p.set_arena_bytes(std::max(p.arena_bytes(), out.offset() + FromProto(out.shape()).byte_size()));
+  absl::StatusOr<std::shared_ptr<Executable>> loaded = Executable::Load(p);
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  std::mt19937_64 rng(7);
+  const std::vector<HostArray> args = {MakeArray<float>(PrimitiveType::kF32, {32}, testing::RandomFloats(rng, 32))};
+  EXPECT_TRUE(testing::ExecuteOnHost(*client_, **loaded, args).ok());
+}
+
+// Shapes are bounded also where a dim is 0: the dims after it make strides and partial products that
+// overflow ([0, 2^32, 2^32]: 2^64).
+TEST_F(ExecutableTest, RejectsHugeDimsBesideAZeroOne) {
+  const proto::Executable good = CompileOrDie(Chain(), {.fusion = false, .autotune = false})->proto();
+  proto::Executable slot = good;
+  proto::Shape* shape = slot.mutable_slots(FirstArenaSlot(slot))->mutable_shape();
+  shape->clear_dims();
+  for (int64_t d : {int64_t{0}, int64_t{1} << 32, int64_t{1} << 32}) shape->add_dims(d);
+  EXPECT_THAT(Message(LoadBothWays(slot)), HasSubstr("too large"));
+
+  ModuleBuilder b("reduce");
+  b.Output(b.Reduce(Combiner::kSum, b.Unary(Opcode::kExp, b.Parameter(0, proto::F32, {4, 6})), {1}));
+  proto::Executable reduce = CompileOrDie(b.module(), {.fusion = true, .autotune = false})->proto();
+  ASSERT_EQ(reduce.kernels_size(), 1);
+  ASSERT_EQ(reduce.kernels(0).kind(), proto::Kernel::REDUCE);
+  proto::Kernel& k = *reduce.mutable_kernels(0);
+  k.mutable_iteration_shape()->clear_dims();
+  for (int64_t d : {int64_t{4}, int64_t{0}, int64_t{1} << 32, int64_t{1} << 32})
+    k.mutable_iteration_shape()->add_dims(d);
+  k.clear_reduce_dims();
+  for (int64_t d : {1, 2, 3}) k.add_reduce_dims(d);
+  EXPECT_THAT(Message(LoadBothWays(reduce)), HasSubstr("bad reduction"));
 }
 
 TEST_F(ExecutableTest, ReductionsExtraOutputsCoverItsIterationSpace) {

@@ -387,10 +387,14 @@ TEST(ModuleVerifier, RejectsBadShapes) {
   too_many.Parameter(0, proto::F32, {int64_t{1} << 30, int64_t{1} << 30});
   ExpectRejected(too_many.module(), {"%0 parameter", "too many elements"});
 
-  // A zero dim makes any other size fine.
+  // A zero dim does not excuse the others: strides and partial products are computed from them (2^78
+  // would overflow), so their product is bounded as if it were 1.
   ModuleBuilder zero;
   zero.Parameter(0, proto::F32, {0, int64_t{1} << 39, int64_t{1} << 39});
-  EXPECT_TRUE(VerifyModule(zero.module()).ok());
+  ExpectRejected(zero.module(), {"%0 parameter", "too many elements"});
+  ModuleBuilder empty;
+  empty.Parameter(0, proto::F32, {0, int64_t{1} << 20, int64_t{1} << 20});
+  EXPECT_TRUE(VerifyModule(empty.module()).ok());
 }
 
 TEST(ModuleVerifier, RejectsBadElementwiseTypes) {

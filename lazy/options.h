@@ -52,7 +52,7 @@ struct Options {
   bool cache_read_only = false;
   // The machine's GEMM tuning record (pjrt_sim/gemm_tuning.h), shared by every program on the machine
   // whatever its cache_dir; empty: $XDG_CACHE_HOME/lazyrt-machine/gemm_tuning.txt, else
-  // ~/.cache/lazyrt-machine/gemm_tuning.txt.
+  // ~/.cache/lazyrt-machine/gemm_tuning.txt (gemm_tuning-asan.txt and so on for an instrumented build's).
   std::string gemm_tuning_file;
   // Keep the directory at most this big by evicting least-recently-used entries; 0: no limit.
   int64_t cache_max_bytes = 0;

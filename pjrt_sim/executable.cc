@@ -5,6 +5,9 @@
 #include <cstring>
 #include <mutex>
 #include <optional>
+#include <span>
+#include <utility>
+#include <vector>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -111,6 +114,38 @@ absl::Status CheckShape(const proto::Shape& s, const std::string& what) {
   }
   if (!DimsInRange({s.dims().data(), static_cast<size_t>(s.dims_size())})) {
     return Invalid(absl::StrCat(what, ": too large"));
+  }
+  return absl::OkStatus();
+}
+
+// The arena bytes of `slot` (aliases resolved) as [begin, end), or nothing for memory of its own.
+std::optional<std::pair<int64_t, int64_t>> ArenaBytes(const proto::Executable& e, int64_t slot,
+                                                      std::span<const ArrayShape> slot_shapes) {
+  while (e.slots(static_cast<int>(slot)).kind() == proto::Slot::ALIAS) slot = e.slots(static_cast<int>(slot)).index();
+  const proto::Slot& s = e.slots(static_cast<int>(slot));
+  if (s.kind() != proto::Slot::ARENA) return std::nullopt;
+  return std::pair{s.offset(), s.offset() + slot_shapes[static_cast<size_t>(slot)].byte_size()};
+}
+
+// Buffer assignment never lets the arrays a kernel writes share arena bytes with each other or with those it
+// reads (their lives meet at the kernel). Where they did, a kernel would copy between overlapping bytes
+// (memcpy) and its threads write what others read: refused. Slot indices are checked.
+absl::Status CheckArenaBytesApart(const proto::Executable& e, int k, std::span<const ArrayShape> slot_shapes) {
+  const proto::Kernel& kernel = e.kernels(k);
+  std::vector<int64_t> writes = {kernel.output()};
+  writes.insert(writes.end(), kernel.extra_outputs().begin(), kernel.extra_outputs().end());
+  for (size_t w = 0; w < writes.size(); ++w) {
+    const auto out = ArenaBytes(e, writes[w], slot_shapes);
+    if (!out) continue;
+    std::vector<int64_t> others(kernel.inputs().begin(), kernel.inputs().end());
+    others.insert(others.end(), writes.begin() + static_cast<std::ptrdiff_t>(w) + 1, writes.end());
+    for (int64_t other : others) {
+      const auto bytes = ArenaBytes(e, other, slot_shapes);
+      if (bytes && out->first < bytes->second && bytes->first < out->second) {
+        return Invalid(absl::StrCat("kernel ", k, " writes slot ", writes[w], ", whose arena bytes overlap slot ",
+                                    other, "'s, which it also reads or writes"));
+      }
+    }
   }
   return absl::OkStatus();
 }
@@ -341,11 +376,16 @@ absl::StatusOr<std::shared_ptr<Executable>> Executable::Load(proto::Executable p
       if (!writable(extra)) return Invalid(absl::StrCat("kernel ", k, " writes a slot it may not"));
       extra_outputs.push_back(slot_shapes[static_cast<size_t>(extra)]);
     }
+    RETURN_IF_ERROR(CheckArenaBytesApart(e, k, slot_shapes));
     absl::StatusOr<std::unique_ptr<Kernel>> built =
         kernel.kind() == proto::Kernel::COLLECTIVE
             ? BuildCollectiveKernel(kernel, inputs, slot_shapes[static_cast<size_t>(out)], e.num_partitions())
             : BuildKernel(kernel, inputs, slot_shapes[static_cast<size_t>(out)], extra_outputs);
     if (!built.ok()) return Invalid(std::string(built.status().message()));
+    // Checked by the kinds that have one; counted below for any kind that carries one.
+    if (kernel.has_iteration_shape()) {
+      RETURN_IF_ERROR(CheckShape(kernel.iteration_shape(), absl::StrCat("kernel ", k, "'s iteration space")));
+    }
     // A loop's iteration space; otherwise the largest array the kernel touches (an argmax reads far more
     // than it writes).
     int64_t elements = kernel.has_iteration_shape() ? FromProto(kernel.iteration_shape()).numel()

@@ -46,7 +46,8 @@ class GemmTuningRecord {
   // Where the machine's record lives unless configured (LAZYRT_GEMM_TUNING_FILE, lazy/options.h):
   // $XDG_CACHE_HOME/lazyrt-machine/gemm_tuning.txt, else ~/.cache/lazyrt-machine/gemm_tuning.txt: beside,
   // never inside, the executable cache directories, so that programs with different cache directories
-  // share it. Empty when none of these is set.
+  // share it. An instrumented build's is its own, gemm_tuning-<BuildFlavor()>.txt (pjrt_sim/cpu_isa.h). Empty
+  // when none of these is set.
   static std::string DefaultPath();
 
   const std::string& path() const { return path_; }

@@ -46,8 +46,8 @@ void SplitPieces(const void* src, const AxisSplit& a, int64_t pieces, int64_t wi
   const int64_t run = n * a.inner * width;
   for (int64_t g = 0; g < pieces; ++g) {
     for (int64_t o = 0; o < a.outer; ++o) {
-      std::memmove(static_cast<char*>(dst) + (g * a.outer + o) * run,
-                   static_cast<const char*>(src) + (o * a.size + g * n) * a.inner * width, static_cast<size_t>(run));
+      std::memcpy(static_cast<char*>(dst) + (g * a.outer + o) * run,
+                  static_cast<const char*>(src) + (o * a.size + g * n) * a.inner * width, static_cast<size_t>(run));
     }
   }
 }
@@ -57,8 +57,8 @@ void JoinPieces(const void* src, const AxisSplit& piece, int64_t pieces, int64_t
   const int64_t run = piece.size * piece.inner * width;
   for (int64_t g = 0; g < pieces; ++g) {
     for (int64_t o = 0; o < piece.outer; ++o) {
-      std::memmove(static_cast<char*>(dst) + (o * pieces + g) * run,
-                   static_cast<const char*>(src) + (g * piece.outer + o) * run, static_cast<size_t>(run));
+      std::memcpy(static_cast<char*>(dst) + (o * pieces + g) * run,
+                  static_cast<const char*>(src) + (g * piece.outer + o) * run, static_cast<size_t>(run));
     }
   }
 }
@@ -94,7 +94,7 @@ class CollectiveKernel final : public Kernel {
     void* out = outputs[0];
     // A group of one exchanges nothing, and every collective's result is then its operand.
     if (size == 1) {
-      if (output_.byte_size() > 0) std::memmove(out, in, static_cast<size_t>(output_.byte_size()));
+      if (output_.byte_size() > 0) std::memcpy(out, in, static_cast<size_t>(output_.byte_size()));
       return absl::OkStatus();
     }
     const int64_t width = ByteWidth(input_.type);
@@ -104,9 +104,9 @@ class CollectiveKernel final : public Kernel {
       const int64_t n = a.size / size;
       const int64_t run = n * a.inner * width;
       for (int64_t o = 0; o < a.outer; ++o) {
-        std::memmove(static_cast<char*>(out) + o * run,
-                     static_cast<const char*>(in) + (o * a.size + at.rank * n) * a.inner * width,
-                     static_cast<size_t>(run));
+        std::memcpy(static_cast<char*>(out) + o * run,
+                    static_cast<const char*>(in) + (o * a.size + at.rank * n) * a.inner * width,
+                    static_cast<size_t>(run));
       }
       return absl::OkStatus();
     }

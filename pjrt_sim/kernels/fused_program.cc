@@ -406,8 +406,7 @@ absl::StatusOr<FusedProgram> FusedProgram::Build(const google::protobuf::Repeate
   if (rank > 16) return absl::InvalidArgumentError("iteration space of rank > 16");
   if (!DimsInRange(space.dims)) return absl::InvalidArgumentError("iteration space with dimensions out of range");
   // A dim of one point is never stepped along: a load's stride for it counts as 0 whatever the executable
-  // says (as an operand view's does), so that ForEachRun's walk past the last point cannot overflow on a
-  // huge one.
+  // says, so that ForEachRun's walk past the last point cannot overflow on a huge one.
   const auto unstep_single_points = [&](std::vector<int64_t>& strides) {
     for (size_t d = 0; d < rank; ++d) {
       if (space.dims[d] == 1) strides[d] = 0;

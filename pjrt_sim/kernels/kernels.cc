@@ -809,8 +809,8 @@ class IndexSelectKernel final : public Kernel {
       for (int64_t j = 0; j < count; ++j) {
         const int64_t a = IndexAt(inputs[1], index_.type, j);
         if (a < 0 || a >= split_.size) return IndexError(a, j, split_.size);
-        std::memmove(static_cast<char*>(output) + ((o * count + j) * split_.inner) * width,
-                     static_cast<const char*>(inputs[0]) + ((o * split_.size + a) * split_.inner) * width, row);
+        std::memcpy(static_cast<char*>(output) + ((o * count + j) * split_.inner) * width,
+                    static_cast<const char*>(inputs[0]) + ((o * split_.size + a) * split_.inner) * width, row);
       }
     }
     return absl::OkStatus();
@@ -838,8 +838,8 @@ class GatherKernel final : public Kernel {
       if (a < 0 || a >= size) return IndexError(a, i, size);
       int64_t src = 0;
       for (size_t d = 0; d < rank; ++d) src += (d == static_cast<size_t>(axis_) ? a : coords[d]) * in_strides[d];
-      std::memmove(static_cast<char*>(output) + i * width, static_cast<const char*>(inputs[0]) + src * width,
-                   static_cast<size_t>(width));
+      std::memcpy(static_cast<char*>(output) + i * width, static_cast<const char*>(inputs[0]) + src * width,
+                  static_cast<size_t>(width));
       for (size_t d = rank; d-- > 0;) {
         if (++coords[d] < index_.dims[d]) break;
         coords[d] = 0;
@@ -891,7 +891,7 @@ class ScatterAddKernel final : public Kernel {
       if (a < 0 || a >= size) return IndexError(a, i, size);
     }
     if (outputs[0] != inputs[0] && input_.byte_size() > 0) {  // zero-size arrays may have no memory at all
-      std::memmove(outputs[0], inputs[0], static_cast<size_t>(input_.byte_size()));
+      std::memcpy(outputs[0], inputs[0], static_cast<size_t>(input_.byte_size()));
     }
     std::vector<int64_t> strides(rank, 1), coords(rank, 0);
     for (size_t d = rank; d-- > 1;) strides[d - 1] = strides[d] * input_.dims[d];
@@ -941,9 +941,9 @@ class IndexAddKernel final : public Kernel {
       const int64_t begin = std::min(split_.outer, t * rows_per_task);
       const int64_t end = std::min(split_.outer, (t + 1) * rows_per_task);
       if (outputs[0] != inputs[0] && end > begin) {
-        std::memmove(static_cast<char*>(outputs[0]) + begin * row_bytes,
-                     static_cast<const char*>(inputs[0]) + begin * row_bytes,
-                     static_cast<size_t>((end - begin) * row_bytes));
+        std::memcpy(static_cast<char*>(outputs[0]) + begin * row_bytes,
+                    static_cast<const char*>(inputs[0]) + begin * row_bytes,
+                    static_cast<size_t>((end - begin) * row_bytes));
       }
       for (int64_t o = begin; o < end; ++o) AddRow(o, positions, inputs[2], outputs[0]);
     });
@@ -1013,14 +1013,14 @@ class ConcatKernel final : public Kernel {
         if (run == 0 || begin == end) {  // a zero-size input may have no memory
         } else if (view.dims.empty()) {
           for (int64_t o = begin; o < end; ++o) {
-            std::memmove(dst((o - begin) * run), src + o * run * width, static_cast<size_t>(run * width));
+            std::memcpy(dst((o - begin) * run), src + o * run * width, static_cast<size_t>(run * width));
           }
         } else {
           // The view's elements of these rows in order, a run of its last dim at a time (contiguous in the
           // input; never across one of the input's outer rows, whose length `run` is a multiple of the last dim).
           ForEachRun(view.dims, view.strides, view.offset, begin * run, (end - begin) * run,
                      [&](int64_t index, int64_t n, int64_t p) {
-                       std::memmove(dst(p), src + index * width, static_cast<size_t>(n * width));
+                       std::memcpy(dst(p), src + index * width, static_cast<size_t>(n * width));
                      });
         }
         at += in.size;

@@ -54,10 +54,7 @@ class Kernel {
  public:
   virtual ~Kernel() = default;
   // Computes the outputs from the inputs (device memory of the shapes given at build time): the
-  // kernel's output, then its extra outputs in order. In a loaded executable an output may overlap an
-  // input (Executable::Load checks each slot's bounds, not that the slots are disjoint): bytes copied
-  // between them are copied by memmove, so that a hostile executable gets wrong values, never undefined
-  // behaviour.
+  // kernel's output, then its extra outputs in order.
   virtual absl::Status Run(std::span<const void* const> inputs, std::span<void* const> outputs) const = 0;
   // The same as run by partition `where` of an execution: kernels whose result depends on the
   // partition (collectives) override it.

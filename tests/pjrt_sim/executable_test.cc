@@ -440,62 +440,74 @@ TEST_F(ExecutableTest, RejectsLoadReachingOutsideItsInput) {
 // A dim of one point is never stepped along, whatever stride a load gives it: walking past the last point
 // with a huge one overflowed (UndefinedBehaviorSanitizer, in the executable loader's fuzzer).
 TEST_F(ExecutableTest, ALoadsStrideAlongADimOfOnePointIsNeverTaken) {
-  ModuleBuilder b("single_point_dim");
-  b.Output(b.Unary(Opcode::kExp, b.Unary(Opcode::kTanh, b.Parameter(0, proto::F32, {4, 1}))));
-  std::shared_ptr<Executable> exe = CompileOrDie(b.module(), {.fusion = true, .autotune = false});
-  ASSERT_NE(exe, nullptr);
-  proto::Executable p = exe->proto();
-  ASSERT_EQ(p.kernels_size(), 1);
-  int tampered = 0;
-  for (proto::Step& step : *p.mutable_kernels(0)->mutable_program()) {
-    if (!step.load()) continue;
-    ASSERT_EQ(step.strides_size(), 2);
-    step.set_strides(1, std::numeric_limits<int64_t>::max());
-    ++tampered;
+  // A contiguous load of [4, 1], its last dim of one point; a strided one (a transpose) of [3, 1, 4], its
+  // middle dim.
+  ModuleBuilder contiguous("last_dim_of_one_point");
+  contiguous.Output(contiguous.Unary(Opcode::kExp, contiguous.Parameter(0, proto::F32, {4, 1})));
+  ModuleBuilder strided("middle_dim_of_one_point");
+  strided.Output(
+      strided.Unary(Opcode::kExp, strided.Transpose(strided.Parameter(0, proto::F32, {4, 1, 3}), {2, 1, 0})));
+  std::mt19937_64 rng(11);
+  for (const auto& [module, dims] : {std::pair{contiguous.module(), std::vector<int64_t>{4, 1}},
+                                     std::pair{strided.module(), std::vector<int64_t>{4, 1, 3}}}) {
+    std::shared_ptr<Executable> exe = CompileOrDie(module, {.fusion = true, .autotune = false});
+    ASSERT_NE(exe, nullptr);
+    proto::Executable p = exe->proto();
+    ASSERT_EQ(p.kernels_size(), 1) << module.name();
+    const ArrayShape space = FromProto(p.kernels(0).iteration_shape());
+    int tampered = 0;
+    for (proto::Step& step : *p.mutable_kernels(0)->mutable_program()) {
+      if (!step.load()) continue;
+      for (size_t d = 0; d < space.dims.size(); ++d) {
+        if (space.dims[d] != 1) continue;
+        step.set_strides(static_cast<int>(d), std::numeric_limits<int64_t>::max());
+        ++tampered;
+      }
+    }
+    ASSERT_EQ(tampered, 1) << module.name();
+    ASSERT_TRUE(LoadBothWays(p).ok()) << module.name();
+    absl::StatusOr<std::shared_ptr<Executable>> loaded = Executable::Load(p);
+    ASSERT_TRUE(loaded.ok()) << loaded.status();
+    const int64_t n = ArrayShape{PrimitiveType::kF32, dims}.numel();
+    const std::vector<HostArray> args = {MakeArray<float>(PrimitiveType::kF32, dims, testing::RandomFloats(rng, n))};
+    absl::StatusOr<std::vector<HostArray>> want = testing::ExecuteOnHost(*client_, *exe, args);
+    absl::StatusOr<std::vector<HostArray>> got = testing::ExecuteOnHost(*client_, **loaded, args);
+    ASSERT_TRUE(want.ok()) << want.status();
+    ASSERT_TRUE(got.ok()) << got.status();
+    EXPECT_EQ((*got)[0].bytes, (*want)[0].bytes) << module.name();
   }
-  ASSERT_EQ(tampered, 1);
-  ASSERT_TRUE(LoadBothWays(p).ok());
-  absl::StatusOr<std::shared_ptr<Executable>> loaded = Executable::Load(p);
-  ASSERT_TRUE(loaded.ok()) << loaded.status();
-  const std::vector<HostArray> args = {MakeArray<float>(PrimitiveType::kF32, {4, 1}, {0.5f, -1, 2, 0})};
-  absl::StatusOr<std::vector<HostArray>> want = testing::ExecuteOnHost(*client_, *exe, args);
-  absl::StatusOr<std::vector<HostArray>> got = testing::ExecuteOnHost(*client_, **loaded, args);
-  ASSERT_TRUE(want.ok()) << want.status();
-  ASSERT_TRUE(got.ok()) << got.status();
-  EXPECT_EQ((*got)[0].bytes, (*want)[0].bytes);
 }
 
-// Load checks each slot's bounds, not that the arena's slots are disjoint: a kernel copying between
-// overlapping ones gets wrong values, never undefined behaviour (memcpy's overlap was AddressSanitizer's
-// report).
-TEST_F(ExecutableTest, AKernelCopyingBetweenOverlappingSlotsRuns) {
+// Buffer assignment never lets a kernel's arrays share arena bytes: one that did would copy between
+// overlapping bytes (memcpy: AddressSanitizer's report in the loader's fuzzer) and have threads write what
+// others read.
+TEST_F(ExecutableTest, RejectsAKernelWhoseArraysShareArenaBytes) {
   ModuleBuilder b("overlap");
   const int64_t e = b.Unary(Opcode::kExp, b.Parameter(0, proto::F32, {32}));
   b.Output(b.Unary(Opcode::kTanh, b.Concatenate({e, e}, 0)));
   std::shared_ptr<Executable> exe = CompileOrDie(b.module(), {.fusion = false, .autotune = false});
   ASSERT_NE(exe, nullptr);
-  proto::Executable p = exe->proto();
+  const proto::Executable good = exe->proto();
   int concat = -1;
-  for (int k = 0; k < p.kernels_size(); ++k) {
-    if (p.kernels(k).kind() == proto::Kernel::CONCATENATE) concat = k;
+  for (int k = 0; k < good.kernels_size(); ++k) {
+    if (good.kernels(k).kind() == proto::Kernel::CONCATENATE) concat = k;
   }
   ASSERT_GE(concat, 0);
-  const proto::Slot& in = p.slots(static_cast<int>(p.kernels(concat).inputs(0)));
-  proto::Slot& out = *p.mutable_slots(static_cast<int>(p.kernels(concat).output()));
+  const proto::Slot& in = good.slots(static_cast<int>(good.kernels(concat).inputs(0)));
   ASSERT_EQ(in.kind(), proto::Slot::ARENA);
-  ASSERT_EQ(out.kind(), proto::Slot::ARENA);
-  out.set_offset(in.offset() + 64);  // the second half of the input, and past it
-  p.set_arena_bytes(std::max(p.arena_bytes(), out.offset() + FromProto(out.shape()).byte_size()));
-  absl::StatusOr<std::shared_ptr<Executable>> loaded = Executable::Load(p);
-  ASSERT_TRUE(loaded.ok()) << loaded.status();
-  std::mt19937_64 rng(7);
-  const std::vector<HostArray> args = {MakeArray<float>(PrimitiveType::kF32, {32}, testing::RandomFloats(rng, 32))};
-  EXPECT_TRUE(testing::ExecuteOnHost(*client_, **loaded, args).ok());
+  ASSERT_EQ(good.slots(static_cast<int>(good.kernels(concat).output())).kind(), proto::Slot::ARENA);
+  for (int64_t shift : {0, 64}) {  // the same bytes, and the input's second half and past it
+    proto::Executable p = good;
+    proto::Slot& out = *p.mutable_slots(static_cast<int>(good.kernels(concat).output()));
+    out.set_offset(in.offset() + shift);
+    p.set_arena_bytes(std::max(p.arena_bytes(), out.offset() + FromProto(out.shape()).byte_size()));
+    EXPECT_THAT(Message(LoadBothWays(p)), HasSubstr("whose arena bytes overlap slot")) << shift;
+  }
 }
 
 // Shapes are bounded also where a dim is 0: the dims after it make strides and partial products that
 // overflow ([0, 2^32, 2^32]: 2^64).
-TEST_F(ExecutableTest, RejectsHugeDimsBesideAZeroOne) {
+TEST_F(ExecutableTest, RejectsShapesTooLargeToWalk) {
   const proto::Executable good = CompileOrDie(Chain(), {.fusion = false, .autotune = false})->proto();
   proto::Executable slot = good;
   proto::Shape* shape = slot.mutable_slots(FirstArenaSlot(slot))->mutable_shape();
@@ -515,6 +527,16 @@ TEST_F(ExecutableTest, RejectsHugeDimsBesideAZeroOne) {
   k.clear_reduce_dims();
   for (int64_t d : {1, 2, 3}) k.add_reduce_dims(d);
   EXPECT_THAT(Message(LoadBothWays(reduce)), HasSubstr("bad reduction"));
+
+  // An iteration space that a DOT carries and does not use: counted, so checked.
+  ModuleBuilder d("dot");
+  d.Output(d.Dot(d.Parameter(0, proto::F32, {4, 6}), d.Parameter(1, proto::F32, {6, 5})));
+  proto::Executable dot = CompileOrDie(d.module(), {.fusion = true, .autotune = false})->proto();
+  ASSERT_EQ(dot.kernels_size(), 1);
+  ASSERT_EQ(dot.kernels(0).kind(), proto::Kernel::DOT);
+  for (int64_t dim : {int64_t{1} << 40, int64_t{1} << 40})
+    dot.mutable_kernels(0)->mutable_iteration_shape()->add_dims(dim);
+  EXPECT_THAT(Message(LoadBothWays(dot)), HasSubstr("kernel 0's iteration space: too large"));
 }
 
 TEST_F(ExecutableTest, ReductionsExtraOutputsCoverItsIterationSpace) {

@@ -319,13 +319,20 @@ TEST_F(GemmTuningTest, AnOversizedFileIsNotRead) {
 // own: a Release build never obeys what an AddressSanitizer build on the machine measured first.
 TEST_F(GemmTuningTest, EachBuildFlavorHasADefaultRecordOfItsOwn) {
   // This test is built at -O0 whatever the build (tests/CMakeLists.txt); the library at the build's level.
-#if defined(__SANITIZE_ADDRESS__)
+  // Clang names its sanitizers by __has_feature only (before LLVM 22).
+#if defined(__has_feature)
+#define HAS_FEATURE(feature) __has_feature(feature)
+#else
+#define HAS_FEATURE(feature) 0
+#endif
+#if defined(__SANITIZE_ADDRESS__) || HAS_FEATURE(address_sanitizer)
   EXPECT_EQ(BuildFlavor(), "asan");
-#elif defined(__SANITIZE_THREAD__)
+#elif defined(__SANITIZE_THREAD__) || HAS_FEATURE(thread_sanitizer)
   EXPECT_EQ(BuildFlavor(), "tsan");
 #elif defined(NDEBUG)
   EXPECT_EQ(BuildFlavor(), "");  // Release
 #endif
+#undef HAS_FEATURE
   const std::string file =
       BuildFlavor().empty() ? "gemm_tuning.txt" : "gemm_tuning-" + std::string(BuildFlavor()) + ".txt";
   std::map<std::string, std::optional<std::string>> saved;

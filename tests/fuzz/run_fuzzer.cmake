@@ -3,7 +3,8 @@ cmake_minimum_required(VERSION 3.25)
 #   -DFUZZER=path -DSECONDS=n -DSEEDS=dir -DCORPUS=dir -DARTIFACTS=dir -DREGRESSIONS=dir
 # First every saved regression input (each must now run clean), then fuzzing for SECONDS from the
 # seeds, growing CORPUS (kept between runs). A crash, leak, timeout or out-of-memory leaves the input
-# in ARTIFACTS and fails the test; run_fuzzers.sh copies it to REGRESSIONS.
+# in ARTIFACTS and fails the test, printing the report and the input (hex); run_fuzzers.sh copies it to
+# REGRESSIONS.
 file(REMOVE_RECURSE ${ARTIFACTS})
 file(MAKE_DIRECTORY ${CORPUS} ${ARTIFACTS})
 get_filename_component(name ${FUZZER} NAME)
@@ -33,12 +34,28 @@ file(GLOB corpus_files ${CORPUS}/*)
 list(LENGTH corpus_files corpus_size)
 if(NOT rc EQUAL 0)
   file(GLOB found ${ARTIFACTS}/*)
-  string(LENGTH "${err}" err_length)
-  if(err_length GREATER 20000)
-    math(EXPR start "${err_length} - 20000")
-    string(SUBSTRING "${err}" ${start} -1 err)
+  # The report first (a sanitizer's, libFuzzer's, a property's), then the input's bytes: the artifact stays in
+  # the run's own checkout, and a CI log cut to its last 20000 characters once kept only progress lines.
+  string(REGEX MATCH "(==[0-9]+==ERROR|[^\n]*runtime error:|[^\n]*property violated|==[0-9]+== ERROR)[^\n]*" report "${err}")
+  if(report)
+    string(FIND "${err}" "${report}" start)
+  else()
+    string(LENGTH "${err}" start)
+    math(EXPR start "${start} - 8000")
+    if(start LESS 0)
+      set(start 0)
+    endif()
   endif()
-  message(FATAL_ERROR "${name} failed (${rc}) after ${executions} executions; inputs: ${found}\n${err}")
+  string(SUBSTRING "${err}" ${start} 8000 err)
+  set(bytes "")
+  foreach(input ${found})
+    file(SIZE ${input} size)
+    if(size LESS_EQUAL 16384)
+      file(READ ${input} hex HEX)
+      string(APPEND bytes "\n${input} (${size} bytes, hex; xxd -r -p turns it back):\n${hex}")
+    endif()
+  endforeach()
+  message(FATAL_ERROR "${name} failed (${rc}) after ${executions} executions; inputs: ${found}\n${err}${bytes}")
 endif()
 string(REGEX MATCH "[a-z_]+ reached:[^\n]*" reached "${err}")
 message(STATUS "${name}: ${executions} executions in ${SECONDS} s, no crash; corpus ${corpus_size} inputs")

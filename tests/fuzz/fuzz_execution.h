@@ -112,6 +112,9 @@ inline absl::StatusOr<std::vector<std::string>> RunWithFill(const pjrt::Executab
     args.push_back(std::move(buffer));
   }
   ASSIGN_OR_RETURN(std::vector<std::shared_ptr<pjrt::Buffer>> results, exe.Execute(args, device));
+  // Also an execution without results has ended before this input's turn does: a report from it would
+  // otherwise be charged to a later input, whose artifact then reproduces nothing.
+  device->stream().Synchronize();
   std::vector<std::string> out;
   absl::Status first_error;
   for (const std::shared_ptr<pjrt::Buffer>& r : results) {

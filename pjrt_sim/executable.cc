@@ -118,10 +118,16 @@ absl::Status CheckShape(const proto::Shape& s, const std::string& what) {
   return absl::OkStatus();
 }
 
+// The slot whose bytes `slot` uses: itself, or what its aliases name (each an earlier slot: checked).
+int64_t Storage(const proto::Executable& e, int64_t slot) {
+  while (e.slots(static_cast<int>(slot)).kind() == proto::Slot::ALIAS) slot = e.slots(static_cast<int>(slot)).index();
+  return slot;
+}
+
 // The arena bytes of `slot` (aliases resolved) as [begin, end), or nothing for memory of its own.
 std::optional<std::pair<int64_t, int64_t>> ArenaBytes(const proto::Executable& e, int64_t slot,
                                                       std::span<const ArrayShape> slot_shapes) {
-  while (e.slots(static_cast<int>(slot)).kind() == proto::Slot::ALIAS) slot = e.slots(static_cast<int>(slot)).index();
+  slot = Storage(e, slot);
   const proto::Slot& s = e.slots(static_cast<int>(slot));
   if (s.kind() != proto::Slot::ARENA) return std::nullopt;
   return std::pair{s.offset(), s.offset() + slot_shapes[static_cast<size_t>(slot)].byte_size()};
@@ -338,10 +344,6 @@ absl::StatusOr<std::shared_ptr<Executable>> Executable::Load(proto::Executable p
     }
     slot_shapes.push_back(shape);
   }
-  auto resolved = [&](int64_t s) {
-    while (e.slots(static_cast<int>(s)).kind() == proto::Slot::ALIAS) s = e.slots(static_cast<int>(s)).index();
-    return s;
-  };
   // Elements times program steps over all kernels, counted up to where inlining is out of the question.
   constexpr int64_t kMostElementSteps = Stream::kMaxWakeNs / kNsPerElementStep + 1;
   int64_t element_steps = 0;
@@ -350,7 +352,7 @@ absl::StatusOr<std::shared_ptr<Executable>> Executable::Load(proto::Executable p
     const proto::Kernel& kernel = e.kernels(k);
     std::vector<ArrayShape> inputs;
     for (int64_t in : kernel.inputs()) {
-      if (in < 0 || in >= e.slots_size() || !written[static_cast<size_t>(resolved(in))]) {
+      if (in < 0 || in >= e.slots_size() || !written[static_cast<size_t>(Storage(e, in))]) {
         return Invalid(absl::StrCat("kernel ", k, " reads slot ", in, " before it is written"));
       }
       inputs.push_back(slot_shapes[static_cast<size_t>(in)]);
@@ -403,7 +405,7 @@ absl::StatusOr<std::shared_ptr<Executable>> Executable::Load(proto::Executable p
   }
   for (int j = 0; j < e.outputs_size(); ++j) {
     const int64_t s = e.outputs(j);
-    if (s < 0 || s >= e.slots_size() || !written[static_cast<size_t>(resolved(s))]) {
+    if (s < 0 || s >= e.slots_size() || !written[static_cast<size_t>(Storage(e, s))]) {
       return Invalid(absl::StrCat("result ", j, " is never computed"));
     }
     exe->output_shapes_.push_back(slot_shapes[static_cast<size_t>(s)]);

@@ -60,6 +60,9 @@ OneDnnThread& ThisThread() {
 
 std::atomic<void (*)()> g_statics_hook{nullptr};
 
+// Serializes first calls of every kind (a template's static would be one mutex per instantiation).
+std::mutex g_first_calls;
+
 // Runs one oneDNN call. The first call of each shape on a thread creates oneDNN's objects for it (a
 // primitive, JIT kernels, the library's lazily built caches and settings), and those first calls run one
 // at a time in the process: oneDNN synchronizes them inside itself with code ThreadSanitizer cannot see
@@ -68,8 +71,6 @@ std::atomic<void (*)()> g_statics_hook{nullptr};
 // superset of the calls that create oneDNN's statics). A shape oneDNN refused on its first call is refused
 // from then on without asking again: a second attempt would create its objects again, outside the lock,
 // every call.
-// Serializes first calls of every kind (a template's static would be one mutex per instantiation).
-std::mutex g_first_calls;
 
 template <typename Call>
 bool CallOneDnn(const MatmulKey& key, Call call) {

@@ -20,168 +20,130 @@ namespace {
 // Rows are independent: each is computed by one task in a fixed order, so the bits do not depend on
 // the thread count. A task takes at least this many elements.
 constexpr int64_t kGrainElements = 1 << 14;
-// Rows computed together: each row's sums keep their order (element 0 first), but the sums of a block's
-// rows are independent chains, one lane each.
-constexpr int64_t kRowBlock = 8;
+// Rows whose inputs are prefetched together, while the rows before them are computed.
+constexpr int64_t kPrefetchRows = 8;
 
 // Four doubles: one 256-bit register in the x86-64-v3 and v4 clones of a LAZYRT_VECTOR_CLONES function.
-// A block's 8 lanes are two of them, not one 8-double vector type: GCC 12 kept such a type in memory in
-// the AVX2 clone, moving its halves through the stack and general registers (layer norm and its gradient
-// on [4096,128]: 3 ms on an AVX2 Zen 3). Each lane's arithmetic is the scalar IEEE operation (no
-// contraction), so every clone computes the same bits.
+// Eight lanes are two of them, not one 8-double vector type: GCC 12 kept such a type in memory in the AVX2
+// clone, moving its halves through the stack and general registers.
 using Quad = double __attribute__((vector_size(4 * sizeof(double))));
-// Element i of a block's 8 rows: lane r of row r, rows 0-3 in lo and 4-7 in hi. Passed by pointer between
-// functions that are not inlined: by value its ABI would differ between the clones.
-struct Lanes {
-  Quad lo, hi;
-};
 
 // The helpers below take and return vectors by value, which -Wpsabi notes (at their definitions, and at the
 // end of the file where templates using them are instantiated) is an ABI of its own with and without AVX.
 // They are always inlined, into each clone: no call, so no ABI.
 #pragma GCC diagnostic ignored "-Wpsabi"
 
-[[gnu::always_inline]] inline Lanes operator+(Lanes a, Lanes b) { return {a.lo + b.lo, a.hi + b.hi}; }
-[[gnu::always_inline]] inline Lanes operator-(Lanes a, Lanes b) { return {a.lo - b.lo, a.hi - b.hi}; }
-[[gnu::always_inline]] inline Lanes operator*(Lanes a, Lanes b) { return {a.lo * b.lo, a.hi * b.hi}; }
-[[gnu::always_inline]] inline Lanes operator/(Lanes a, double b) { return {a.lo / b, a.hi / b}; }
-[[gnu::always_inline]] inline Lanes& operator+=(Lanes& a, Lanes b) { return a = a + b; }
-
-[[gnu::always_inline]] inline double Lane(const Lanes& a, int64_t r) { return r < 4 ? a.lo[r] : a.hi[r - 4]; }
-[[gnu::always_inline]] inline void SetLane(Lanes& a, int64_t r, double value) {
-  if (r < 4) {
-    a.lo[r] = value;
-  } else {
-    a.hi[r - 4] = value;
-  }
+[[gnu::always_inline]] inline Quad QuadAt(const double* p) {
+  Quad q;
+  std::memcpy(&q, p, sizeof(q));
+  return q;
 }
+[[gnu::always_inline]] inline Quad Splat(double v) { return Quad{v, v, v, v}; }
 
-// Transposes a 4x4 block of doubles in place (q[r][c] becomes q[c][r]): two rounds of interleaving.
-[[gnu::always_inline]] inline void Transpose4(Quad* q) {
-  const Quad t0 = __builtin_shufflevector(q[0], q[1], 0, 4, 2, 6);
-  const Quad t1 = __builtin_shufflevector(q[0], q[1], 1, 5, 3, 7);
-  const Quad t2 = __builtin_shufflevector(q[2], q[3], 0, 4, 2, 6);
-  const Quad t3 = __builtin_shufflevector(q[2], q[3], 1, 5, 3, 7);
-  q[0] = __builtin_shufflevector(t0, t2, 0, 1, 4, 5);
-  q[1] = __builtin_shufflevector(t1, t3, 0, 1, 4, 5);
-  q[2] = __builtin_shufflevector(t0, t2, 2, 3, 6, 7);
-  q[3] = __builtin_shufflevector(t1, t3, 2, 3, 6, 7);
-}
+// Rows normalized together: their sums are independent chains, which a row alone leaves waiting on each
+// add (its passes and divisions one long chain).
+constexpr int kRowsTogether = 4;
 
-// Transposes an 8x8 block of doubles in place (a[r] lane c becomes a[c] lane r): its four 4x4 quadrants
-// each transposed, the two off the diagonal swapped. Always inlined: in each clone of its callers.
-[[gnu::always_inline]] inline void Transpose(Lanes* a) {
-  Quad top_left[4], top_right[4], bottom_left[4], bottom_right[4];
-  for (int r = 0; r < 4; ++r) {
-    top_left[r] = a[r].lo;
-    top_right[r] = a[r].hi;
-    bottom_left[r] = a[r + 4].lo;
-    bottom_right[r] = a[r + 4].hi;
-  }
-  Transpose4(top_left);
-  Transpose4(top_right);
-  Transpose4(bottom_left);
-  Transpose4(bottom_right);
-  for (int r = 0; r < 4; ++r) {
-    a[r] = {top_left[r], bottom_left[r]};
-    a[r + 4] = {top_right[r], bottom_right[r]};
-  }
-}
-
-// Four elements of a row of T at p, as doubles; and the inverse, each rounded to T.
-template <typename T>
-struct RowQuadOf;
-template <>
-struct RowQuadOf<double> {
-  using type = Quad;
-};
-template <>
-struct RowQuadOf<float> {
-  using type = float __attribute__((vector_size(4 * sizeof(float))));
-};
-template <typename T>
-using RowQuad = typename RowQuadOf<T>::type;
-template <typename T>
-[[gnu::always_inline]] inline Quad LoadQuad(const T* p) {
-  return Quad{static_cast<double>(p[0]), static_cast<double>(p[1]), static_cast<double>(p[2]),
-              static_cast<double>(p[3])};
-}
-template <typename T>
-[[gnu::always_inline]] inline void StoreQuad(Quad q, T* p) {
-  const RowQuad<T> v = __builtin_convertvector(q, RowQuad<T>);
-  std::memcpy(p, &v, sizeof(v));
-}
-
-// The block of 8 rows of an f32 or f64 array at `rows` (row r at rows + r * width) into x[i] (element i
-// of every row).
-template <typename T>
-LAZYRT_VECTOR_CLONES_TEMPLATE void LoadBlock(const T* rows, int64_t width, Lanes* x) {
+// The sums of terms 0 to n - 1 of R rows, each in one fixed order, the same in every clone and on every
+// CPU: eight partial sums, each from +0, term i added to partial i % 8 in order of i, then the partials
+// pairwise, ((p0 + p1) + (p2 + p3)) + ((p4 + p5) + (p6 + p7)). `quad(r, i)` gives terms i to i + 3 of row r
+// (i a multiple of 4), `one(r, i)` its term i; each lane's arithmetic is the scalar IEEE operation
+// (pjrt_sim compiles without contraction). Summed in order from element 0, each row was one chain, eight
+// rows' chains a block whose elements were transposed into lanes and back: layer norm on [4096, 128] f32
+// took 311 us from memory and 189 warm on an AMX Xeon, 242 and 142 now; its gradient 516 and 376, now 431
+// and 300 (micro BM_NormalizeKernel, benchmarks/RESULTS.md).
+template <int R, typename QuadTerms, typename OneTerm>
+[[gnu::always_inline]] inline void FixedOrderSums(int64_t n, QuadTerms quad, OneTerm one, double* sums) {
+  Quad lo[R] = {}, hi[R] = {};
   int64_t i = 0;
-  for (; i + kRowBlock <= width; i += kRowBlock) {
-    Lanes* block = x + i;
-    for (int64_t r = 0; r < kRowBlock; ++r) {
-      const T* row = rows + r * width + i;
-      block[r] = {LoadQuad(row), LoadQuad(row + 4)};
-    }
-    Transpose(block);
-  }
-  for (; i < width; ++i) {
-    for (int64_t r = 0; r < kRowBlock; ++r) SetLane(x[i], r, rows[r * width + i]);
-  }
-}
-
-// The inverse of LoadBlock, each element rounded to T; x is left transposed.
-template <typename T>
-LAZYRT_VECTOR_CLONES_TEMPLATE void StoreBlock(Lanes* x, int64_t width, T* rows) {
-  int64_t i = 0;
-  for (; i + kRowBlock <= width; i += kRowBlock) {
-    Lanes* block = x + i;
-    Transpose(block);
-    for (int64_t r = 0; r < kRowBlock; ++r) {
-      T* row = rows + r * width + i;
-      StoreQuad(block[r].lo, row);
-      StoreQuad(block[r].hi, row + 4);
+  for (; i + 8 <= n; i += 8) {
+    for (int r = 0; r < R; ++r) {
+      lo[r] += quad(r, i);
+      hi[r] += quad(r, i + 4);
     }
   }
-  for (; i < width; ++i) {
-    for (int64_t r = 0; r < kRowBlock; ++r) rows[r * width + i] = static_cast<T>(Lane(x[i], r));
+  for (int64_t j = 0; i + j < n; ++j) {
+    for (int r = 0; r < R; ++r) {
+      if (j < 4) {
+        lo[r][j] += one(r, i + j);
+      } else {
+        hi[r][j - 4] += one(r, i + j);
+      }
+    }
+  }
+  for (int r = 0; r < R; ++r) {
+    sums[r] = ((lo[r][0] + lo[r][1]) + (lo[r][2] + lo[r][3])) + ((hi[r][0] + hi[r][1]) + (hi[r][2] + hi[r][3]));
   }
 }
 
-// Row r's elements [start, start + n) of an array of `type` into lane r of x[0, n).
-void LoadRow(const void* base, PrimitiveType type, int64_t start, int64_t n, Lanes* x, int64_t r) {
-  for (int64_t i = 0; i < n; ++i) SetLane(x[i], r, LoadElement(base, type, start + i));
-}
-
-// The inverse of LoadRow: lane r of x[0, n) rounded to `type` at elements [start, start + n).
-void StoreRow(const Lanes* x, int64_t r, int64_t n, PrimitiveType type, void* base, int64_t start) {
-  const int64_t bytes = ByteWidth(type);
-  for (int64_t i = 0; i < n; ++i) StoreElement(Lane(x[i], r), type, static_cast<char*>(base) + (start + i) * bytes);
-}
-
-// Replaces each row of x[0, w) by its normalization (centred: layer norm, else RMS norm), or, given g,
-// by the gradient of sum(g * norm(x)).
-LAZYRT_VECTOR_CLONES void NormalizeRows(bool centred, double epsilon, int64_t w, Lanes* x, const Lanes* g) {
+// Replaces each of R rows of x (w elements, one after another) by its normalization (centred: layer norm,
+// else RMS norm), or, given R rows g, by the gradient of sum(g * norm(x)). Statistics in f64, the variance
+// in two passes.
+template <int R>
+LAZYRT_VECTOR_CLONES_TEMPLATE void NormalizeRows(bool centred, double epsilon, int64_t w, double* x, const double* g) {
   const double n = static_cast<double>(w);
-  Lanes mean = {}, second_moment = {}, rstd;
+  double mean[R] = {}, second_moment[R], rstd[R];
+  const auto x_quad = [&](int r, int64_t i) { return QuadAt(x + r * w + i); };
+  const auto x_one = [&](int r, int64_t i) { return x[r * w + i]; };
   if (centred) {
-    for (int64_t i = 0; i < w; ++i) mean += x[i];
-    mean = mean / n;
+    FixedOrderSums<R>(w, x_quad, x_one, mean);
+    for (int r = 0; r < R; ++r) mean[r] /= n;
   }
   // Of x - mean: the two-pass variance, exact where a running sum of squares cancels.
-  for (int64_t i = 0; i < w; ++i) second_moment += (x[i] - mean) * (x[i] - mean);
-  for (int64_t r = 0; r < kRowBlock; ++r) SetLane(rstd, r, 1.0 / std::sqrt(Lane(second_moment, r) / n + epsilon));
-  for (int64_t i = 0; i < w; ++i) x[i] = (x[i] - mean) * rstd;  // x_hat
+  FixedOrderSums<R>(
+      w,
+      [&](int r, int64_t i) {
+        const Quad d = x_quad(r, i) - Splat(mean[r]);
+        return d * d;
+      },
+      [&](int r, int64_t i) { return (x_one(r, i) - mean[r]) * (x_one(r, i) - mean[r]); }, second_moment);
+  for (int r = 0; r < R; ++r) rstd[r] = 1.0 / std::sqrt(second_moment[r] / n + epsilon);
+  for (int r = 0; r < R; ++r) {
+    for (int64_t i = 0; i < w; ++i) x[r * w + i] = (x[r * w + i] - mean[r]) * rstd[r];  // x_hat
+  }
   if (g == nullptr) return;
   // d/dx of sum(g x_hat) = rstd (g - mean(g) - x_hat mean(g x_hat)); RMS has no mean(g) term.
-  Lanes mean_g = {}, mean_g_xhat = {};
-  for (int64_t i = 0; i < w; ++i) {
-    mean_g += g[i];
-    mean_g_xhat += g[i] * x[i];
+  double mean_g[R] = {}, mean_g_xhat[R];
+  const auto g_quad = [&](int r, int64_t i) { return QuadAt(g + r * w + i); };
+  const auto g_one = [&](int r, int64_t i) { return g[r * w + i]; };
+  if (centred) {
+    FixedOrderSums<R>(w, g_quad, g_one, mean_g);
+    for (int r = 0; r < R; ++r) mean_g[r] /= n;
   }
-  mean_g = centred ? mean_g / n : Lanes{};
-  mean_g_xhat = mean_g_xhat / n;
-  for (int64_t i = 0; i < w; ++i) x[i] = rstd * (g[i] - mean_g - x[i] * mean_g_xhat);
+  FixedOrderSums<R>(
+      w, [&](int r, int64_t i) { return g_quad(r, i) * x_quad(r, i); },
+      [&](int r, int64_t i) { return g_one(r, i) * x_one(r, i); }, mean_g_xhat);
+  for (int r = 0; r < R; ++r) mean_g_xhat[r] /= n;
+  for (int r = 0; r < R; ++r) {
+    for (int64_t i = 0; i < w; ++i) {
+      x[r * w + i] = rstd[r] * (g[r * w + i] - mean_g[r] - x[r * w + i] * mean_g_xhat[r]);
+    }
+  }
+}
+
+// Elements [start, start + n) of an array of `type` as doubles in x.
+LAZYRT_VECTOR_CLONES void LoadRow(const void* base, PrimitiveType type, int64_t start, int64_t n, double* x) {
+  if (type == PrimitiveType::kF32) {
+    const float* row = static_cast<const float*>(base) + start;
+    for (int64_t i = 0; i < n; ++i) x[i] = row[i];
+  } else if (type == PrimitiveType::kF64) {
+    std::memcpy(x, static_cast<const double*>(base) + start, static_cast<size_t>(n) * sizeof(double));
+  } else {
+    for (int64_t i = 0; i < n; ++i) x[i] = LoadElement(base, type, start + i);
+  }
+}
+
+// The inverse of LoadRow: x[0, n) rounded to `type` at elements [start, start + n).
+LAZYRT_VECTOR_CLONES void StoreRow(const double* x, int64_t n, PrimitiveType type, void* base, int64_t start) {
+  if (type == PrimitiveType::kF32) {
+    float* row = static_cast<float*>(base) + start;
+    for (int64_t i = 0; i < n; ++i) row[i] = static_cast<float>(x[i]);
+  } else if (type == PrimitiveType::kF64) {
+    std::memcpy(static_cast<double*>(base) + start, x, static_cast<size_t>(n) * sizeof(double));
+  } else {
+    const int64_t bytes = ByteWidth(type);
+    for (int64_t i = 0; i < n; ++i) StoreElement(x[i], type, static_cast<char*>(base) + (start + i) * bytes);
+  }
 }
 
 class NormalizeKernel final : public Kernel {
@@ -196,46 +158,33 @@ class NormalizeKernel final : public Kernel {
     const bool backward = inputs.size() > 1;
     const bool centred = op_ == Opcode::kLayerNorm || op_ == Opcode::kLayerNormGrad;
     auto run_task = [&](int64_t t) {
-      // new[] aligns the vectors (std::vector's allocator may not be given their alignment).
-      const auto x_storage = std::make_unique<Lanes[]>(static_cast<size_t>(width_));
-      const auto g_storage = std::make_unique<Lanes[]>(backward ? static_cast<size_t>(width_) : 0);
-      Lanes* x = x_storage.get();
-      Lanes* g = backward ? g_storage.get() : nullptr;
-      const int64_t last = std::min(rows_, (t + 1) * rows_per_task);
+      const size_t together = static_cast<size_t>(kRowsTogether * width_);
+      const auto x = std::make_unique<double[]>(together);
+      const auto g = std::make_unique<double[]>(backward ? together : 0);
+      const int64_t first = t * rows_per_task, last = std::min(rows_, first + rows_per_task);
       const int64_t row_bytes = width_ * ByteWidth(type_);
-      const bool prefetches = (static_cast<int64_t>(inputs.size()) + 1) * kRowBlock * row_bytes <= kMostPrefetchedBytes;
-      for (int64_t r0 = t * rows_per_task; r0 < last; r0 += kRowBlock) {
-        const int64_t rows = std::min(kRowBlock, last - r0);
-        // The next block's rows, while this one is computed.
-        const int64_t next = r0 + kRowBlock, next_rows = std::min(kRowBlock, last - next);
-        if (next_rows > 0 && prefetches) {
+      const bool prefetches =
+          (static_cast<int64_t>(inputs.size()) + 1) * kPrefetchRows * row_bytes <= kMostPrefetchedBytes;
+      for (int64_t r0 = first; r0 < last; r0 += kRowsTogether) {
+        // The next rows, while these are computed.
+        const int64_t next = r0 + kPrefetchRows, next_rows = std::min(kPrefetchRows, last - next);
+        if ((r0 - first) % kPrefetchRows == 0 && next_rows > 0 && prefetches) {
           for (const void* in : inputs)
             PrefetchToRead(static_cast<const char*>(in) + next * row_bytes, next_rows * row_bytes);
           PrefetchToWrite(static_cast<char*>(outputs[0]) + next * row_bytes, next_rows * row_bytes);
         }
-        if (rows == kRowBlock && type_ == PrimitiveType::kF32) {
-          LoadBlock(static_cast<const float*>(inputs[0]) + r0 * width_, width_, x);
-          if (backward) LoadBlock(static_cast<const float*>(inputs[1]) + r0 * width_, width_, g);
-        } else if (rows == kRowBlock && type_ == PrimitiveType::kF64) {
-          LoadBlock(static_cast<const double*>(inputs[0]) + r0 * width_, width_, x);
-          if (backward) LoadBlock(static_cast<const double*>(inputs[1]) + r0 * width_, width_, g);
-        } else {
-          // 16-bit types, and the last rows: the rows past the end are zeros, computed and never stored.
-          std::fill_n(x, width_, Lanes{});
-          if (backward) std::fill_n(g, width_, Lanes{});
+        const int64_t rows = std::min<int64_t>(kRowsTogether, last - r0);
+        LoadRow(inputs[0], type_, r0 * width_, rows * width_, x.get());
+        if (backward) LoadRow(inputs[1], type_, r0 * width_, rows * width_, g.get());
+        if (rows == kRowsTogether) {
+          NormalizeRows<kRowsTogether>(centred, epsilon_, width_, x.get(), backward ? g.get() : nullptr);
+        } else {  // the task's last rows, one at a time
           for (int64_t r = 0; r < rows; ++r) {
-            LoadRow(inputs[0], type_, (r0 + r) * width_, width_, x, r);
-            if (backward) LoadRow(inputs[1], type_, (r0 + r) * width_, width_, g, r);
+            NormalizeRows<1>(centred, epsilon_, width_, x.get() + r * width_,
+                             backward ? g.get() + r * width_ : nullptr);
           }
         }
-        NormalizeRows(centred, epsilon_, width_, x, g);
-        if (rows == kRowBlock && type_ == PrimitiveType::kF32) {
-          StoreBlock(x, width_, static_cast<float*>(outputs[0]) + r0 * width_);
-        } else if (rows == kRowBlock && type_ == PrimitiveType::kF64) {
-          StoreBlock(x, width_, static_cast<double*>(outputs[0]) + r0 * width_);
-        } else {
-          for (int64_t r = 0; r < rows; ++r) StoreRow(x, r, width_, type_, outputs[0], (r0 + r) * width_);
-        }
+        StoreRow(x.get(), rows * width_, type_, outputs[0], r0 * width_);
       }
     };
     if (tasks == 1) {
@@ -248,11 +197,8 @@ class NormalizeKernel final : public Kernel {
   bool SplitsOverPool() const override { return rows_ > RowsPerTask() && width_ > 0; }
 
  private:
-  // Rows each task of the pool takes: blocks of kRowBlock, at least kGrainElements elements.
-  int64_t RowsPerTask() const {
-    return (std::max<int64_t>(1, kGrainElements / std::max<int64_t>(1, width_)) + kRowBlock - 1) / kRowBlock *
-           kRowBlock;
-  }
+  // Rows each task of the pool takes: at least kGrainElements elements.
+  int64_t RowsPerTask() const { return std::max<int64_t>(1, kGrainElements / std::max<int64_t>(1, width_)); }
 
   Opcode op_;
   PrimitiveType type_;

@@ -1,5 +1,5 @@
-// The NORMALIZE kernels: layer and RMS normalization over the trailing dims, and their gradients, each
-// one pass per row (statistics accumulated in f64, two-pass for the variance).
+// The NORMALIZE kernels: layer and RMS normalization over the trailing dims, and their gradients, row by
+// row (statistics accumulated in f64 in a fixed order, two-pass for the variance).
 #pragma once
 
 #include <memory>

@@ -1,6 +1,7 @@
-// The NORMALIZE kernel over many rows (several tasks, a last block of fewer than 8 rows, widths with and
-// without a multiple of 8 columns) in f32, f64 and bf16: bit for bit against a reference loop that computes each row
-// alone in double, in the kernel's order (sums from element 0), and rounds each result once to the array's type.
+// The NORMALIZE kernel over many rows (several tasks, a task's last rows fewer than the rows it normalizes
+// together, widths with and without a multiple of 8 columns) in f32, f64 and bf16: bit for bit against a
+// reference loop that computes each row alone in double, in the kernel's order (each sum as eight partial
+// sums, term i into partial i % 8, then the partials pairwise), and rounds each result once to the array's type.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -16,27 +17,27 @@ namespace normalize_rows_test {
 
 constexpr double kEpsilon = 1e-5;
 
+// The sum of term(i) for i < n in the kernel's order: partial p sums the terms p, p + 8, p + 16, ... from
+// +0, and the partials are added pairwise.
+template <typename Term>
+double KernelOrderSum(size_t n, Term term) {
+  double p[8] = {};
+  for (size_t i = 0; i < n; ++i) p[i % 8] += term(i);
+  return ((p[0] + p[1]) + (p[2] + p[3])) + ((p[4] + p[5]) + (p[6] + p[7]));
+}
+
 // One row's result: the normalization of x, or given g the gradient of sum(g * norm(x)).
 std::vector<double> ReferenceRow(Opcode op, const std::vector<double>& x, const std::vector<double>& g) {
   const double n = static_cast<double>(x.size());
   const bool centred = op == Opcode::kLayerNorm || op == Opcode::kLayerNormGrad;
-  double mean = 0, second_moment = 0;
-  if (centred) {
-    for (double v : x) mean += v;
-    mean /= n;
-  }
-  for (double v : x) second_moment += (v - mean) * (v - mean);
+  const double mean = centred ? KernelOrderSum(x.size(), [&](size_t i) { return x[i]; }) / n : 0;
+  const double second_moment = KernelOrderSum(x.size(), [&](size_t i) { return (x[i] - mean) * (x[i] - mean); });
   const double rstd = 1.0 / std::sqrt(second_moment / n + kEpsilon);
   std::vector<double> y(x.size());
   for (size_t i = 0; i < x.size(); ++i) y[i] = (x[i] - mean) * rstd;
   if (g.empty()) return y;
-  double mean_g = 0, mean_g_xhat = 0;
-  for (size_t i = 0; i < x.size(); ++i) {
-    mean_g += g[i];
-    mean_g_xhat += g[i] * y[i];
-  }
-  mean_g = centred ? mean_g / n : 0;
-  mean_g_xhat /= n;
+  const double mean_g = centred ? KernelOrderSum(x.size(), [&](size_t i) { return g[i]; }) / n : 0;
+  const double mean_g_xhat = KernelOrderSum(x.size(), [&](size_t i) { return g[i] * y[i]; }) / n;
   for (size_t i = 0; i < x.size(); ++i) y[i] = rstd * (g[i] - mean_g - y[i] * mean_g_xhat);
   return y;
 }
@@ -89,10 +90,11 @@ TEST(NormalizeRowsTest, EveryTypeAndOpMatchesTheReferenceBitForBit) {
   std::mt19937_64 rng(21);
   for (Opcode op : {Opcode::kLayerNorm, Opcode::kLayerNormGrad, Opcode::kRmsNorm, Opcode::kRmsNormGrad}) {
     for (PrimitiveType type : {PrimitiveType::kF32, PrimitiveType::kF64, PrimitiveType::kBF16}) {
-      Check(op, type, 301, 128, rng);  // a GPT's rows: 3 tasks, a last block of 5 rows
-      Check(op, type, 3, 77, rng);     // one task, one partial block
-      Check(op, type, 40, 77, rng);    // whole blocks whose width is not a multiple of 8 (f32's tail columns)
-      Check(op, type, 16, 5, rng);     // whole blocks narrower than 8 (f32: the tail loop only)
+      Check(op, type, 301, 128, rng);  // a GPT's rows: 3 tasks of 128 rows, the last of 45 (1 past 4s)
+      Check(op, type, 3, 77, rng);     // one task, fewer rows than it normalizes together
+      Check(op, type, 40, 77, rng);    // rows 4 at a time, a width not a multiple of 8 (5 tail terms)
+      Check(op, type, 16, 5, rng);     // rows narrower than 8: the tail terms only
+      Check(op, type, 9, 12, rng);     // a width of 8 and 4 tail terms (tail lanes in the low half only)
     }
   }
 }

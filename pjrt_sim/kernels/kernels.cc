@@ -197,11 +197,42 @@ LAZYRT_VECTOR_CLONES_TEMPLATE void Accumulate(Combiner combiner, A* acc, const T
   }
 }
 
+// kLanes 4-byte values as one 256-bit vector.
+template <typename A>
+struct LaneVectorOf;
+template <>
+struct LaneVectorOf<float> {
+  using type = float __attribute__((vector_size(kLanes * sizeof(float))));
+};
+template <>
+struct LaneVectorOf<int32_t> {
+  using type = int32_t __attribute__((vector_size(kLanes * sizeof(int32_t))));
+};
 template <Combiner kCombiner, typename A, typename T>
 [[gnu::always_inline]] inline A CombineLanes(A a, const T* x, int64_t n) {
   A lanes[kLanes];
   std::fill_n(lanes, kLanes, ReduceIdentity<A>(kCombiner));
   int64_t i = 0;
+  // Max and min of 4-byte values a vector of the lanes at a time, each lane as Maximum and Minimum compute it
+  // (NaN-propagating for floats): the scalar lanes compiled to a compare and a conditional move per element
+  // (micro BM_Reduce max_each_row/1024: 10 GB/s against sum_each_row's 34, 19 GB/s now).
+  if constexpr ((kCombiner == Combiner::kMax || kCombiner == Combiner::kMin) && std::is_same_v<A, T> &&
+                (std::is_same_v<A, float> || std::is_same_v<A, int32_t>)) {
+    using V = typename LaneVectorOf<A>::type;
+    V v;
+    std::memcpy(&v, lanes, sizeof(v));
+    for (; i + kLanes <= n; i += kLanes) {
+      V next;
+      std::memcpy(&next, x + i, sizeof(next));
+      const auto keep = kCombiner == Combiner::kMax ? v > next : v < next;  // lanes where v stays
+      if constexpr (std::is_floating_point_v<A>) {
+        v = ((v != v) | keep) ? v : next;  // NOLINT(misc-redundant-expression): the NaN test
+      } else {
+        v = keep ? v : next;
+      }
+    }
+    std::memcpy(lanes, &v, sizeof(v));
+  }
   for (; i + kLanes <= n; i += kLanes) {
     for (int64_t l = 0; l < kLanes; ++l) lanes[l] = Combine<A>(kCombiner, lanes[l], static_cast<A>(x[i + l]));
   }

@@ -1028,6 +1028,75 @@ TEST_P(KernelTest, ReduceMaxPropagatesNaNAndEmptyIsIdentity) {
   EXPECT_THAT(out[3].values<int32_t>(), ::testing::Each(std::numeric_limits<int32_t>::min()));
 }
 
+// A row's max and min in the row reduction's order, bit for bit: kLanes = 8 lanes, element i into lane i % 8
+// of each block of 1024 (from the previous blocks' result), the lanes combined pairwise. Rows with NaNs of
+// distinct payloads and zeros of both signs, where the order decides the bits, in and after whole vectors of
+// 8 lanes, in rows of one block and of two.
+template <typename T>
+T LaneOrderReduce(bool max, const T* x, int64_t n) {
+  const auto combine = [&](T a, T b) {
+    if constexpr (std::is_floating_point_v<T>) {
+      return ((a != a) || (max ? a > b : a < b)) ? a : b;  // NOLINT(misc-redundant-expression): the NaN test
+    } else {
+      return (max ? a > b : a < b) ? a : b;
+    }
+  };
+  const T identity = std::is_floating_point_v<T>
+                         ? (max ? -std::numeric_limits<T>::infinity() : std::numeric_limits<T>::infinity())
+                         : (max ? std::numeric_limits<T>::lowest() : std::numeric_limits<T>::max());
+  T a = identity;
+  for (int64_t b = 0; b < n; b += 1024) {
+    T lanes[8];
+    std::fill_n(lanes, 8, identity);
+    for (int64_t i = b; i < std::min(n, b + 1024); ++i) lanes[(i - b) % 8] = combine(lanes[(i - b) % 8], x[i]);
+    for (int width = 4; width > 0; width /= 2) {
+      for (int l = 0; l < width; ++l) lanes[l] = combine(lanes[l], lanes[l + width]);
+    }
+    a = combine(a, lanes[0]);
+  }
+  return a;
+}
+
+TEST_P(KernelTest, RowMaxAndMinGiveTheLaneOrdersBits) {
+  for (const int64_t width : {8, 13, 40, 1030}) {
+    constexpr int64_t kRows = 6;
+    std::vector<float> f(static_cast<size_t>(kRows * width));
+    std::vector<int32_t> s(f.size());
+    for (size_t i = 0; i < f.size(); ++i) {
+      const uint64_t r = rng_();
+      switch (r % 7) {
+        case 0: f[i] = std::bit_cast<float>(0x7fc00000u | static_cast<uint32_t>(i & 0xffff)); break;  // NaN i
+        case 1: f[i] = 0.0f; break;
+        case 2: f[i] = -0.0f; break;
+        default: f[i] = static_cast<float>(static_cast<int>(r % 9)) - 4.0f;
+      }
+      s[i] = static_cast<int32_t>(r >> 32);
+    }
+    for (int64_t j = 0; j < width; ++j) f[static_cast<size_t>(j)] = j % 2 ? 0.0f : -0.0f;  // row 0: zeros only
+    ModuleBuilder b;
+    const int64_t xf = b.Parameter(0, proto::F32, {kRows, width});
+    const int64_t xs = b.Parameter(1, proto::S32, {kRows, width});
+    b.Output(b.Reduce(Combiner::kMax, xf, {1}));
+    b.Output(b.Reduce(Combiner::kMin, xf, {1}));
+    b.Output(b.Reduce(Combiner::kMax, xs, {1}));
+    b.Output(b.Reduce(Combiner::kMin, xs, {1}));
+    const std::vector<HostArray> out = Run(b.module(), {MakeArray<float>(PrimitiveType::kF32, {kRows, width}, f),
+                                                        MakeArray<int32_t>(PrimitiveType::kS32, {kRows, width}, s)});
+    ASSERT_EQ(out.size(), 4u);
+    for (int64_t r = 0; r < kRows; ++r) {
+      SCOPED_TRACE(absl::StrCat("row ", r, " of width ", width));
+      const float* fr = f.data() + r * width;
+      const int32_t* sr = s.data() + r * width;
+      EXPECT_EQ(std::bit_cast<uint32_t>(out[0].at<float>(r)),
+                std::bit_cast<uint32_t>(LaneOrderReduce(true, fr, width)));
+      EXPECT_EQ(std::bit_cast<uint32_t>(out[1].at<float>(r)),
+                std::bit_cast<uint32_t>(LaneOrderReduce(false, fr, width)));
+      EXPECT_EQ(out[2].at<int32_t>(r), LaneOrderReduce(true, sr, width));
+      EXPECT_EQ(out[3].at<int32_t>(r), LaneOrderReduce(false, sr, width));
+    }
+  }
+}
+
 TEST_P(KernelTest, Argmax) {
   for (int it = 0; it < 40; ++it) {
     const Dims dims = RandomDims(rng_, 1, 3, /*allow_zero=*/false);

@@ -197,7 +197,7 @@ LAZYRT_VECTOR_CLONES_TEMPLATE void Accumulate(Combiner combiner, A* acc, const T
   }
 }
 
-// kLanes 4-byte values as one 256-bit vector.
+// kLanes 4-byte values as one vector.
 template <typename A>
 struct LaneVectorOf;
 template <>
@@ -219,6 +219,7 @@ template <Combiner kCombiner, typename A, typename T>
   if constexpr ((kCombiner == Combiner::kMax || kCombiner == Combiner::kMin) && std::is_same_v<A, T> &&
                 (std::is_same_v<A, float> || std::is_same_v<A, int32_t>)) {
     using V = typename LaneVectorOf<A>::type;
+    static_assert(sizeof(V) == sizeof(lanes));
     V v;
     std::memcpy(&v, lanes, sizeof(v));
     for (; i + kLanes <= n; i += kLanes) {

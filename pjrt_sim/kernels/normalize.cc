@@ -5,7 +5,6 @@
 #include <cstring>
 #include <memory>
 #include <optional>
-#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "pjrt_sim/element_ops.h"
@@ -38,36 +37,40 @@ using Quad = double __attribute__((vector_size(4 * sizeof(double))));
   std::memcpy(&q, p, sizeof(q));
   return q;
 }
-[[gnu::always_inline]] inline Quad Splat(double v) { return Quad{v, v, v, v}; }
 
-// Rows normalized together: their sums are independent chains, which a row alone leaves waiting on each
-// add (its passes and divisions one long chain).
+// Rows normalized together: their sums are independent chains. A row alone has two (the halves of its
+// partial sums), and its passes and divisions one after another: each add waited on the one before.
 constexpr int kRowsTogether = 4;
+static_assert(kPrefetchRows % kRowsTogether == 0, "prefetching starts at a group of rows normalized together");
 
-// The sums of terms 0 to n - 1 of R rows, each in one fixed order, the same in every clone and on every
-// CPU: eight partial sums, each from +0, term i added to partial i % 8 in order of i, then the partials
-// pairwise, ((p0 + p1) + (p2 + p3)) + ((p4 + p5) + (p6 + p7)). `quad(r, i)` gives terms i to i + 3 of row r
-// (i a multiple of 4), `one(r, i)` its term i; each lane's arithmetic is the scalar IEEE operation
-// (pjrt_sim compiles without contraction). Summed in order from element 0, each row was one chain, eight
-// rows' chains a block whose elements were transposed into lanes and back: layer norm on [4096, 128] f32
-// took 311 us from memory and 189 warm on an AMX Xeon, 242 and 142 now; its gradient 516 and 376, now 431
-// and 300 (micro BM_NormalizeKernel, benchmarks/RESULTS.md).
-template <int R, typename QuadTerms, typename OneTerm>
-[[gnu::always_inline]] inline void FixedOrderSums(int64_t n, QuadTerms quad, OneTerm one, double* sums) {
+// The sums over i < w of term(a[i], b[i], r) for rows r < R of a and b (rows w apart), each in one fixed
+// order, the same in every clone and on every CPU: eight partial sums, each from +0, term i added to
+// partial i % 8 in order of i, then the partials pairwise, ((p0 + p1) + (p2 + p3)) + ((p4 + p5) + (p6 + p7)).
+// `term` takes a Quad of four elements of each or one double of each (a generic lambda, always inlined into
+// the clone that calls it: a call would pass vectors under another ABI); each lane's arithmetic is the scalar
+// IEEE operation (pjrt_sim compiles without contraction). Summed in order from element 0, each row was one
+// chain, eight rows' chains a block whose elements were transposed into lanes and back: layer norm on
+// [4096, 128] f32 took 311 us from memory and 189 warm on an AMX Xeon, 242 and 142 now; its gradient 516
+// and 376, now 431 and 300 (micro BM_NormalizeKernel, benchmarks/RESULTS.md).
+template <int R, typename Term>
+[[gnu::always_inline]] inline void FixedOrderSums(int64_t w, const double* a, const double* b, Term term,
+                                                  double* sums) {
   Quad lo[R] = {}, hi[R] = {};
   int64_t i = 0;
-  for (; i + 8 <= n; i += 8) {
+  for (; i + 8 <= w; i += 8) {
     for (int r = 0; r < R; ++r) {
-      lo[r] += quad(r, i);
-      hi[r] += quad(r, i + 4);
+      const int64_t at = r * w + i;
+      lo[r] += term(QuadAt(a + at), QuadAt(b + at), r);
+      hi[r] += term(QuadAt(a + at + 4), QuadAt(b + at + 4), r);
     }
   }
-  for (int64_t j = 0; i + j < n; ++j) {
+  for (int64_t j = 0; i + j < w; ++j) {
     for (int r = 0; r < R; ++r) {
+      const int64_t at = r * w + i + j;
       if (j < 4) {
-        lo[r][j] += one(r, i + j);
+        lo[r][j] += term(a[at], b[at], r);
       } else {
-        hi[r][j - 4] += one(r, i + j);
+        hi[r][j - 4] += term(a[at], b[at], r);
       }
     }
   }
@@ -82,21 +85,18 @@ template <int R, typename QuadTerms, typename OneTerm>
 template <int R>
 LAZYRT_VECTOR_CLONES_TEMPLATE void NormalizeRows(bool centred, double epsilon, int64_t w, double* x, const double* g) {
   const double n = static_cast<double>(w);
+  const auto first = [](auto u, auto, int) __attribute__((always_inline)) { return u; };
   double mean[R] = {}, second_moment[R], rstd[R];
-  const auto x_quad = [&](int r, int64_t i) { return QuadAt(x + r * w + i); };
-  const auto x_one = [&](int r, int64_t i) { return x[r * w + i]; };
   if (centred) {
-    FixedOrderSums<R>(w, x_quad, x_one, mean);
+    FixedOrderSums<R>(w, x, x, first, mean);
     for (int r = 0; r < R; ++r) mean[r] /= n;
   }
   // Of x - mean: the two-pass variance, exact where a running sum of squares cancels.
-  FixedOrderSums<R>(
-      w,
-      [&](int r, int64_t i) {
-        const Quad d = x_quad(r, i) - Splat(mean[r]);
-        return d * d;
-      },
-      [&](int r, int64_t i) { return (x_one(r, i) - mean[r]) * (x_one(r, i) - mean[r]); }, second_moment);
+  const auto squared_deviation = [&](auto u, auto, int r) __attribute__((always_inline)) {
+    const auto d = u - mean[r];
+    return d * d;
+  };
+  FixedOrderSums<R>(w, x, x, squared_deviation, second_moment);
   for (int r = 0; r < R; ++r) rstd[r] = 1.0 / std::sqrt(second_moment[r] / n + epsilon);
   for (int r = 0; r < R; ++r) {
     for (int64_t i = 0; i < w; ++i) x[r * w + i] = (x[r * w + i] - mean[r]) * rstd[r];  // x_hat
@@ -104,15 +104,12 @@ LAZYRT_VECTOR_CLONES_TEMPLATE void NormalizeRows(bool centred, double epsilon, i
   if (g == nullptr) return;
   // d/dx of sum(g x_hat) = rstd (g - mean(g) - x_hat mean(g x_hat)); RMS has no mean(g) term.
   double mean_g[R] = {}, mean_g_xhat[R];
-  const auto g_quad = [&](int r, int64_t i) { return QuadAt(g + r * w + i); };
-  const auto g_one = [&](int r, int64_t i) { return g[r * w + i]; };
   if (centred) {
-    FixedOrderSums<R>(w, g_quad, g_one, mean_g);
+    FixedOrderSums<R>(w, g, g, first, mean_g);
     for (int r = 0; r < R; ++r) mean_g[r] /= n;
   }
   FixedOrderSums<R>(
-      w, [&](int r, int64_t i) { return g_quad(r, i) * x_quad(r, i); },
-      [&](int r, int64_t i) { return g_one(r, i) * x_one(r, i); }, mean_g_xhat);
+      w, g, x, [](auto u, auto v, int) __attribute__((always_inline)) { return u * v; }, mean_g_xhat);
   for (int r = 0; r < R; ++r) mean_g_xhat[r] /= n;
   for (int r = 0; r < R; ++r) {
     for (int64_t i = 0; i < w; ++i) {
@@ -159,8 +156,8 @@ class NormalizeKernel final : public Kernel {
     const bool centred = op_ == Opcode::kLayerNorm || op_ == Opcode::kLayerNormGrad;
     auto run_task = [&](int64_t t) {
       const size_t together = static_cast<size_t>(kRowsTogether * width_);
-      const auto x = std::make_unique<double[]>(together);
-      const auto g = std::make_unique<double[]>(backward ? together : 0);
+      const auto x = std::make_unique_for_overwrite<double[]>(together);
+      const auto g = std::make_unique_for_overwrite<double[]>(backward ? together : 0);
       const int64_t first = t * rows_per_task, last = std::min(rows_, first + rows_per_task);
       const int64_t row_bytes = width_ * ByteWidth(type_);
       const bool prefetches =
@@ -197,8 +194,11 @@ class NormalizeKernel final : public Kernel {
   bool SplitsOverPool() const override { return rows_ > RowsPerTask() && width_ > 0; }
 
  private:
-  // Rows each task of the pool takes: at least kGrainElements elements.
-  int64_t RowsPerTask() const { return std::max<int64_t>(1, kGrainElements / std::max<int64_t>(1, width_)); }
+  // Rows each task of the pool takes: at least kGrainElements elements, a multiple of kRowsTogether.
+  int64_t RowsPerTask() const {
+    const int64_t rows = std::max<int64_t>(1, kGrainElements / std::max<int64_t>(1, width_));
+    return (rows + kRowsTogether - 1) / kRowsTogether * kRowsTogether;
+  }
 
   Opcode op_;
   PrimitiveType type_;

@@ -1058,21 +1058,24 @@ T LaneOrderReduce(bool max, const T* x, int64_t n) {
 }
 
 TEST_P(KernelTest, RowMaxAndMinGiveTheLaneOrdersBits) {
-  for (const int64_t width : {8, 13, 40, 1030}) {
+  for (const int64_t width : {8, 13, 16, 40, 1030}) {
     constexpr int64_t kRows = 6;
     std::vector<float> f(static_cast<size_t>(kRows * width));
     std::vector<int32_t> s(f.size());
+    // Row 0: zeros only, -0 but in the last whole vector of lanes (which of two equal values a lane keeps
+    // decides its sign); rows 1 and 2: NaNs among zeros and small integers; rows 3 to 5: no NaN.
     for (size_t i = 0; i < f.size(); ++i) {
       const uint64_t r = rng_();
-      switch (r % 7) {
-        case 0: f[i] = std::bit_cast<float>(0x7fc00000u | static_cast<uint32_t>(i & 0xffff)); break;  // NaN i
-        case 1: f[i] = 0.0f; break;
-        case 2: f[i] = -0.0f; break;
+      const int64_t row = static_cast<int64_t>(i) / width, j = static_cast<int64_t>(i) % width;
+      switch (row == 0 ? 7 : r % (row < 3 ? 7 : 6)) {
+        case 7: f[i] = j / 8 == width / 8 - 1 ? 0.0f : -0.0f; break;
+        case 6: f[i] = std::bit_cast<float>(0x7fc00000u | static_cast<uint32_t>(i & 0xffff)); break;  // NaN i
+        case 0: f[i] = 0.0f; break;
+        case 1: f[i] = -0.0f; break;
         default: f[i] = static_cast<float>(static_cast<int>(r % 9)) - 4.0f;
       }
       s[i] = static_cast<int32_t>(r >> 32);
     }
-    for (int64_t j = 0; j < width; ++j) f[static_cast<size_t>(j)] = j % 2 ? 0.0f : -0.0f;  // row 0: zeros only
     ModuleBuilder b;
     const int64_t xf = b.Parameter(0, proto::F32, {kRows, width});
     const int64_t xs = b.Parameter(1, proto::S32, {kRows, width});

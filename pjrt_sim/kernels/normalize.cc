@@ -8,6 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "pjrt_sim/element_ops.h"
+#include "pjrt_sim/kernels/fused_program.h"
 #include "pjrt_sim/kernels/prefetch.h"
 #include "pjrt_sim/opcode.h"
 #include "pjrt_sim/thread_pool.h"
@@ -130,19 +131,6 @@ LAZYRT_VECTOR_CLONES void LoadRow(const void* base, PrimitiveType type, int64_t 
   }
 }
 
-// The inverse of LoadRow: x[0, n) rounded to `type` at elements [start, start + n).
-LAZYRT_VECTOR_CLONES void StoreRow(const double* x, int64_t n, PrimitiveType type, void* base, int64_t start) {
-  if (type == PrimitiveType::kF32) {
-    float* row = static_cast<float*>(base) + start;
-    for (int64_t i = 0; i < n; ++i) row[i] = static_cast<float>(x[i]);
-  } else if (type == PrimitiveType::kF64) {
-    std::memcpy(static_cast<double*>(base) + start, x, static_cast<size_t>(n) * sizeof(double));
-  } else {
-    const int64_t bytes = ByteWidth(type);
-    for (int64_t i = 0; i < n; ++i) StoreElement(x[i], type, static_cast<char*>(base) + (start + i) * bytes);
-  }
-}
-
 class NormalizeKernel final : public Kernel {
  public:
   NormalizeKernel(Opcode op, PrimitiveType type, int64_t rows, int64_t width, double epsilon)
@@ -181,7 +169,7 @@ class NormalizeKernel final : public Kernel {
                              backward ? g.get() + r * width_ : nullptr);
           }
         }
-        StoreRow(x.get(), rows * width_, type_, outputs[0], r0 * width_);
+        StoreBlock(x.get(), ComputeType::kF64, type_, static_cast<char*>(outputs[0]) + r0 * row_bytes, rows * width_);
       }
     };
     if (tasks == 1) {

@@ -126,54 +126,9 @@ void Product(GemmLibrary library, int64_t m, int64_t n, int64_t k, MatrixView<co
   }
 }
 
-// The elementwise loops of a block, each compiled for the CPU's widest vectors (LAZYRT_VECTOR_CLONES:
-// the kernel's own loops ran the baseline's 4 lanes).
-
-// x[c] = exp(x[c] - shift) for c < n.
-LAZYRT_VECTOR_CLONES void ExpShifted(float* x, int64_t n, float shift) {
-  for (int64_t c = 0; c < n; ++c) x[c] = VectorExp(x[c] - shift);
-}
-void ExpShifted(double* x, int64_t n, double shift) {
-  for (int64_t c = 0; c < n; ++c) x[c] = Exp(x[c] - shift);
-}
-
-// factor[r] = exp(old_max[r] - new_max[r]) for r < n: how much a row's sums shrink when its maximum grows.
-LAZYRT_VECTOR_CLONES void Rescales(const float* old_max, const float* new_max, int64_t n, float* factor) {
-  for (int64_t r = 0; r < n; ++r) factor[r] = VectorExp(old_max[r] - new_max[r]);
-}
-void Rescales(const double* old_max, const double* new_max, int64_t n, double* factor) {
-  for (int64_t r = 0; r < n; ++r) factor[r] = Exp(old_max[r] - new_max[r]);
-}
-
-// x[c] *= factor for c < n.
-template <typename T>
-LAZYRT_VECTOR_CLONES_TEMPLATE void ScaleBy(T* x, int64_t n, T factor) {
-  for (int64_t c = 0; c < n; ++c) x[c] *= factor;
-}
-
-// out[c] = x[c] * factor for c < n.
-template <typename T>
-LAZYRT_VECTOR_CLONES_TEMPLATE void ScaledCopy(const T* x, int64_t n, T factor, T* out) {
-  for (int64_t c = 0; c < n; ++c) out[c] = x[c] * factor;
-}
-
-// out[r] = log(x[r]) for r < n: for f32 vector_math's, the same on every CPU (glibc's logf has per-CPU
-// variants), over the array at once (a call per row ran the baseline's scalar code).
-void Logs(const float* x, int64_t n, float* out) { VectorLog(x, n, out); }
-void Logs(const double* x, int64_t n, double* out) {
-  for (int64_t r = 0; r < n; ++r) out[r] = Log(x[r]);
-}
-
-// A row of dS from the row of dP in ds, of P in p and of P with the dropout applied in kept (nullptr
-// without dropout): ds = P * (dP - D) * scale, or (kept * dP - P * D) * scale.
-template <typename T>
-LAZYRT_VECTOR_CLONES_TEMPLATE void ScoreGradients(const T* p, const T* kept, T* ds, int64_t n, T d, T scale) {
-  if (kept != nullptr) {
-    for (int64_t c = 0; c < n; ++c) ds[c] = (kept[c] * ds[c] - p[c] * d) * scale;
-  } else {
-    for (int64_t c = 0; c < n; ++c) ds[c] = p[c] * (ds[c] - d) * scale;
-  }
-}
+// The elementwise work of a block, compiled for the CPU's widest vectors (LAZYRT_VECTOR_CLONES: the
+// kernel's own loops ran the baseline's 4 lanes), a call for all of a block's rows: calls per row of 64-128
+// keys (scale, maximum, exponentials, sum, rescale) cost as much as their work.
 
 // Sixteen f32 lanes as two halves of 8: one 256-bit register each in the x86-64-v3 and v4 clones of a
 // LAZYRT_VECTOR_CLONES function. Not one 16-float vector type: GCC 12 kept such a type in memory in the
@@ -181,67 +136,190 @@ LAZYRT_VECTOR_CLONES_TEMPLATE void ScoreGradients(const T* p, const T* kept, T* 
 using Octet = float __attribute__((vector_size(8 * sizeof(float))));
 constexpr int64_t kFloatLanes = 16;
 
-// The maximum of init and x[0, n), NaNs ignored (as std::max(max, x) in a loop).
-LAZYRT_VECTOR_CLONES float RowMax(const float* x, int64_t n, float init) {
-  Octet lo = Octet{} + init, hi = lo;
+// Which keys of a block of `cols` each of its rows of queries sees: the first Of(r) (causal: those up to
+// the query, first + r of them; else all).
+struct SeenKeys {
+  int64_t first, step, cols;
+  int64_t Of(int64_t r) const { return std::clamp<int64_t>(first + r * step, 0, cols); }
+};
+
+// The helpers below are inlined into each clone of the block functions that call them.
+#define LAZYRT_INLINE [[gnu::always_inline]] inline
+
+LAZYRT_INLINE float ExpOf(float x) { return VectorExp(x); }
+LAZYRT_INLINE double ExpOf(double x) { return Exp(x); }
+
+// Whole vectors of kFloatLanes from c = 0 while they fit in n; f(c) for each.
+template <typename F>
+LAZYRT_INLINE int64_t ForEachVector(int64_t n, F&& f) {
   int64_t c = 0;
-  for (; c + kFloatLanes <= n; c += kFloatLanes) {
-    Octet a, b;
-    std::memcpy(&a, x + c, sizeof(a));
-    std::memcpy(&b, x + c + 8, sizeof(b));
-    lo = a > lo ? a : lo;
-    hi = b > hi ? b : hi;
-  }
-  float max = init;
-  for (int l = 0; l < 8; ++l) max = std::max(max, lo[l]);
-  for (int l = 0; l < 8; ++l) max = std::max(max, hi[l]);
-  for (; c < n; ++c) max = std::max(max, x[c]);
-  return max;
+  for (; c + kFloatLanes <= n; c += kFloatLanes) f(c);
+  return c;
 }
-double RowMax(const double* x, int64_t n, double init) {
-  for (int64_t c = 0; c < n; ++c) init = std::max(init, x[c]);
+LAZYRT_INLINE void LoadOctets(const float* x, Octet& lo, Octet& hi) {
+  std::memcpy(&lo, x, sizeof(lo));
+  std::memcpy(&hi, x + 8, sizeof(hi));
+}
+
+// The sum of x[0, n) (of x[c] * y[c] with kProducts): 16 interleaved partial sums combined pairwise (a
+// chain of 16 additions was most of a short row's time), then the tail in order. The order, and so the
+// bits, fixed by n.
+template <bool kProducts, typename T>
+LAZYRT_INLINE T LaneSum(const T* x, const T* y, int64_t n) {
+  if constexpr (std::is_same_v<T, float>) {
+    Octet lo = {}, hi = {};
+    const int64_t c = ForEachVector(n, [&](int64_t c) {
+      Octet a, b;
+      LoadOctets(x + c, a, b);
+      if constexpr (kProducts) {
+        Octet u, v;
+        LoadOctets(y + c, u, v);
+        a *= u;
+        b *= v;
+      }
+      lo += a;
+      hi += b;
+    });
+    const Octet s = lo + hi;
+    float sum = ((s[0] + s[4]) + (s[2] + s[6])) + ((s[1] + s[5]) + (s[3] + s[7]));
+    for (int64_t t = c; t < n; ++t) sum += kProducts ? x[t] * y[t] : x[t];
+    return sum;
+  } else {
+    T sum = 0;
+    for (int64_t c = 0; c < n; ++c) sum += kProducts ? x[c] * y[c] : x[c];
+    return sum;
+  }
+}
+
+// The maximum of init and x[0, n), NaNs ignored (as std::max(max, x) in a loop).
+template <typename T>
+LAZYRT_INLINE T MaxOf(const T* x, int64_t n, T init) {
+  int64_t c = 0;
+  if constexpr (std::is_same_v<T, float>) {
+    Octet lo = Octet{} + init, hi = lo;
+    c = ForEachVector(n, [&](int64_t c) {
+      Octet a, b;
+      LoadOctets(x + c, a, b);
+      lo = a > lo ? a : lo;
+      hi = b > hi ? b : hi;
+    });
+    lo = hi > lo ? hi : lo;
+    for (int l = 0; l < 8; ++l) init = std::max(init, lo[l]);
+  }
+  for (; c < n; ++c) init = std::max(init, x[c]);
   return init;
 }
 
-// The sum of x[0, n) (of x[c] * y[c] with kProducts): 16 interleaved partial sums, then those and the tail
-// in order. Independent chains that vectorize (one chain waited on each addition); the order, and so the
-// bits, fixed by n.
-template <bool kProducts>
-LAZYRT_VECTOR_CLONES_TEMPLATE float LaneSum(const float* x, const float* y, int64_t n) {
-  Octet lo = {}, hi = {};
-  int64_t c = 0;
-  for (; c + kFloatLanes <= n; c += kFloatLanes) {
-    Octet a, b;
-    std::memcpy(&a, x + c, sizeof(a));
-    std::memcpy(&b, x + c + 8, sizeof(b));
-    if constexpr (kProducts) {
-      Octet u, v;
-      std::memcpy(&u, y + c, sizeof(u));
-      std::memcpy(&v, y + c + 8, sizeof(v));
-      a *= u;
-      b *= v;
-    }
-    lo += a;
-    hi += b;
+// Of a row whose first `seen` of `cols` keys take part, how many its exponentials compute: with
+// `whole_vectors` the seen keys rounded up to whole vectors of kFloatLanes (the scores of up to 15
+// unseen keys with them, finite, zeroed after): a causal row's last 1-15 seen keys took scalar code, and
+// whole vectors took the attention benchmark from 5.17 to 4.89 ms. Not with a mask, whose -inf there
+// would give subnormal exponentials (a microcode assist each on Intel CPUs: 5.0 -> 5.6 ms).
+LAZYRT_INLINE int64_t Computed(int64_t seen, int64_t cols, bool whole_vectors) {
+  return whole_vectors ? std::min(cols, (seen + kFloatLanes - 1) / kFloatLanes * kFloatLanes) : seen;
+}
+
+// A row of probabilities: x[c] = exp(x[c] * factor - shift) for the `seen` keys, 0 for the others up to
+// `cols`; returns their sum (over whole vectors where they fit: the zeros add nothing).
+template <typename T>
+LAZYRT_INLINE T ExpRow(T* x, int64_t seen, int64_t cols, bool whole_vectors, T factor, T shift) {
+  const int64_t computed = Computed(seen, cols, whole_vectors);
+  for (int64_t c = 0; c < computed; ++c) x[c] = ExpOf(x[c] * factor - shift);
+  std::fill(x + seen, x + cols, T{0});
+  return LaneSum<false>(x, static_cast<const T*>(nullptr), Computed(seen, cols, true));
+}
+
+// One step of the online softmax over a block of scores (rows x seen.cols, ld apart) for each row r: its
+// scores multiplied by `factor`, m = the maximum of the seen ones and row_max[r], rescale[r] = exp(row_max[r]
+// - m) (0 while the row had seen no key), p = exp(score - m) for the seen keys and 0 for the others,
+// row_sum[r] = row_sum[r] * rescale[r] + the sum of p, row_max[r] = m. A row whose keys are all masked so
+// far keeps its sums (rescale 1) and gets p = 0. `block_max`: rows elements of work. The rescales are
+// computed for all rows at once, on vectors: one at a time, each exponential's chain of dependent
+// operations took longer than a row's vectors.
+template <typename T>
+LAZYRT_VECTOR_CLONES_TEMPLATE void SoftmaxStep(T* scores, int64_t ld, int64_t rows, SeenKeys seen, T factor,
+                                               bool whole_vectors, T* row_max, T* row_sum, T* rescale, T* block_max) {
+  for (int64_t r = 0; r < rows; ++r) {
+    T* x = scores + r * ld;
+    const int64_t n = seen.Of(r);
+    const int64_t computed = Computed(n, seen.cols, whole_vectors);
+    for (int64_t c = 0; c < computed; ++c) x[c] *= factor;
+    block_max[r] = MaxOf(x, n, row_max[r]);
   }
-  float sum = 0;
-  for (int l = 0; l < 8; ++l) sum += lo[l];
-  for (int l = 0; l < 8; ++l) sum += hi[l];
-  for (; c < n; ++c) sum += kProducts ? x[c] * y[c] : x[c];
-  return sum;
+  for (int64_t r = 0; r < rows; ++r) rescale[r] = ExpOf(row_max[r] - block_max[r]);
+  for (int64_t r = 0; r < rows; ++r) {
+    T* x = scores + r * ld;
+    if (block_max[r] == -std::numeric_limits<T>::infinity()) {
+      std::fill_n(x, seen.cols, T{0});
+      rescale[r] = T{1};
+      continue;
+    }
+    row_sum[r] = row_sum[r] * rescale[r] + ExpRow(x, seen.Of(r), seen.cols, whole_vectors, T{1}, block_max[r]);
+    row_max[r] = block_max[r];
+  }
 }
-float RowSum(const float* x, int64_t n) { return LaneSum<false>(x, nullptr, n); }
-double RowSum(const double* x, int64_t n) {
-  double sum = 0;
-  for (int64_t c = 0; c < n; ++c) sum += x[c];
-  return sum;
+
+// acc[r * n + c] = acc[r * n + c] * rescale[r] + x[r * n + c]: a step's sums into the accumulator.
+template <typename T>
+LAZYRT_VECTOR_CLONES_TEMPLATE void RescaleAndAdd(T* acc, const T* x, int64_t rows, int64_t n, const T* rescale) {
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t c = 0; c < n; ++c) acc[r * n + c] = acc[r * n + c] * rescale[r] + x[r * n + c];
+  }
 }
-// The dot product of x[0, n) and y[0, n) (a chain of additions was most of the backward's own time).
-float RowDot(const float* x, const float* y, int64_t n) { return LaneSum<true>(x, y, n); }
-double RowDot(const double* x, const double* y, int64_t n) {
-  double sum = 0;
-  for (int64_t c = 0; c < n; ++c) sum += x[c] * y[c];
-  return sum;
+
+// P over a block of scores (rows x seen.cols, ld apart): p = exp(score * factor - lse[r]) for the keys row r
+// sees, 0 for the others.
+template <typename T>
+LAZYRT_VECTOR_CLONES_TEMPLATE void ProbabilityBlock(T* p, int64_t ld, int64_t rows, SeenKeys seen, T factor,
+                                                    bool whole_vectors, const T* lse) {
+  for (int64_t r = 0; r < rows; ++r) ExpRow(p + r * ld, seen.Of(r), seen.cols, whole_vectors, factor, lse[r]);
+}
+
+// dS over a block (rows x cols, ld apart) from dP in ds, P in p and P with the dropout applied in kept
+// (nullptr without dropout): ds = P * (dP - D) * scale, or (kept * dP - P * D) * scale, D = delta[r].
+template <typename T>
+LAZYRT_VECTOR_CLONES_TEMPLATE void ScoreGradients(const T* p, const T* kept, T* ds, int64_t ld, int64_t rows,
+                                                  int64_t cols, const T* delta, T scale) {
+  for (int64_t r = 0; r < rows; ++r) {
+    const T d = delta[r];
+    const T* pr = p + r * ld;
+    T* dr = ds + r * ld;
+    if (kept != nullptr) {
+      const T* kr = kept + r * ld;
+      for (int64_t c = 0; c < cols; ++c) dr[c] = (kr[c] * dr[c] - pr[c] * d) * scale;
+    } else {
+      for (int64_t c = 0; c < cols; ++c) dr[c] = pr[c] * (dr[c] - d) * scale;
+    }
+  }
+}
+
+// D = rowsum(dO * O) for each of `rows` queries: dout rows n apart, o rows n + 1 apart.
+template <typename T>
+LAZYRT_VECTOR_CLONES_TEMPLATE void RowDots(const T* dout, const T* o, int64_t rows, int64_t n, T* delta) {
+  for (int64_t r = 0; r < rows; ++r) delta[r] = LaneSum<true>(dout + r * n, o + r * (n + 1), n);
+}
+
+// The forward's result rows: o = acc / row_sum (0 with no keys at all), and the logsumexp row_max + log
+// row_sum after each (rows n + 1 apart).
+template <typename T>
+LAZYRT_VECTOR_CLONES_TEMPLATE void FinishRows(const T* acc, const T* row_max, const T* row_sum, const T* log_sum,
+                                              int64_t rows, int64_t n, bool no_keys, T* out) {
+  for (int64_t r = 0; r < rows; ++r) {
+    // A row with no key (every one masked) is 0/0 = NaN, as softmax over -inf scores in PyTorch; with
+    // no keys at all (S = 0) the output is 0, as torch's empty matrix product.
+    const T factor = no_keys ? T{0} : T{1} / row_sum[r];
+    T* o = out + r * (n + 1);
+    for (int64_t c = 0; c < n; ++c) o[c] = acc[r * n + c] * factor;
+    o[n] = row_max[r] + log_sum[r];
+  }
+}
+#undef LAZYRT_INLINE
+
+// out[r] = log(x[r]) for r < n: for f32 vector_math's, the same on every CPU (glibc's logf has per-CPU
+// variants), over the array at once (a call per row ran the baseline's scalar code).
+void Logs(const float* x, int64_t n, float* out) { VectorLog(x, n, out); }
+void Logs(const double* x, int64_t n, double* out) {
+  for (int64_t r = 0; r < n; ++r) out[r] = Log(x[r]);
 }
 
 // What forward and backward share: the sizes, and the masked, scaled scores of a block.
@@ -310,52 +388,38 @@ class AttentionBase : public Kernel {
   // Whether ContiguousRows copies operand i.
   bool Gathered(size_t i, int64_t cols) const { return lay_.access[i].row_stride != cols; }
 
-  // scores[r * ld + c] = q_rows[r] . k[j0 + c] * scale (q_rows: the queries from i0), masked: -inf
-  // where the bool mask is false, plus the float mask (of q's type). Keys after the query (causal) are left as they
-  // are: no reader looks past SeenCols.
+  // scores[r * ld + c] = q_rows[r] . k[j0 + c] (q_rows: the queries from i0); returns the factor the scores
+  // are still to be multiplied by, the scale, which the next pass over them applies. With a mask they are
+  // scaled here and masked: -inf where the bool mask is false, plus the float mask (of q's type); the factor
+  // is then 1. Keys after the query (causal) are left as they are: no reader looks past the seen keys.
   template <typename S, typename T = ComputeOf<S>>
-  void Scores(const S* q_rows, const S* k, const void* mask, int64_t mask_offset, int64_t i0, int64_t rows, int64_t j0,
-              int64_t cols, T* scores, int64_t ld) const {
+  T Scores(const S* q_rows, const S* k, const void* mask, int64_t mask_offset, int64_t i0, int64_t rows, int64_t j0,
+           int64_t cols, T* scores, int64_t ld) const {
     const int64_t e = lay_.e;
     Product<S>(library_, rows, cols, e, {q_rows, e, 1}, {k + j0 * e, 1, e}, {scores, ld, 1});
     const T scale = static_cast<T>(scale_);
+    if (!lay_.has_mask) return scale;
     constexpr T kMinusInf = -std::numeric_limits<T>::infinity();
     for (int64_t r = 0; r < rows; ++r) {
       T* row = scores + r * ld;
-      ScaleBy(row, cols, scale);
-      if (lay_.has_mask) {
-        const int64_t at = mask_offset + (i0 + r) * lay_.mask_row_stride + j0 * lay_.mask_col_stride;
-        if (lay_.mask_type == PrimitiveType::kPred) {
-          const uint8_t* m = static_cast<const uint8_t*>(mask) + at;
-          for (int64_t c = 0; c < cols; ++c) row[c] = m[c * lay_.mask_col_stride] != 0 ? row[c] : kMinusInf;
-        } else {
-          const S* m = static_cast<const S*>(mask) + at;  // of q's type
-          for (int64_t c = 0; c < cols; ++c) row[c] += ToCompute(m[c * lay_.mask_col_stride]);
-        }
+      for (int64_t c = 0; c < cols; ++c) row[c] *= scale;
+      const int64_t at = mask_offset + (i0 + r) * lay_.mask_row_stride + j0 * lay_.mask_col_stride;
+      if (lay_.mask_type == PrimitiveType::kPred) {
+        const uint8_t* m = static_cast<const uint8_t*>(mask) + at;
+        for (int64_t c = 0; c < cols; ++c) row[c] = m[c * lay_.mask_col_stride] != 0 ? row[c] : kMinusInf;
+      } else {
+        const S* m = static_cast<const S*>(mask) + at;  // of q's type
+        for (int64_t c = 0; c < cols; ++c) row[c] += ToCompute(m[c * lay_.mask_col_stride]);
       }
     }
+    return T{1};
   }
 
   // Keys [0, KeyEnd) can take part for the queries of [i0, i0 + rows).
   int64_t KeyEnd(int64_t i0, int64_t rows) const { return causal_ ? std::min(lay_.s, i0 + rows) : lay_.s; }
-  // Of a block's `cols` keys from j0, query i sees the first SeenCols (causal: those up to i).
-  int64_t SeenCols(int64_t i, int64_t j0, int64_t cols) const {
-    return causal_ ? std::clamp<int64_t>(i + 1 - j0, 0, cols) : cols;
-  }
-
-  // p[c] = exp(p[c] - shift) for the keys query i sees, 0 for the others (exp of their -inf, not computed).
-  // Without a mask the exponentials run on whole vectors of kFloatLanes, the scores of up to 15 unseen
-  // keys with them (finite products, zeroed after): a causal row's last 1-15 seen keys took the loop's
-  // scalar code, and whole vectors took the attention benchmark from 5.17 to 4.89 ms (ExpShifted 12.5% ->
-  // 6.9% of its samples). Not with a mask, whose -inf there would give subnormal exponentials (a microcode
-  // assist each on Intel CPUs: 5.0 -> 5.6 ms with -inf in those places); nor by setting those scores first
-  // (a fill per row cost what the vectors saved).
-  template <typename T>
-  void Probabilities(T* p, int64_t i, int64_t j0, int64_t cols, T shift) const {
-    const int64_t seen = SeenCols(i, j0, cols);
-    const int64_t whole = std::min(cols, (seen + kFloatLanes - 1) / kFloatLanes * kFloatLanes);
-    ExpShifted(p, lay_.has_mask ? seen : whole, shift);
-    std::fill(p + seen, p + cols, T{0});
+  // Of a block's `cols` keys from j0, those the queries from i0 see.
+  SeenKeys Seen(int64_t i0, int64_t j0, int64_t cols) const {
+    return causal_ ? SeenKeys{i0 + 1 - j0, 1, cols} : SeenKeys{cols, 0, cols};
   }
 
   AttentionLayout lay_;
@@ -406,7 +470,7 @@ class AttentionKernel final : public AttentionBase {
                                                 (Gathered(2, ev) ? key_end * ev : 0));
       const size_t scored = block * static_cast<size_t>(chunk);
       const size_t narrowed = std::is_same_v<S, T> ? 0 : scored;
-      T* scores = Scratch<T>(scored + 2 * values + 4 * block);
+      T* scores = Scratch<T>(scored + 2 * values + 5 * block);
       S* probs_narrowed = Scratch<S, kOperandSlot>(narrowed + copies);
       S* copied = probs_narrowed + narrowed;
       const S* q = ContiguousRows<S>(inputs, 0, b, i0, rows, e, copied);
@@ -416,44 +480,26 @@ class AttentionKernel final : public AttentionBase {
       T* acc = pv + values;
       T* row_max = acc + values;
       T* row_sum = row_max + block;
-      T* block_max = row_sum + block;  // each row's maximum with this block's scores
-      T* rescale = block_max + block;
-      std::fill_n(acc, rows * ev, T{0});
+      T* rescale = row_sum + block;
+      T* log_sum = rescale + block;
+      T* block_max = log_sum + block;
+      if (key_end == 0) std::fill_n(acc, rows * ev, T{0});
       std::fill_n(row_max, rows, -std::numeric_limits<T>::infinity());
       std::fill_n(row_sum, rows, T{0});
       const int64_t mask_offset = lay_.has_mask ? MaskOffset(b) : 0;
       for (int64_t j0 = 0; j0 < key_end; j0 += chunk) {
         const int64_t cols = std::min(chunk, key_end - j0);
-        Scores<S>(q, k, mask, mask_offset, i0, rows, j0, cols, scores, chunk);
-        // The keys after the query are -inf (causal): not looked at.
-        for (int64_t r = 0; r < rows; ++r)
-          block_max[r] = RowMax(scores + r * chunk, SeenCols(i0 + r, j0, cols), row_max[r]);
-        Rescales(row_max, block_max, rows, rescale);  // 0 while a row had no key yet
-        for (int64_t r = 0; r < rows; ++r) {
-          T* p = scores + r * chunk;
-          if (block_max[r] == -std::numeric_limits<T>::infinity()) {  // every key so far masked: nothing to add
-            std::fill_n(p, cols, T{0});
-            continue;
-          }
-          Probabilities(p, i0 + r, j0, cols, block_max[r]);
-          row_sum[r] = row_sum[r] * rescale[r] + RowSum(p, SeenCols(i0 + r, j0, cols));
-          row_max[r] = block_max[r];
-          ScaleBy(acc + r * ev, ev, rescale[r]);
-        }
+        const T factor = Scores<S>(q, k, mask, mask_offset, i0, rows, j0, cols, scores, chunk);
+        SoftmaxStep(scores, chunk, rows, Seen(i0, j0, cols), factor, !lay_.has_mask, row_max, row_sum, rescale,
+                    block_max);
         if (dropout_ > 0) Dropout<T>(seed, b, i0, rows, j0, cols, scores, chunk);  // after the sums: softmax, then drop
         const S* probs = AsOperand<S>(scores, rows, cols, chunk, probs_narrowed);
-        Product<S>(library_, rows, ev, cols, {probs, chunk, 1}, {v + j0 * ev, ev, 1}, {pv, ev, 1});
-        AddTo(acc, pv, rows * ev);
+        // The first step's products are the accumulator; a later step's are added to it, rescaled.
+        Product<S>(library_, rows, ev, cols, {probs, chunk, 1}, {v + j0 * ev, ev, 1}, {j0 == 0 ? acc : pv, ev, 1});
+        if (j0 > 0) RescaleAndAdd(acc, pv, rows, ev, rescale);
       }
-      T* log_sum = rescale;  // free now
       Logs(row_sum, rows, log_sum);
-      for (int64_t r = 0; r < rows; ++r) {
-        T* o = out + (i0 + r) * (ev + 1);
-        // A row with no key (every one masked) is 0/0 = NaN, as softmax over -inf scores in PyTorch; with
-        // no keys at all (S = 0) the output is 0, as torch's empty matrix product.
-        ScaledCopy(acc + r * ev, ev, s == 0 ? T{0} : T{1} / row_sum[r], o);
-        o[ev] = row_max[r] + log_sum[r];
-      }
+      FinishRows(acc, row_max, row_sum, log_sum, rows, ev, s == 0, out + i0 * (ev + 1));
     });
   }
 };
@@ -548,7 +594,7 @@ class AttentionGradKernel final : public AttentionBase {
     const uint64_t seed = Seed(inputs);
     T* dk = dq + l * e;
     T* dv = dk + s * e;
-    std::fill_n(dq, PerBatch(), T{0});
+    if (s == 0) std::fill_n(dq, l * e, T{0});  // no key block writes it
     S* copied = narrowed + (std::is_same_v<S, T> ? 0 : scored);
     const auto rows_of = [&](size_t i) {
       return ContiguousRows<S>(inputs, i, b, 0, Lengths()[i], Widths()[i], copied);
@@ -560,23 +606,32 @@ class AttentionGradKernel final : public AttentionBase {
     T* product = dropped + scored;
     T* lse = product + wide;
     T* delta = lse + l;
-    for (int64_t i = 0; i < l; ++i) {
-      const T* o = fwd + i * (ev + 1);
-      delta[i] = RowDot(AsCompute<S>(dout + i * ev, ev, product), o, ev);
-      lse[i] = o[ev];
+    for (int64_t i0 = 0; i0 < l; i0 += queries) {  // bf16: d(output) widened a step of queries at a time
+      const int64_t rows = std::min(queries, l - i0);
+      RowDots(AsCompute<S>(dout + i0 * ev, rows * ev, product), fwd + i0 * (ev + 1), rows, ev, delta + i0);
     }
+    for (int64_t i = 0; i < l; ++i) lse[i] = fwd[i * (ev + 1) + ev];
     const T scale = static_cast<T>(scale_);
     const int64_t mask_offset = lay_.has_mask ? MaskOffset(b) : 0;
+    // dst (m x n) = a b where `first`, else += a b: the first step that reaches a gradient's rows writes them.
+    const auto sum_product = [&](bool first, int64_t m, int64_t n, int64_t kk, MatrixView<const S> a,
+                                 MatrixView<const S> bv, T* dst) {
+      Product<S>(library_, m, n, kk, a, bv, {first ? dst : product, n, 1});
+      if (!first) AddTo(dst, product, m * n);
+    };
     for (int64_t j0 = 0; j0 < s; j0 += kBlock) {
       const int64_t cols = std::min(kBlock, s - j0);
-      // Causal: the queries before j0 see none of these keys.
-      for (int64_t i0 = causal_ ? j0 : 0; i0 < l; i0 += queries) {
+      // Causal: the queries before j0 see none of these keys, and with none after them either their
+      // gradients are 0.
+      const int64_t first_query = causal_ ? j0 : 0;
+      if (first_query >= l) {
+        std::fill_n(dk + j0 * e, cols * e, T{0});
+        std::fill_n(dv + j0 * ev, cols * ev, T{0});
+      }
+      for (int64_t i0 = first_query; i0 < l; i0 += queries) {
         const int64_t rows = std::min(queries, l - i0);
-        Scores<S>(q + i0 * e, k, mask, mask_offset, i0, rows, j0, cols, p, kBlock);
-        for (int64_t r = 0; r < rows; ++r) {
-          T* pr = p + r * kBlock;
-          Probabilities(pr, i0 + r, j0, cols, lse[i0 + r]);
-        }
+        const T factor = Scores<S>(q + i0 * e, k, mask, mask_offset, i0, rows, j0, cols, p, kBlock);
+        ProbabilityBlock(p, kBlock, rows, Seen(i0, j0, cols), factor, !lay_.has_mask, lse + i0);
         // With dropout Z (0 or 1 / (1 - dropout)): O = (P Z) V, so dV = (P Z)^T dO, dP = (dO V^T) Z, and
         // D = rowsum(dO * O) is still rowsum(P * dP).
         const T* kept = p;
@@ -587,20 +642,15 @@ class AttentionGradKernel final : public AttentionBase {
         }
         // dV[j0:] += (P Z)^T dO[i0:]
         const S* kept_operand = AsOperand<S>(kept, rows, cols, kBlock, narrowed);
-        Product<S>(library_, cols, ev, rows, {kept_operand, 1, kBlock}, {dout + i0 * ev, ev, 1}, {product, ev, 1});
-        AddTo(dv + j0 * ev, product, cols * ev);
+        sum_product(i0 == first_query, cols, ev, rows, {kept_operand, 1, kBlock}, {dout + i0 * ev, ev, 1},
+                    dv + j0 * ev);
         // dS = P * (dO V^T Z - D) * scale; P Z / P is Z where P > 0 (and dS is 0 where P is)
         Product<S>(library_, rows, cols, ev, {dout + i0 * ev, ev, 1}, {v + j0 * ev, 1, ev}, {ds, kBlock, 1});
-        for (int64_t r = 0; r < rows; ++r) {
-          ScoreGradients(p + r * kBlock, dropout_ > 0 ? kept + r * kBlock : nullptr, ds + r * kBlock, cols,
-                         delta[i0 + r], scale);
-        }
+        ScoreGradients(p, dropout_ > 0 ? kept : nullptr, ds, kBlock, rows, cols, delta + i0, scale);
         // dK[j0:] += dS^T Q[i0:], dQ[i0:] += dS K[j0:]
         const S* ds_operand = AsOperand<S>(ds, rows, cols, kBlock, narrowed);
-        Product<S>(library_, cols, e, rows, {ds_operand, 1, kBlock}, {q + i0 * e, e, 1}, {product, e, 1});
-        AddTo(dk + j0 * e, product, cols * e);
-        Product<S>(library_, rows, e, cols, {ds_operand, kBlock, 1}, {k + j0 * e, e, 1}, {product, e, 1});
-        AddTo(dq + i0 * e, product, rows * e);
+        sum_product(i0 == first_query, cols, e, rows, {ds_operand, 1, kBlock}, {q + i0 * e, e, 1}, dk + j0 * e);
+        sum_product(j0 == 0, rows, e, cols, {ds_operand, kBlock, 1}, {k + j0 * e, e, 1}, dq + i0 * e);
       }
     }
   }

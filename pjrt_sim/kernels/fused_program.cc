@@ -4,11 +4,15 @@
 #include <bit>
 #include <cmath>
 #include <cstring>
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
 #include <iterator>
 #include <optional>
 #include <type_traits>
 
 #include "absl/strings/str_cat.h"
+#include "pjrt_sim/cpu_isa.h"
 #include "pjrt_sim/element_ops.h"
 #include "pjrt_sim/hlo.h"
 #include "pjrt_sim/kernels/prefetch.h"
@@ -368,10 +372,61 @@ StepFn ChooseStepFn(const Step& s, int scalar) {
   return nullptr;
 }
 
+// Whether the CPU rounds f32 to bf16 itself (AVX512-BF16's VCVTNE2PS2BF16 and VCVTNEPS2BF16): to nearest
+// even as FloatToBf16, but a NaN keeps its payload and a subnormal is flushed to zero. The native loops
+// below give FloatToBf16's bits all the same: a vector holding either takes FloatToBf16, as does a tail.
+bool NativeBf16() {
+  static const bool has = HostHas("avx512_bf16") && HostHas("avx512bw") && HostHas("avx512vl");
+  return has;
+}
+#if defined(__x86_64__)
+#define LAZYRT_NATIVE_BF16 __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,avx512bf16")))
+// VFPCLASSPS's classes: quiet NaN, signaling NaN, subnormal.
+constexpr int kNanOrSubnormal = 0x01 | 0x80 | 0x20;
+
+// dst[i] = FloatToBf16(x[i]) for i < n, 32 an instruction where the emulation took ten (the attention's
+// bf16 probabilities and score gradients, every bf16 store of a loop).
+LAZYRT_NATIVE_BF16 void NativeFloatsToBf16(const float* x, int64_t n, uint16_t* dst) {
+  int64_t i = 0;
+  for (; i + 32 <= n; i += 32) {
+    const __m512 lo = _mm512_loadu_ps(x + i), hi = _mm512_loadu_ps(x + i + 16);
+    if ((_mm512_fpclass_ps_mask(lo, kNanOrSubnormal) | _mm512_fpclass_ps_mask(hi, kNanOrSubnormal)) != 0) {
+      for (int64_t k = i; k < i + 32; ++k) dst[k] = FloatToBf16(x[k]);
+    } else {
+      const __m512bh rounded = _mm512_cvtne2ps_pbh(hi, lo);
+      std::memcpy(dst + i, &rounded, sizeof(rounded));
+    }
+  }
+  for (; i < n; ++i) dst[i] = FloatToBf16(x[i]);
+}
+
+// f[i] = Bf16ToFloat(FloatToBf16(f[i])) for i < n, 16 at a time.
+LAZYRT_NATIVE_BF16 void NativeRoundToBf16(float* f, int64_t n) {
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    const __m512 x = _mm512_loadu_ps(f + i);
+    if (_mm512_fpclass_ps_mask(x, kNanOrSubnormal) != 0) {
+      for (int64_t k = i; k < i + 16; ++k) f[k] = Bf16ToFloat(FloatToBf16(f[k]));
+    } else {
+      using Bits16 = uint16_t __attribute__((vector_size(32)));
+      using Bits32 = uint32_t __attribute__((vector_size(64)));
+      const Bits32 widened = __builtin_convertvector((Bits16)_mm512_cvtneps_pbh(x), Bits32) << 16;
+      std::memcpy(f + i, &widened, sizeof(widened));
+    }
+  }
+  for (; i < n; ++i) f[i] = Bf16ToFloat(FloatToBf16(f[i]));
+}
+#undef LAZYRT_NATIVE_BF16
+#else
+void NativeFloatsToBf16(const float*, int64_t, uint16_t*) {}
+void NativeRoundToBf16(float*, int64_t) {}
+#endif
+
 // Rounds f32 values to bf16/f16 and back, exactly as if they had been stored and loaded: fused and
 // unfused programs give identical bits.
 LAZYRT_VECTOR_CLONES void Round16(PrimitiveType type, float* f, int64_t n) {
   if (type == PrimitiveType::kBF16) {
+    if (NativeBf16()) return NativeRoundToBf16(f, n);
     for (int64_t k = 0; k < n; ++k) f[k] = Bf16ToFloat(FloatToBf16(f[k]));
   } else {
     for (int64_t k = 0; k < n; ++k) f[k] = HalfToFloat(FloatToHalf(f[k]));
@@ -382,6 +437,9 @@ LAZYRT_VECTOR_CLONES void Round16(PrimitiveType type, float* f, int64_t n) {
 template <typename T>
 LAZYRT_VECTOR_CLONES_TEMPLATE void Store16(PrimitiveType to, const T* x, int64_t n, uint16_t* dst) {
   if (to == PrimitiveType::kBF16) {
+    if constexpr (std::is_same_v<T, float>) {
+      if (NativeBf16()) return NativeFloatsToBf16(x, n, dst);
+    }
     for (int64_t i = 0; i < n; ++i) dst[i] = FloatToBf16(static_cast<float>(x[i]));
   } else {
     for (int64_t i = 0; i < n; ++i) dst[i] = FloatToHalf(static_cast<float>(x[i]));

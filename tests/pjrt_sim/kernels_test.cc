@@ -44,6 +44,52 @@ using testing::HostArray;
 using testing::MakeArray;
 using testing::ModuleBuilder;
 
+// Arrays rounded to bf16 as a kernel stores them (StoreBlock) and as a fused program rounds a value it goes
+// on computing with (convert to bf16 and back): FloatToBf16's bits for every element, on CPUs that round in
+// hardware too (whose instruction keeps NaN payloads and flushes subnormals: a vector holding one is
+// rounded by FloatToBf16). NaNs and subnormals alone, among normal values, at every position of a vector
+// and in tails.
+TEST(ElementOps, ArraysOfFloatsRoundToFloatToBf16sBits) {
+  const std::vector<uint32_t> specials = {0x7f800001, 0xffc12345, 0x7fc00000, 0x00000001, 0x807fffff,
+                                          0x00400000, 0x7f800000, 0xff800000, 0x00000000, 0x80000000,
+                                          0x7f7fffff, 0x3f808000, 0x3f818000, 0x00800000};
+  std::mt19937 rng(3);
+  std::uniform_real_distribution<float> normal(-3, 3);
+  for (int64_t n : {1, 15, 16, 17, 31, 32, 33, 64, 100}) {
+    for (size_t which = 0; which < specials.size(); ++which) {
+      for (int64_t at : {int64_t{0}, n / 2, n - 1}) {
+        std::vector<float> x(static_cast<size_t>(n));
+        for (float& v : x) v = normal(rng);
+        x[static_cast<size_t>(at)] = std::bit_cast<float>(specials[which]);
+        std::vector<uint16_t> stored(x.size());
+        StoreBlock(x.data(), ComputeType::kF32, PrimitiveType::kBF16, stored.data(), n);
+        for (size_t i = 0; i < x.size(); ++i) {
+          ASSERT_EQ(stored[i], FloatToBf16(x[i]))
+              << std::hex << "bits 0x" << std::bit_cast<uint32_t>(x[i]) << " at " << std::dec << i << " of " << n;
+        }
+      }
+    }
+  }
+  // Through a kernel: x rounded to bf16, widened and halved, one fused loop.
+  std::vector<float> values;
+  for (int i = 0; i < 300; ++i) values.push_back(normal(rng));
+  for (size_t i = 0; i < specials.size(); ++i) values[i * 19] = std::bit_cast<float>(specials[i]);
+  const Dims d = {static_cast<int64_t>(values.size())};
+  ModuleBuilder b;
+  const int64_t x = b.Parameter(0, proto::F32, d);
+  const int64_t rounded = b.Convert(b.Convert(x, proto::BF16), proto::F32);
+  b.Output(b.Mul(rounded, b.Constant(0.5, proto::F32, d)));
+  std::unique_ptr<Client> client = testing::MakeClient();
+  absl::StatusOr<std::vector<HostArray>> r =
+      testing::CompileAndRun(*client, b.module(), {}, {MakeArray<float>(PrimitiveType::kF32, d, values)});
+  ASSERT_TRUE(r.ok()) << r.status();
+  for (size_t i = 0; i < values.size(); ++i) {
+    const float want = Bf16ToFloat(FloatToBf16(values[i])) * 0.5f;
+    ASSERT_EQ(std::bit_cast<uint32_t>((*r)[0].at<float>(static_cast<int64_t>(i))), std::bit_cast<uint32_t>(want))
+        << std::hex << "bits 0x" << std::bit_cast<uint32_t>(values[i]);
+  }
+}
+
 constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
 constexpr float kInf = std::numeric_limits<float>::infinity();
 

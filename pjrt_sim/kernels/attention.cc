@@ -220,13 +220,12 @@ LAZYRT_INLINE int64_t Computed(int64_t seen, int64_t cols, bool whole_vectors) {
 }
 
 // A row of probabilities: x[c] = exp(x[c] * factor - shift) for the `seen` keys, 0 for the others up to
-// `cols`; returns their sum (over whole vectors where they fit: the zeros add nothing).
+// `cols`.
 template <typename T>
-LAZYRT_INLINE T ExpRow(T* x, int64_t seen, int64_t cols, bool whole_vectors, T factor, T shift) {
+LAZYRT_INLINE void ExpRow(T* x, int64_t seen, int64_t cols, bool whole_vectors, T factor, T shift) {
   const int64_t computed = Computed(seen, cols, whole_vectors);
   for (int64_t c = 0; c < computed; ++c) x[c] = ExpOf(x[c] * factor - shift);
   std::fill(x + seen, x + cols, T{0});
-  return LaneSum<false>(x, static_cast<const T*>(nullptr), Computed(seen, cols, true));
 }
 
 // One step of the online softmax over a block of scores (rows x seen.cols, ld apart) for each row r: its
@@ -254,7 +253,11 @@ LAZYRT_VECTOR_CLONES_TEMPLATE void SoftmaxStep(T* scores, int64_t ld, int64_t ro
       rescale[r] = T{1};
       continue;
     }
-    row_sum[r] = row_sum[r] * rescale[r] + ExpRow(x, seen.Of(r), seen.cols, whole_vectors, T{1}, block_max[r]);
+    const int64_t n = seen.Of(r);
+    ExpRow(x, n, seen.cols, whole_vectors, T{1}, block_max[r]);
+    // Summed over whole vectors where they fit: the zeros past the seen keys add nothing.
+    row_sum[r] =
+        row_sum[r] * rescale[r] + LaneSum<false>(x, static_cast<const T*>(nullptr), Computed(n, seen.cols, true));
     row_max[r] = block_max[r];
   }
 }

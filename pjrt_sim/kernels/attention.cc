@@ -242,7 +242,9 @@ LAZYRT_VECTOR_CLONES_TEMPLATE void SoftmaxStep(T* scores, int64_t ld, int64_t ro
     T* x = scores + r * ld;
     const int64_t n = seen.Of(r);
     const int64_t computed = Computed(n, seen.cols, whole_vectors);
-    for (int64_t c = 0; c < computed; ++c) x[c] *= factor;
+    if (factor != T{1}) {  // 1 with a mask, whose scores are scaled already
+      for (int64_t c = 0; c < computed; ++c) x[c] *= factor;
+    }
     block_max[r] = MaxOf(x, n, row_max[r]);
   }
   for (int64_t r = 0; r < rows; ++r) rescale[r] = ExpOf(row_max[r] - block_max[r]);
@@ -325,7 +327,8 @@ void Logs(const double* x, int64_t n, double* out) {
   for (int64_t r = 0; r < n; ++r) out[r] = Log(x[r]);
 }
 
-// What forward and backward share: the sizes, and the masked, scaled scores of a block.
+// What forward and backward share: the sizes, and the scores of a block (masked and scaled, or the scale
+// left to the next pass).
 class AttentionBase : public Kernel {
  public:
   AttentionBase(AttentionLayout layout, const AttentionParams& params)
@@ -394,7 +397,8 @@ class AttentionBase : public Kernel {
   // scores[r * ld + c] = q_rows[r] . k[j0 + c] (q_rows: the queries from i0); returns the factor the scores
   // are still to be multiplied by, the scale, which the next pass over them applies. With a mask they are
   // scaled here and masked: -inf where the bool mask is false, plus the float mask (of q's type); the factor
-  // is then 1. Keys after the query (causal) are left as they are: no reader looks past the seen keys.
+  // is then 1. Keys after the query (causal) are left as they are: the next pass takes at most the whole
+  // vectors holding the seen keys (Computed) and zeroes what it took past them.
   template <typename S, typename T = ComputeOf<S>>
   T Scores(const S* q_rows, const S* k, const void* mask, int64_t mask_offset, int64_t i0, int64_t rows, int64_t j0,
            int64_t cols, T* scores, int64_t ld) const {
@@ -584,7 +588,8 @@ class AttentionGradKernel final : public AttentionBase {
   // product, and the logsumexp and D of every query.
   size_t WorkElements() const { return 3 * Scored() + Wide() + 2 * static_cast<size_t>(lay_.l); }
 
-  // Sums the gradients of batch element b into dq (dk and dv after it, packed; zeroed first). `p`: the
+  // Sums the gradients of batch element b into dq (dk and dv after it, packed; each element written by the
+  // first product that reaches it, zeroed where none does: S = 0, key blocks no query sees). `p`: the
   // work (WorkElements); `forward_copy`: where the rows of the forward result go if it is a view
   // (CopiesOf({3})); `narrowed`: for bf16 the rounded operands of a step's products (Scored), then where the
   // rows of the other view operands go.

@@ -375,11 +375,13 @@ StepFn ChooseStepFn(const Step& s, int scalar) {
 // Whether the CPU rounds f32 to bf16 itself (AVX512-BF16's VCVTNE2PS2BF16 and VCVTNEPS2BF16): to nearest
 // even as FloatToBf16, but a NaN keeps its payload and a subnormal is flushed to zero. The native loops
 // below give FloatToBf16's bits all the same: a vector holding either takes FloatToBf16, as does a tail.
+#if defined(__x86_64__)
+// The features the native loops are compiled for (LAZYRT_NATIVE_BF16).
 bool NativeBf16() {
-  static const bool has = HostHas("avx512_bf16") && HostHas("avx512bw") && HostHas("avx512vl");
+  static const bool has =
+      HostHas("avx512_bf16") && HostHas("avx512f") && HostHas("avx512bw") && HostHas("avx512dq") && HostHas("avx512vl");
   return has;
 }
-#if defined(__x86_64__)
 #define LAZYRT_NATIVE_BF16 __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,avx512bf16")))
 // VFPCLASSPS's classes: quiet NaN, signaling NaN, subnormal.
 constexpr int kNanOrSubnormal = 0x01 | 0x80 | 0x20;
@@ -418,8 +420,13 @@ LAZYRT_NATIVE_BF16 void NativeRoundToBf16(float* f, int64_t n) {
 }
 #undef LAZYRT_NATIVE_BF16
 #else
-void NativeFloatsToBf16(const float*, int64_t, uint16_t*) {}
-void NativeRoundToBf16(float*, int64_t) {}
+constexpr bool NativeBf16() { return false; }
+void NativeFloatsToBf16(const float* x, int64_t n, uint16_t* dst) {
+  for (int64_t i = 0; i < n; ++i) dst[i] = FloatToBf16(x[i]);
+}
+void NativeRoundToBf16(float* f, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) f[i] = Bf16ToFloat(FloatToBf16(f[i]));
+}
 #endif
 
 // Rounds f32 values to bf16/f16 and back, exactly as if they had been stored and loaded: fused and

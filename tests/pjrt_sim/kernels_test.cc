@@ -10,6 +10,7 @@
 #include <limits>
 #include <set>
 
+#include "pjrt_sim/cpu_isa.h"
 #include "pjrt_sim/element_ops.h"
 #include "pjrt_sim/kernels/fused_program.h"
 #include "tests/pjrt_sim/pjrt_test_util.h"
@@ -50,8 +51,11 @@ using testing::ModuleBuilder;
 // rounded by FloatToBf16). NaNs and subnormals alone, among normal values, at every position of a vector
 // and in tails.
 TEST(ElementOps, ArraysOfFloatsRoundToFloatToBf16sBits) {
-  const std::vector<uint32_t> specials = {0x7f800001, 0xffc12345, 0x7fc00000, 0x00000001, 0x807fffff,
-                                          0x00400000, 0x7f800000, 0xff800000, 0x00000000, 0x80000000,
+  RecordProperty("rounded_by_the_cpu", HostHas("avx512_bf16") ? "yes" : "no");
+  // NaNs (signaling ones whose payload the CPU would keep: 0x7f810000, 0xff800001), subnormals, and values
+  // the CPU rounds as FloatToBf16 does (infinities, zeros, the largest finite, ties).
+  const std::vector<uint32_t> specials = {0x7f800001, 0x7f810000, 0xff800001, 0xffc12345, 0x7fc00000, 0x00000001,
+                                          0x807fffff, 0x00400000, 0x7f800000, 0xff800000, 0x00000000, 0x80000000,
                                           0x7f7fffff, 0x3f808000, 0x3f818000, 0x00800000};
   std::mt19937 rng(3);
   std::uniform_real_distribution<float> normal(-3, 3);
@@ -69,6 +73,15 @@ TEST(ElementOps, ArraysOfFloatsRoundToFloatToBf16sBits) {
         }
       }
     }
+  }
+  // A stride through all 2^32 bit patterns, 32 and more at a time.
+  std::vector<float> patterns;
+  for (uint64_t b = 0; b <= 0xffffffffu; b += 65521) patterns.push_back(std::bit_cast<float>(static_cast<uint32_t>(b)));
+  std::vector<uint16_t> stored(patterns.size());
+  StoreBlock(patterns.data(), ComputeType::kF32, PrimitiveType::kBF16, stored.data(),
+             static_cast<int64_t>(patterns.size()));
+  for (size_t i = 0; i < patterns.size(); ++i) {
+    ASSERT_EQ(stored[i], FloatToBf16(patterns[i])) << std::hex << "bits 0x" << std::bit_cast<uint32_t>(patterns[i]);
   }
   // Through a kernel: x rounded to bf16, widened and halved, one fused loop.
   std::vector<float> values;

@@ -419,21 +419,15 @@ LAZYRT_NATIVE_BF16 void NativeRoundToBf16(float* f, int64_t n) {
   for (; i < n; ++i) f[i] = Bf16ToFloat(FloatToBf16(f[i]));
 }
 #undef LAZYRT_NATIVE_BF16
-#else
-constexpr bool NativeBf16() { return false; }
-void NativeFloatsToBf16(const float* x, int64_t n, uint16_t* dst) {
-  for (int64_t i = 0; i < n; ++i) dst[i] = FloatToBf16(x[i]);
-}
-void NativeRoundToBf16(float* f, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) f[i] = Bf16ToFloat(FloatToBf16(f[i]));
-}
 #endif
 
 // Rounds f32 values to bf16/f16 and back, exactly as if they had been stored and loaded: fused and
 // unfused programs give identical bits.
 LAZYRT_VECTOR_CLONES void Round16(PrimitiveType type, float* f, int64_t n) {
   if (type == PrimitiveType::kBF16) {
+#if defined(__x86_64__)
     if (NativeBf16()) return NativeRoundToBf16(f, n);
+#endif
     for (int64_t k = 0; k < n; ++k) f[k] = Bf16ToFloat(FloatToBf16(f[k]));
   } else {
     for (int64_t k = 0; k < n; ++k) f[k] = HalfToFloat(FloatToHalf(f[k]));
@@ -444,9 +438,11 @@ LAZYRT_VECTOR_CLONES void Round16(PrimitiveType type, float* f, int64_t n) {
 template <typename T>
 LAZYRT_VECTOR_CLONES_TEMPLATE void Store16(PrimitiveType to, const T* x, int64_t n, uint16_t* dst) {
   if (to == PrimitiveType::kBF16) {
+#if defined(__x86_64__)
     if constexpr (std::is_same_v<T, float>) {
       if (NativeBf16()) return NativeFloatsToBf16(x, n, dst);
     }
+#endif
     for (int64_t i = 0; i < n; ++i) dst[i] = FloatToBf16(static_cast<float>(x[i]));
   } else {
     for (int64_t i = 0; i < n; ++i) dst[i] = FloatToHalf(static_cast<float>(x[i]));

@@ -1,8 +1,9 @@
 // layer_norm and rms_norm: a normalization node (one fused device kernel) whose gradient is one
-// gradient node, then the affine weight and bias as ordinary elementwise ops, whose own gradients give
-// dweight and dbias as reductions.
+// gradient node. Layer norm with weight and bias (of x's f32 or f64) takes them into both nodes; otherwise the
+// affine is ordinary elementwise ops, whose own gradients give dweight and dbias as reductions.
 #include <cfloat>
 #include <cmath>
+#include <numeric>
 #include <optional>
 
 #include "absl/strings/str_cat.h"
@@ -24,15 +25,21 @@ namespace {
 // The gradient node of a normalization node.
 OpKind GradientOf(OpKind op) { return op == OpKind::kLayerNorm ? OpKind::kLayerNormGrad : OpKind::kRmsNormGrad; }
 
-// x_hat: x normalized over its trailing normalized_shape.size() dims, without weight or bias.
-Tensor Normalized(OpKind op, const Tensor& x, const std::vector<int64_t>& normalized_shape, double eps,
-                  const char* name, const SourceLocation& loc) {
+// The attributes of a node normalizing x over its trailing normalized_shape.size() dims (its first normalized
+// dim, its epsilon), checked.
+ir::Attributes NormalizeAttributes(const Tensor& x, const std::vector<int64_t>& normalized_shape, double eps,
+                                   const char* name, const SourceLocation& loc) {
   const detail::TensorImpl& impl = ImplOf(x, name, loc);
-  Shape out = Check(ir::InferNormalize(impl.shape, normalized_shape), name, loc);
+  Check(ir::InferNormalize(impl.shape, normalized_shape), name, loc);
   if (!std::isfinite(eps) || eps < 0) throw Error(absl::StrCat(name, ": eps must be finite and >= 0, got ", eps), loc);
   const int64_t axis = impl.shape.rank() - static_cast<int64_t>(normalized_shape.size());
-  const ir::Attributes attrs{{AttrKey::kAxis, axis}, {AttrKey::kEpsilon, eps}};
-  Tensor x_hat = detail::MakeTensor(op, {ValueOf(x)}, std::move(out), impl.device, loc, attrs);
+  return ir::Attributes{{AttrKey::kAxis, axis}, {AttrKey::kEpsilon, eps}};
+}
+
+// x_hat: x normalized as `attrs` say (NormalizeAttributes), without weight or bias.
+Tensor Normalized(OpKind op, const Tensor& x, const ir::Attributes& attrs, const char* name,
+                  const SourceLocation& loc) {
+  Tensor x_hat = detail::MakeTensor(op, {ValueOf(x)}, x.shape(), ImplOf(x, name, loc).device, loc, attrs);
   return detail::Record(
       x_hat, name, {x},
       [op, attrs, loc](const Tensor& g, const Tensor&, const std::vector<Tensor>& in) -> std::vector<Tensor> {
@@ -71,13 +78,54 @@ double MachineEpsilon(DType dtype) {
   return FLT_EPSILON;
 }
 
+// Whether layer_norm(x, ..., weight, bias) runs as one normalization node with its affine (and its gradient
+// as one node giving dx, dweight and dbias): weight and bias both given, of x's floating type (f32 or f64:
+// the gradient node keeps partial sums in x's type), and a row dim before the normalized ones to group rows
+// by for those sums. Otherwise the affine is traced as elementwise ops on x_hat.
+bool FusesAffine(const Tensor& x, const Tensor& weight, const Tensor& bias, size_t normalized_dims) {
+  const DType type = x.dtype();
+  return weight.defined() && bias.defined() && (type == DType::kF32 || type == DType::kF64) && weight.dtype() == type &&
+         bias.dtype() == type && static_cast<size_t>(x.rank()) > normalized_dims;
+}
+
+// y = x_hat weight + bias as one node. Its gradient node returns [..., T + 2, C...] for x [..., T, C...] (T the
+// last row dim): dx in rows [0, T) of each group of T rows, then that group's sums of dy x_hat and of dy, which
+// are summed over the groups into dweight and dbias.
+Tensor AffineNormalized(const Tensor& x, const Tensor& weight, const Tensor& bias, const ir::Attributes& attrs,
+                        const SourceLocation& loc) {
+  const int64_t axis = attrs.Get<int64_t>(AttrKey::kAxis);
+  Tensor y = detail::MakeTensor(OpKind::kLayerNorm, {ValueOf(x), ValueOf(weight), ValueOf(bias)}, x.shape(),
+                                ImplOf(x, "layer_norm", loc).device, loc, attrs);
+  return detail::Record(
+      y, "layer_norm", {x, weight, bias},
+      [attrs, axis, loc](const Tensor& g, const Tensor&, const std::vector<Tensor>& in) -> std::vector<Tensor> {
+        const Tensor& x = in[0];
+        const Tensor& weight = in[1];
+        const int64_t group = axis - 1, rows = x.dim(group);
+        std::vector<int64_t> packed = x.sizes();
+        packed[static_cast<size_t>(group)] += 2;
+        const Tensor grads = detail::MakeTensor(
+            OpKind::kLayerNormGrad, {ValueOf(x), detail::Converted(ValueOf(g), x.dtype(), loc), ValueOf(weight)},
+            Shape(x.dtype(), packed), ImplOf(x, "backward", loc).device, loc, attrs);
+        std::vector<int64_t> row_dims(static_cast<size_t>(axis));
+        std::iota(row_dims.begin(), row_dims.end(), 0);
+        const auto summed = [&](int64_t row) {
+          return sum(slice(grads, group, row, row + 1, 1, loc), row_dims, false, loc);
+        };
+        return {slice(grads, group, 0, rows, 1, loc), summed(rows), summed(rows + 1)};
+      },
+      loc);
+}
+
 }  // namespace
 
 Tensor layer_norm(const Tensor& x, std::vector<int64_t> normalized_shape, const Tensor& weight, const Tensor& bias,
                   double eps, SourceLocation loc) {
-  Tensor y = Normalized(OpKind::kLayerNorm, x, normalized_shape, eps, "layer_norm", loc);
+  const ir::Attributes attrs = NormalizeAttributes(x, normalized_shape, eps, "layer_norm", loc);
   CheckAffine(x, weight, "weight", normalized_shape, "layer_norm", loc);
   CheckAffine(x, bias, "bias", normalized_shape, "layer_norm", loc);
+  if (FusesAffine(x, weight, bias, normalized_shape.size())) return AffineNormalized(x, weight, bias, attrs, loc);
+  Tensor y = Normalized(OpKind::kLayerNorm, x, attrs, "layer_norm", loc);
   if (weight.defined()) y = y * TensorArg(weight, loc);
   if (bias.defined()) y = y + TensorArg(bias, loc);
   return y;
@@ -86,7 +134,8 @@ Tensor layer_norm(const Tensor& x, std::vector<int64_t> normalized_shape, const 
 Tensor rms_norm(const Tensor& x, std::vector<int64_t> normalized_shape, const Tensor& weight, std::optional<double> eps,
                 SourceLocation loc) {
   const double e = eps.has_value() ? *eps : MachineEpsilon(ImplOf(x, "rms_norm", loc).shape.dtype());
-  Tensor y = Normalized(OpKind::kRmsNorm, x, normalized_shape, e, "rms_norm", loc);
+  Tensor y =
+      Normalized(OpKind::kRmsNorm, x, NormalizeAttributes(x, normalized_shape, e, "rms_norm", loc), "rms_norm", loc);
   CheckAffine(x, weight, "weight", normalized_shape, "rms_norm", loc);
   if (weight.defined()) y = y * TensorArg(weight, loc);
   return y;

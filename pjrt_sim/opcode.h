@@ -132,7 +132,9 @@ enum class OpClass : uint8_t {
   kAttention,     // ATTENTION, ATTENTION_GRAD: softmax(q k^T * value + mask) v and its gradients (`causal`)
   // Over the trailing dims from `axis` on, per row of the leading dims, with epsilon `value`:
   // LAYER_NORM (x - mean) / sqrt(var + eps), RMS_NORM x / sqrt(mean(x^2) + eps); their *_GRAD take
-  // (x, g) and give the gradient with respect to x of sum(g * norm(x)).
+  // (x, g) and give the gradient with respect to x of sum(g * norm(x)). Layer norm with its affine:
+  // LAYER_NORM (x, weight, bias) gives norm(x) weight + bias, LAYER_NORM_GRAD (x, dy, weight) the gradients
+  // packed by groups of rows (normalize_shapes.h).
   kNormalize,
   // Each row along `axis` computed from that row alone, a result of the operand's dims: CUMSUM (running
   // sums, in the operand's numeric type) and ARGSORT (s64 positions of the row's elements in stable

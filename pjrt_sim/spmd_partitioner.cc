@@ -142,10 +142,15 @@ int64_t ContractingAxis(const Axes& lhs, const Axes& rhs, const DotDims& dd) {
 }
 
 // Ops computed row by row along `axis` (and, for normalization, the dims after it): those dims must be whole.
+// Layer norm's gradient with its affine packs each group of rows along axis - 1 (NormalizeShapes): that dim
+// too. A normalization's weight and bias (operands of a lower rank) are whole.
 bool IsRowWise(Opcode op) { return ClassOf(op) == OpClass::kNormalize || ClassOf(op) == OpClass::kAlongAxis; }
 Axes WithRowDimsWhole(const proto::Instruction& inst, Axes axes) {
-  const size_t axis = static_cast<size_t>(inst.axis());
-  const size_t end = ClassOf(static_cast<Opcode>(inst.opcode())) == OpClass::kNormalize ? axes.size() : axis + 1;
+  const Opcode op = static_cast<Opcode>(inst.opcode());
+  const bool normalize = ClassOf(op) == OpClass::kNormalize;
+  const bool packed = op == Opcode::kLayerNormGrad && inst.operands_size() == 3;
+  const size_t axis = static_cast<size_t>(inst.axis()) - (packed ? 1 : 0);
+  const size_t end = normalize ? axes.size() : axis + 1;
   for (size_t d = axis; d < end; ++d) axes[d] = kWhole;
   return axes;
 }
@@ -266,7 +271,8 @@ class Partitioner {
     if (IsElementwise(op) || IsRowWise(op)) {
       std::optional<Axes> best;  // the operand split the most ways
       for (int i = 0; i < inst.operands_size(); ++i) {
-        if (operand(i) && (!best || SplitCount(*operand(i)) > SplitCount(*best))) best = operand(i);
+        if (operand(i) && operand(i)->size() == RankOf(id) && (!best || SplitCount(*operand(i)) > SplitCount(*best)))
+          best = operand(i);
       }
       if (best && IsRowWise(op)) return WithRowDimsWhole(inst, *best);
       return best;
@@ -350,6 +356,7 @@ class Partitioner {
     const Opcode op = static_cast<Opcode>(inst.opcode());
     const size_t operand_rank = RankOf(inst.operands(i));
     if (HasPiecewiseRule(op)) return PiecewiseOperandAxes(id, i, result);
+    if (IsRowWise(op) && operand_rank < result.size()) return Axes(operand_rank, kWhole);  // a weight or bias
     if (IsElementwise(op) || IsRowWise(op)) return result;
     switch (op) {
       case Opcode::kBroadcast: {

@@ -18,7 +18,8 @@ inline constexpr absl::string_view kCompilerVersion = "lazyrt-sim-compiler/28";
 // through views (proto::OperandView), which an earlier reader would ignore and read wrongly. 7: an attention's
 // gradients written through result views (proto::Kernel.result_views), which an earlier reader would ignore.
 // 8: a DOT's addends (inputs after its operands, read through operand views), which an earlier reader refuses.
-inline constexpr uint32_t kExecutableFormatVersion = 8;
+// 9: layer norm's NORMALIZE kernels with the affine's inputs (the gradient packed), which an earlier reader refuses.
+inline constexpr uint32_t kExecutableFormatVersion = 9;
 
 // What produced an executable, as stored with it (a cache entry's producer version).
 struct ProducerVersion {

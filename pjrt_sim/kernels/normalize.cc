@@ -10,6 +10,7 @@
 #include "pjrt_sim/element_ops.h"
 #include "pjrt_sim/kernels/fused_program.h"
 #include "pjrt_sim/kernels/prefetch.h"
+#include "pjrt_sim/normalize_shapes.h"
 #include "pjrt_sim/opcode.h"
 #include "pjrt_sim/thread_pool.h"
 #include "pjrt_sim/vector_math.h"
@@ -81,10 +82,11 @@ template <int R, typename Term>
 }
 
 // Replaces each of R rows of x (w elements, one after another) by its normalization (centred: layer norm,
-// else RMS norm), or, given R rows g, by the gradient of sum(g * norm(x)). Statistics in f64, the variance
-// in two passes.
+// else RMS norm), or, given R rows g, by the gradient of sum(g * norm(x)), the normalization copied to x_hat
+// if given. Statistics in f64, the variance in two passes.
 template <int R>
-LAZYRT_VECTOR_CLONES_TEMPLATE void NormalizeRows(bool centred, double epsilon, int64_t w, double* x, const double* g) {
+LAZYRT_VECTOR_CLONES_TEMPLATE void NormalizeRows(bool centred, double epsilon, int64_t w, double* x, const double* g,
+                                                 double* x_hat = nullptr) {
   const double n = static_cast<double>(w);
   const auto first = [](auto u, auto, int) __attribute__((always_inline)) { return u; };
   double mean[R] = {}, second_moment[R], rstd[R];
@@ -103,6 +105,7 @@ LAZYRT_VECTOR_CLONES_TEMPLATE void NormalizeRows(bool centred, double epsilon, i
     for (int64_t i = 0; i < w; ++i) x[r * w + i] = (x[r * w + i] - mean[r]) * rstd[r];  // x_hat
   }
   if (g == nullptr) return;
+  if (x_hat != nullptr) std::copy_n(x, R * w, x_hat);
   // d/dx of sum(g x_hat) = rstd (g - mean(g) - x_hat mean(g x_hat)); RMS has no mean(g) term.
   double mean_g[R] = {}, mean_g_xhat[R];
   if (centred) {
@@ -131,45 +134,119 @@ LAZYRT_VECTOR_CLONES void LoadRow(const void* base, PrimitiveType type, int64_t 
   }
 }
 
+// out = x_hat weight + bias over `rows` rows of w, each operation rounded to T in turn (x_hat first), as the
+// traced ops x_hat * weight + bias round.
+template <typename T>
+LAZYRT_VECTOR_CLONES_TEMPLATE void AffineRows(const double* x_hat, int64_t rows, int64_t w, const T* weight,
+                                              const T* bias, T* out) {
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t i = 0; i < w; ++i) {
+      const T product = static_cast<T>(x_hat[r * w + i]) * weight[i];
+      out[r * w + i] = product + bias[i];
+    }
+  }
+}
+
+// The gradient of x_hat from dy over `rows` rows of w: g = dy * weight, rounded to T as the traced product is;
+// and each column's sums of dy x_hat (its terms rounded to T, as the traced product's) and of dy, added to in
+// order of the rows.
+template <typename T>
+LAZYRT_VECTOR_CLONES_TEMPLATE void AffineGradientRows(const double* dy, int64_t rows, int64_t w, const T* weight,
+                                                      double* g) {
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t i = 0; i < w; ++i) g[r * w + i] = static_cast<T>(static_cast<T>(dy[r * w + i]) * weight[i]);
+  }
+}
+template <typename T>
+LAZYRT_VECTOR_CLONES_TEMPLATE void AddAffineSums(const double* dy, const double* x_hat, int64_t rows, int64_t w,
+                                                 double* sum_dy_x_hat, double* sum_dy) {
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t i = 0; i < w; ++i) {
+      const T dyi = static_cast<T>(dy[r * w + i]);
+      sum_dy_x_hat[i] += static_cast<T>(dyi * static_cast<T>(x_hat[r * w + i]));
+      sum_dy[i] += dyi;
+    }
+  }
+}
+
 class NormalizeKernel final : public Kernel {
  public:
-  NormalizeKernel(Opcode op, PrimitiveType type, int64_t rows, int64_t width, double epsilon)
-      : op_(op), type_(type), rows_(rows), width_(width), epsilon_(epsilon) {}
+  // `affine`: layer norm with its weight and bias (forward) or weight (gradient, packed in groups of
+  // `group` rows: NormalizeShapes).
+  NormalizeKernel(Opcode op, PrimitiveType type, int64_t rows, int64_t width, double epsilon, bool affine,
+                  int64_t group)
+      : op_(op), type_(type), rows_(rows), width_(width), epsilon_(epsilon), affine_(affine), group_(group) {}
 
   absl::Status Run(std::span<const void* const> inputs, std::span<void* const> outputs) const override {
     if (rows_ == 0 || width_ == 0) return absl::OkStatus();
     const int64_t rows_per_task = RowsPerTask();
     const int64_t tasks = (rows_ + rows_per_task - 1) / rows_per_task;
-    const bool backward = inputs.size() > 1;
+    const bool backward = op_ == Opcode::kLayerNormGrad || op_ == Opcode::kRmsNormGrad;
     const bool centred = op_ == Opcode::kLayerNorm || op_ == Opcode::kLayerNormGrad;
+    const bool packed = affine_ && backward;
+    const int64_t row_inputs = backward ? 2 : 1;  // x, and dy or g: the weight and bias are a row each
+    const void* weight = affine_ ? inputs[static_cast<size_t>(row_inputs)] : nullptr;
+    const void* bias = affine_ && !backward ? inputs[2] : nullptr;
+    char* const out = static_cast<char*>(outputs[0]);
     auto run_task = [&](int64_t t) {
       const size_t together = static_cast<size_t>(kRowsTogether * width_);
       const auto x = std::make_unique_for_overwrite<double[]>(together);
       const auto g = std::make_unique_for_overwrite<double[]>(backward ? together : 0);
+      // The packed gradient's: dy, x_hat, and its group's sums of dy x_hat and of dy.
+      const auto dy = std::make_unique_for_overwrite<double[]>(packed ? together : 0);
+      const auto x_hat = std::make_unique_for_overwrite<double[]>(packed ? together : 0);
+      const auto sums = std::make_unique<double[]>(packed ? static_cast<size_t>(2 * width_) : 0);
       const int64_t first = t * rows_per_task, last = std::min(rows_, first + rows_per_task);
       const int64_t row_bytes = width_ * ByteWidth(type_);
-      const bool prefetches =
-          (static_cast<int64_t>(inputs.size()) + 1) * kPrefetchRows * row_bytes <= kMostPrefetchedBytes;
-      for (int64_t r0 = first; r0 < last; r0 += kRowsTogether) {
+      const bool prefetches = (row_inputs + 1) * kPrefetchRows * row_bytes <= kMostPrefetchedBytes;
+      for (int64_t r0 = first, rows; r0 < last; r0 += rows) {
+        const int64_t group_end = packed ? (r0 / group_ + 1) * group_ : last;
+        rows = std::min({int64_t{kRowsTogether}, last - r0, group_end - r0});
         // The next rows, while these are computed.
         const int64_t next = r0 + kPrefetchRows, next_rows = std::min(kPrefetchRows, last - next);
-        if ((r0 - first) % kPrefetchRows == 0 && next_rows > 0 && prefetches) {
-          for (const void* in : inputs)
-            PrefetchToRead(static_cast<const char*>(in) + next * row_bytes, next_rows * row_bytes);
-          PrefetchToWrite(static_cast<char*>(outputs[0]) + next * row_bytes, next_rows * row_bytes);
+        if ((r0 - first) % kPrefetchRows < rows && next_rows > 0 && prefetches) {
+          for (int64_t i = 0; i < row_inputs; ++i)
+            PrefetchToRead(static_cast<const char*>(inputs[static_cast<size_t>(i)]) + next * row_bytes,
+                           next_rows * row_bytes);
+          PrefetchToWrite(out + OutRow(next) * row_bytes, next_rows * row_bytes);
         }
-        const int64_t rows = std::min<int64_t>(kRowsTogether, last - r0);
         LoadRow(inputs[0], type_, r0 * width_, rows * width_, x.get());
-        if (backward) LoadRow(inputs[1], type_, r0 * width_, rows * width_, g.get());
+        if (packed) {
+          LoadRow(inputs[1], type_, r0 * width_, rows * width_, dy.get());
+          WithType([&]<typename T>() {
+            AffineGradientRows<T>(dy.get(), rows, width_, static_cast<const T*>(weight), g.get());
+          });
+        } else if (backward) {
+          LoadRow(inputs[1], type_, r0 * width_, rows * width_, g.get());
+        }
         if (rows == kRowsTogether) {
-          NormalizeRows<kRowsTogether>(centred, epsilon_, width_, x.get(), backward ? g.get() : nullptr);
-        } else {  // the task's last rows, one at a time
+          NormalizeRows<kRowsTogether>(centred, epsilon_, width_, x.get(), backward ? g.get() : nullptr,
+                                       packed ? x_hat.get() : nullptr);
+        } else {  // a task's or a group's last rows, one at a time
           for (int64_t r = 0; r < rows; ++r) {
-            NormalizeRows<1>(centred, epsilon_, width_, x.get() + r * width_,
-                             backward ? g.get() + r * width_ : nullptr);
+            const int64_t at = r * width_;
+            NormalizeRows<1>(centred, epsilon_, width_, x.get() + at, backward ? g.get() + at : nullptr,
+                             packed ? x_hat.get() + at : nullptr);
           }
         }
-        StoreBlock(x.get(), ComputeType::kF64, type_, static_cast<char*>(outputs[0]) + r0 * row_bytes, rows * width_);
+        char* const to = out + OutRow(r0) * row_bytes;
+        if (affine_ && !backward) {
+          WithType([&]<typename T>() {
+            AffineRows<T>(x.get(), rows, width_, static_cast<const T*>(weight), static_cast<const T*>(bias),
+                          reinterpret_cast<T*>(to));
+          });
+        } else {
+          StoreBlock(x.get(), ComputeType::kF64, type_, to, rows * width_);
+        }
+        if (!packed) continue;
+        WithType([&]<typename T>() {
+          AddAffineSums<T>(dy.get(), x_hat.get(), rows, width_, sums.get(), sums.get() + width_);
+        });
+        if (r0 + rows == group_end) {  // the group's sums, after its rows of dx; then the next group's from 0
+          StoreBlock(sums.get(), ComputeType::kF64, type_, out + OutRow(group_end - 1) * row_bytes + row_bytes,
+                     2 * width_);
+          std::fill_n(sums.get(), 2 * width_, 0.0);
+        }
       }
     };
     if (tasks == 1) {
@@ -182,16 +259,31 @@ class NormalizeKernel final : public Kernel {
   bool SplitsOverPool() const override { return rows_ > RowsPerTask() && width_ > 0; }
 
  private:
-  // Rows each task of the pool takes: at least kGrainElements elements, a multiple of kRowsTogether.
+  // Rows each task of the pool takes: at least kGrainElements elements, a multiple of kRowsTogether, and of
+  // the group for the packed gradient (a group's sums are one task's).
   int64_t RowsPerTask() const {
     const int64_t rows = std::max<int64_t>(1, kGrainElements / std::max<int64_t>(1, width_));
-    return (rows + kRowsTogether - 1) / kRowsTogether * kRowsTogether;
+    const int64_t unit = group_ > 0 ? group_ : kRowsTogether;
+    return (rows + unit - 1) / unit * unit;
+  }
+  // The result's row of row r of x: the packed gradient's groups are 2 rows longer.
+  int64_t OutRow(int64_t r) const { return group_ > 0 ? r + 2 * (r / group_) : r; }
+  // f(T) for the affine's T (f32 or f64, checked at build).
+  template <typename F>
+  void WithType(F f) const {
+    if (type_ == PrimitiveType::kF32) {
+      f.template operator()<float>();
+    } else {
+      f.template operator()<double>();
+    }
   }
 
   Opcode op_;
   PrimitiveType type_;
   int64_t rows_, width_;
   double epsilon_;
+  bool affine_;
+  int64_t group_;  // rows of a packed gradient's group, else 0
 };
 
 bool IsFloatType(PrimitiveType t) {
@@ -208,17 +300,30 @@ absl::StatusOr<std::unique_ptr<Kernel>> BuildNormalizeKernel(const proto::Kernel
   const std::optional<Opcode> op = OpcodeFromNumber(k.opcode());
   if (!op.has_value() || ClassOf(*op) != OpClass::kNormalize) return fail(absl::StrCat("bad opcode ", k.opcode()));
   const bool backward = *op == Opcode::kLayerNormGrad || *op == Opcode::kRmsNormGrad;
-  if (inputs.size() != (backward ? 2U : 1U)) return fail("wrong number of inputs");
-  for (const ArrayShape& in : inputs) {
-    if (!(in == output)) return fail("inputs must have the output's shape");
-  }
+  const bool affine = (*op == Opcode::kLayerNorm || *op == Opcode::kLayerNormGrad) && inputs.size() == 3;
+  if (!affine && inputs.size() != (backward ? 2U : 1U)) return fail("wrong number of inputs");
   if (!IsFloatType(output.type)) return fail("needs a floating type");
+  if (affine && output.type != PrimitiveType::kF32 && output.type != PrimitiveType::kF64) {
+    return fail("the affine takes f32 or f64");
+  }
   const int64_t rank = static_cast<int64_t>(output.dims.size());
-  if (k.axis() < 0 || k.axis() >= rank) return fail("axis out of range");
+  if (k.axis() < 0 || k.axis() >= rank || (affine && backward && k.axis() == 0)) return fail("axis out of range");
   if (!std::isfinite(k.epsilon()) || k.epsilon() < 0) return fail("epsilon must be finite and >= 0");
+  const NormalizeShapes want = NormalizeShapes::Of(inputs[0].dims, k.axis(), affine && backward);
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    const bool is_weight = affine && (backward ? i == 2 : i >= 1);
+    if (!(inputs[i].type == output.type && inputs[i].dims == (is_weight ? want.weight : want.x))) {
+      return fail(absl::StrCat("input ", i, " must be of ",
+                               is_weight ? "the normalized dims of input 0" : "input 0's shape",
+                               ", of the output's type"));
+    }
+  }
+  if (output.dims != want.result)
+    return fail("the output must have the inputs' shape (packed for the affine's gradient)");
   int64_t rows = 1, width = 1;
-  for (int64_t d = 0; d < rank; ++d) (d < k.axis() ? rows : width) *= output.dims[static_cast<size_t>(d)];
-  return std::make_unique<NormalizeKernel>(*op, output.type, rows, width, k.epsilon());
+  for (int64_t d = 0; d < rank; ++d) (d < k.axis() ? rows : width) *= inputs[0].dims[static_cast<size_t>(d)];
+  const int64_t group = affine && backward ? inputs[0].dims[static_cast<size_t>(k.axis() - 1)] : 0;
+  return std::make_unique<NormalizeKernel>(*op, output.type, rows, width, k.epsilon(), affine, group);
 }
 
 }  // namespace lazyrt::pjrt

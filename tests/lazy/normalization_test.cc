@@ -165,6 +165,43 @@ TEST(Normalization, BackwardMatchesReferenceLoops) {
   }
 }
 
+// layer_norm with weight and bias is one node each way (the gradient's packs dx with each group of rows' sums
+// for dweight and dbias): its output and dx have the bits of the affine traced as ops after the norm, and its
+// dweight and dbias the same sums in another order.
+TEST(Normalization, AffineInOneNodeHasTheBitsOfTheTracedAffine) {
+  std::mt19937_64 rng(3);
+  for (const std::vector<int64_t>& dims : {std::vector<int64_t>{2, 8, 16}, std::vector<int64_t>{5, 3, 7}}) {
+    SCOPED_TRACE(::testing::PrintToString(dims));
+    const int64_t width = dims.back(), n = NumelOf(dims);
+    auto f32 = [](const std::vector<double>& v, const std::vector<int64_t>& shape) {
+      const std::vector<float> f(v.begin(), v.end());
+      return Tensor::FromData(std::span<const float>(f), shape);
+    };
+    const std::vector<double> xv = RandomValues(n, rng, -3, 3), dyv = RandomValues(n, rng);
+    const std::vector<double> wv = RandomValues(width, rng), bv = RandomValues(width, rng);
+    std::vector<Tensor> x, w, b, y;
+    for (bool fused : {true, false}) {
+      x.push_back(f32(xv, dims));
+      w.push_back(f32(wv, {width}));
+      b.push_back(f32(bv, {width}));
+      for (Tensor* t : {&x.back(), &w.back(), &b.back()}) t->requires_grad_();
+      // Without a bias in the call, the affine is traced as ops: x_hat * weight, then + bias here.
+      y.push_back(fused ? layer_norm(x.back(), {width}, w.back(), b.back())
+                        : layer_norm(x.back(), {width}, w.back()) + b.back());
+      sum(y.back() * f32(dyv, dims)).backward();
+    }
+    EXPECT_EQ(y[0].to_vector<float>(), y[1].to_vector<float>());
+    EXPECT_EQ(x[0].grad().to_vector<float>(), x[1].grad().to_vector<float>());
+    for (size_t t : {size_t{1}, size_t{2}}) {
+      const std::vector<float> got = (t == 1 ? w[0] : b[0]).grad().to_vector<float>();
+      const std::vector<float> want = (t == 1 ? w[1] : b[1]).grad().to_vector<float>();
+      ASSERT_EQ(got.size(), want.size());
+      for (size_t i = 0; i < got.size(); ++i)
+        EXPECT_NEAR(got[i], want[i], 1e-5 * (1 + std::fabs(want[i]))) << t << " " << i;
+    }
+  }
+}
+
 TEST(Normalization, GradientsMatchFiniteDifferences) {
   GradCheck("layer_norm affine",
             [](auto& in) {

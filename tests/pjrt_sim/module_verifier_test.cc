@@ -100,6 +100,10 @@ ModuleBuilder EveryOpcode() {
   for (Opcode op : {Opcode::kLayerNormGrad, Opcode::kRmsNormGrad}) {
     b.Op(op, {x, c}, proto::F32, {2, 3}, [](proto::Instruction& i) { i.set_value(1e-5); });
   }
+  // Layer norm with its affine (weight and bias f32[3]), its gradient packed [2 + 2, 3].
+  const int64_t weight = b.Parameter(16, proto::F32, {3});
+  b.Op(Opcode::kLayerNorm, {x, weight, row}, proto::F32, {2, 3}, [](proto::Instruction& i) { i.set_axis(1); });
+  b.Op(Opcode::kLayerNormGrad, {x, c, weight}, proto::F32, {4, 3}, [](proto::Instruction& i) { i.set_axis(1); });
   b.Output(x);
   b.Output(x);  // an id may repeat
   b.Output(b.module().instructions_size() - 1);

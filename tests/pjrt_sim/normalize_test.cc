@@ -49,20 +49,127 @@ TEST(NormalizeOpcodes, VerifierAcceptsWellFormedAndRejectsMalformed) {
                   Normalize(b, op, operands, 2, std::numeric_limits<double>::quiet_NaN());
                 })),
                 HasSubstr("epsilon"));
+    // Three operands are layer norm's affine form, whose third is a weight or a bias (below).
+    const bool layer_norm = op == Opcode::kLayerNorm || op == Opcode::kLayerNormGrad;
     EXPECT_THAT(VerifyError(with([&](ModuleBuilder& b) {
-                  Normalize(b, op, {0, 1, 0}, 2, 0);
+                  Normalize(b, op, {0, 1, 0, 1}, 2, 0);
                 })),
                 HasSubstr("operand(s)"));
     EXPECT_THAT(VerifyError(with([&](ModuleBuilder& b) {
+                  Normalize(b, op, {0, 1, 0}, 2, 0);
+                })),
+                HasSubstr(layer_norm ? "must be the normalized dims" : "operand(s)"));
+    EXPECT_THAT(VerifyError(with([&](ModuleBuilder& b) {
                   b.Op(op, operands, proto::F32, {2, 3, 5}, [](proto::Instruction& i) { i.set_axis(1); });
                 })),
-                HasSubstr("must be the result's"));
+                HasSubstr("must be [2,3,4]"));
     EXPECT_THAT(VerifyError(with([&](ModuleBuilder& b) {
                   const int64_t i = b.Convert(0, proto::S32);
                   b.Op(op, backward ? std::vector<int64_t>{i, i} : std::vector<int64_t>{i}, proto::S32, {2, 3, 4},
                        [](proto::Instruction& inst) { inst.set_axis(1); });
                 })),
                 HasSubstr("floating"));
+  }
+}
+
+// Layer norm with its affine: LAYER_NORM (x, weight, bias) and LAYER_NORM_GRAD (x, dy, weight), the gradient
+// packed [..., T + 2, C] (each group of T rows of dx, then the group's sums of dy x_hat and of dy).
+TEST(NormalizeOpcodes, VerifierChecksTheAffineForms) {
+  auto with = [&](const std::function<void(ModuleBuilder&)>& add) {
+    ModuleBuilder b;
+    b.Parameter(0, proto::F32, {2, 3, 4});
+    b.Parameter(1, proto::F32, {2, 3, 4});
+    b.Parameter(2, proto::F32, {4});
+    add(b);
+    return b.module();
+  };
+  auto forward = [](std::vector<int64_t> operands, testing::Dims dims, int64_t axis) {
+    return [=](ModuleBuilder& b) {
+      b.Op(Opcode::kLayerNorm, operands, proto::F32, dims, [&](proto::Instruction& i) { i.set_axis(axis); });
+    };
+  };
+  auto gradient = [](std::vector<int64_t> operands, testing::Dims dims, int64_t axis) {
+    return [=](ModuleBuilder& b) {
+      b.Op(Opcode::kLayerNormGrad, operands, proto::F32, dims, [&](proto::Instruction& i) { i.set_axis(axis); });
+    };
+  };
+  EXPECT_TRUE(VerifyModule(with(forward({0, 2, 2}, {2, 3, 4}, 2))).ok());
+  EXPECT_TRUE(VerifyModule(with(gradient({0, 1, 2}, {2, 5, 4}, 2))).ok());
+  EXPECT_THAT(VerifyError(with(forward({0, 1, 2}, {2, 3, 4}, 2))),
+              HasSubstr("operand 1 f32[2,3,4] must be the normalized dims"));
+  EXPECT_THAT(VerifyError(with(gradient({0, 2, 2}, {2, 5, 4}, 2))), HasSubstr("operand 1 f32[4] must be of the shape"));
+  EXPECT_THAT(VerifyError(with(gradient({0, 1, 2}, {2, 3, 4}, 2))), HasSubstr("must be [2,5,4]"));
+  EXPECT_THAT(VerifyError(with(gradient({0, 1, 2}, {2, 5, 4}, 0))), HasSubstr("axis out of range"));
+  EXPECT_THAT(VerifyError(with([](ModuleBuilder& b) {
+                b.Op(Opcode::kRmsNorm, {0, 2, 2}, proto::F32, {2, 3, 4}, [](proto::Instruction& i) { i.set_axis(2); });
+              })),
+              HasSubstr("operand(s)"));
+}
+
+// The affine forms give the bits of the ops they stand for: x_hat rounded, times the weight, plus the bias;
+// dx from dy * weight rounded; each group's sums of the rounded terms dy x_hat and of dy, in f64 over its rows.
+TEST(NormalizeOpcodes, AffineFormsGiveTheBitsOfTheirOps) {
+  auto client = testing::MakeClient();
+  for (const testing::Dims& dims : {testing::Dims{3, 7, 5}, testing::Dims{2, 2, 9, 6}}) {
+    SCOPED_TRACE(testing::Dims(dims).size());
+    const int64_t rank = static_cast<int64_t>(dims.size()), axis = rank - 1, width = dims.back();
+    const int64_t rows = testing::NumElements(dims) / width, group = dims[static_cast<size_t>(axis - 1)];
+    ModuleBuilder b;
+    const int64_t x = b.Parameter(0, proto::F32, dims);
+    const int64_t dy = b.Parameter(1, proto::F32, dims);
+    const int64_t w = b.Parameter(2, proto::F32, {width});
+    const int64_t bias = b.Parameter(3, proto::F32, {width});
+    auto attrs = [&](proto::Instruction& i) {
+      i.set_axis(axis);
+      i.set_value(1e-3);
+    };
+    b.Output(b.Op(Opcode::kLayerNorm, {x, w, bias}, proto::F32, dims, attrs));
+    b.Output(b.Op(Opcode::kLayerNorm, {x}, proto::F32, dims, attrs));  // x_hat, for the references
+    testing::Dims packed = dims;
+    packed[static_cast<size_t>(axis - 1)] += 2;
+    b.Output(b.Op(Opcode::kLayerNormGrad, {x, dy, w}, proto::F32, packed, attrs));
+    const int64_t w_all = b.Broadcast(w, dims, {axis});
+    b.Output(b.Op(Opcode::kLayerNormGrad, {x, b.Mul(dy, w_all)}, proto::F32, dims, attrs));
+    absl::StatusOr<std::shared_ptr<Executable>> exe = client->Compile(b.module(), {});
+    ASSERT_TRUE(exe.ok()) << exe.status();
+    const int64_t n = testing::NumElements(dims);
+    std::vector<float> xs(static_cast<size_t>(n)), dys(static_cast<size_t>(n)), ws(static_cast<size_t>(width)),
+        bs(static_cast<size_t>(width));
+    for (int64_t i = 0; i < n; ++i) {
+      xs[static_cast<size_t>(i)] = static_cast<float>(std::sin(static_cast<double>(i) * 1.3) * 2 + 0.1 * (i % 7));
+      dys[static_cast<size_t>(i)] = static_cast<float>(std::cos(static_cast<double>(i) * 0.7));
+    }
+    for (int64_t i = 0; i < width; ++i) {
+      ws[static_cast<size_t>(i)] = static_cast<float>(0.5 + 0.3 * i);
+      bs[static_cast<size_t>(i)] = static_cast<float>(0.1 * i - 0.2);
+    }
+    absl::StatusOr<std::vector<testing::HostArray>> out = testing::ExecuteOnHost(
+        *client, **exe,
+        {testing::MakeArray(PrimitiveType::kF32, dims, xs), testing::MakeArray(PrimitiveType::kF32, dims, dys),
+         testing::MakeArray(PrimitiveType::kF32, {width}, ws), testing::MakeArray(PrimitiveType::kF32, {width}, bs)});
+    ASSERT_TRUE(out.ok()) << out.status();
+    const testing::HostArray &y = (*out)[0], &x_hat = (*out)[1], &grads = (*out)[2], &dx = (*out)[3];
+    for (int64_t r = 0; r < rows; ++r) {
+      for (int64_t i = 0; i < width; ++i) {
+        const int64_t at = r * width + i;
+        const float product = x_hat.at<float>(at) * ws[static_cast<size_t>(i)];
+        EXPECT_EQ(y.at<float>(at), product + bs[static_cast<size_t>(i)]) << at;
+        EXPECT_EQ(grads.at<float>((r + 2 * (r / group)) * width + i), dx.at<float>(at)) << at;
+      }
+    }
+    for (int64_t g = 0; g < rows / group; ++g) {
+      for (int64_t i = 0; i < width; ++i) {
+        double dy_x_hat = 0, sum_dy = 0;
+        for (int64_t r = g * group; r < (g + 1) * group; ++r) {
+          const int64_t at = r * width + i;
+          dy_x_hat += static_cast<float>(dys[static_cast<size_t>(at)] * x_hat.at<float>(at));
+          sum_dy += dys[static_cast<size_t>(at)];
+        }
+        const int64_t sums = (g * (group + 2) + group) * width + i;
+        EXPECT_EQ(grads.at<float>(sums), static_cast<float>(dy_x_hat)) << g << " " << i;
+        EXPECT_EQ(grads.at<float>(sums + width), static_cast<float>(sum_dy)) << g << " " << i;
+      }
+    }
   }
 }
 

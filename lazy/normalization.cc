@@ -1,5 +1,5 @@
 // layer_norm and rms_norm: a normalization node (one fused device kernel) whose gradient is one
-// gradient node. Layer norm with weight and bias (of x's f32 or f64) takes them into both nodes; otherwise the
+// gradient node. Layer norm with weight and bias (FusesAffine) takes them into both nodes; otherwise the
 // affine is ordinary elementwise ops, whose own gradients give dweight and dbias as reductions.
 #include <cfloat>
 #include <cmath>
@@ -78,14 +78,25 @@ double MachineEpsilon(DType dtype) {
   return FLT_EPSILON;
 }
 
+// The fewest groups of rows (the product of x's dims before its last row dim) that layer_norm's gradient
+// node packs its sums by: a group's rows are one task of the device's pool (fewer groups would leave cores
+// idle), and a batch of B sequences [B, T, C] keeps its B split over devices (data parallelism).
+constexpr int64_t kMinAffineGroups = 4;
+
 // Whether layer_norm(x, ..., weight, bias) runs as one normalization node with its affine (and its gradient
 // as one node giving dx, dweight and dbias): weight and bias both given, of x's floating type (f32 or f64:
-// the gradient node keeps partial sums in x's type), and a row dim before the normalized ones to group rows
-// by for those sums. Otherwise the affine is traced as elementwise ops on x_hat.
+// the gradient node stores each group's sums, summed in f64 over its rows, in x's type), and at least
+// kMinAffineGroups groups of rows, none empty. Otherwise the affine is traced as elementwise ops on x_hat.
 bool FusesAffine(const Tensor& x, const Tensor& weight, const Tensor& bias, size_t normalized_dims) {
   const DType type = x.dtype();
-  return weight.defined() && bias.defined() && (type == DType::kF32 || type == DType::kF64) && weight.dtype() == type &&
-         bias.dtype() == type && static_cast<size_t>(x.rank()) > normalized_dims;
+  if (!weight.defined() || !bias.defined() || (type != DType::kF32 && type != DType::kF64) || weight.dtype() != type ||
+      bias.dtype() != type || static_cast<size_t>(x.rank()) < normalized_dims + 2) {
+    return false;
+  }
+  const int64_t group_dim = x.rank() - static_cast<int64_t>(normalized_dims) - 1;
+  int64_t groups = 1;
+  for (int64_t d = 0; d < group_dim; ++d) groups *= x.dim(d);
+  return groups >= kMinAffineGroups && x.dim(group_dim) > 0;
 }
 
 // y = x_hat weight + bias as one node. Its gradient node returns [..., T + 2, C...] for x [..., T, C...] (T the

@@ -390,6 +390,9 @@ class Verifier {
         const bool affine = (op == Opcode::kLayerNorm || op == Opcode::kLayerNormGrad) && inst.operands_size() == 3;
         if (!affine) RETURN_IF_ERROR(want_operands(backward ? 2 : 1));
         if (!IsFloat(out.type())) return Fail(id, "needs a floating type");
+        if (affine && out.type() != proto::F32 && out.type() != proto::F64) {
+          return Fail(id, "layer norm's affine form takes f32 or f64");
+        }
         if (inst.axis() < 0 || inst.axis() >= rank || (affine && backward && inst.axis() == 0)) {
           return Fail(id, "axis out of range");
         }

@@ -147,9 +147,7 @@ LAZYRT_VECTOR_CLONES_TEMPLATE void AffineRows(const double* x_hat, int64_t rows,
   }
 }
 
-// The gradient of x_hat from dy over `rows` rows of w: g = dy * weight, rounded to T as the traced product is;
-// and each column's sums of dy x_hat (its terms rounded to T, as the traced product's) and of dy, added to in
-// order of the rows.
+// The gradient of x_hat from dy over `rows` rows of w: g = dy * weight, rounded to T as the traced product is.
 template <typename T>
 LAZYRT_VECTOR_CLONES_TEMPLATE void AffineGradientRows(const double* dy, int64_t rows, int64_t w, const T* weight,
                                                       double* g) {
@@ -157,6 +155,8 @@ LAZYRT_VECTOR_CLONES_TEMPLATE void AffineGradientRows(const double* dy, int64_t 
     for (int64_t i = 0; i < w; ++i) g[r * w + i] = static_cast<T>(static_cast<T>(dy[r * w + i]) * weight[i]);
   }
 }
+// Adds to each column's sums of dy x_hat (its terms rounded to T, as the traced product's) and of dy, in order
+// of the rows.
 template <typename T>
 LAZYRT_VECTOR_CLONES_TEMPLATE void AddAffineSums(const double* dy, const double* x_hat, int64_t rows, int64_t w,
                                                  double* sum_dy_x_hat, double* sum_dy) {
@@ -174,11 +174,22 @@ class NormalizeKernel final : public Kernel {
   // `affine`: layer norm with its weight and bias (forward) or weight (gradient, packed in groups of
   // `group` rows: NormalizeShapes).
   NormalizeKernel(Opcode op, PrimitiveType type, int64_t rows, int64_t width, double epsilon, bool affine,
-                  int64_t group)
-      : op_(op), type_(type), rows_(rows), width_(width), epsilon_(epsilon), affine_(affine), group_(group) {}
+                  int64_t group, int64_t output_bytes)
+      : op_(op),
+        type_(type),
+        rows_(rows),
+        width_(width),
+        epsilon_(epsilon),
+        affine_(affine),
+        group_(group),
+        output_bytes_(output_bytes) {}
 
   absl::Status Run(std::span<const void* const> inputs, std::span<void* const> outputs) const override {
-    if (rows_ == 0 || width_ == 0) return absl::OkStatus();
+    if (rows_ == 0 || width_ == 0) {
+      // Groups of no rows (x [B, 0, C]) still have their sums, of nothing: +0.
+      std::memset(outputs[0], 0, static_cast<size_t>(output_bytes_));
+      return absl::OkStatus();
+    }
     const int64_t rows_per_task = RowsPerTask();
     const int64_t tasks = (rows_ + rows_per_task - 1) / rows_per_task;
     const bool backward = op_ == Opcode::kLayerNormGrad || op_ == Opcode::kRmsNormGrad;
@@ -259,8 +270,8 @@ class NormalizeKernel final : public Kernel {
   bool SplitsOverPool() const override { return rows_ > RowsPerTask() && width_ > 0; }
 
  private:
-  // Rows each task of the pool takes: at least kGrainElements elements, a multiple of kRowsTogether, and of
-  // the group for the packed gradient (a group's sums are one task's).
+  // Rows each task of the pool takes: at least kGrainElements elements, a multiple of kRowsTogether (of the
+  // group for the packed gradient: a group's sums are one task's).
   int64_t RowsPerTask() const {
     const int64_t rows = std::max<int64_t>(1, kGrainElements / std::max<int64_t>(1, width_));
     const int64_t unit = group_ > 0 ? group_ : kRowsTogether;
@@ -284,6 +295,7 @@ class NormalizeKernel final : public Kernel {
   double epsilon_;
   bool affine_;
   int64_t group_;  // rows of a packed gradient's group, else 0
+  int64_t output_bytes_;
 };
 
 bool IsFloatType(PrimitiveType t) {
@@ -323,7 +335,8 @@ absl::StatusOr<std::unique_ptr<Kernel>> BuildNormalizeKernel(const proto::Kernel
   int64_t rows = 1, width = 1;
   for (int64_t d = 0; d < rank; ++d) (d < k.axis() ? rows : width) *= inputs[0].dims[static_cast<size_t>(d)];
   const int64_t group = affine && backward ? inputs[0].dims[static_cast<size_t>(k.axis() - 1)] : 0;
-  return std::make_unique<NormalizeKernel>(*op, output.type, rows, width, k.epsilon(), affine, group);
+  return std::make_unique<NormalizeKernel>(*op, output.type, rows, width, k.epsilon(), affine, group,
+                                           output.byte_size());
 }
 
 }  // namespace lazyrt::pjrt

@@ -1,5 +1,6 @@
 // The NORMALIZE kernels: layer and RMS normalization over the trailing dims, and their gradients, row by
-// row (statistics accumulated in f64 in a fixed order, two-pass for the variance).
+// row (statistics accumulated in f64 in a fixed order, two-pass for the variance); layer norm's with its
+// affine too (pjrt_sim/normalize_shapes.h).
 #pragma once
 
 #include <memory>

@@ -8,6 +8,8 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include "ir/node.h"
+#include "ir/op_kind.h"
 #include "lazy/tensor.h"
 #include "tests/lazy/op_test_util.h"
 
@@ -170,7 +172,7 @@ TEST(Normalization, BackwardMatchesReferenceLoops) {
 // dweight and dbias the same sums in another order.
 TEST(Normalization, AffineInOneNodeHasTheBitsOfTheTracedAffine) {
   std::mt19937_64 rng(3);
-  for (const std::vector<int64_t>& dims : {std::vector<int64_t>{2, 8, 16}, std::vector<int64_t>{5, 3, 7}}) {
+  for (const std::vector<int64_t>& dims : {std::vector<int64_t>{8, 8, 16}, std::vector<int64_t>{5, 3, 7}}) {
     SCOPED_TRACE(::testing::PrintToString(dims));
     const int64_t width = dims.back(), n = NumelOf(dims);
     auto f32 = [](const std::vector<double>& v, const std::vector<int64_t>& shape) {
@@ -188,6 +190,10 @@ TEST(Normalization, AffineInOneNodeHasTheBitsOfTheTracedAffine) {
       // Without a bias in the call, the affine is traced as ops: x_hat * weight, then + bias here.
       y.push_back(fused ? layer_norm(x.back(), {width}, w.back(), b.back())
                         : layer_norm(x.back(), {width}, w.back()) + b.back());
+      if (fused) {  // one node: LAYER_NORM (x, weight, bias)
+        ASSERT_EQ(y.back().ir_value().node->op(), ir::OpKind::kLayerNorm);
+        ASSERT_EQ(y.back().ir_value().node->operands().size(), 3U);
+      }
       sum(y.back() * f32(dyv, dims)).backward();
     }
     EXPECT_EQ(y[0].to_vector<float>(), y[1].to_vector<float>());
@@ -208,6 +214,8 @@ TEST(Normalization, GradientsMatchFiniteDifferences) {
               return layer_norm(in[0], {3, 4}, in[1], in[2]);
             },
             {{2, 3, 4}, {3, 4}, {3, 4}});
+  GradCheck("layer_norm affine in one node", [](auto& in) { return layer_norm(in[0], {4}, in[1], in[2]); },
+            {{4, 3, 4}, {4}, {4}});
   GradCheck("layer_norm plain", [](auto& in) { return layer_norm(in[0], {5}); }, {{3, 5}});
   GradCheck("rms_norm weight", [](auto& in) { return rms_norm(in[0], {4}, in[1]); }, {{2, 2, 4}, {4}});
   GradCheck("rms_norm plain", [](auto& in) { return rms_norm(in[0], {2, 3}, Tensor(), 1e-6); }, {{2, 3}});

@@ -1,6 +1,7 @@
 // The normalization opcodes (LAYER_NORM, RMS_NORM and their gradients): verifier rules for malformed
 // instructions, the NORMALIZE kernel against a reference loop (one kernel), and the loader's checks of
 // the kernel's fields.
+#include <bit>
 #include <cmath>
 #include <limits>
 
@@ -104,13 +105,20 @@ TEST(NormalizeOpcodes, VerifierChecksTheAffineForms) {
                 b.Op(Opcode::kRmsNorm, {0, 2, 2}, proto::F32, {2, 3, 4}, [](proto::Instruction& i) { i.set_axis(2); });
               })),
               HasSubstr("operand(s)"));
+  EXPECT_THAT(
+      VerifyError(with([](ModuleBuilder& b) {
+        const int64_t x = b.Convert(0, proto::BF16), w = b.Convert(2, proto::BF16);
+        b.Op(Opcode::kLayerNorm, {x, w, w}, proto::BF16, {2, 3, 4}, [](proto::Instruction& i) { i.set_axis(2); });
+      })),
+      HasSubstr("takes f32 or f64"));
 }
 
 // The affine forms give the bits of the ops they stand for: x_hat rounded, times the weight, plus the bias;
 // dx from dy * weight rounded; each group's sums of the rounded terms dy x_hat and of dy, in f64 over its rows.
 TEST(NormalizeOpcodes, AffineFormsGiveTheBitsOfTheirOps) {
   auto client = testing::MakeClient();
-  for (const testing::Dims& dims : {testing::Dims{3, 7, 5}, testing::Dims{2, 2, 9, 6}}) {
+  // [700, 7, 5]: two tasks of the pool, each of whole groups.
+  for (const testing::Dims& dims : {testing::Dims{3, 7, 5}, testing::Dims{2, 2, 9, 6}, testing::Dims{700, 7, 5}}) {
     SCOPED_TRACE(testing::Dims(dims).size());
     const int64_t rank = static_cast<int64_t>(dims.size()), axis = rank - 1, width = dims.back();
     const int64_t rows = testing::NumElements(dims) / width, group = dims[static_cast<size_t>(axis - 1)];
@@ -171,6 +179,37 @@ TEST(NormalizeOpcodes, AffineFormsGiveTheBitsOfTheirOps) {
       }
     }
   }
+}
+
+// Groups of no rows: dx is empty, and each group's sums are of nothing, +0 (not whatever the memory held: the
+// packed array takes the arena bytes of a layer norm of the same size that died before it).
+TEST(NormalizeOpcodes, PackedGradientOfEmptyGroupsHasZeroSums) {
+  auto client = testing::MakeClient();
+  ModuleBuilder b;
+  const int64_t x = b.Parameter(0, proto::F32, {3, 0, 4});
+  const int64_t dy = b.Parameter(1, proto::F32, {3, 0, 4});
+  const int64_t w = b.Parameter(2, proto::F32, {4});
+  const int64_t other = b.Parameter(3, proto::F32, {3, 2, 4});
+  auto attrs = [](proto::Instruction& i) {
+    i.set_axis(2);
+    i.set_value(1e-5);
+  };
+  const int64_t before = b.Op(Opcode::kLayerNorm, {other}, proto::F32, {3, 2, 4}, attrs);
+  b.Output(b.Reduce(Combiner::kSum, before, {0, 1, 2}));
+  const int64_t packed = b.Op(Opcode::kLayerNormGrad, {x, dy, w}, proto::F32, {3, 2, 4}, attrs);
+  b.Output(b.Add(packed, b.Constant(0, proto::F32, {3, 2, 4})));
+  absl::StatusOr<std::shared_ptr<Executable>> exe = client->Compile(b.module(), {});
+  ASSERT_TRUE(exe.ok()) << exe.status();
+  std::vector<float> others(24);
+  for (size_t i = 0; i < others.size(); ++i) others[i] = static_cast<float>(i % 5) - 1.5f;
+  absl::StatusOr<std::vector<testing::HostArray>> out =
+      testing::ExecuteOnHost(*client, **exe,
+                             {testing::MakeArray(PrimitiveType::kF32, {3, 0, 4}, std::vector<float>{}),
+                              testing::MakeArray(PrimitiveType::kF32, {3, 0, 4}, std::vector<float>{}),
+                              testing::MakeArray(PrimitiveType::kF32, {4}, std::vector<float>{1, 2, 3, 4}),
+                              testing::MakeArray(PrimitiveType::kF32, {3, 2, 4}, others)});
+  ASSERT_TRUE(out.ok()) << out.status();
+  for (int64_t i = 0; i < 24; ++i) EXPECT_EQ(std::bit_cast<uint32_t>((*out)[1].at<float>(i)), 0U) << i;
 }
 
 TEST(NormalizeOpcodes, KernelMatchesReferenceInOneKernel) {

@@ -1,9 +1,6 @@
 #include "pjrt_sim/device.h"
 
-#include <sys/mman.h>
-
 #include <algorithm>
-#include <cstdlib>
 #include <utility>
 
 #include "absl/status/status.h"
@@ -52,31 +49,14 @@ void DeviceMemory::Release() {
 namespace {
 // Host bytes the pool may keep for reuse per device.
 constexpr int64_t kMaxCachedBytes = int64_t{1} << 30;
-size_t RoundedSize(int64_t bytes) { return (static_cast<size_t>(bytes) + 63) / 64 * 64; }
-// Blocks of a huge page or more start on one, and are advised to be made of huge pages (THP, where the
-// kernel allows them on request): the arena and large arrays, which kernels stream through. With 4 KiB
-// pages a stream missed the TLB every 1024 floats, and the CPU's prefetchers stop at page boundaries
-// (on a Zen 3 BM_Gelu ran 8-18% and BM_AdamWUpdate/2048 16-29% faster: benchmarks/RESULTS.md). Only the
-// alignment costs address space; a block's last partial huge page is ordinary pages.
-constexpr size_t kHugePage = size_t{2} << 20;
-void* AllocateBlock(size_t size) {
-  if (size < kHugePage) return std::aligned_alloc(64, size);
-  void* data = nullptr;
-  if (posix_memalign(&data, kHugePage, size) != 0) return nullptr;
-  madvise(data, size, MADV_HUGEPAGE);  // advice: without THP the pages are ordinary ones
-  return data;
-}
 }  // namespace
 
-Device::Device(int id, int64_t memory_capacity) : id_(id) { stats_.bytes_limit = memory_capacity; }
+Device::Device(int id, int64_t memory_capacity) : id_(id), pool_(kMaxCachedBytes) {
+  stats_.bytes_limit = memory_capacity;
+}
 
 Device::~Device() {
-  stream_.Synchronize();  // work still queued binds and frees blocks of the pool freed below
-  std::lock_guard<std::mutex> lock(mu_);
-  for (auto& [size, blocks] : free_blocks_) {
-    for (void* b : blocks) std::free(b);
-  }
-  free_blocks_.clear();
+  stream_.Synchronize();  // work still queued binds and frees blocks of the pool
 }
 
 std::string Device::DebugString() const { return absl::StrCat("SIM:", id_); }
@@ -127,55 +107,34 @@ absl::Status DeviceMemory::Bind() {
 }
 
 absl::StatusOr<void*> Device::TakeBlock(int64_t bytes, bool arena) {
-  // Round up to the alignment: aligned_alloc requires a multiple of it; a zero-size request still gets
-  // a distinct pointer.
-  const size_t rounded = std::max<size_t>(64, RoundedSize(bytes));
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (arena) {
-      // What lets arenas count as the largest of them (ReserveArena): checked, not assumed.
-      if (arena_bound_) {
-        return absl::FailedPreconditionError(
-            absl::StrCat(DebugString(), ": an arena bound while another is (its stream binds one at a time)"));
-      }
-      arena_bound_ = true;
-    }
-    auto it = free_blocks_.find(rounded);
-    if (it != free_blocks_.end() && !it->second.empty()) {
-      void* reused = it->second.back();
-      it->second.pop_back();
-      stats_.bytes_cached -= static_cast<int64_t>(rounded);
-      return reused;
-    }
-  }
-  void* data = AllocateBlock(rounded);
-  if (data != nullptr) return data;
   std::lock_guard<std::mutex> lock(mu_);
-  if (arena) arena_bound_ = false;
-  return absl::ResourceExhaustedError(absl::StrCat(DebugString(), ": the host could not provide ", HumanBytes(bytes)));
+  // What lets arenas count as the largest of them (ReserveArena): checked, not assumed.
+  if (arena && arena_bound_) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(DebugString(), ": an arena bound while another is (its stream binds one at a time)"));
+  }
+  void* data = pool_.Take(bytes);
+  if (data == nullptr) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat(DebugString(), ": the host could not provide ", HumanBytes(bytes)));
+  }
+  if (arena) arena_bound_ = true;
+  return data;
 }
 
 void Device::Free(void* data, int64_t size, bool arena) {
-  const size_t rounded = std::max<size_t>(64, RoundedSize(size));
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (arena) {
-      const int64_t counted = ArenaBytesLocked();
-      const auto queued = std::ranges::find(queued_arenas_, size);  // reserved by ReserveArena with this size
-      if (queued != queued_arenas_.end()) queued_arenas_.erase(queued);
-      stats_.bytes_in_use -= counted - ArenaBytesLocked();
-      if (data != nullptr) arena_bound_ = false;
-    } else {
-      stats_.bytes_in_use -= size;
-    }
-    stats_.live_allocations -= 1;
-    if (data != nullptr && stats_.bytes_cached + static_cast<int64_t>(rounded) <= kMaxCachedBytes) {
-      free_blocks_[rounded].push_back(data);
-      stats_.bytes_cached += static_cast<int64_t>(rounded);
-      return;
-    }
+  std::lock_guard<std::mutex> lock(mu_);
+  if (arena) {
+    const int64_t counted = ArenaBytesLocked();
+    const auto queued = std::ranges::find(queued_arenas_, size);  // reserved by ReserveArena with this size
+    if (queued != queued_arenas_.end()) queued_arenas_.erase(queued);
+    stats_.bytes_in_use -= counted - ArenaBytesLocked();
+    if (data != nullptr) arena_bound_ = false;
+  } else {
+    stats_.bytes_in_use -= size;
   }
-  std::free(data);
+  stats_.live_allocations -= 1;
+  pool_.Give(data, size);
 }
 
 void Device::RecordReceived(int64_t bytes) {
@@ -202,6 +161,7 @@ MemoryStats Device::memory_stats() const {
   std::lock_guard<std::mutex> lock(mu_);
   MemoryStats s = stats_;
   s.arena_bytes = ArenaBytesLocked();
+  s.bytes_cached = pool_.cached_bytes();
   return s;
 }
 

@@ -6,11 +6,10 @@
 #include <memory>
 #include <mutex>
 #include <string>
-#include <unordered_map>
-#include <vector>
 
 #include "absl/container/inlined_vector.h"
 #include "absl/status/statusor.h"
+#include "pjrt_sim/block_pool.h"
 #include "pjrt_sim/stream.h"
 
 namespace lazyrt::pjrt {
@@ -128,16 +127,16 @@ class Device {
   // message with `note` after the request).
   absl::Status CountLocked(int64_t requested, int64_t delta, absl::string_view note);
   int64_t ArenaBytesLocked() const;
-  // A block for `bytes` bytes: a freed one of its rounded size, else a new one. Fails where the host has
-  // none, and for an arena while another is bound.
+  // A block for `bytes` bytes from the pool. Fails where the host has none, and for an arena while another
+  // is bound.
   absl::StatusOr<void*> TakeBlock(int64_t bytes, bool arena);
 
   const int id_;
   mutable std::mutex mu_;
   MemoryStats stats_;
-  // Freed blocks by rounded size. Training steps allocate the same sizes every step; reusing blocks
-  // spares the host's page faults and zeroing of fresh memory (as a device's pooling allocator does).
-  std::unordered_map<size_t, std::vector<void*>> free_blocks_;
+  // Training steps allocate the same sizes every step; reusing freed blocks spares the host's page faults
+  // and zeroing of fresh memory (as a device's pooling allocator does).
+  BlockPool pool_;
   // The sizes of the arenas reserved and not yet released: a step or two in flight (inline, no allocation
   // on the launch path).
   absl::InlinedVector<int64_t, 4> queued_arenas_;

@@ -13,6 +13,7 @@
 #include <set>
 
 #include "pjrt_sim/element_ops.h"
+#include "pjrt_sim/kernels/fused_program.h"
 #include "tests/pjrt_sim/compiler_test_util.h"
 
 namespace lazyrt::pjrt {

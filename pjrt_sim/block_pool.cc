@@ -3,17 +3,20 @@
 #include <sys/mman.h>
 
 #include <algorithm>
+#include <bit>
 #include <cstdlib>
 #include <iterator>
+#include <string_view>
+
+#include "pjrt_sim/cpu_isa.h"
 
 namespace lazyrt::pjrt {
 
 namespace {
-// `bytes` (a multiple of `alignment`) starting on a huge page where `alignment` is one, advised to be made of
-// huge pages (THP, where the kernel allows them on request). With 4 KiB pages a stream missed the TLB every
-// 1024 floats, and the CPU's prefetchers stop at page boundaries (on a Zen 3 BM_Gelu ran 8-18% and
-// BM_AdamWUpdate/2048 16-29% faster: benchmarks/RESULTS.md). A block's last partial huge page is ordinary
-// pages.
+// `bytes` starting on a huge page, advised to be made of huge pages (THP, where the kernel allows them on
+// request). With 4 KiB pages a stream missed the TLB every 1024 floats, and the CPU's prefetchers stop at
+// page boundaries (on a Zen 3 BM_Gelu ran 8-18% and BM_AdamWUpdate/2048 16-29% faster: benchmarks/RESULTS.md).
+// A block's last partial huge page is ordinary pages.
 void* HugePageBlock(size_t bytes) {
   void* data = nullptr;
   if (posix_memalign(&data, BlockPool::kHugePage, bytes) != 0) return nullptr;
@@ -22,8 +25,16 @@ void* HugePageBlock(size_t bytes) {
 }
 }  // namespace
 
-size_t BlockPool::RoundedSize(int64_t bytes) {
-  return std::max<size_t>(64, (static_cast<size_t>(std::max<int64_t>(bytes, 0)) + 63) / 64 * 64);
+bool BlockPool::Chunked() {
+  static const bool chunked = BuildFlavor() != std::string_view("asan");
+  return chunked;
+}
+
+size_t BlockPool::BlockBytes(int64_t bytes) {
+  const size_t rounded = std::max<size_t>(64, (static_cast<size_t>(std::max<int64_t>(bytes, 0)) + 63) / 64 * 64);
+  if (rounded < kMinChunkedBlock || rounded > kMaxChunkedBlock || !Chunked()) return rounded;
+  const size_t step = std::bit_floor(rounded) / 4;  // four classes per power of two
+  return (rounded + step - 1) / step * step;
 }
 
 BlockPool::~BlockPool() {
@@ -35,23 +46,23 @@ BlockPool::~BlockPool() {
 }
 
 void* BlockPool::Take(int64_t bytes) {
-  const size_t rounded = RoundedSize(bytes);
-  auto it = free_blocks_.find(rounded);
+  const size_t size = BlockBytes(bytes);
+  auto it = free_blocks_.find(size);
   if (it != free_blocks_.end() && !it->second.empty()) {
     void* reused = it->second.back();
     it->second.pop_back();
-    cached_bytes_ -= static_cast<int64_t>(rounded);
-    if (IsChunked(rounded)) ChunkOf(reused)->second.live += 1;
+    cached_bytes_ -= static_cast<int64_t>(size);
+    if (IsChunked(size)) ChunkOf(reused).live += 1;
     return reused;
   }
-  if (IsChunked(rounded)) return Cut(rounded);
-  if (rounded < kHugePage) return std::aligned_alloc(64, rounded);
-  return HugePageBlock(rounded);
+  if (IsChunked(size)) return Cut(size);
+  if (size < kHugePage) return std::aligned_alloc(64, size);
+  return HugePageBlock(size);
 }
 
-void* BlockPool::Cut(size_t rounded) {
+void* BlockPool::Cut(size_t block_bytes) {
   auto current = current_ != nullptr ? chunks_.find(current_) : chunks_.end();
-  if (current == chunks_.end() || current->second.used + rounded > kChunkBytes) {
+  if (current == chunks_.end() || current->second.used + block_bytes > kChunkBytes) {
     char* start = static_cast<char*>(HugePageBlock(kChunkBytes));
     if (start == nullptr) return nullptr;
     current = chunks_.emplace(start, Chunk{}).first;
@@ -59,39 +70,43 @@ void* BlockPool::Cut(size_t rounded) {
   }
   Chunk& chunk = current->second;
   char* block = current->first + chunk.used;
-  chunk.used += rounded;
+  chunk.used += block_bytes;
   chunk.live += 1;
   return block;
 }
 
-std::map<char*, BlockPool::Chunk>::iterator BlockPool::ChunkOf(void* block) {
-  auto it = chunks_.upper_bound(static_cast<char*>(block));  // the first chunk starting after it
-  return std::prev(it);  // a chunked block lies in a chunk: the one starting last before it
+BlockPool::Chunk& BlockPool::ChunkOf(void* block) {
+  auto after = chunks_.upper_bound(static_cast<char*>(block));  // the first chunk starting after it
+  // A chunked block lies in the chunk starting last before it; anything else is a caller's error that
+  // would corrupt the counts.
+  if (after == chunks_.begin() || static_cast<char*>(block) >= std::prev(after)->first + kChunkBytes) std::abort();
+  return std::prev(after)->second;
 }
 
 void BlockPool::Give(void* data, int64_t bytes) {
   if (data == nullptr) return;
-  const size_t rounded = RoundedSize(bytes);
-  const bool chunked = IsChunked(rounded);
-  if (chunked) ChunkOf(data)->second.live -= 1;
-  if (!chunked && cached_bytes_ + static_cast<int64_t>(rounded) > max_cached_bytes_) {
+  const size_t size = BlockBytes(bytes);
+  const bool chunked = IsChunked(size);
+  if (chunked) ChunkOf(data).live -= 1;
+  if (!chunked && cached_bytes_ + static_cast<int64_t>(size) > max_cached_bytes_) {
     std::free(data);
     return;
   }
-  free_blocks_[rounded].push_back(data);
-  cached_bytes_ += static_cast<int64_t>(rounded);
+  free_blocks_[size].push_back(data);
+  cached_bytes_ += static_cast<int64_t>(size);
   if (chunked && cached_bytes_ > max_cached_bytes_) ReleaseFreeChunks();
 }
 
 void BlockPool::ReleaseFreeChunks() {
   std::vector<std::pair<char*, char*>> released;  // [start, end) of each
-  for (auto it = chunks_.begin(); it != chunks_.end();) {
-    if (it->second.live > 0) {
+  int64_t released_bytes = 0;
+  for (auto it = chunks_.begin(); it != chunks_.end() && cached_bytes_ - released_bytes > max_cached_bytes_;) {
+    if (it->second.live > 0 || it->first == current_) {
       ++it;
       continue;
     }
     released.emplace_back(it->first, it->first + kChunkBytes);
-    if (it->first == current_) current_ = nullptr;
+    released_bytes += static_cast<int64_t>(it->second.used);  // all of it on the free lists
     it = chunks_.erase(it);
   }
   if (released.empty()) return;

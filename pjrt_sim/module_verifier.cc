@@ -9,7 +9,7 @@
 #include "absl/strings/str_join.h"
 #include "pjrt_sim/hlo.h"
 #include "pjrt_sim/kernels/attention.h"
-#include "pjrt_sim/normalize_shapes.h"
+#include "pjrt_sim/kernels/normalize.h"
 #include "pjrt_sim/replica_groups.h"
 #include "pjrt_sim/status_macros.h"
 
@@ -384,35 +384,10 @@ class Verifier {
       case Opcode::kRmsNorm:
       case Opcode::kLayerNormGrad:
       case Opcode::kRmsNormGrad: {
-        // Layer norm may take its affine too: LAYER_NORM (x, weight, bias), LAYER_NORM_GRAD (x, dy, weight),
-        // the gradient packed as [..., T + 2, C...] (NormalizeShapes).
-        const bool backward = op == Opcode::kLayerNormGrad || op == Opcode::kRmsNormGrad;
-        const bool affine = (op == Opcode::kLayerNorm || op == Opcode::kLayerNormGrad) && inst.operands_size() == 3;
-        if (!affine) RETURN_IF_ERROR(want_operands(backward ? 2 : 1));
-        if (!IsFloat(out.type())) return Fail(id, "needs a floating type");
-        if (affine && out.type() != proto::F32 && out.type() != proto::F64) {
-          return Fail(id, "layer norm's affine form takes f32 or f64");
-        }
-        if (inst.axis() < 0 || inst.axis() >= rank || (affine && backward && inst.axis() == 0)) {
-          return Fail(id, "axis out of range");
-        }
-        if (!std::isfinite(inst.value()) || inst.value() < 0) return Fail(id, "epsilon must be finite and >= 0");
-        const NormalizeShapes want = NormalizeShapes::Of(
-            std::span<const int64_t>(operand(0).dims().data(), static_cast<size_t>(operand(0).dims_size())),
-            inst.axis(), affine && backward);
-        for (int i = 0; i < inst.operands_size(); ++i) {
-          const bool weight = affine && (backward ? i == 2 : i >= 1);
-          const std::vector<int64_t>& dims = weight ? want.weight : want.x;
-          if (!(operand(i).type() == out.type() && std::ranges::equal(operand(i).dims(), dims))) {
-            return Fail(id, absl::StrCat("operand ", i, " ", ShapeText(operand(i)), " must be ",
-                                         weight ? "the normalized dims of operand 0 " : "of the shape of operand 0 ",
-                                         ShapeText(operand(0)), ", of the result's type"));
-          }
-        }
-        if (!std::ranges::equal(out.dims(), want.result)) {
-          return Fail(id, absl::StrCat("result ", ShapeText(out), " must be [", absl::StrJoin(want.result, ","), "]"));
-        }
-        return absl::OkStatus();
+        std::vector<ArrayShape> operands;
+        for (int i = 0; i < inst.operands_size(); ++i) operands.push_back(FromProto(operand(i)));
+        const absl::Status s = CheckNormalize(op, operands, FromProto(out), inst.axis(), inst.value());
+        return s.ok() ? s : Fail(id, std::string(s.message()));
       }
       case Opcode::kCumsum:
       case Opcode::kArgsort: {

@@ -134,7 +134,7 @@ enum class OpClass : uint8_t {
   // LAYER_NORM (x - mean) / sqrt(var + eps), RMS_NORM x / sqrt(mean(x^2) + eps); their *_GRAD take
   // (x, g) and give the gradient with respect to x of sum(g * norm(x)). Layer norm with its affine:
   // LAYER_NORM (x, weight, bias) gives norm(x) weight + bias, LAYER_NORM_GRAD (x, dy, weight) the gradients
-  // packed by groups of rows (normalize_shapes.h).
+  // packed by groups of rows (kernels/normalize.h).
   kNormalize,
   // Each row along `axis` computed from that row alone, a result of the operand's dims: CUMSUM (running
   // sums, in the operand's numeric type) and ARGSORT (s64 positions of the row's elements in stable

@@ -142,7 +142,7 @@ int64_t ContractingAxis(const Axes& lhs, const Axes& rhs, const DotDims& dd) {
 }
 
 // Ops computed row by row along `axis` (and, for normalization, the dims after it): those dims must be whole.
-// Layer norm's gradient with its affine packs each group of rows along axis - 1 (NormalizeShapes): that dim
+// Layer norm's gradient with its affine packs each group of rows along axis - 1 (CheckNormalize): that dim
 // too. A normalization's weight and bias (operands of a lower rank) are whole.
 bool IsRowWise(Opcode op) { return ClassOf(op) == OpClass::kNormalize || ClassOf(op) == OpClass::kAlongAxis; }
 Axes WithRowDimsWhole(const proto::Instruction& inst, Axes axes) {

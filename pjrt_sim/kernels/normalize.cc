@@ -7,10 +7,10 @@
 #include <optional>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "pjrt_sim/element_ops.h"
 #include "pjrt_sim/kernels/fused_program.h"
 #include "pjrt_sim/kernels/prefetch.h"
-#include "pjrt_sim/normalize_shapes.h"
 #include "pjrt_sim/opcode.h"
 #include "pjrt_sim/thread_pool.h"
 #include "pjrt_sim/vector_math.h"
@@ -172,7 +172,7 @@ LAZYRT_VECTOR_CLONES_TEMPLATE void AddAffineSums(const double* dy, const double*
 class NormalizeKernel final : public Kernel {
  public:
   // `affine`: layer norm with its weight and bias (forward) or weight (gradient, packed in groups of
-  // `group` rows: NormalizeShapes).
+  // `group` rows: CheckNormalize).
   NormalizeKernel(Opcode op, PrimitiveType type, int64_t rows, int64_t width, double epsilon, bool affine,
                   int64_t group, int64_t output_bytes)
       : op_(op),
@@ -304,36 +304,60 @@ bool IsFloatType(PrimitiveType t) {
 
 }  // namespace
 
+absl::Status CheckNormalize(Opcode op, std::span<const ArrayShape> operands, const ArrayShape& result, int64_t axis,
+                            double epsilon) {
+  const bool backward = op == Opcode::kLayerNormGrad || op == Opcode::kRmsNormGrad;
+  const bool affine = (op == Opcode::kLayerNorm || op == Opcode::kLayerNormGrad) && operands.size() == 3;
+  if (!affine && operands.size() != (backward ? 2U : 1U)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("expects ", backward ? 2 : 1, " operand(s) (3 for layer norm's affine), has ", operands.size()));
+  }
+  if (!IsFloatType(result.type)) return absl::InvalidArgumentError("needs a floating type");
+  if (affine && result.type != PrimitiveType::kF32 && result.type != PrimitiveType::kF64) {
+    return absl::InvalidArgumentError("layer norm's affine form takes f32 or f64");
+  }
+  const int64_t rank = static_cast<int64_t>(result.dims.size());
+  if (axis < 0 || axis >= rank || (affine && backward && axis == 0)) {
+    return absl::InvalidArgumentError("axis out of range");
+  }
+  if (!std::isfinite(epsilon) || epsilon < 0) return absl::InvalidArgumentError("epsilon must be finite and >= 0");
+  const std::vector<int64_t>& x = operands[0].dims;
+  if (axis > static_cast<int64_t>(x.size())) {
+    return absl::InvalidArgumentError(absl::StrCat("operand 0 ", operands[0].ToString(), " has no dim ", axis));
+  }
+  const std::vector<int64_t> weight(x.begin() + axis, x.end());
+  for (size_t i = 0; i < operands.size(); ++i) {
+    const bool is_weight = affine && (backward ? i == 2 : i >= 1);
+    if (!(operands[i].type == result.type && operands[i].dims == (is_weight ? weight : x))) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("operand ", i, " ", operands[i].ToString(), " must be ",
+                       is_weight ? "the normalized dims of operand 0 " : "of the shape of operand 0 ",
+                       operands[0].ToString(), ", of the result's type"));
+    }
+  }
+  std::vector<int64_t> want = x;
+  if (affine && backward) want[static_cast<size_t>(axis - 1)] += 2;  // axis >= 1, checked above
+  if (result.dims != want) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("result ", result.ToString(), " must be [", absl::StrJoin(want, ","), "]"));
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<std::unique_ptr<Kernel>> BuildNormalizeKernel(const proto::Kernel& k, std::span<const ArrayShape> inputs,
                                                              const ArrayShape& output) {
-  auto fail = [&](const std::string& what) {
+  auto fail = [&](absl::string_view what) {
     return absl::InvalidArgumentError(absl::StrCat("kernel '", k.label(), "' (NORMALIZE): ", what));
   };
   const std::optional<Opcode> op = OpcodeFromNumber(k.opcode());
   if (!op.has_value() || ClassOf(*op) != OpClass::kNormalize) return fail(absl::StrCat("bad opcode ", k.opcode()));
+  if (absl::Status s = CheckNormalize(*op, inputs, output, k.axis(), k.epsilon()); !s.ok()) return fail(s.message());
   const bool backward = *op == Opcode::kLayerNormGrad || *op == Opcode::kRmsNormGrad;
-  const bool affine = (*op == Opcode::kLayerNorm || *op == Opcode::kLayerNormGrad) && inputs.size() == 3;
-  if (!affine && inputs.size() != (backward ? 2U : 1U)) return fail("wrong number of inputs");
-  if (!IsFloatType(output.type)) return fail("needs a floating type");
-  if (affine && output.type != PrimitiveType::kF32 && output.type != PrimitiveType::kF64) {
-    return fail("the affine takes f32 or f64");
-  }
-  const int64_t rank = static_cast<int64_t>(output.dims.size());
-  if (k.axis() < 0 || k.axis() >= rank || (affine && backward && k.axis() == 0)) return fail("axis out of range");
-  if (!std::isfinite(k.epsilon()) || k.epsilon() < 0) return fail("epsilon must be finite and >= 0");
-  const NormalizeShapes want = NormalizeShapes::Of(inputs[0].dims, k.axis(), affine && backward);
-  for (size_t i = 0; i < inputs.size(); ++i) {
-    const bool is_weight = affine && (backward ? i == 2 : i >= 1);
-    if (!(inputs[i].type == output.type && inputs[i].dims == (is_weight ? want.weight : want.x))) {
-      return fail(absl::StrCat("input ", i, " must be of ",
-                               is_weight ? "the normalized dims of input 0" : "input 0's shape",
-                               ", of the output's type"));
-    }
-  }
-  if (output.dims != want.result)
-    return fail("the output must have the inputs' shape (packed for the affine's gradient)");
+  const bool affine = inputs.size() == 3;
   int64_t rows = 1, width = 1;
-  for (int64_t d = 0; d < rank; ++d) (d < k.axis() ? rows : width) *= inputs[0].dims[static_cast<size_t>(d)];
+  for (int64_t d = 0; d < static_cast<int64_t>(output.dims.size()); ++d) {
+    (d < k.axis() ? rows : width) *= inputs[0].dims[static_cast<size_t>(d)];
+  }
   const int64_t group = affine && backward ? inputs[0].dims[static_cast<size_t>(k.axis() - 1)] : 0;
   return std::make_unique<NormalizeKernel>(*op, output.type, rows, width, k.epsilon(), affine, group,
                                            output.byte_size());

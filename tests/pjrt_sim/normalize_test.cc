@@ -267,18 +267,19 @@ TEST(NormalizeOpcodes, LoaderRejectsBadKernelFields) {
   EXPECT_THAT(error_of(bad, one, shape), HasSubstr("bad opcode"));
   bad.set_opcode(12345);
   EXPECT_THAT(error_of(bad, one, shape), HasSubstr("bad opcode"));
-  EXPECT_THAT(error_of(k, two, shape), HasSubstr("number of inputs"));
+  EXPECT_THAT(error_of(k, two, shape), HasSubstr("operand(s)"));
   bad = k;
   bad.set_opcode(static_cast<int32_t>(Opcode::kRmsNormGrad));
   EXPECT_TRUE(BuildKernel(bad, two, shape).ok());
-  EXPECT_THAT(error_of(bad, one, shape), HasSubstr("number of inputs"));
+  EXPECT_THAT(error_of(bad, one, shape), HasSubstr("operand(s)"));
   bad = k;
   bad.set_axis(2);
   EXPECT_THAT(error_of(bad, one, shape), HasSubstr("axis"));
   bad = k;
   bad.set_epsilon(std::numeric_limits<double>::infinity());
   EXPECT_THAT(error_of(bad, one, shape), HasSubstr("epsilon"));
-  EXPECT_THAT(error_of(k, std::vector<ArrayShape>{{PrimitiveType::kF32, {3, 2}}}, shape), HasSubstr("shape"));
+  EXPECT_THAT(error_of(k, std::vector<ArrayShape>{{PrimitiveType::kF32, {3, 2}}}, shape),
+              HasSubstr("result f32[2,3] must be [3,2]"));
   const ArrayShape ints{PrimitiveType::kS32, {2, 3}};
   EXPECT_THAT(error_of(k, std::vector<ArrayShape>{ints}, ints), HasSubstr("floating"));
 }

@@ -32,8 +32,9 @@ bool BlockPool::Chunked() {
 
 size_t BlockPool::BlockBytes(int64_t bytes) {
   const size_t rounded = std::max<size_t>(64, (static_cast<size_t>(std::max<int64_t>(bytes, 0)) + 63) / 64 * 64);
-  if (rounded < kMinChunkedBlock || rounded > kMaxChunkedBlock || !Chunked()) return rounded;
-  const size_t step = std::bit_floor(rounded) / 4;  // four classes per power of two
+  if (rounded < kMinChunkedBlock || rounded >= kHugePage || !Chunked()) return rounded;
+  if (rounded > kMaxChunkedBlock) return kHugePage;  // past the last class: a whole huge page of its own
+  const size_t step = std::bit_floor(rounded) / 4;   // four classes per power of two
   return (rounded + step - 1) / step * step;
 }
 
@@ -79,7 +80,10 @@ BlockPool::Chunk& BlockPool::ChunkOf(void* block) {
   auto after = chunks_.upper_bound(static_cast<char*>(block));  // the first chunk starting after it
   // A chunked block lies in the chunk starting last before it; anything else is a caller's error that
   // would corrupt the counts.
-  if (after == chunks_.begin() || static_cast<char*>(block) >= std::prev(after)->first + kChunkBytes) std::abort();
+  if (after == chunks_.begin() ||
+      static_cast<char*>(block) >= std::prev(after)->first + std::prev(after)->second.used) {
+    std::abort();
+  }
   return std::prev(after)->second;
 }
 

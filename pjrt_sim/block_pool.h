@@ -25,7 +25,8 @@ namespace lazyrt::pjrt {
 class BlockPool {
  public:
   // Blocks from this size up to kMaxChunkedBlock are cut from chunks; smaller ones (scalars, short
-  // vectors) fit a page or two and come from malloc, larger ones are blocks of their own.
+  // vectors) fit a page or two and come from malloc; larger ones are blocks of their own on huge pages,
+  // a whole one for those under a huge page.
   static constexpr size_t kMinChunkedBlock = size_t{4} << 10;
   static constexpr size_t kMaxChunkedBlock = size_t{7} << 18;  // 1.75 MiB, the last class below a huge page
   static constexpr size_t kHugePage = size_t{2} << 20;

@@ -31,7 +31,7 @@ TEST(BlockPool, BlockSizesAreWholeLinesAndChunkedOnesFourClassesAPowerOfTwo) {
   EXPECT_EQ(BlockPool::BlockBytes(kBlock + 1), static_cast<size_t>(kBlock + kBlock / 4));
   EXPECT_EQ(BlockPool::BlockBytes(384 * 128 * 4), 196608u);  // a [384, 128] f32 weight: a class of its own
   EXPECT_EQ(BlockPool::BlockBytes(1800000), BlockPool::kMaxChunkedBlock);
-  EXPECT_EQ(BlockPool::BlockBytes(1900000), 1900032u);  // past the last class: a block of its own
+  EXPECT_EQ(BlockPool::BlockBytes(1900000), BlockPool::kHugePage);  // past the last class: a huge page of its own
   for (int64_t bytes = 4096; bytes <= static_cast<int64_t>(BlockPool::kMaxChunkedBlock); bytes = bytes * 9 / 8 + 64) {
     const size_t size = BlockPool::BlockBytes(bytes);
     EXPECT_GE(size, static_cast<size_t>(bytes));
@@ -137,14 +137,25 @@ TEST(BlockPool, ReturnsWholeChunksOnceTheFreedBlocksPassItsBound) {
   pool.Give(again, kBlock);
   EXPECT_EQ(pool.chunk_bytes(), 2 * kChunk);
   EXPECT_EQ(pool.cached_bytes(), 0);
-  // Only the chunks the bound needs go back: of the two others freed, the chunk blocks are cut from stays,
-  // its blocks over the bound.
+  // The chunk blocks are cut from stays, its freed blocks past the bound.
   give(kBlocksPerChunk, 3 * kBlocksPerChunk);
   EXPECT_EQ(pool.chunk_bytes(), kChunk);
   EXPECT_EQ(pool.cached_bytes(), kChunk);
   void* reused = pool.Take(kBlock);
   EXPECT_EQ(reused, blocks.back());
   pool.Give(reused, kBlock);
+}
+
+TEST(BlockPool, ReturnsOnlyTheChunksTheBoundNeeds) {
+  SKIP_UNLESS_CHUNKED();
+  BlockPool pool(kChunk + kChunk / 2);
+  std::vector<void*> blocks;
+  for (int64_t i = 0; i < 3 * kBlocksPerChunk; ++i) blocks.push_back(pool.Take(kBlock));
+  for (int64_t i = 0; i < 2 * kBlocksPerChunk; ++i) pool.Give(blocks[static_cast<size_t>(i)], kBlock);
+  // The first chunk freed was within the bound; the second took the freed bytes past it: one chunk went back.
+  EXPECT_EQ(pool.chunk_bytes(), 2 * kChunk);
+  EXPECT_EQ(pool.cached_bytes(), kChunk);
+  for (int64_t i = 2 * kBlocksPerChunk; i < 3 * kBlocksPerChunk; ++i) pool.Give(blocks[static_cast<size_t>(i)], kBlock);
 }
 
 TEST(BlockPool, ReleasingAChunkTakesItsBlocksOffTheFreeLists) {

@@ -309,16 +309,23 @@ absl::Status CheckNormalize(Opcode op, std::span<const ArrayShape> operands, con
   const bool backward = op == Opcode::kLayerNormGrad || op == Opcode::kRmsNormGrad;
   const bool affine = (op == Opcode::kLayerNorm || op == Opcode::kLayerNormGrad) && operands.size() == 3;
   if (!affine && operands.size() != (backward ? 2U : 1U)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("expects ", backward ? 2 : 1, " operand(s) (3 for layer norm's affine), has ", operands.size()));
+    const bool layer_norm = op == Opcode::kLayerNorm || op == Opcode::kLayerNormGrad;
+    return absl::InvalidArgumentError(absl::StrCat("expects ", backward ? 2 : 1, " operand(s)",
+                                                   layer_norm ? " (3 with its affine)" : "", ", has ",
+                                                   operands.size()));
   }
-  if (!IsFloatType(result.type)) return absl::InvalidArgumentError("needs a floating type");
+  if (!IsFloatType(result.type)) {
+    return absl::InvalidArgumentError(absl::StrCat("result ", result.ToString(), " needs a floating type"));
+  }
   if (affine && result.type != PrimitiveType::kF32 && result.type != PrimitiveType::kF64) {
-    return absl::InvalidArgumentError("layer norm's affine form takes f32 or f64");
+    return absl::InvalidArgumentError(
+        absl::StrCat("layer norm's affine form takes f32 or f64, not the result ", result.ToString()));
   }
   const int64_t rank = static_cast<int64_t>(result.dims.size());
   if (axis < 0 || axis >= rank || (affine && backward && axis == 0)) {
-    return absl::InvalidArgumentError("axis out of range");
+    return absl::InvalidArgumentError(
+        absl::StrCat("axis ", axis, " out of range for the result ", result.ToString(),
+                     affine && backward ? " (the affine's gradient needs axis >= 1)" : ""));
   }
   if (!std::isfinite(epsilon) || epsilon < 0) return absl::InvalidArgumentError("epsilon must be finite and >= 0");
   const std::vector<int64_t>& x = operands[0].dims;

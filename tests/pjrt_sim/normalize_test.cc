@@ -42,9 +42,9 @@ TEST(NormalizeOpcodes, VerifierAcceptsWellFormedAndRejectsMalformed) {
     };
     EXPECT_TRUE(VerifyModule(with([&](ModuleBuilder& b) { Normalize(b, op, operands, 1, 1e-5); })).ok());
     EXPECT_THAT(VerifyError(with([&](ModuleBuilder& b) { Normalize(b, op, operands, 3, 1e-5); })),
-                HasSubstr("axis out of range"));
+                HasSubstr("axis 3 out of range for the result f32[2,3,4]"));
     EXPECT_THAT(VerifyError(with([&](ModuleBuilder& b) { Normalize(b, op, operands, -1, 1e-5); })),
-                HasSubstr("axis out of range"));
+                HasSubstr("axis -1 out of range"));
     EXPECT_THAT(VerifyError(with([&](ModuleBuilder& b) { Normalize(b, op, operands, 2, -1); })), HasSubstr("epsilon"));
     EXPECT_THAT(VerifyError(with([&](ModuleBuilder& b) {
                   Normalize(b, op, operands, 2, std::numeric_limits<double>::quiet_NaN());
@@ -100,7 +100,7 @@ TEST(NormalizeOpcodes, VerifierChecksTheAffineForms) {
               HasSubstr("operand 1 f32[2,3,4] must be the normalized dims"));
   EXPECT_THAT(VerifyError(with(gradient({0, 2, 2}, {2, 5, 4}, 2))), HasSubstr("operand 1 f32[4] must be of the shape"));
   EXPECT_THAT(VerifyError(with(gradient({0, 1, 2}, {2, 3, 4}, 2))), HasSubstr("must be [2,5,4]"));
-  EXPECT_THAT(VerifyError(with(gradient({0, 1, 2}, {2, 5, 4}, 0))), HasSubstr("axis out of range"));
+  EXPECT_THAT(VerifyError(with(gradient({0, 1, 2}, {2, 5, 4}, 0))), HasSubstr("the affine's gradient needs axis >= 1"));
   EXPECT_THAT(VerifyError(with([](ModuleBuilder& b) {
                 b.Op(Opcode::kRmsNorm, {0, 2, 2}, proto::F32, {2, 3, 4}, [](proto::Instruction& i) { i.set_axis(2); });
               })),

@@ -1,7 +1,5 @@
 #include "pjrt_sim/block_pool.h"
 
-#include <sys/mman.h>
-
 #include <algorithm>
 #include <bit>
 #include <cstdlib>
@@ -9,21 +7,9 @@
 #include <string_view>
 
 #include "pjrt_sim/cpu_isa.h"
+#include "pjrt_sim/huge_pages.h"
 
 namespace lazyrt::pjrt {
-
-namespace {
-// `bytes` starting on a huge page, advised to be made of huge pages (THP, where the kernel allows them on
-// request). With 4 KiB pages a stream missed the TLB every 1024 floats, and the CPU's prefetchers stop at
-// page boundaries (on a Zen 3 BM_Gelu ran 8-18% and BM_AdamWUpdate/2048 16-29% faster: benchmarks/RESULTS.md).
-// A block's last partial huge page is ordinary pages.
-void* HugePageBlock(size_t bytes) {
-  void* data = nullptr;
-  if (posix_memalign(&data, BlockPool::kHugePage, bytes) != 0) return nullptr;
-  madvise(data, bytes, MADV_HUGEPAGE);  // advice: without THP the pages are ordinary ones
-  return data;
-}
-}  // namespace
 
 bool BlockPool::Chunked() {
   static const bool chunked = BuildFlavor() != std::string_view("asan");
@@ -58,13 +44,13 @@ void* BlockPool::Take(int64_t bytes) {
   }
   if (IsChunked(size)) return Cut(size);
   if (size < kHugePage) return std::aligned_alloc(64, size);
-  return HugePageBlock(size);
+  return AllocateOnHugePages(size);
 }
 
 void* BlockPool::Cut(size_t block_bytes) {
   auto current = current_ != nullptr ? chunks_.find(current_) : chunks_.end();
   if (current == chunks_.end() || current->second.used + block_bytes > kChunkBytes) {
-    char* start = static_cast<char*>(HugePageBlock(kChunkBytes));
+    char* start = static_cast<char*>(AllocateOnHugePages(kChunkBytes));
     if (start == nullptr) return nullptr;
     current = chunks_.emplace(start, Chunk{}).first;
     current_ = start;

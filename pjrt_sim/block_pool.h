@@ -8,15 +8,16 @@
 #include <unordered_map>
 #include <vector>
 
+#include "pjrt_sim/huge_pages.h"
+
 namespace lazyrt::pjrt {
 
 // Not thread-safe: its device calls it under its lock.
 //
-// Why chunks: a block below a huge page from malloc lies on 4 KiB pages, and a kernel that streams through
-// such blocks after the step's other work has evicted them takes a TLB miss (under a hypervisor, a
-// two-level page walk) and a prefetcher restart every 4 KiB. The GPT's AdamW loops over [512, 128] weights
-// and moments ran 460-1100 us a kernel in the step and 20-100 us run again at once; cut from huge pages,
-// 50-100 us (benchmarks/RESULTS.md, session 39).
+// Why chunks: a block below a huge page from malloc lies on 4 KiB pages (huge_pages.h says what that costs
+// a kernel streaming through it). The GPT's AdamW loops over [512, 128] weights and moments, whose blocks the
+// step's other work had evicted, ran 460-1100 us a kernel in the step and 20-100 us run again at once; cut
+// from huge pages, 50-100 us (benchmarks/RESULTS.md, session 39).
 //
 // Chunked blocks take sizes of a few classes (four per power of two, at most 25% over the request): a freed
 // one serves any request of its class, so the bytes of a class are at most the most of it ever in use at
@@ -29,7 +30,6 @@ class BlockPool {
   // a whole one for those under a huge page.
   static constexpr size_t kMinChunkedBlock = size_t{4} << 10;
   static constexpr size_t kMaxChunkedBlock = size_t{7} << 18;  // 1.75 MiB, the last class below a huge page
-  static constexpr size_t kHugePage = size_t{2} << 20;
   // A block that does not fit the rest of a chunk starts the next one: this bounds the bytes left unused
   // at a chunk's end to under one block, at most 22% of the chunk.
   static constexpr size_t kChunkBytes = 4 * kHugePage;

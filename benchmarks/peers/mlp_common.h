@@ -18,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "lazy/host_memory.h"
 #include "lazy/splitmix.h"
 
 namespace peers {
@@ -103,7 +104,7 @@ inline uint32_t BigEndian32(const std::string& b, size_t at) {
 
 struct Dataset {
   int64_t count = 0, features = 0;
-  std::vector<float> images;  // standardized
+  lazyrt::HostVector<float> images;  // standardized; batches are read where they are (GetBatch)
   std::vector<int64_t> labels;
 };
 

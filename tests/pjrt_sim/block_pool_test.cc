@@ -31,7 +31,7 @@ TEST(BlockPool, BlockSizesAreWholeLinesAndChunkedOnesFourClassesAPowerOfTwo) {
   EXPECT_EQ(BlockPool::BlockBytes(kBlock + 1), static_cast<size_t>(kBlock + kBlock / 4));
   EXPECT_EQ(BlockPool::BlockBytes(384 * 128 * 4), 196608u);  // a [384, 128] f32 weight: a class of its own
   EXPECT_EQ(BlockPool::BlockBytes(1800000), BlockPool::kMaxChunkedBlock);
-  EXPECT_EQ(BlockPool::BlockBytes(1900000), BlockPool::kHugePage);  // past the last class: a huge page of its own
+  EXPECT_EQ(BlockPool::BlockBytes(1900000), kHugePage);  // past the last class: a huge page of its own
   for (int64_t bytes = 4096; bytes <= static_cast<int64_t>(BlockPool::kMaxChunkedBlock); bytes = bytes * 9 / 8 + 64) {
     const size_t size = BlockPool::BlockBytes(bytes);
     EXPECT_GE(size, static_cast<size_t>(bytes));
@@ -57,20 +57,20 @@ TEST(BlockPool, CutsBlocksBetweenAPageAndAHugePageFromHugePageChunks) {
   std::vector<void*> blocks;
   for (int64_t i = 0; i < kBlocksPerChunk + 1; ++i) blocks.push_back(pool.Take(kBlock));
   // Side by side in one chunk that starts on a huge page; the block past the chunk starts the next.
-  EXPECT_EQ(Address(blocks[0]) % BlockPool::kHugePage, 0u);
+  EXPECT_EQ(Address(blocks[0]) % kHugePage, 0u);
   for (int64_t i = 1; i < kBlocksPerChunk; ++i) {
     EXPECT_EQ(Address(blocks[static_cast<size_t>(i)]), Address(blocks[0]) + static_cast<uintptr_t>(i * kBlock));
   }
-  EXPECT_EQ(Address(blocks.back()) % BlockPool::kHugePage, 0u);
+  EXPECT_EQ(Address(blocks.back()) % kHugePage, 0u);
   EXPECT_EQ(pool.chunk_bytes(), 2 * kChunk);
   for (void* b : blocks) std::memset(b, 0xab, kBlock);  // each is writable over its whole size
   // A block smaller than a page, and one of a huge page, are not cut from chunks.
   void* small = pool.Take(1000);
-  void* huge = pool.Take(static_cast<int64_t>(BlockPool::kHugePage));
-  EXPECT_EQ(Address(huge) % BlockPool::kHugePage, 0u);
+  void* huge = pool.Take(static_cast<int64_t>(kHugePage));
+  EXPECT_EQ(Address(huge) % kHugePage, 0u);
   EXPECT_EQ(pool.chunk_bytes(), 2 * kChunk);
   pool.Give(small, 1000);
-  pool.Give(huge, static_cast<int64_t>(BlockPool::kHugePage));
+  pool.Give(huge, static_cast<int64_t>(kHugePage));
   for (void* b : blocks) pool.Give(b, kBlock);
 }
 

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "lazy/host_memory.h"
 #include "lazy/metrics.h"
 #include "lazy/nn.h"
 #include "lazy/sync.h"
@@ -42,6 +43,21 @@ TEST(ExternalData, ComputesAsTheSameValuesCopiedDo) {
     EXPECT_EQ(in_place[i].to_vector<float>(), copied[i].to_vector<float>()) << "result " << i;
   }
   EXPECT_EQ(Tensor::FromExternal(*x, {2, 3}, x).to_vector<float>(), *x);
+}
+
+// A HostVector starts on a huge page and is whole huge pages long (so that all of it can be huge); a step
+// reads it in place like any host array.
+TEST(ExternalData, AHostVectorIsOnHugePagesAndReadInPlace) {
+  auto x = std::make_shared<HostVector<float>>(3 * 1000);
+  for (size_t i = 0; i < x->size(); ++i) (*x)[i] = static_cast<float>(i % 7) - 3.0f;
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(x->data()) % pjrt::kHugePage, 0u);
+  x->resize(3 * 1000 * 1000);  // reallocated: 12 MB, on huge pages too
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(x->data()) % pjrt::kHugePage, 0u);
+  EXPECT_EQ((*x)[2999], static_cast<float>(2999 % 7) - 3.0f);
+  std::shared_ptr<const HostVector<float>> owner = x;
+  const Tensor t = Tensor::FromExternal(std::span<const float>(x->data(), 6), {2, 3}, owner);
+  EXPECT_EQ(sum(t * 2.0f).item(), 2.0 * (-3 - 2 - 1 + 0 + 1 + 2));
+  EXPECT_THROW(HugePageAllocator<double>().allocate(SIZE_MAX / 4), std::bad_array_new_length);
 }
 
 // The data outlives the caller's last reference for as long as a tensor or a step still reads it.

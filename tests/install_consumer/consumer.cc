@@ -1,11 +1,13 @@
 // A program outside the lazyrt tree, built against the installed package: it traces a graph, then
 // compiles and runs it on the device (the whole runtime, through the installed headers and libraries).
 #include <cstdio>
+#include <memory>
 
 // Every public header, as installed: each must compile from the install tree alone.
 #include "lazy/devices.h"
 #include "lazy/diagnostics.h"
 #include "lazy/error.h"
+#include "lazy/host_memory.h"
 #include "lazy/metrics.h"
 #include "lazy/nn.h"
 #include "lazy/optim.h"
@@ -18,7 +20,10 @@ int main() {
   lazyrt::Tensor y = lazyrt::relu(x * 2.0 - 3.0);
   if (y.shape().ToString() != "f32[2,2]") return 1;
   const unsigned long long hash = lazyrt::graph_hash({y});
-  const double total = lazyrt::sum(y).item();  // relu(-1, 1, 3, 5) sums to 9
+  auto values = std::make_shared<lazyrt::HostVector<float>>(4, 2.0f);  // read in place from huge pages
+  const double total =
+      lazyrt::sum(y).item() + lazyrt::sum(lazyrt::Tensor::FromExternal(*values, {4}, values)).item() - 8;
+  // relu(-1, 1, 3, 5) sums to 9, the host vector's four 2s to 8
   if (total != 9) {
     std::printf("consumer computed %g, not 9\n", total);
     return 1;

@@ -16,8 +16,8 @@ namespace lazyrt::pjrt {
 //
 // Why chunks: a block below a huge page from malloc lies on 4 KiB pages (huge_pages.h says what that costs
 // a kernel streaming through it). The GPT's AdamW loops over [512, 128] weights and moments, whose blocks the
-// step's other work had evicted, ran 460-1100 us a kernel in the step and 20-100 us run again at once; cut
-// from huge pages, 50-100 us (benchmarks/RESULTS.md, session 39).
+// step's other work had evicted, ran 460-1140 us a kernel in the step and 20-190 us run again at once; cut
+// from huge pages, 50-310 us, most under 100 (benchmarks/RESULTS.md, session 39).
 //
 // Chunked blocks take sizes of a few classes (four per power of two, at most 25% over the request): a freed
 // one serves any request of its class, so the bytes of a class are at most the most of it ever in use at

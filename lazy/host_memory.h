@@ -1,7 +1,7 @@
 // Host arrays for a device to read in place (Tensor::FromExternal): on huge pages. A dataset that batches are
 // sliced from without a copy is read by the step's first kernels straight from this memory; on 4 KiB pages
-// each page of it costs them a TLB miss and a prefetcher restart (the MLP peer's step ran 20-25% slower with
-// its dataset in a std::vector: benchmarks/RESULTS.md, session 39). Header-only.
+// each page of it costs them a TLB miss and a prefetcher restart (the MLP peer's step ran ~14% slower with its
+// dataset in a std::vector, medians of 6 alternating runs: benchmarks/RESULTS.md, session 39). Header-only.
 #pragma once
 
 #include <cstddef>

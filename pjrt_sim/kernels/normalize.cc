@@ -307,9 +307,9 @@ bool IsFloatType(PrimitiveType t) {
 absl::Status CheckNormalize(Opcode op, std::span<const ArrayShape> operands, const ArrayShape& result, int64_t axis,
                             double epsilon) {
   const bool backward = op == Opcode::kLayerNormGrad || op == Opcode::kRmsNormGrad;
-  const bool affine = (op == Opcode::kLayerNorm || op == Opcode::kLayerNormGrad) && operands.size() == 3;
+  const bool layer_norm = op == Opcode::kLayerNorm || op == Opcode::kLayerNormGrad;
+  const bool affine = layer_norm && operands.size() == 3;
   if (!affine && operands.size() != (backward ? 2U : 1U)) {
-    const bool layer_norm = op == Opcode::kLayerNorm || op == Opcode::kLayerNormGrad;
     return absl::InvalidArgumentError(absl::StrCat("expects ", backward ? 2 : 1, " operand(s)",
                                                    layer_norm ? " (3 with its affine)" : "", ", has ",
                                                    operands.size()));

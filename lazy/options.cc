@@ -150,6 +150,10 @@ const std::vector<Setting>& Settings() {
       Declare("LAZYRT_DEBUG_FILE", "where diagnostics go instead of stderr", &Options::debug_file, ParsePath),
       Declare("LAZYRT_KERNEL_PROFILE", "time every kernel and print the N longest at exit (0: off)",
               &Options::kernel_profile, [](absl::string_view t) { return ParseInt<int64_t>(t, 0, kMaxKernelRows); }),
+      Declare("LAZYRT_KERNEL_PROFILE_RERUNS",
+              "with the kernel profile, run each kernel again at once and time that too (0/1): its cost with its data "
+              "cached",
+              &Options::kernel_profile_reruns, ParseBool),
       Declare("LAZYRT_REPORT", "write the run report (JSON) to this file at exit", &Options::report, ParsePath),
       Declare("LAZYRT_TRACE", "write a Chrome trace to this file at exit", &Options::trace, ParsePath),
   };

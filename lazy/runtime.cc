@@ -161,7 +161,10 @@ Runtime::Runtime(Options options) : options_(std::move(options)) {
   for (pjrt::Device* d : client_->devices()) {
     auto state = std::make_unique<DeviceState>();
     state->device = d;
-    d->set_kernel_profiling(options_.debug >= 3 || options_.kernel_profile > 0);
+    const bool profile = options_.debug >= 3 || options_.kernel_profile > 0;
+    d->set_kernel_profiling(!profile                         ? pjrt::KernelProfiling::kOff
+                            : options_.kernel_profile_reruns ? pjrt::KernelProfiling::kTimesAndReruns
+                                                             : pjrt::KernelProfiling::kTimes);
     state->rng_seed = options_.seed;
     devices_.push_back(std::move(state));
   }

@@ -14,6 +14,12 @@
 
 namespace lazyrt::pjrt {
 
+// How executions time their kernels: not at all; each kernel as it runs; or each as it runs and again right after,
+// run a second time on the data it just used. The second run costs what the kernel does where its data is in its
+// cores' caches; the first, also what fetching the data where earlier kernels left it costs (another core's
+// cache, memory). A collective, which the other partitions would have to join, is not run again.
+enum class KernelProfiling { kOff, kTimes, kTimesAndReruns };
+
 // What a device's memory looks like now (PJRT's Device::GetAllocatorStats, reduced).
 struct MemoryStats {
   int64_t bytes_in_use = 0;
@@ -116,9 +122,10 @@ class Device {
   CollectiveStats collective_stats() const;
   // Work on this device runs in order on this stream.
   Stream& stream() { return stream_; }
-  // When on, executions time every kernel (Executable::kernel_times); two clock reads per kernel.
-  void set_kernel_profiling(bool on) { kernel_profiling_.store(on, std::memory_order_relaxed); }
-  bool kernel_profiling() const { return kernel_profiling_.load(std::memory_order_relaxed); }
+  // How executions on this device time their kernels (Executable::kernel_times): two clock reads per kernel, and
+  // with reruns every kernel run twice.
+  void set_kernel_profiling(KernelProfiling how) { kernel_profiling_.store(how, std::memory_order_relaxed); }
+  KernelProfiling kernel_profiling() const { return kernel_profiling_.load(std::memory_order_relaxed); }
 
  private:
   friend class DeviceMemory;
@@ -141,7 +148,7 @@ class Device {
   // on the launch path).
   absl::InlinedVector<int64_t, 4> queued_arenas_;
   bool arena_bound_ = false;  // one of them has its memory
-  std::atomic<bool> kernel_profiling_{false};
+  std::atomic<KernelProfiling> kernel_profiling_{KernelProfiling::kOff};
   std::atomic<int64_t> collective_calls_{0}, collective_ns_{0}, collective_wait_ns_{0};
   Stream stream_;
 };

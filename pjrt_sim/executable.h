@@ -74,11 +74,12 @@ class Executable : public std::enable_shared_from_this<Executable> {
 
   // Runs the kernels in order on memory the caller provides: one pointer per slot (aliases and arena
   // slots resolved by the caller through SlotPointers). Used by Execute and by autotuning. With
-  // `profile`, each kernel's time is added to kernel_times(). `where`: the partition of an execution
-  // it runs as (none: partition 0 without a communicator, where collectives of groups of one work).
+  // `profile` on, each kernel's time is added to kernel_times(), as `profile` says. `where`: the partition of an
+  // execution it runs as (none: partition 0 without a communicator, where collectives of groups of one work).
   // `spare_core`, if given, is set as spare_core_kernel() starts.
-  absl::Status RunKernels(std::span<void* const> slot_ptrs, bool profile = false, const SiteNamer& name_site = nullptr,
-                          const PartitionContext* where = nullptr, Event* spare_core = nullptr) const;
+  absl::Status RunKernels(std::span<void* const> slot_ptrs, KernelProfiling profile = KernelProfiling::kOff,
+                          const SiteNamer& name_site = nullptr, const PartitionContext* where = nullptr,
+                          Event* spare_core = nullptr) const;
 
   // Where a host thread waiting for this executable's predecessor should resume: the first kernel that
   // runs on the stream's thread alone (Kernel::SplitsOverPool) after one that splits over the pool; -1
@@ -96,10 +97,14 @@ class Executable : public std::enable_shared_from_this<Executable> {
   // it pays what later runs do not (pages of a new arena touched, a library's first call for a shape on a
   // thread), tens of milliseconds for some kernels of the GPT's step, which a mean over a short run hides
   // in every run.
+  // With reruns (KernelProfiling::kTimesAndReruns), the second runs apart: `reruns` of `rerun_ns` in all, one
+  // after each run but the first.
   struct KernelTime {
     int64_t runs = 0;
     int64_t total_ns = 0;
     int64_t first_ns = 0;
+    int64_t reruns = 0;
+    int64_t rerun_ns = 0;
   };
   std::vector<KernelTime> kernel_times() const;
   // Pointers for every slot given parameter memory, the arena and result memory.
@@ -138,7 +143,7 @@ class Executable : public std::enable_shared_from_this<Executable> {
   int64_t spare_core_kernel_ = -1;
   mutable std::atomic<int64_t> after_spare_core_ns_{-1};
   struct AtomicKernelTime {
-    std::atomic<int64_t> runs{0}, total_ns{0}, first_ns{0};
+    std::atomic<int64_t> runs{0}, total_ns{0}, first_ns{0}, reruns{0}, rerun_ns{0};
   };
   std::unique_ptr<AtomicKernelTime[]> kernel_times_;
 };

@@ -133,16 +133,56 @@ TEST_F(ExecutableTest, KernelProfileCountsEveryRunAndKeepsTheFirstApart) {
   Device* device = client_->device(0);
   ASSERT_TRUE(testing::ExecuteOnHost(*client_, *exe, args).ok());
   for (const Executable::KernelTime& t : exe->kernel_times()) EXPECT_EQ(t.runs, 0);
-  device->set_kernel_profiling(true);
+  device->set_kernel_profiling(KernelProfiling::kTimes);
   constexpr int kRuns = 3;
   for (int r = 0; r < kRuns; ++r) ASSERT_TRUE(testing::ExecuteOnHost(*client_, *exe, args).ok());
-  device->set_kernel_profiling(false);
+  device->set_kernel_profiling(KernelProfiling::kOff);
   const std::vector<Executable::KernelTime> times = exe->kernel_times();
   ASSERT_EQ(times.size(), static_cast<size_t>(exe->proto().kernels_size()));
   for (size_t k = 0; k < times.size(); ++k) {
     EXPECT_EQ(times[k].runs, kRuns) << "kernel " << k;
     EXPECT_GT(times[k].first_ns, 0) << "kernel " << k;
     EXPECT_LT(times[k].first_ns, times[k].total_ns) << "kernel " << k << ": the later runs' time is in the total too";
+  }
+}
+
+// With reruns, every kernel but a collective runs again right after each run but its first, timed apart, and
+// the results keep their bits: no kernel's output shares bytes with its inputs. A collective would need the
+// other partitions to run it again too.
+TEST_F(ExecutableTest, KernelProfileRerunsEveryKernelButACollectiveAndKeepsTheBits) {
+  ModuleBuilder b("with_a_collective");
+  const int64_t x = b.Parameter(0, proto::F32, {6, 8});
+  const int64_t summed = b.Op(Opcode::kAllReduce, {x}, proto::F32, {6, 8},
+                              [](proto::Instruction& i) { i.set_combiner(static_cast<int32_t>(Combiner::kSum)); });
+  b.Output(b.Unary(Opcode::kTanh, b.Add(summed, x)));
+  for (const auto& [module, parameters] : {std::pair{EveryKernelKind(), 4}, std::pair{b.module(), 1}}) {
+    SCOPED_TRACE(module.name());
+    std::shared_ptr<Executable> exe = CompileOrDie(module);
+    ASSERT_NE(exe, nullptr);
+    std::vector<HostArray> args = EveryKernelKindArgs();  // x [6, 8] first
+    args.resize(static_cast<size_t>(parameters));
+    Device* device = client_->device(0);
+    const absl::StatusOr<std::vector<HostArray>> want = testing::ExecuteOnHost(*client_, *exe, args);
+    ASSERT_TRUE(want.ok()) << want.status();
+    device->set_kernel_profiling(KernelProfiling::kTimesAndReruns);
+    constexpr int kRuns = 3;
+    for (int r = 0; r < kRuns; ++r) {
+      const absl::StatusOr<std::vector<HostArray>> got = testing::ExecuteOnHost(*client_, *exe, args);
+      ASSERT_TRUE(got.ok()) << got.status();
+      ASSERT_EQ(got->size(), want->size());
+      for (size_t j = 0; j < want->size(); ++j) EXPECT_EQ((*got)[j].bytes, (*want)[j].bytes) << "result " << j;
+    }
+    device->set_kernel_profiling(KernelProfiling::kOff);
+    const std::vector<Executable::KernelTime> times = exe->kernel_times();
+    int collectives = 0;
+    for (size_t k = 0; k < times.size(); ++k) {
+      const bool collective = exe->proto().kernels(static_cast<int>(k)).kind() == proto::Kernel::COLLECTIVE;
+      collectives += collective;
+      EXPECT_EQ(times[k].runs, kRuns) << "kernel " << k;
+      EXPECT_EQ(times[k].reruns, collective ? 0 : kRuns - 1) << "kernel " << k;
+      EXPECT_EQ(times[k].rerun_ns > 0, !collective) << "kernel " << k;
+    }
+    EXPECT_EQ(collectives, module.name() == "with_a_collective" ? 1 : 0);
   }
 }
 

@@ -369,13 +369,18 @@ class ReduceKernel final : public Kernel {
       const int64_t runs = total / run_length_;
       const int64_t chunks = ColumnChunks();
       const int64_t runs_per_chunk = (runs + chunks - 1) / chunks;
-      std::vector<A> sums(static_cast<size_t>(chunks * run_length_), identity);
+      // Each chunk's sums start at the identity on the thread that adds into them, right before it does:
+      // filled all at once on the calling thread first, the 1 MiB of sums of the GPT's [32, 128, 128] ->
+      // [128, 128] reduction (its position embedding's gradient) took it 3.1-3.5 ms a step, 1.8-2.0 ms
+      // filled by chunk (benchmarks/RESULTS.md, session 40).
+      const std::unique_ptr<A[]> sums(new A[static_cast<size_t>(chunks * run_length_)]);
       const int64_t no_offset = 0;
       ThreadPool::Get().ParallelFor(chunks, [&](int64_t c) {
+        std::fill_n(sums.get() + c * run_length_, run_length_, identity);
         void* scratch = Scratch(program_.scratch_bytes());
         program_.Prepare(inputs, scratch);
         AddRuns<T, A>(inputs, results, scratch, c * runs_per_chunk, std::min(runs, (c + 1) * runs_per_chunk),
-                      sums.data() + c * run_length_, no_offset, [] {});
+                      sums.get() + c * run_length_, no_offset, [] {});
       });
       for (int64_t c = 1; c < chunks; ++c) {
         for (int64_t j = 0; j < run_length_; ++j) {
@@ -383,7 +388,7 @@ class ReduceKernel final : public Kernel {
               Combine<A>(combiner_, sums[static_cast<size_t>(j)], sums[static_cast<size_t>(c * run_length_ + j)]);
         }
       }
-      StoreBlockTyped(sums.data(), output, outputs);
+      StoreBlockTyped(sums.get(), output, outputs);
       return;
     }
     std::vector<A>& acc = acc_storage;

@@ -24,7 +24,8 @@ std::string KernelProfileText(int64_t shown) {
   int64_t total_ns = 0;
   // Over the kernels run again after each run but their first (LAZYRT_KERNEL_PROFILE_RERUNS): those runs' time,
   // and the reruns'.
-  int64_t rerun_first_ns = 0, rerun_ns = 0;
+  int64_t rerun_kernels_later_ns = 0, rerun_ns = 0;
+  bool any_reruns = false;
   {
     ExecutableCache::Get().ForEachLoaded([&](const ir::HashValue& key, const std::shared_ptr<pjrt::Executable>& exe) {
       const std::vector<pjrt::Executable::KernelTime> times = exe->kernel_times();
@@ -35,8 +36,9 @@ std::string KernelProfileText(int64_t shown) {
                         pjrt::KernelIterationText(exe->proto(), kernel), kernel.label(), static_cast<int>(k),
                         times[k]});
         total_ns += times[k].total_ns;
+        any_reruns = any_reruns || times[k].reruns > 0;
         if (times[k].reruns > 0 && times[k].reruns == times[k].runs - 1) {
-          rerun_first_ns += times[k].total_ns - times[k].first_ns;
+          rerun_kernels_later_ns += times[k].total_ns - times[k].first_ns;
           rerun_ns += times[k].rerun_ns;
         }
       }
@@ -64,28 +66,27 @@ std::string KernelProfileText(int64_t shown) {
     }
     absl::StrAppend(&out, "\n");
   }
-  const bool reruns = rerun_first_ns > 0;
-  if (reruns) {
+  if (rerun_kernels_later_ns > 0) {
+    const int64_t spared_ns = rerun_kernels_later_ns - rerun_ns;  // negative where the reruns took longer
     absl::StrAppend(
-        &out,
-        absl::StrFormat("  reruns (LAZYRT_KERNEL_PROFILE_RERUNS): the kernels took %.1f ms after their first "
-                        "runs and %.1f ms run again at once: %.1f ms (%.0f%%) went on fetching the data earlier "
-                        "kernels left in other caches or in memory\n",
-                        static_cast<double>(rerun_first_ns) / 1e6, static_cast<double>(rerun_ns) / 1e6,
-                        static_cast<double>(rerun_first_ns - rerun_ns) / 1e6,
-                        100.0 * static_cast<double>(rerun_first_ns - rerun_ns) / static_cast<double>(rerun_first_ns)));
+        &out, absl::StrFormat("  reruns (LAZYRT_KERNEL_PROFILE_RERUNS): the kernels run again took %.1f ms after "
+                              "their first runs and %.1f ms run again at once, %+.1f ms (%+.0f%%): what running at "
+                              "once spared them (data left in another core's cache or in memory, threads waking)\n",
+                              static_cast<double>(rerun_kernels_later_ns) / 1e6, static_cast<double>(rerun_ns) / 1e6,
+                              static_cast<double>(spared_ns) / 1e6,
+                              100.0 * static_cast<double>(spared_ns) / static_cast<double>(rerun_kernels_later_ns)));
   }
   // MEAN: of the runs after the first (FIRST), which pays for what later runs reuse. RERUN: of the second runs
   // at once, where there are any.
   absl::StrAppend(&out, absl::StrFormat("  %-16s %4s  %-6s  %-24s %7s %10s %9s %9s%s %6s  %s\n", "GRAPH", "#", "KIND",
                                         "ITERATION", "RUNS", "TOTAL ms", "FIRST us", "MEAN us",
-                                        reruns ? absl::StrFormat(" %9s", "RERUN us") : "", "SHARE", "LABEL"));
+                                        any_reruns ? absl::StrFormat(" %9s", "RERUN us") : "", "SHARE", "LABEL"));
   for (size_t i = 0; i < rows.size() && i < shown_rows; ++i) {
     const Row& r = rows[i];
     const int64_t later_runs = r.time.runs > 1 ? r.time.runs - 1 : 1;
     const int64_t later_ns = r.time.runs > 1 ? r.time.total_ns - r.time.first_ns : r.time.total_ns;
     std::string rerun_column;
-    if (reruns) {
+    if (any_reruns) {
       rerun_column = r.time.reruns > 0 ? absl::StrFormat(" %9.1f", static_cast<double>(r.time.rerun_ns) / 1e3 /
                                                                        static_cast<double>(r.time.reruns))
                                        : absl::StrFormat(" %9s", "-");

@@ -151,8 +151,8 @@ const std::vector<Setting>& Settings() {
       Declare("LAZYRT_KERNEL_PROFILE", "time every kernel and print the N longest at exit (0: off)",
               &Options::kernel_profile, [](absl::string_view t) { return ParseInt<int64_t>(t, 0, kMaxKernelRows); }),
       Declare("LAZYRT_KERNEL_PROFILE_RERUNS",
-              "with the kernel profile, run each kernel again at once and time that too (0/1): its cost with its data "
-              "cached",
+              "with the kernel profile (LAZYRT_KERNEL_PROFILE=N or LAZYRT_DEBUG=3), run each kernel again at once and "
+              "time that too (0/1)",
               &Options::kernel_profile_reruns, ParseBool),
       Declare("LAZYRT_REPORT", "write the run report (JSON) to this file at exit", &Options::report, ParsePath),
       Declare("LAZYRT_TRACE", "write a Chrome trace to this file at exit", &Options::trace, ParsePath),
@@ -182,6 +182,11 @@ absl::StatusOr<Options> Options::FromEnvironment() {
     const size_t eq = entry.find('=');
     absl::Status status = options.Set(entry.substr(0, eq), eq == absl::string_view::npos ? "" : entry.substr(eq + 1));
     if (!status.ok()) return status;
+  }
+  if (options.kernel_profile_reruns && options.kernel_profile == 0 && options.debug < 3) {
+    return absl::InvalidArgumentError(
+        "LAZYRT_KERNEL_PROFILE_RERUNS=1 adds to the kernel profile, which is off: set LAZYRT_KERNEL_PROFILE=N (or "
+        "LAZYRT_DEBUG=3) too");
   }
   return options;
 }

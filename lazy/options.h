@@ -76,9 +76,9 @@ struct Options {
   // traces while the device runs takes a core from the kernels it then times (the MLP's first product
   // 151-182 us without them, 223-247 at level 3: benchmarks/RESULTS.md, session 33).
   int64_t kernel_profile = 0;
-  // With the kernel profile, run every kernel a second time right after it and time that too: the profile
-  // then shows what each kernel costs with its data in the caches, and so what the rest of its time went on
-  // (fetching what earlier kernels left in another core's cache or in memory). Steps take longer: a
+  // With the kernel profile (kernel_profile > 0 or debug >= 3, which it needs), run every kernel a second time right
+  // after it and time that too (pjrt::KernelProfiling): the profile then shows what each kernel costs with its data
+  // in its cores' caches and the pool awake, and so what the rest of its time went on. Steps take longer: a
   // diagnostic, not a way to train.
   bool kernel_profile_reruns = false;
   // Write the run report (JSON) / a Chrome trace to this file at exit.

@@ -15,9 +15,10 @@
 namespace lazyrt::pjrt {
 
 // How executions time their kernels: not at all; each kernel as it runs; or each as it runs and again right after,
-// run a second time on the data it just used. The second run costs what the kernel does where its data is in its
-// cores' caches; the first, also what fetching the data where earlier kernels left it costs (another core's
-// cache, memory). A collective, which the other partitions would have to join, is not run again.
+// a second time on the data it just used (but its first run, a collective, and a kernel that writes what it reads:
+// Executable::RunKernels). The second run finds the kernel's data in its cores' caches and the pool's threads
+// awake; what the first takes beyond it went on such things: data that earlier kernels left in another core's
+// cache or in memory, threads waking, cold translation and branch state.
 enum class KernelProfiling { kOff, kTimes, kTimesAndReruns };
 
 // What a device's memory looks like now (PJRT's Device::GetAllocatorStats, reduced).

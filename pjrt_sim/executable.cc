@@ -485,9 +485,16 @@ absl::Status Executable::RunKernels(std::span<void* const> slot_ptrs, KernelProf
     const bool first = kernel_times_[k].runs.fetch_add(1, std::memory_order_relaxed) == 0;
     if (first) kernel_times_[k].first_ns.store(ns, std::memory_order_relaxed);
     kernel_times_[k].total_ns.fetch_add(ns, std::memory_order_relaxed);
-    // Again on the same slots, after every run but the first (which pays its one-off costs): a kernel's
-    // output never shares bytes with its inputs (AssignBuffers), so a second run computes the same bits.
-    if (profile == KernelProfiling::kTimesAndReruns && !first && kernel.kind() != proto::Kernel::COLLECTIVE) {
+    // Again on the same slots, after every run but the first (which pays its one-off costs). Every kernel
+    // computes its outputs from its inputs alone, and its arena outputs share no bytes with its inputs (checked
+    // at load: CheckArenaBytesApart), so a second run computes the same bits; a kernel that reads an array it
+    // writes (in place: a scatter-add into its own input) is not run again, nor a collective, which the other
+    // partitions would have to join.
+    const auto writes_what_it_reads = [&] {
+      return std::ranges::any_of(outputs, [&](void* out) { return std::ranges::find(inputs, out) != inputs.end(); });
+    };
+    if (profile == KernelProfiling::kTimesAndReruns && !first && kernel.kind() != proto::Kernel::COLLECTIVE &&
+        !writes_what_it_reads()) {
       const Clock::time_point again = Clock::now();
       if (absl::Status s = kernels_[k]->RunOn(at, inputs, outputs); !s.ok())
         return NameIndexError(std::move(s), kernel, name_site);
@@ -495,7 +502,8 @@ absl::Status Executable::RunKernels(std::span<void* const> slot_ptrs, KernelProf
       kernel_times_[k].rerun_ns.fetch_add(ns_since(again), std::memory_order_relaxed);
     }
   }
-  if (spare_core_start) {
+  // With reruns the rest of the execution ran twice: not what the host can count on.
+  if (spare_core_start && profile != KernelProfiling::kTimesAndReruns) {
     const int64_t ns = std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - *spare_core_start).count();
     // Racing updates by executions on several devices may lose one, which an average can afford.
     const int64_t old = after_spare_core_ns_.load(std::memory_order_relaxed);

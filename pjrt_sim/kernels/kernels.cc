@@ -369,10 +369,10 @@ class ReduceKernel final : public Kernel {
       const int64_t runs = total / run_length_;
       const int64_t chunks = ColumnChunks();
       const int64_t runs_per_chunk = (runs + chunks - 1) / chunks;
-      // Each chunk's sums start at the identity on the thread that adds into them, right before it does:
-      // filled all at once on the calling thread first, the 1 MiB of sums of the GPT's [32, 128, 128] ->
-      // [128, 128] reduction (its position embedding's gradient) took it 3.1-3.5 ms a step, 1.8-2.0 ms
-      // filled by chunk (benchmarks/RESULTS.md, session 40).
+      // Each chunk's sums start at the identity on the thread that adds into them, right before it does. With all
+      // of them filled first on the calling thread (1 MiB of sums for the GPT's [32, 128, 128] -> [128, 128]
+      // position-embedding gradient), that kernel took 2.6-5.4 ms a step, filled by chunk 1.2-3.1 (alternating
+      // runs: benchmarks/RESULTS.md, session 40).
       const std::unique_ptr<A[]> sums(new A[static_cast<size_t>(chunks * run_length_)]);
       const int64_t no_offset = 0;
       ThreadPool::Get().ParallelFor(chunks, [&](int64_t c) {

@@ -27,6 +27,24 @@ TEST(Options, UnparsableValueIsRefused) {
   EXPECT_THAT(o.status().message(), HasSubstr("LAZYRT_DEVICES=many"));
 }
 
+TEST(Options, KernelReRunsWithoutTheKernelProfileAreRefused) {
+  ::setenv("LAZYRT_KERNEL_PROFILE_RERUNS", "1", 1);
+  absl::StatusOr<Options> alone = Options::FromEnvironment();
+  ::setenv("LAZYRT_KERNEL_PROFILE", "10", 1);
+  absl::StatusOr<Options> with_profile = Options::FromEnvironment();
+  ::unsetenv("LAZYRT_KERNEL_PROFILE");
+  ::setenv("LAZYRT_DEBUG", "3", 1);
+  absl::StatusOr<Options> with_debug = Options::FromEnvironment();
+  ::unsetenv("LAZYRT_DEBUG");
+  ::unsetenv("LAZYRT_KERNEL_PROFILE_RERUNS");
+  ASSERT_FALSE(alone.ok());
+  EXPECT_THAT(alone.status().message(), HasSubstr("LAZYRT_KERNEL_PROFILE_RERUNS=1"));
+  EXPECT_THAT(alone.status().message(), HasSubstr("LAZYRT_KERNEL_PROFILE=N"));
+  ASSERT_TRUE(with_profile.ok()) << with_profile.status();
+  EXPECT_TRUE(with_profile->kernel_profile_reruns);
+  EXPECT_TRUE(with_debug.ok()) << with_debug.status();
+}
+
 TEST(Options, EnvironmentOverridesDefaults) {
   ::setenv("LAZYRT_DEVICES", "8", 1);
   ::setenv("LAZYRT_DEVICE_MEMORY", "512M", 1);

@@ -147,15 +147,32 @@ TEST_F(ExecutableTest, KernelProfileCountsEveryRunAndKeepsTheFirstApart) {
 }
 
 // With reruns, every kernel but a collective runs again right after each run but its first, timed apart, and
-// the results keep their bits: no kernel's output shares bytes with its inputs. A collective would need the
-// other partitions to run it again too.
+// the results keep their bits: each computes its outputs from its inputs alone, into bytes it does not read. A
+// collective would need the other partitions to run it again too.
 TEST_F(ExecutableTest, KernelProfileRerunsEveryKernelButACollectiveAndKeepsTheBits) {
-  ModuleBuilder b("with_a_collective");
+  // The kinds EveryKernelKind has not: a scatter-add, layer norm and its gradient, attention and its gradient, and
+  // a collective (an all-reduce of one partition).
+  ModuleBuilder b("more_kernel_kinds");
   const int64_t x = b.Parameter(0, proto::F32, {6, 8});
+  b.Parameter(1, proto::F32, {8, 4});
+  const int64_t idx = b.Parameter(2, proto::S32, {3});
   const int64_t summed = b.Op(Opcode::kAllReduce, {x}, proto::F32, {6, 8},
                               [](proto::Instruction& i) { i.set_combiner(static_cast<int32_t>(Combiner::kSum)); });
   b.Output(b.Unary(Opcode::kTanh, b.Add(summed, x)));
-  for (const auto& [module, parameters] : {std::pair{EveryKernelKind(), 4}, std::pair{b.module(), 1}}) {
+  b.Output(b.Op(Opcode::kIndexAdd, {x, idx, b.Slice(x, {0, 0}, {3, 8}, {1, 1})}, proto::F32, {6, 8},
+                [](proto::Instruction& i) { i.set_site(1); }));
+  const auto normalize = [](proto::Instruction& i) {
+    i.set_axis(1);
+    i.set_value(1e-5);
+  };
+  b.Output(b.Op(Opcode::kLayerNorm, {x}, proto::F32, {6, 8}, normalize));
+  b.Output(b.Op(Opcode::kLayerNormGrad, {x, b.Unary(Opcode::kTanh, x)}, proto::F32, {6, 8}, normalize));
+  const int64_t q = b.Reshape(x, {2, 3, 8});
+  const auto scaled = [](proto::Instruction& i) { i.set_value(0.5); };
+  const int64_t attention = b.Op(Opcode::kAttention, {q, q, q}, proto::F32, {2, 3, 9}, scaled);
+  b.Output(attention);
+  b.Output(b.Op(Opcode::kAttentionGrad, {q, q, q, attention, q}, proto::F32, {2, 72}, scaled));
+  for (const auto& [module, parameters] : {std::pair{EveryKernelKind(), 4}, std::pair{b.module(), 3}}) {
     SCOPED_TRACE(module.name());
     std::shared_ptr<Executable> exe = CompileOrDie(module);
     ASSERT_NE(exe, nullptr);
@@ -182,7 +199,15 @@ TEST_F(ExecutableTest, KernelProfileRerunsEveryKernelButACollectiveAndKeepsTheBi
       EXPECT_EQ(times[k].reruns, collective ? 0 : kRuns - 1) << "kernel " << k;
       EXPECT_EQ(times[k].rerun_ns > 0, !collective) << "kernel " << k;
     }
-    EXPECT_EQ(collectives, module.name() == "with_a_collective" ? 1 : 0);
+    EXPECT_EQ(collectives, module.name() == "more_kernel_kinds" ? 1 : 0);
+    if (module.name() == "more_kernel_kinds") {
+      for (proto::Kernel::Kind kind : {proto::Kernel::SCATTER, proto::Kernel::NORMALIZE, proto::Kernel::ATTENTION,
+                                       proto::Kernel::ATTENTION_GRAD}) {
+        EXPECT_TRUE(std::ranges::any_of(exe->proto().kernels(), [&](const proto::Kernel& k) {
+          return k.kind() == kind;
+        })) << proto::Kernel::Kind_Name(kind);
+      }
+    }
   }
 }
 

@@ -1066,6 +1066,25 @@ TEST_P(KernelTest, ReduceOverManyBlocksAndChunks) {
   }
 }
 
+// A reduction over leading dims adds chunks of its runs into sums of their own, each started at the identity by
+// the thread that adds into it: a maximum of negative values finds no zero (what fresh memory often holds) in any
+// chunk, including the chunks left without runs ([9, 60000]: 8 chunks of 2 runs, the last three empty).
+TEST_P(KernelTest, ColumnReductionChunksStartAtTheIdentity) {
+  for (const Dims& dims : std::vector<Dims>{{32, 128, 128}, {9, 60000}}) {
+    ModuleBuilder b;
+    const int64_t x = b.Parameter(0, proto::F32, dims);
+    b.Output(b.Reduce(Combiner::kMax, x, {0}));
+    const HostArray in =
+        MakeArray<float>(PrimitiveType::kF32, dims, testing::RandomFloats(rng_, testing::NumElements(dims), -3, -1));
+    const std::vector<HostArray> out = Run(b.module(), {in});
+    ASSERT_EQ(out.size(), 1u);
+    const std::vector<float> maxima = RefReduce<float>(in, dims, {0}, false);
+    ExpectArray<float>(
+        out[0], b.dims(b.module().outputs(0)), [&](int64_t i) { return maxima[static_cast<size_t>(i)]; }, 0,
+        "max of negatives over dim 0 of " + testing::DimsText(dims));
+  }
+}
+
 TEST_P(KernelTest, ReduceMaxPropagatesNaNAndEmptyIsIdentity) {
   ModuleBuilder b;
   const int64_t x = b.Parameter(0, proto::F32, {3, 4});

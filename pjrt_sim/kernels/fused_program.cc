@@ -451,7 +451,6 @@ LAZYRT_VECTOR_CLONES_TEMPLATE void Store16(PrimitiveType to, const T* x, int64_t
 
 // Scratch layout: the value pointer of every step, the scalars (uniform values held as one element),
 // then the registers, each a block of 8-byte elements.
-constexpr size_t kRegisterBytes = FusedProgram::kBlock * 8;
 size_t RoundUp64(size_t bytes) { return (bytes + 63) / 64 * 64; }
 
 }  // namespace
@@ -462,6 +461,11 @@ absl::StatusOr<FusedProgram> FusedProgram::Build(const google::protobuf::Repeate
   FusedProgram program;
   program.space_dims_ = space.dims;
   program.space_numel_ = space.numel();
+  // A register holds a block, or the whole space where that is smaller. At a block's 8 KiB each, the
+  // GPT's gradient-norm sum (a scalar program of 97 steps, each held as a block for the stored result)
+  // spread its scratch over 97 pages: 0.4-1.4 ms a step, where it took 6 us run again at once; its 128-point
+  // optimizer loops took 25 us against 0.4 (benchmarks/RESULTS.md, session 41).
+  program.register_bytes_ = RoundUp64(static_cast<size_t>(std::clamp<int64_t>(program.space_numel_, 1, kBlock)) * 8);
   const size_t rank = space.dims.size();
   if (steps.empty()) return absl::InvalidArgumentError("empty fused program");
   if (rank > 16) return absl::InvalidArgumentError("iteration space of rank > 16");
@@ -677,7 +681,7 @@ void FusedProgram::Assign(Stored stored) {
 
 size_t FusedProgram::scratch_bytes() const {
   return RoundUp64(steps_.size() * sizeof(void*)) + RoundUp64(static_cast<size_t>(scalars_) * 8) +
-         static_cast<size_t>(registers_) * kRegisterBytes;
+         static_cast<size_t>(registers_) * register_bytes_;
 }
 
 char* FusedProgram::Registers(void* scratch) const {
@@ -696,7 +700,7 @@ void FusedProgram::Prepare(std::span<const void* const> inputs, void* scratch) c
     // (a scalar, [1]) computed 1024 a step: 5 us a kernel of 50 steps, now 0.3-0.4.
     const int64_t n = s.scalar ? 1 : std::min(kBlock, space_numel_);
     void* out =
-        s.scalar ? scalars + static_cast<size_t>(s.reg) * 8 : registers + static_cast<size_t>(s.reg) * kRegisterBytes;
+        s.scalar ? scalars + static_cast<size_t>(s.reg) * 8 : registers + static_cast<size_t>(s.reg) * register_bytes_;
     values[&s - steps_.data()] = s.fn(s, values, Context{inputs, space_dims_, 0, n}, out);
     if (s.round16) Round16(s.type, static_cast<float*>(out), n);
   }
@@ -732,7 +736,7 @@ const void* FusedProgram::Evaluate(std::span<const void* const> inputs, int64_t 
   const Context context{inputs, space_dims_, begin, n};
   for (int32_t i : per_block_) {
     const Step& s = steps_[static_cast<size_t>(i)];
-    void* out = s.reg < 0 ? nullptr : registers + static_cast<size_t>(s.reg) * kRegisterBytes;
+    void* out = s.reg < 0 ? nullptr : registers + static_cast<size_t>(s.reg) * register_bytes_;
     const size_t result = static_cast<size_t>(s.result);
     if (s.result >= 0 && result < result_dsts.size() && result_dsts[result] != nullptr) out = result_dsts[result];
     values[i] = s.fn(s, values, context, out);

@@ -106,6 +106,7 @@ class FusedProgram {
   std::vector<int32_t> per_block_;  // the steps Evaluate computes, in order
   std::vector<int32_t> roots_;      // the steps whose values are results: the last, then extra roots
   int32_t registers_ = 0, scalars_ = 0;
+  size_t register_bytes_ = 0;  // of one register: a block's 8-byte elements, or the space's where fewer
   std::vector<int64_t> space_dims_;
   int64_t space_numel_ = 0;
 };

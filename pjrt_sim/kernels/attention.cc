@@ -12,6 +12,7 @@
 #include "pjrt_sim/element_ops.h"
 #include "pjrt_sim/kernels/fused_program.h"
 #include "pjrt_sim/kernels/gemm.h"
+#include "pjrt_sim/kernels/thread_scratch.h"
 #include "pjrt_sim/status_macros.h"
 #include "pjrt_sim/thread_pool.h"
 #include "pjrt_sim/vector_math.h"
@@ -36,11 +37,11 @@ inline double ToCompute(double x) { return x; }
 enum ScratchSlot { kWorkSlot, kOperandSlot, kWidenedSlot, kStoredSlot };
 
 // Per-thread scratch of `n` elements, reused by every block the thread computes.
+template <typename T, ScratchSlot kSlot>
+struct AttentionScratch {};
 template <typename T, ScratchSlot kSlot = kWorkSlot>
 T* Scratch(size_t n) {
-  thread_local std::vector<T> scratch;
-  if (scratch.size() < n) scratch.resize(n);
-  return scratch.data();
+  return static_cast<T*>(ThreadScratch<AttentionScratch<T, kSlot>>(n * sizeof(T)));
 }
 
 // f32 values rounded to bf16, as a kernel stores them.

@@ -20,6 +20,7 @@
 #include "pjrt_sim/kernels/normalize.h"
 #include "pjrt_sim/kernels/prefetch.h"
 #include "pjrt_sim/kernels/strided_view.h"
+#include "pjrt_sim/kernels/thread_scratch.h"
 #include "pjrt_sim/module_verifier.h"
 #include "pjrt_sim/status_macros.h"
 #include "pjrt_sim/thread_pool.h"
@@ -39,12 +40,13 @@ bool BatchFits(int64_t count, int64_t stride, int64_t size, int64_t available) {
          last <= available;
 }
 
+// The thread scratch arrays (ThreadScratch) of this file's kernels: a fused program's registers (and a
+// widened product's operands), and a reduction's sums.
+struct ProgramScratch;
+struct ReductionSums;
+
 // Per-thread scratch for fused programs: grown once, then reused by every kernel on that thread.
-void* Scratch(size_t bytes) {
-  thread_local std::vector<uint64_t> scratch;
-  if (scratch.size() * 8 < bytes) scratch.resize((bytes + 7) / 8);
-  return scratch.data();
-}
+void* Scratch(size_t bytes) { return ThreadScratch<ProgramScratch>(bytes); }
 
 // Whether ForEachChunk(n, grain, ...) hands its chunks to the pool: more than one, of a positive grain.
 bool SplitsIntoChunks(int64_t n, int64_t grain) { return grain > 0 && grain < n; }
@@ -325,14 +327,13 @@ class ReduceKernel final : public Kernel {
     const ResultArrays results(program_, result_types_, inputs, arrays, 1);
     const int64_t outputs = output_.numel();
     const A identity = ReduceIdentity<A>(combiner_);
-    thread_local std::vector<A> acc_storage;
     if (row_reduce_) {
       const int64_t rows_per_task = RowsPerTask();
       ForEachChunk(outputs, rows_per_task >= outputs ? 0 : rows_per_task, [&](int64_t r0, int64_t r1) {
         void* scratch = Scratch(program_.scratch_bytes());
         program_.Prepare(inputs, scratch);
-        std::vector<A>& acc = acc_storage;
-        acc.assign(static_cast<size_t>(r1 - r0), identity);
+        A* const acc = Sums<A>(r1 - r0);
+        std::fill_n(acc, r1 - r0, identity);
         // Rows shorter than a block are evaluated a block of whole rows at a time (the program's cost per
         // evaluation, ~15 ns a step, was paid per row: 4096 rows of 114 logits), each row still reduced
         // by one CombineRun over its values, as a row of one block always was: the same bits.
@@ -342,8 +343,7 @@ class ReduceKernel final : public Kernel {
             const int64_t rows = std::min(rows_per_block, r1 - r);
             const T* x = Evaluate<T>(inputs, results, r * row_length_, rows * row_length_, scratch);
             for (int64_t i = 0; i < rows; ++i) {
-              acc[static_cast<size_t>(r - r0 + i)] =
-                  CombineRun<A>(combiner_, identity, x + i * row_length_, row_length_);
+              acc[r - r0 + i] = CombineRun<A>(combiner_, identity, x + i * row_length_, row_length_);
             }
           }
         } else {
@@ -353,10 +353,10 @@ class ReduceKernel final : public Kernel {
               const int64_t n = std::min(kFusedBlock, (r + 1) * row_length_ - b);
               a = CombineRun<A>(combiner_, a, Evaluate<T>(inputs, results, b, n, scratch), n);
             }
-            acc[static_cast<size_t>(r - r0)] = a;
+            acc[r - r0] = a;
           }
         }
-        StoreBlockTyped(acc.data(), static_cast<char*>(output) + r0 * ByteWidth(output_.type), r1 - r0);
+        StoreBlockTyped(acc, static_cast<char*>(output) + r0 * ByteWidth(output_.type), r1 - r0);
       });
       return;
     }
@@ -372,27 +372,27 @@ class ReduceKernel final : public Kernel {
       // Each chunk's sums start at the identity on the thread that adds into them, right before it does. With all
       // of them filled first on the calling thread (1 MiB of sums for the GPT's [32, 128, 128] -> [128, 128]
       // position-embedding gradient), that kernel took 2.6-5.4 ms a step, filled by chunk 1.2-3.1 (alternating
-      // runs: benchmarks/RESULTS.md, session 40).
-      const std::unique_ptr<A[]> sums(new A[static_cast<size_t>(chunks * run_length_)]);
+      // runs: benchmarks/RESULTS.md, session 40); in thread scratch on huge pages instead of new memory on
+      // 4 KiB pages each run, 0.41 (0.33-0.43 run again at once; session 41).
+      A* const sums = Sums<A>(chunks * run_length_);
       const int64_t no_offset = 0;
       ThreadPool::Get().ParallelFor(chunks, [&](int64_t c) {
-        std::fill_n(sums.get() + c * run_length_, run_length_, identity);
+        std::fill_n(sums + c * run_length_, run_length_, identity);
         void* scratch = Scratch(program_.scratch_bytes());
         program_.Prepare(inputs, scratch);
         AddRuns<T, A>(inputs, results, scratch, c * runs_per_chunk, std::min(runs, (c + 1) * runs_per_chunk),
-                      sums.get() + c * run_length_, no_offset, [] {});
+                      sums + c * run_length_, no_offset, [] {});
       });
       for (int64_t c = 1; c < chunks; ++c) {
         for (int64_t j = 0; j < run_length_; ++j) {
-          sums[static_cast<size_t>(j)] =
-              Combine<A>(combiner_, sums[static_cast<size_t>(j)], sums[static_cast<size_t>(c * run_length_ + j)]);
+          sums[j] = Combine<A>(combiner_, sums[j], sums[c * run_length_ + j]);
         }
       }
-      StoreBlockTyped(sums.get(), output, outputs);
+      StoreBlockTyped(sums, output, outputs);
       return;
     }
-    std::vector<A>& acc = acc_storage;
-    acc.assign(static_cast<size_t>(outputs), identity);
+    A* const acc = Sums<A>(outputs);
+    std::fill_n(acc, outputs, identity);
     void* scratch = Scratch(program_.scratch_bytes());
     program_.Prepare(inputs, scratch);
     const size_t rank = space_.dims.size();
@@ -401,23 +401,28 @@ class ReduceKernel final : public Kernel {
     if (run_length_ > 1) {
       // Columns: runs of the kept suffix, each added into the outputs at out_index; an odometer over
       // the dims before the suffix finds the next run's outputs.
-      AddRuns<T, A>(inputs, results, scratch, 0, total / run_length_, acc.data(), out_index,
+      AddRuns<T, A>(inputs, results, scratch, 0, total / run_length_, acc, out_index,
                     [&] { NextPoint(kept_suffix_, coords, out_index); });
-      StoreBlockTyped(acc.data(), output, outputs);
+      StoreBlockTyped(acc, output, outputs);
       return;
     }
     for (int64_t b = 0; b < total; b += kFusedBlock) {
       const int64_t n = std::min(kFusedBlock, total - b);
       const T* x = Evaluate<T>(inputs, results, b, n, scratch);
       for (int64_t i = 0; i < n; ++i) {
-        A& a = acc[static_cast<size_t>(out_index)];
+        A& a = acc[out_index];
         a = Combine<A>(combiner_, a, static_cast<A>(x[i]));
         NextPoint(rank, coords, out_index);
       }
     }
-    StoreBlockTyped(acc.data(), output, outputs);
+    StoreBlockTyped(acc, output, outputs);
   }
 
+  // The calling thread's scratch for n sums (values unspecified).
+  template <typename A>
+  static A* Sums(int64_t n) {
+    return static_cast<A*>(ThreadScratch<ReductionSums>(static_cast<size_t>(n) * sizeof(A)));
+  }
   // Rows of a row reduction each task of the pool takes (all of them: one task, on the calling thread).
   int64_t RowsPerTask() const {
     return grain_ <= 0 ? output_.numel() : std::max<int64_t>(1, grain_ / std::max<int64_t>(1, row_length_));

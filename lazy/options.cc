@@ -183,12 +183,17 @@ absl::StatusOr<Options> Options::FromEnvironment() {
     absl::Status status = options.Set(entry.substr(0, eq), eq == absl::string_view::npos ? "" : entry.substr(eq + 1));
     if (!status.ok()) return status;
   }
-  if (options.kernel_profile_reruns && options.kernel_profile == 0 && options.debug < 3) {
-    return absl::InvalidArgumentError(
-        "LAZYRT_KERNEL_PROFILE_RERUNS=1 adds to the kernel profile, which is off: set LAZYRT_KERNEL_PROFILE=N (or "
-        "LAZYRT_DEBUG=3) too");
-  }
+  if (absl::Status status = options.Check(); !status.ok()) return status;
   return options;
+}
+
+absl::Status Options::Check() const {
+  if (kernel_profile_reruns && kernel_profile == 0 && debug < 3) {
+    return absl::InvalidArgumentError(
+        "LAZYRT_KERNEL_PROFILE_RERUNS=1 (kernel_profile_reruns) adds to the kernel profile, which is off: set "
+        "LAZYRT_KERNEL_PROFILE=N (kernel_profile) or LAZYRT_DEBUG=3 (debug) too");
+  }
+  return absl::OkStatus();
 }
 
 std::vector<std::pair<std::string, std::string>> Options::Resolved() const {

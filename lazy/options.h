@@ -86,8 +86,11 @@ struct Options {
   std::string trace;
 
   // Defaults overridden by the LAZYRT_* variables of the environment. Error on an unknown LAZYRT_*
-  // name or an unparsable value.
+  // name, an unparsable value, or settings that contradict each other (Check).
   static absl::StatusOr<Options> FromEnvironment();
+  // Error where settings that are valid alone contradict each other: kernel reruns without the kernel
+  // profile they add to. configure() checks options set in code the same way.
+  absl::Status Check() const;
   // Applies one setting by its environment name ("LAZYRT_DEVICES") and textual value.
   absl::Status Set(absl::string_view name, absl::string_view value);
   // Every setting as (LAZYRT_* name, current value), in declaration order: the run manifest.

@@ -203,6 +203,7 @@ void configure(const Options& options) {
   // holds no valid value) is still a mistake to report: a typo must not pass unnoticed.
   if (absl::StatusOr<Options> env = Options::FromEnvironment(); !env.ok())
     throw Error(std::string(env.status().message()));
+  if (absl::Status status = options.Check(); !status.ok()) throw Error(std::string(status.message()));
   detail::g_runtime.store(new detail::Runtime(options), std::memory_order_release);
 }
 

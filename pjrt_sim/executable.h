@@ -73,11 +73,11 @@ class Executable : public std::enable_shared_from_this<Executable> {
   int64_t num_partitions() const { return std::max<int64_t>(proto_.num_partitions(), 1); }
 
   // Runs the kernels in order on memory the caller provides: one pointer per slot (aliases and arena
-  // slots resolved by the caller through SlotPointers). Used by Execute and by autotuning. With
-  // `profile` on, each kernel's time is added to kernel_times(); with kTimesAndReruns, kernels also run a second
-  // time (KernelProfiling says which), timed apart. `where`: the partition of an
-  // execution it runs as (none: partition 0 without a communicator, where collectives of groups of one work).
-  // `spare_core`, if given, is set as spare_core_kernel() starts.
+  // slots resolved by the caller through SlotPointers). Used by Execute and by autotuning. With `profile`
+  // on, each kernel's time is added to kernel_times(); with kTimesAndReruns, kernels also run a second time
+  // (KernelProfiling says which), timed apart. `where`: the partition of an execution it runs as (none:
+  // partition 0 without a communicator, where collectives of groups of one work). `spare_core`, if given,
+  // is set as spare_core_kernel() starts.
   absl::Status RunKernels(std::span<void* const> slot_ptrs, KernelProfiling profile = KernelProfiling::kOff,
                           const SiteNamer& name_site = nullptr, const PartitionContext* where = nullptr,
                           Event* spare_core = nullptr) const;

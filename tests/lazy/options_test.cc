@@ -43,6 +43,15 @@ TEST(Options, KernelReRunsWithoutTheKernelProfileAreRefused) {
   ASSERT_TRUE(with_profile.ok()) << with_profile.status();
   EXPECT_TRUE(with_profile->kernel_profile_reruns);
   EXPECT_TRUE(with_debug.ok()) << with_debug.status();
+  // Set in code, the same (configure() checks them so).
+  Options in_code;
+  in_code.kernel_profile_reruns = true;
+  EXPECT_THAT(in_code.Check().message(), HasSubstr("kernel_profile_reruns"));
+  in_code.kernel_profile = 10;
+  EXPECT_TRUE(in_code.Check().ok());
+  in_code.kernel_profile = 0;
+  in_code.debug = 3;
+  EXPECT_TRUE(in_code.Check().ok());
 }
 
 TEST(Options, EnvironmentOverridesDefaults) {

@@ -199,8 +199,9 @@ TEST_F(ExecutableTest, KernelProfileRerunsEveryKernelButACollectiveAndKeepsTheBi
       EXPECT_EQ(times[k].reruns, collective ? 0 : kRuns - 1) << "kernel " << k;
       EXPECT_EQ(times[k].rerun_ns > 0, !collective) << "kernel " << k;
     }
-    EXPECT_EQ(collectives, module.name() == "more_kernel_kinds" ? 1 : 0);
-    if (module.name() == "more_kernel_kinds") {
+    const bool more_kinds = module.name() == "more_kernel_kinds";
+    EXPECT_EQ(collectives, more_kinds ? 1 : 0);
+    if (more_kinds) {
       for (proto::Kernel::Kind kind : {proto::Kernel::SCATTER, proto::Kernel::NORMALIZE, proto::Kernel::ATTENTION,
                                        proto::Kernel::ATTENTION_GRAD}) {
         EXPECT_TRUE(std::ranges::any_of(exe->proto().kernels(), [&](const proto::Kernel& k) {

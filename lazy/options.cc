@@ -188,7 +188,7 @@ absl::StatusOr<Options> Options::FromEnvironment() {
 }
 
 absl::Status Options::Check() const {
-  if (kernel_profile_reruns && kernel_profile == 0 && debug < 3) {
+  if (kernel_profile_reruns && kernel_profile <= 0 && debug < 3) {
     return absl::InvalidArgumentError(
         "LAZYRT_KERNEL_PROFILE_RERUNS=1 (kernel_profile_reruns) adds to the kernel profile, which is off: set "
         "LAZYRT_KERNEL_PROFILE=N (kernel_profile) or LAZYRT_DEBUG=3 (debug) too");

@@ -450,7 +450,7 @@ LAZYRT_VECTOR_CLONES_TEMPLATE void Store16(PrimitiveType to, const T* x, int64_t
 }
 
 // Scratch layout: the value pointer of every step, the scalars (uniform values held as one element),
-// then the registers, each a block of 8-byte elements.
+// then the registers, each a block of 8-byte elements (or as many as the space has, where fewer).
 size_t RoundUp64(size_t bytes) { return (bytes + 63) / 64 * 64; }
 
 }  // namespace

@@ -1,6 +1,7 @@
 #include "pjrt_sim/kernels/thread_scratch.h"
 
 #include <algorithm>
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <new>
@@ -10,10 +11,16 @@
 
 namespace lazyrt::pjrt {
 
-ScratchArray::~ScratchArray() { std::free(data); }
+ScratchArray::~ScratchArray() {
+  std::free(data);
+  // A use after the thread's arrays are gone then grows a new one (and leaks it) instead of reusing freed memory.
+  data = nullptr;
+  capacity = 0;
+}
 
 void GrowScratch(ScratchArray& array, size_t bytes) {
   if (bytes <= array.capacity) return;
+  if (bytes > SIZE_MAX / 4) throw std::bad_alloc();  // no capacity below could hold it without wrapping
   // Huge pages where the device cuts its blocks from chunks of them (BlockPool::Chunked): not under
   // AddressSanitizer, which sees the exact size only of what malloc gave.
   const bool huge = BlockPool::Chunked();

@@ -332,8 +332,7 @@ class ReduceKernel final : public Kernel {
       ForEachChunk(outputs, rows_per_task >= outputs ? 0 : rows_per_task, [&](int64_t r0, int64_t r1) {
         void* scratch = Scratch(program_.scratch_bytes());
         program_.Prepare(inputs, scratch);
-        A* const acc = Sums<A>(r1 - r0);
-        std::fill_n(acc, r1 - r0, identity);
+        A* const acc = Sums<A>(r1 - r0, identity);
         // Rows shorter than a block are evaluated a block of whole rows at a time (the program's cost per
         // evaluation, ~15 ns a step, was paid per row: 4096 rows of 114 logits), each row still reduced
         // by one CombineRun over its values, as a row of one block always was: the same bits.
@@ -391,8 +390,7 @@ class ReduceKernel final : public Kernel {
       StoreBlockTyped(sums, output, outputs);
       return;
     }
-    A* const acc = Sums<A>(outputs);
-    std::fill_n(acc, outputs, identity);
+    A* const acc = Sums<A>(outputs, identity);
     void* scratch = Scratch(program_.scratch_bytes());
     program_.Prepare(inputs, scratch);
     const size_t rank = space_.dims.size();
@@ -418,10 +416,12 @@ class ReduceKernel final : public Kernel {
     StoreBlockTyped(acc, output, outputs);
   }
 
-  // The calling thread's scratch for n sums (values unspecified).
+  // The calling thread's scratch for n sums: each `start` if given, else unspecified.
   template <typename A>
-  static A* Sums(int64_t n) {
-    return static_cast<A*>(ThreadScratch<ReductionSums>(static_cast<size_t>(n) * sizeof(A)));
+  static A* Sums(int64_t n, std::optional<A> start = std::nullopt) {
+    A* const sums = static_cast<A*>(ThreadScratch<ReductionSums>(static_cast<size_t>(n) * sizeof(A)));
+    if (start) std::fill_n(sums, n, *start);
+    return sums;
   }
   // Rows of a row reduction each task of the pool takes (all of them: one task, on the calling thread).
   int64_t RowsPerTask() const {

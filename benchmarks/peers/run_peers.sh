@@ -19,7 +19,7 @@
 # ten losses are from PyTorch's (within 1e-4: the same model).
 #
 # A peer that is not installed is skipped with a message. Each peer runs --repeats times as separate
-# processes; the table shows the median of those runs.
+# processes, the peers taking turns (run 1 of each, then run 2); the table shows the median of those runs.
 #
 #   benchmarks/peers/run_peers.sh [--model mlp|gpt] [--build DIR] [--steps N] [--warmup N] [--threads N]
 #                                 [--repeats N] [--data DIR] [--dtype f32|bf16] [--out FILE.jsonl]
@@ -164,7 +164,7 @@ EOF
 # The rates before the peers, and again after them: the table takes the best of each.
 measure_roofline
 
-# The GPT peers: one function, so the MLP's sequence below stays as it was.
+# The GPT peers, taking turns as the MLP's below do.
 run_gpt_peers() {
   local shape=(--steps "$steps" --data "$data")
   local r
@@ -208,51 +208,62 @@ if [[ $model == gpt ]]; then
   exit 0
 fi
 
+# The MLP peers, taking turns: run r of every peer, then run r + 1. Run one peer's repeats back to back and a
+# phase of the shared VM (its step moved 0.91-1.55 ms within ten minutes, RESULTS.md 2026-12-01) lands on one
+# peer's runs only, and the ratios of the table measure the machine's phase rather than the peers.
+have_lazyrt=0 have_train_mlp=0 have_libtorch=0 have_torch=0 have_ltc=0
 if [[ -x "$build/benchmarks/peer_lazyrt_mlp" ]]; then
-  for ((r = 1; r <= repeats; r++)); do
-    echo "lazyrt, run $r/$repeats" >&2
-    record "lazyrt-$r" "$build/benchmarks/peer_lazyrt_mlp" "${common[@]}"
-  done
+  have_lazyrt=1
 else
   echo "run_peers: skipping lazyrt: no $build/benchmarks/peer_lazyrt_mlp (ninja -C $build peer_lazyrt_mlp)" >&2
 fi
-
 # train_mlp's own steady_step_ms (shuffled batches, mean over steps): the figure a user of the example
 # sees, next to the peer program's.
 if [[ -x "$build/examples/train_mlp" ]]; then
-  for ((r = 1; r <= repeats; r++)); do
+  have_train_mlp=1
+else
+  echo "run_peers: skipping the train_mlp cross-check: no $build/examples/train_mlp" >&2
+fi
+if [[ -x "$build/benchmarks/peer_libtorch_mlp" ]]; then
+  have_libtorch=1
+else
+  echo "run_peers: skipping libtorch: peer_libtorch_mlp not built (configure with -DLAZYRT_BUILD_PEERS=ON; needs Debian's libtorch-dev)" >&2
+fi
+if "$python" -c "import torch, numpy" 2> /dev/null; then
+  have_torch=1
+  if "$python" -c "import torch._lazy.ts_backend" 2> /dev/null; then
+    have_ltc=1
+  else
+    echo "run_peers: skipping torch-ltc: this torch has no torch._lazy.ts_backend" >&2
+  fi
+else
+  echo "run_peers: skipping pytorch and torch-ltc: $python cannot import torch and numpy (Debian's python3-torch)" >&2
+fi
+
+for ((r = 1; r <= repeats; r++)); do
+  if ((have_lazyrt)); then
+    echo "lazyrt, run $r/$repeats" >&2
+    record "lazyrt-$r" "$build/benchmarks/peer_lazyrt_mlp" "${common[@]}"
+  fi
+  if ((have_train_mlp)); then
     echo "train_mlp, run $r/$repeats" >&2
     mkdir -p "$scratch/cache-$r"
     record "train_mlp-$r" "$build/examples/train_mlp" --steps "$steps" --epochs 1 \
       --data "$data" --cache-dir "$scratch/cache-$r" || true
-  done
-else
-  echo "run_peers: skipping the train_mlp cross-check: no $build/examples/train_mlp" >&2
-fi
-
-if [[ -x "$build/benchmarks/peer_libtorch_mlp" ]]; then
-  for ((r = 1; r <= repeats; r++)); do
+  fi
+  if ((have_libtorch)); then
     echo "libtorch, run $r/$repeats" >&2
     record "libtorch-$r" "$build/benchmarks/peer_libtorch_mlp" "${common[@]}"
-  done
-else
-  echo "run_peers: skipping libtorch: peer_libtorch_mlp not built (configure with -DLAZYRT_BUILD_PEERS=ON; needs Debian's libtorch-dev)" >&2
-fi
-
-if "$python" -c "import torch, numpy" 2> /dev/null; then
-  for backend in eager lazy; do
-    if [[ $backend == lazy ]] && ! "$python" -c "import torch._lazy.ts_backend" 2> /dev/null; then
-      echo "run_peers: skipping torch-ltc: this torch has no torch._lazy.ts_backend" >&2
-      continue
-    fi
-    for ((r = 1; r <= repeats; r++)); do
-      echo "pytorch $backend, run $r/$repeats" >&2
-      record "torch-$backend-$r" "$python" "$here/torch_mlp.py" --backend "$backend" "${common[@]}"
-    done
-  done
-else
-  echo "run_peers: skipping pytorch and torch-ltc: $python cannot import torch and numpy (Debian's python3-torch)" >&2
-fi
+  fi
+  if ((have_torch)); then
+    echo "pytorch eager, run $r/$repeats" >&2
+    record "torch-eager-$r" "$python" "$here/torch_mlp.py" --backend eager "${common[@]}"
+  fi
+  if ((have_ltc)); then
+    echo "pytorch lazy, run $r/$repeats" >&2
+    record "torch-lazy-$r" "$python" "$here/torch_mlp.py" --backend lazy "${common[@]}"
+  fi
+done
 
 # lazyrt's per-op trace cost as micro measures it (Google Benchmark, the figure in RESULTS.md).
 if [[ -x "$build/benchmarks/micro" ]]; then

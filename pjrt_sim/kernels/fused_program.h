@@ -45,6 +45,10 @@ class FusedProgram {
 
   // Results: 0 is the last step's, 1... the extra roots' in order.
   PrimitiveType result_type(size_t r = 0) const { return steps_[static_cast<size_t>(roots_[r])].type; }
+  // Whether step `i` has the same value at every point (Prepare computes it once per run).
+  bool uniform(int32_t i) const { return steps_[static_cast<size_t>(i)].uniform; }
+  // After Prepare on `scratch`: where the value of uniform step `i` is, in its compute type.
+  const void* UniformValue(const void* scratch, int32_t i) const { return static_cast<const void* const*>(scratch)[i]; }
   // Where result `r` of the block the last Evaluate on `scratch` computed is.
   const void* ResultBlock(const void* scratch, size_t r) const;
   // Scratch bytes Prepare and Evaluate need.

@@ -14,7 +14,9 @@
 #include "absl/strings/str_cat.h"
 #include "pjrt_sim/element_ops.h"
 #include "pjrt_sim/hlo.h"
+#include "pjrt_sim/kernels/adamw_update.h"
 #include "pjrt_sim/kernels/attention.h"
+#include "pjrt_sim/kernels/chunks.h"
 #include "pjrt_sim/kernels/fused_program.h"
 #include "pjrt_sim/kernels/gemm.h"
 #include "pjrt_sim/kernels/normalize.h"
@@ -27,6 +29,18 @@
 #include "pjrt_sim/vector_math.h"
 
 namespace lazyrt::pjrt {
+
+bool SplitsIntoChunks(int64_t n, int64_t grain) { return grain > 0 && grain < n; }
+
+void ForEachChunk(int64_t n, int64_t grain, const std::function<void(int64_t, int64_t)>& fn) {
+  if (!SplitsIntoChunks(n, grain)) {
+    fn(0, n);
+    return;
+  }
+  const int64_t tasks = (n + grain - 1) / grain;
+  ThreadPool::Get().ParallelFor(tasks, [&](int64_t t) { fn(t * grain, std::min(n, (t + 1) * grain)); });
+}
+
 namespace {
 
 constexpr int64_t kFusedBlock = FusedProgram::kBlock;
@@ -47,19 +61,6 @@ struct ReductionSums;
 
 // Per-thread scratch for fused programs: grown once, then reused by every kernel on that thread.
 void* Scratch(size_t bytes) { return ThreadScratch<ProgramScratch>(bytes); }
-
-// Whether ForEachChunk(n, grain, ...) hands its chunks to the pool: more than one, of a positive grain.
-bool SplitsIntoChunks(int64_t n, int64_t grain) { return grain > 0 && grain < n; }
-
-// Splits [0, n) into tasks of `grain` elements (a multiple of the block), serially if grain <= 0.
-void ForEachChunk(int64_t n, int64_t grain, const std::function<void(int64_t, int64_t)>& fn) {
-  if (!SplitsIntoChunks(n, grain)) {
-    fn(0, n);
-    return;
-  }
-  const int64_t tasks = (n + grain - 1) / grain;
-  ThreadPool::Get().ParallelFor(tasks, [&](int64_t t) { fn(t * grain, std::min(n, (t + 1) * grain)); });
-}
 
 // Prefetches the inputs `program` loads for points [begin, begin + n) of its space (none if n <= 0) and the
 // results stored there (`results` of `types`), while the block before is computed (kernels/prefetch.h).
@@ -1165,6 +1166,8 @@ absl::StatusOr<std::unique_ptr<Kernel>> BuildKernel(const proto::Kernel& k, std:
       ASSIGN_OR_RETURN(std::vector<PrimitiveType> types, result_types(program, output));
       // Stored results must be of their arrays' types: the store rounds a 16-bit one (Stored).
       if (program.result_type() != output.type) return Expect(false, k, "program type differs from the output");
+      if (const std::optional<AdamWUpdateLoop> update = MatchAdamWUpdate(k, program, output))
+        return MakeAdamWUpdateKernel(*update, std::move(program), output.numel(), k.grain());
       return std::make_unique<LoopKernel>(std::move(program), output, std::move(types), k.grain());
     }
     case proto::Kernel::REDUCE: {

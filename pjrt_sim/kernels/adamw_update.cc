@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <utility>
 #include <vector>
 
 #include "pjrt_sim/kernels/chunks.h"
@@ -13,23 +14,15 @@
 namespace lazyrt::pjrt {
 namespace {
 
-// Reads a LOOP kernel's program as the dataflow of an AdamW update, from its result steps down.
+// Reads a fused program as the dataflow of an AdamW update, from its result steps down.
 class Matcher {
  public:
-  Matcher(const proto::Kernel& kernel, const FusedProgram& program, const ArrayShape& space)
-      : steps_(kernel.program()), program_(program), space_(space) {
-    const size_t rank = space.dims.size();
-    row_major_.assign(rank, 1);
-    for (size_t d = rank; d-- > 1;) row_major_[d - 1] = row_major_[d] * space.dims[d];
-    Unstep(row_major_);
-  }
+  explicit Matcher(const FusedProgram& program) : steps_(program.steps()), roots_(program.roots()) {}
 
-  std::optional<AdamWUpdateLoop> Match(const proto::Kernel& kernel) {
-    if (space_.type != PrimitiveType::kF32 || steps_.empty() || kernel.extra_roots_size() > 2) return std::nullopt;
-    std::vector<int64_t> results = {static_cast<int64_t>(steps_.size()) - 1};
-    results.insert(results.end(), kernel.extra_roots().begin(), kernel.extra_roots().end());
+  std::optional<AdamWUpdateLoop> Match() const {
+    if (roots_.size() > 3) return std::nullopt;
     // root: decayed - step / denom
-    const std::optional<Args> root = Op(results[0], Opcode::kSubtract);
+    const std::optional<Args> root = Op(roots_[0], Opcode::kSubtract);
     if (!root) return std::nullopt;
     AdamWUpdateLoop loop;
     if (const std::optional<int64_t> p = Contiguous(root->a)) {
@@ -40,68 +33,55 @@ class Matcher {
     const std::optional<Args> quotient = Op(root->b, Opcode::kDivide);
     if (!quotient) return std::nullopt;
     // step = m * step_size
-    int64_t m_step = -1;
+    int32_t m_step = -1;
     if (!StepTimesUniform(quotient->a, &m_step, &loop.step_size)) return std::nullopt;
     // denom = sqrt(v) / correction + eps
     const std::optional<Args> denom = Op(quotient->b, Opcode::kAdd);
     if (!denom) return std::nullopt;
-    int64_t scaled = -1;
+    int32_t scaled = -1;
     if (!StepPlusUniform(denom->a, denom->b, &scaled, &loop.eps)) return std::nullopt;
     const std::optional<Args> divided = Op(scaled, Opcode::kDivide);
     if (!divided || !Uniform(divided->b, &loop.correction)) return std::nullopt;
     const std::optional<Args> root_of_v = Op(divided->a, Opcode::kSqrt);
     if (!root_of_v) return std::nullopt;
-    if (!Moment(m_step, results, &loop.m) || !Moment(root_of_v->a, results, &loop.v)) return std::nullopt;
+    if (!Moment(m_step, &loop.m) || !Moment(root_of_v->a, &loop.v)) return std::nullopt;
     // Every result is the parameter or a moment the loop computes, each once.
-    const int64_t computed = (loop.m.result >= 0) + (loop.v.result >= 0);
-    if (computed + 1 != static_cast<int64_t>(results.size()) || (computed == 2 && loop.m.result == loop.v.result))
-      return std::nullopt;
+    const size_t computed = (loop.m.result >= 0) + (loop.v.result >= 0);
+    if (computed + 1 != roots_.size() || (computed == 2 && loop.m.result == loop.v.result)) return std::nullopt;
     return loop;
   }
 
  private:
+  using Step = FusedProgram::Step;
   struct Args {
-    int64_t a = -1, b = -1;
+    int32_t a = -1, b = -1;
   };
 
-  void Unstep(std::vector<int64_t>& strides) const {
-    for (size_t d = 0; d < strides.size(); ++d) {
-      if (space_.dims[d] == 1) strides[d] = 0;
-    }
-  }
-  bool IsF32(int64_t i) const { return steps_[static_cast<int>(i)].type() == proto::F32; }
-
   // The arguments of step i if it is `op` on f32 values (unary: a only).
-  std::optional<Args> Op(int64_t i, Opcode op) const {
-    if (i < 0 || i >= steps_.size()) return std::nullopt;
-    const proto::Step& s = steps_[static_cast<int>(i)];
-    if (s.load() || s.opcode() != static_cast<int32_t>(op) || !IsF32(i)) return std::nullopt;
-    const int arity = ClassOf(op) == OpClass::kUnary ? 1 : 2;
-    if (s.args_size() != arity) return std::nullopt;
-    return Args{s.args(0), arity == 2 ? s.args(1) : -1};
+  std::optional<Args> Op(int32_t i, Opcode op) const {
+    const Step& s = steps_[static_cast<size_t>(i)];
+    if (s.load || s.opcode != op || s.type != PrimitiveType::kF32) return std::nullopt;
+    return Args{s.args[0], ClassOf(op) == OpClass::kUnary ? -1 : s.args[1]};
   }
 
-  // The input step i loads contiguously (the iteration space's point k at element offset + k): offsets
-  // other than 0 are refused, so that the arrays are addressed by the point alone.
-  std::optional<int64_t> Contiguous(int64_t i) const {
-    const proto::Step& s = steps_[static_cast<int>(i)];
-    if (!s.load() || !IsF32(i) || s.offset() != 0 || static_cast<size_t>(s.strides_size()) != row_major_.size())
+  // The input step i loads in the iteration space's order from element 0 (point k at element k).
+  std::optional<int64_t> Contiguous(int32_t i) const {
+    const Step& s = steps_[static_cast<size_t>(i)];
+    if (!s.load || s.access != Step::Access::kContiguous || s.offset != 0 || s.type != PrimitiveType::kF32)
       return std::nullopt;
-    std::vector<int64_t> strides(s.strides().begin(), s.strides().end());
-    Unstep(strides);
-    if (strides != row_major_ || space_.numel() <= 1) return std::nullopt;
-    return s.input();
+    return s.input;
   }
 
   // Whether step i is an f32 value the same at every point: u = i.
-  bool Uniform(int64_t i, int32_t* u) const {
-    if (!IsF32(i) || !program_.uniform(static_cast<int32_t>(i))) return false;
-    *u = static_cast<int32_t>(i);
+  bool Uniform(int32_t i, int32_t* u) const {
+    const Step& s = steps_[static_cast<size_t>(i)];
+    if (!s.uniform || s.type != PrimitiveType::kF32) return false;
+    *u = i;
     return true;
   }
 
   // Step i = x * u, either order, with x an array read contiguously and u uniform.
-  bool OneArrayOneUniform(int64_t i, int64_t* array, int32_t* u) const {
+  bool OneArrayOneUniform(int32_t i, int64_t* array, int32_t* u) const {
     const std::optional<Args> mul = Op(i, Opcode::kMultiply);
     if (!mul) return false;
     for (const auto& [x, y] : {std::pair{mul->a, mul->b}, std::pair{mul->b, mul->a}}) {
@@ -113,39 +93,33 @@ class Matcher {
     return false;
   }
   // Step i = s * u, either order, with u uniform: s's index.
-  bool StepTimesUniform(int64_t i, int64_t* step, int32_t* u) const {
+  bool StepTimesUniform(int32_t i, int32_t* step, int32_t* u) const {
     const std::optional<Args> mul = Op(i, Opcode::kMultiply);
-    if (!mul) return false;
-    if (Uniform(mul->b, u)) return *step = mul->a, true;
-    if (Uniform(mul->a, u)) return *step = mul->b, true;
-    return false;
+    return mul && StepPlusUniform(mul->a, mul->b, step, u);
   }
   // {a, b} = {s, u}, either order, with u uniform.
-  bool StepPlusUniform(int64_t a, int64_t b, int64_t* step, int32_t* u) const {
+  bool StepPlusUniform(int32_t a, int32_t b, int32_t* step, int32_t* u) const {
     if (Uniform(b, u)) return *step = a, true;
     if (Uniform(a, u)) return *step = b, true;
     return false;
   }
 
   // Step i as a moment: read (a contiguous load), or computed as a k1 + b k2 or a k1 + (b c) k2 and then
-  // one of `results` (a moment the loop computes but does not store would be no update).
-  bool Moment(int64_t i, std::span<const int64_t> results, AdamWMoment* moment) const {
+  // one of the extra results (a moment the loop computes but does not store would be no update).
+  bool Moment(int32_t i, AdamWMoment* moment) const {
     if (const std::optional<int64_t> in = Contiguous(i)) {
       *moment = AdamWMoment{-1, *in, -1, -1, -1, -1};
       return true;
     }
     const std::optional<Args> sum = Op(i, Opcode::kAdd);
-    if (!sum) return false;
-    int64_t result = -1;
-    for (size_t r = 1; r < results.size(); ++r) {
-      if (results[r] == i) result = static_cast<int64_t>(r);
-    }
-    if (result < 0) return false;
+    const auto root = std::find(roots_.begin() + 1, roots_.end(), i);
+    if (!sum || root == roots_.end()) return false;
+    const int64_t result = root - roots_.begin();
     for (const auto& [kept, added] : {std::pair{sum->a, sum->b}, std::pair{sum->b, sum->a}}) {
       AdamWMoment m{result, -1, -1, -1, -1, -1};
       if (!OneArrayOneUniform(kept, &m.a, &m.k1)) continue;
       if (OneArrayOneUniform(added, &m.b, &m.k2)) return *moment = m, true;
-      int64_t square = -1;
+      int32_t square = -1;
       if (!StepTimesUniform(added, &square, &m.k2)) continue;
       const std::optional<Args> product = Op(square, Opcode::kMultiply);
       if (!product) continue;
@@ -155,10 +129,8 @@ class Matcher {
     return false;
   }
 
-  const google::protobuf::RepeatedPtrField<proto::Step>& steps_;
-  const FusedProgram& program_;
-  const ArrayShape& space_;
-  std::vector<int64_t> row_major_;
+  const std::vector<Step>& steps_;
+  const std::vector<int32_t>& roots_;
 };
 
 // The run's arrays and values of a moment.
@@ -267,10 +239,7 @@ class AdamWUpdateKernel final : public Kernel {
 
 }  // namespace
 
-std::optional<AdamWUpdateLoop> MatchAdamWUpdate(const proto::Kernel& kernel, const FusedProgram& program,
-                                                const ArrayShape& output) {
-  return Matcher(kernel, program, output).Match(kernel);
-}
+std::optional<AdamWUpdateLoop> MatchAdamWUpdate(const FusedProgram& program) { return Matcher(program).Match(); }
 
 std::unique_ptr<Kernel> MakeAdamWUpdateKernel(const AdamWUpdateLoop& loop, FusedProgram program, int64_t numel,
                                               int64_t grain) {

@@ -8,14 +8,12 @@
 // (IEEE add and multiply commute, so operand order within them does not matter): the same bits.
 #pragma once
 
+#include <cstdint>
 #include <memory>
 #include <optional>
-#include <span>
 
-#include "pjrt_sim/executable.pb.h"
 #include "pjrt_sim/kernels/fused_program.h"
 #include "pjrt_sim/kernels/kernels.h"
-#include "pjrt_sim/types.h"
 
 namespace lazyrt::pjrt {
 
@@ -36,9 +34,9 @@ struct AdamWUpdateLoop {
   int32_t step_size = -1, correction = -1, eps = -1;
 };
 
-// The update a LOOP kernel over `output`'s points computes, if its program (built as `program`) is one.
-std::optional<AdamWUpdateLoop> MatchAdamWUpdate(const proto::Kernel& kernel, const FusedProgram& program,
-                                                const ArrayShape& output);
+// The update a LOOP kernel's program computes, if it is one (read as FusedProgram::Build prepared it: each
+// load's access checked against its input, the uniform steps known).
+std::optional<AdamWUpdateLoop> MatchAdamWUpdate(const FusedProgram& program);
 
 // Runs `loop` over `numel` points in chunks of `grain` (as a LOOP kernel splits over the pool), its uniform
 // values computed by `program`.

@@ -45,8 +45,6 @@ class FusedProgram {
 
   // Results: 0 is the last step's, 1... the extra roots' in order.
   PrimitiveType result_type(size_t r = 0) const { return steps_[static_cast<size_t>(roots_[r])].type; }
-  // Whether step `i` has the same value at every point (Prepare computes it once per run).
-  bool uniform(int32_t i) const { return steps_[static_cast<size_t>(i)].uniform; }
   // After Prepare on `scratch`: where the value of uniform step `i` is, in its compute type.
   const void* UniformValue(const void* scratch, int32_t i) const { return static_cast<const void* const*>(scratch)[i]; }
   // Where result `r` of the block the last Evaluate on `scratch` computed is.
@@ -72,6 +70,10 @@ class FusedProgram {
 
   struct Step;
   struct Context;
+  // The steps as Build prepared them (each load's access, which steps are uniform), and the result steps:
+  // the last, then the extra roots.
+  const std::vector<Step>& steps() const { return steps_; }
+  const std::vector<int32_t>& roots() const { return roots_; }
   // Computes one step over a block; returns where its values are (`out`, or an input read in place).
   using StepFn = const void* (*)(const Step& step, const void* const* values, const Context& context, void* out);
 

@@ -1166,7 +1166,7 @@ absl::StatusOr<std::unique_ptr<Kernel>> BuildKernel(const proto::Kernel& k, std:
       ASSIGN_OR_RETURN(std::vector<PrimitiveType> types, result_types(program, output));
       // Stored results must be of their arrays' types: the store rounds a 16-bit one (Stored).
       if (program.result_type() != output.type) return Expect(false, k, "program type differs from the output");
-      if (const std::optional<AdamWUpdateLoop> update = MatchAdamWUpdate(k, program, output))
+      if (const std::optional<AdamWUpdateLoop> update = MatchAdamWUpdate(program))
         return MakeAdamWUpdateKernel(*update, std::move(program), output.numel(), k.grain());
       return std::make_unique<LoopKernel>(std::move(program), output, std::move(types), k.grain());
     }

@@ -97,7 +97,7 @@ class AdamWUpdateTest : public CompilerTest {
         FusedProgram::Build(k.program(), InputShapes(exe, k), output, extra_roots, FusedProgram::Stored::kAllResults);
     EXPECT_TRUE(program.ok()) << program.status();
     if (!program.ok()) return std::nullopt;
-    return MatchAdamWUpdate(k, *program, output);
+    return MatchAdamWUpdate(*program);
   }
 };
 

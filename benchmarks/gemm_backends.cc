@@ -155,6 +155,7 @@ void DotArgs(benchmark::internal::Benchmark* b) {
 BENCHMARK(BM_Library<GemmLibrary::kBlis>)->Name("BM_Blis")->DenseRange(0, kLastShape);
 BENCHMARK(BM_OpenBlas)->DenseRange(0, kLastShape);
 BENCHMARK(BM_Library<GemmLibrary::kOneDnn>)->Name("BM_OneDnn")->DenseRange(0, kLastShape);
+BENCHMARK(BM_Library<GemmLibrary::kOneDnnMatmul>)->Name("BM_OneDnnMatmul")->DenseRange(0, kLastShape);
 BENCHMARK(BM_OneDnnTeam)->ArgsProduct({benchmark::CreateDenseRange(0, kLastShape, 1), {2}});
 BENCHMARK(BM_DotKernel)->Apply(DotArgs)->UseRealTime();
 

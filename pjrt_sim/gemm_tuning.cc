@@ -30,7 +30,10 @@
 namespace lazyrt::pjrt {
 namespace {
 
-constexpr char kHeader[] = "lazyrt-gemm-tuning 1";
+// Version 2 added the library onednn_matmul: a version-1 record chose among fewer libraries, so its shapes
+// are measured again (quietly: it is not damage) and the file rewritten at the first choice recorded.
+constexpr char kHeader[] = "lazyrt-gemm-tuning 2";
+constexpr char kOlderHeader[] = "lazyrt-gemm-tuning 1";
 // Bounds on what is read: a machine tunes a few hundred shapes; anything past these is not our file.
 constexpr int64_t kMaxFileBytes = 4 << 20;
 constexpr size_t kMaxLineBytes = 4096;
@@ -107,6 +110,7 @@ std::map<std::string, GemmLibrary> ReadEntries(const std::string& path) {
     return entries;
   }
   const std::vector<absl::string_view> lines = absl::StrSplit(text, '\n');
+  if (!lines.empty() && lines[0] == kOlderHeader) return entries;
   if (lines.empty() || lines[0] != kHeader) {
     Warn(path, absl::StrCat("line 1 is not '", kHeader, "': ignored, shapes are measured again"));
     return entries;

@@ -112,7 +112,7 @@ void Product(GemmLibrary library, int64_t m, int64_t n, int64_t k, MatrixView<co
     return;
   }
   if constexpr (std::is_same_v<S, Bf16>) {
-    if (library == GemmLibrary::kOneDnn && OneDnnGemmBf16(m, n, k, a, b, c)) return;
+    if (IsOneDnn(library) && OneDnnGemmBf16(m, n, k, a, b, c)) return;
     // rows x cols of a view, widened into a row-major array.
     const auto widened = [](MatrixView<const Bf16> v, int64_t rows, int64_t cols, float* out) {
       for (int64_t i = 0; i < rows; ++i) {

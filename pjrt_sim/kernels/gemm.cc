@@ -31,6 +31,7 @@ std::string_view GemmLibraryName(GemmLibrary library) {
     case GemmLibrary::kBlis: return "blis";
     case GemmLibrary::kOpenBlas: return "openblas";
     case GemmLibrary::kOneDnn: return "onednn";
+    case GemmLibrary::kOneDnnMatmul: return "onednn_matmul";
   }
   return "?";
 }
@@ -54,6 +55,11 @@ void Dispatch(GemmLibrary library, int64_t m, int64_t n, int64_t k, MatrixView<c
         if (OneDnnGemm(m, n, k, a, b, c)) return;
       }
       break;  // f64, or strides its row-major interface cannot express
+    case GemmLibrary::kOneDnnMatmul:
+      if constexpr (std::is_same_v<T, float>) {
+        if (OneDnnMatmulGemm(m, n, k, a, b, c)) return;
+      }
+      break;  // f64, or strides the primitive refused
     case GemmLibrary::kBlis: break;
   }
   BlisGemm(m, n, k, a, b, c);

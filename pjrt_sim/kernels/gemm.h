@@ -33,9 +33,18 @@ std::optional<RowMajorOperand> AsRowMajor(int64_t row_stride, int64_t col_stride
 //   kBlis      BLIS 0.9 (Debian's serial build, linked statically)
 //   kOpenBlas  OpenBLAS 0.3 (its AVX-512 kernels on SkylakeX and later), called single-threaded
 //   kOneDnn    oneDNN 2.6 (its JIT kernels for the CPU it runs on; bf16 on AVX512-BF16 / AMX), called
-//              single-threaded; f64 runs on BLIS (oneDNN has no f64 GEMM)
-enum class GemmLibrary : int32_t { kBlis = 0, kOpenBlas = 1, kOneDnn = 2 };
-inline constexpr GemmLibrary kGemmLibraries[] = {GemmLibrary::kBlis, GemmLibrary::kOpenBlas, GemmLibrary::kOneDnn};
+//              single-threaded; f32 through its BLAS interface (dnnl_sgemm), bf16 through its matmul
+//              primitive; f64 runs on BLIS (oneDNN has no f64 GEMM)
+//   kOneDnnMatmul  oneDNN 2.6 as kOneDnn, but f32 through its matmul primitive too (its brgemm kernels on
+//              AVX-512, 4-14% faster than its sgemm on the GPT's activation products on a Zen 4, 3-21%
+//              slower on its weight gradients: benchmarks/RESULTS.md)
+enum class GemmLibrary : int32_t { kBlis = 0, kOpenBlas = 1, kOneDnn = 2, kOneDnnMatmul = 3 };
+inline constexpr GemmLibrary kGemmLibraries[] = {GemmLibrary::kBlis, GemmLibrary::kOpenBlas, GemmLibrary::kOneDnn,
+                                                 GemmLibrary::kOneDnnMatmul};
+// Whether `library` is oneDNN (either way of calling it): bf16 products run natively there.
+inline bool IsOneDnn(GemmLibrary library) {
+  return library == GemmLibrary::kOneDnn || library == GemmLibrary::kOneDnnMatmul;
+}
 std::optional<GemmLibrary> GemmLibraryFromNumber(int64_t number);
 std::string_view GemmLibraryName(GemmLibrary library);
 // The fastest library on this CPU kind, as measured on the MLP's and the GPT's GEMM shapes
@@ -64,6 +73,10 @@ bool OpenBlasGemm(int64_t m, int64_t n, int64_t k, MatrixView<const double> a, M
                   MatrixView<double> c);
 bool OneDnnGemm(int64_t m, int64_t n, int64_t k, MatrixView<const float> a, MatrixView<const float> b,
                 MatrixView<float> c);
+// With `bias`, C[m,n] = A B + bias[n] (bias added to each row, each sum rounded once: the bits of adding it
+// to the product afterwards); false for k = 0 then.
+bool OneDnnMatmulGemm(int64_t m, int64_t n, int64_t k, MatrixView<const float> a, MatrixView<const float> b,
+                      MatrixView<float> c, const float* bias = nullptr);
 
 // Called after a library call that may have created the library's own statics. oneDNN makes its JIT
 // kernels on first use as statics, which exit() destroys in reverse order of creation: before the handler

@@ -41,8 +41,8 @@ constexpr int64_t kF32Sgemm = -1;  // in an f32 GEMM's key, where a bf16 one has
 // A primitive with its operands' memory objects and execution arguments, built once: a call only points
 // them at its arrays (building three memory objects and the argument map took most of a small product's
 // time: 64x128x32 in 2.7 us).
-struct Bf16Matmul {
-  dnnl::memory a, b, c;
+struct Matmul {
+  dnnl::memory a, b, c, bias;
   dnnl::matmul primitive;
   std::unordered_map<int, dnnl::memory> args;
 };
@@ -50,7 +50,7 @@ struct Bf16Matmul {
 struct OneDnnThread {
   dnnl::engine engine{dnnl::engine::kind::cpu, 0};
   dnnl::stream stream{engine};
-  absl::node_hash_map<MatmulKey, Bf16Matmul> matmuls;  // a node map: each call uses its entry in place
+  absl::node_hash_map<MatmulKey, Matmul> matmuls;  // a node map: each call uses its entry in place
 };
 
 OneDnnThread& ThisThread() {
@@ -114,57 +114,82 @@ bool OneDnnHasBf16() {
 
 namespace {
 
-// C of `Out` (f32, or bf16 as its bits) = A B, bf16 operands accumulated in f32.
-template <typename Out>
-bool OneDnnGemmBf16Into(int64_t m, int64_t n, int64_t k, MatrixView<const uint16_t> a, MatrixView<const uint16_t> b,
-                        MatrixView<Out> c) {
-  if (!OneDnnHasBf16() || m <= 0 || n <= 0 || k <= 0 || c.col_stride != 1) return false;
+// C of `Out` (f32, or bf16 as its bits) = A B through oneDNN's matmul primitive (its brgemm kernels on
+// AVX-512), operands of `In` (f32, or bf16 as its bits, accumulated in f32).
+// With `bias` (f32 C only), n values added to each row of the product as the primitive stores it: each sum
+// rounded once, the bits of adding them to the stored product.
+template <typename In, typename Out>
+bool OneDnnMatmulInto(int64_t m, int64_t n, int64_t k, MatrixView<const In> a, MatrixView<const In> b,
+                      MatrixView<Out> c, const float* bias = nullptr) {
+  if (m <= 0 || n <= 0 || k <= 0 || c.col_stride != 1) return false;
   OneDnnSingleThreaded();
   using dnnl::memory;
+  constexpr memory::data_type kIn = std::is_same_v<In, float> ? memory::data_type::f32 : memory::data_type::bf16;
   constexpr memory::data_type kOut = std::is_same_v<Out, float> ? memory::data_type::f32 : memory::data_type::bf16;
-  const MatmulKey key{
-      m, n, k, a.row_stride, a.col_stride, b.row_stride, b.col_stride, c.row_stride, int64_t{static_cast<int>(kOut)}};
+  const MatmulKey key{m,
+                      n,
+                      k,
+                      a.row_stride,
+                      a.col_stride,
+                      b.row_stride,
+                      b.col_stride,
+                      c.row_stride,
+                      int64_t{(static_cast<int>(kIn) * 256 + static_cast<int>(kOut)) * 2 + (bias != nullptr)}};
   return CallOneDnn(key, [&] {
     OneDnnThread& state = ThisThread();  // built by a thread's first call: under the first calls' lock
     try {
       auto it = state.matmuls.find(key);
       if (it == state.matmuls.end()) {
-        const memory::desc ad({m, k}, memory::data_type::bf16, {a.row_stride, a.col_stride});
-        const memory::desc bd({k, n}, memory::data_type::bf16, {b.row_stride, b.col_stride});
+        const memory::desc ad({m, k}, kIn, {a.row_stride, a.col_stride});
+        const memory::desc bd({k, n}, kIn, {b.row_stride, b.col_stride});
         const memory::desc cd({m, n}, kOut, {c.row_stride, 1});
-        const dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(ad, bd, cd), state.engine);
-        Bf16Matmul mm{memory(ad, state.engine, DNNL_MEMORY_NONE),
-                      memory(bd, state.engine, DNNL_MEMORY_NONE),
-                      memory(cd, state.engine, DNNL_MEMORY_NONE),
-                      dnnl::matmul(pd),
-                      {}};
+        const memory::desc biasd({1, n}, memory::data_type::f32, {n, 1});
+        const dnnl::matmul::primitive_desc pd(
+            bias != nullptr ? dnnl::matmul::desc(ad, bd, biasd, cd) : dnnl::matmul::desc(ad, bd, cd), state.engine);
+        Matmul mm{memory(ad, state.engine, DNNL_MEMORY_NONE),
+                  memory(bd, state.engine, DNNL_MEMORY_NONE),
+                  memory(cd, state.engine, DNNL_MEMORY_NONE),
+                  memory(biasd, state.engine, DNNL_MEMORY_NONE),
+                  dnnl::matmul(pd),
+                  {}};
         mm.args = {{DNNL_ARG_SRC, mm.a}, {DNNL_ARG_WEIGHTS, mm.b}, {DNNL_ARG_DST, mm.c}};
+        if (bias != nullptr) mm.args.emplace(DNNL_ARG_BIAS, mm.bias);
         it = state.matmuls.emplace(key, std::move(mm)).first;
       }
-      Bf16Matmul& mm = it->second;
+      Matmul& mm = it->second;
       // oneDNN takes non-const handles to its inputs but only reads them.
-      mm.a.set_data_handle(const_cast<uint16_t*>(a.data));
-      mm.b.set_data_handle(const_cast<uint16_t*>(b.data));
+      mm.a.set_data_handle(const_cast<In*>(a.data));
+      mm.b.set_data_handle(const_cast<In*>(b.data));
       mm.c.set_data_handle(c.data);
+      if (bias != nullptr) mm.bias.set_data_handle(const_cast<float*>(bias));
       mm.primitive.execute(state.stream, mm.args);
       state.stream.wait();
       return true;
     } catch (const dnnl::error&) {
-      return false;  // a layout or type no implementation takes here: the caller widens to f32
+      return false;  // a layout or type no implementation takes here: the caller falls back
     }
   });
 }
 
 }  // namespace
 
+bool OneDnnMatmulGemm(int64_t m, int64_t n, int64_t k, MatrixView<const float> a, MatrixView<const float> b,
+                      MatrixView<float> c, const float* bias) {
+  if (k == 0 && bias == nullptr && m > 0 && n > 0 && c.col_stride == 1) {  // zeros, as the other libraries give
+    for (int64_t i = 0; i < m; ++i) std::fill_n(c.data + i * c.row_stride, n, 0.0f);
+    return true;
+  }
+  return OneDnnMatmulInto(m, n, k, a, b, c, bias);
+}
+
 bool OneDnnGemmBf16(int64_t m, int64_t n, int64_t k, MatrixView<const uint16_t> a, MatrixView<const uint16_t> b,
                     MatrixView<float> c) {
-  return OneDnnGemmBf16Into(m, n, k, a, b, c);
+  return OneDnnHasBf16() && OneDnnMatmulInto(m, n, k, a, b, c);
 }
 
 bool OneDnnGemmBf16(int64_t m, int64_t n, int64_t k, MatrixView<const uint16_t> a, MatrixView<const uint16_t> b,
                     MatrixView<uint16_t> c) {
-  return OneDnnGemmBf16Into(m, n, k, a, b, c);
+  return OneDnnHasBf16() && OneDnnMatmulInto(m, n, k, a, b, c);
 }
 
 }  // namespace lazyrt::pjrt

@@ -529,7 +529,9 @@ class DotKernel final : public Kernel {
         library_(library),
         lhs_numel_(lhs_numel),
         rhs_numel_(rhs_numel),
-        addends_(std::move(addends)) {}
+        addends_(std::move(addends)),
+        fused_bias_(library == GemmLibrary::kOneDnnMatmul && type == PrimitiveType::kF32 && !addends_.empty() &&
+                    IsBias(addends_[0], k.n())) {}
 
   absl::Status Run(std::span<const void* const> inputs, std::span<void* const> outputs) const override {
     void* output = outputs[0];
@@ -595,11 +597,27 @@ class DotKernel final : public Kernel {
     T* const out = static_cast<T*>(output);
     ForEachPanel(static_cast<const T*>(lhs), static_cast<const T*>(rhs), out, false,
                  [&](int64_t rows, int64_t cols, MatrixView<const T> a, MatrixView<const T> b, MatrixView<T> c) {
-                   Gemm(library_, rows, cols, k_.k(), a, b, c);
-                   for (size_t i = 0; i < addends_.size(); ++i) {
+                   size_t added = 0;  // addends the library added
+                   if constexpr (std::is_same_v<T, float>) {
+                     // A first addend that is a bias, added by oneDNN's matmul as it stores the product: the
+                     // same bits, without reading the stored product again.
+                     if (fused_bias_ && OneDnnMatmulGemm(rows, cols, k_.k(), a, b, c,
+                                                         static_cast<const float*>(addends[0]) + addends_[0].offset +
+                                                             (c.data - out) % k_.n())) {
+                       added = 1;
+                     }
+                   }
+                   if (added == 0) Gemm(library_, rows, cols, k_.k(), a, b, c);
+                   for (size_t i = added; i < addends_.size(); ++i) {
                      AddAddend(addends_[i], static_cast<const T*>(addends[i]), c.data - out, rows, cols, c.data);
                    }
                  });
+  }
+
+  // Whether an addend's view adds the same row of n values to every row of the product: a bias.
+  static bool IsBias(const OperandView& v, int64_t n) {
+    if (v.dims.empty() || v.dims.back() != n || v.strides.back() != 1) return false;
+    return std::all_of(v.strides.begin(), v.strides.end() - 1, [](int64_t s) { return s == 0; });
   }
 
   // Adds the elements [first + i n, first + i n + cols) of `addend` read through `v` to row i of the
@@ -672,6 +690,7 @@ class DotKernel final : public Kernel {
   GemmLibrary library_;
   int64_t lhs_numel_, rhs_numel_;
   std::vector<OperandView> addends_;  // one per input after the operands
+  bool fused_bias_;                   // addends_[0] is a bias that OneDnnMatmulGemm adds (kOneDnnMatmul, f32)
 };
 
 int64_t IndexAt(const void* base, PrimitiveType type, int64_t i) {
@@ -1126,7 +1145,7 @@ absl::StatusOr<std::vector<OperandView>> AddendsOf(const proto::Kernel& k, std::
 }  // namespace
 
 bool DotHasFixedTiles(PrimitiveType operand, GemmLibrary library) {
-  return operand == PrimitiveType::kBF16 && library == GemmLibrary::kOneDnn && OneDnnHasBf16();
+  return operand == PrimitiveType::kBF16 && IsOneDnn(library) && OneDnnHasBf16();
 }
 
 ArrayShape InputShape(const proto::Kernel& kernel, int i, const ArrayShape& slot) {

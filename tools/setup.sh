@@ -11,7 +11,7 @@ packages=(
   libabsl-dev libprotobuf-dev protobuf-compiler
   libxxhash-dev libzstd-dev libdw-dev nlohmann-json3-dev zlib1g-dev
   libgtest-dev libgmock-dev libbenchmark-dev
-  libblis-serial-dev libopenblas-dev libdnnl-dev libgloo-dev
+  libblis-serial-dev libopenblas-dev libdnnl-dev libxsmm-dev libgloo-dev
   clang-16 libclang-rt-16-dev clang-format-16 clang-tidy-16 python3
   dataset-fashion-mnist fortunes
 )

@@ -32,6 +32,7 @@ std::string_view GemmLibraryName(GemmLibrary library) {
     case GemmLibrary::kOpenBlas: return "openblas";
     case GemmLibrary::kOneDnn: return "onednn";
     case GemmLibrary::kOneDnnMatmul: return "onednn_matmul";
+    case GemmLibrary::kLibxsmm: return "libxsmm";
   }
   return "?";
 }
@@ -60,6 +61,9 @@ void Dispatch(GemmLibrary library, int64_t m, int64_t n, int64_t k, MatrixView<c
         if (OneDnnMatmulGemm(m, n, k, a, b, c)) return;
       }
       break;  // f64, or strides the primitive refused
+    case GemmLibrary::kLibxsmm:
+      if (LibxsmmGemm(m, n, k, a, b, c)) return;
+      break;  // strides it cannot express, or a shape without a JIT kernel
     case GemmLibrary::kBlis: break;
   }
   BlisGemm(m, n, k, a, b, c);

@@ -38,9 +38,11 @@ std::optional<RowMajorOperand> AsRowMajor(int64_t row_stride, int64_t col_stride
 //   kOneDnnMatmul  oneDNN 2.6 as kOneDnn, but f32 through its matmul primitive too (its brgemm kernels on
 //              AVX-512, 4-14% faster than its sgemm on the GPT's activation products on a Zen 4, 3-21%
 //              slower on its weight gradients: benchmarks/RESULTS.md)
-enum class GemmLibrary : int32_t { kBlis = 0, kOpenBlas = 1, kOneDnn = 2, kOneDnnMatmul = 3 };
+//   kLibxsmm   libxsmm 1.17 (JIT kernels for small products, no packing: fused attention's 64 x 32 x 128
+//              block products at 98% of a Zen 4 core's peak where oneDNN's reached 85%), f32 and f64
+enum class GemmLibrary : int32_t { kBlis = 0, kOpenBlas = 1, kOneDnn = 2, kOneDnnMatmul = 3, kLibxsmm = 4 };
 inline constexpr GemmLibrary kGemmLibraries[] = {GemmLibrary::kBlis, GemmLibrary::kOpenBlas, GemmLibrary::kOneDnn,
-                                                 GemmLibrary::kOneDnnMatmul};
+                                                 GemmLibrary::kOneDnnMatmul, GemmLibrary::kLibxsmm};
 // Whether `library` is oneDNN (either way of calling it): bf16 products run natively there.
 inline bool IsOneDnn(GemmLibrary library) {
   return library == GemmLibrary::kOneDnn || library == GemmLibrary::kOneDnnMatmul;
@@ -60,9 +62,10 @@ void Gemm(GemmLibrary library, int64_t m, int64_t n, int64_t k, MatrixView<const
 void Gemm(GemmLibrary library, int64_t m, int64_t n, int64_t k, MatrixView<const double> a, MatrixView<const double> b,
           MatrixView<double> c);
 
-// The same through one library, each in its own file (gemm_blis.cc, gemm_openblas.cc, gemm_onednn.cc).
-// The OpenBLAS and oneDNN entries return false for views their row-major interface cannot express
-// (AsRowMajor) or types they lack; Gemm then runs BLIS, which takes any strides.
+// The same through one library, each in its own file (gemm_blis.cc, gemm_openblas.cc, gemm_onednn.cc,
+// gemm_libxsmm.cc).
+// The OpenBLAS, oneDNN and libxsmm entries return false for views their row-major interface cannot express
+// (AsRowMajor), types they lack or shapes they refuse; Gemm then runs BLIS, which takes any strides.
 void BlisGemm(int64_t m, int64_t n, int64_t k, MatrixView<const float> a, MatrixView<const float> b,
               MatrixView<float> c);
 void BlisGemm(int64_t m, int64_t n, int64_t k, MatrixView<const double> a, MatrixView<const double> b,
@@ -73,6 +76,10 @@ bool OpenBlasGemm(int64_t m, int64_t n, int64_t k, MatrixView<const double> a, M
                   MatrixView<double> c);
 bool OneDnnGemm(int64_t m, int64_t n, int64_t k, MatrixView<const float> a, MatrixView<const float> b,
                 MatrixView<float> c);
+bool LibxsmmGemm(int64_t m, int64_t n, int64_t k, MatrixView<const float> a, MatrixView<const float> b,
+                 MatrixView<float> c);
+bool LibxsmmGemm(int64_t m, int64_t n, int64_t k, MatrixView<const double> a, MatrixView<const double> b,
+                 MatrixView<double> c);
 // With `bias`, C[m,n] = A B + bias[n] (bias added to each row, each sum rounded once: the bits of adding it
 // to the product afterwards); false for k = 0 then.
 bool OneDnnMatmulGemm(int64_t m, int64_t n, int64_t k, MatrixView<const float> a, MatrixView<const float> b,

@@ -52,9 +52,10 @@ bool LibxsmmGemmOf(int64_t m, int64_t n, int64_t k, MatrixView<const T> a, Matri
   int64_t ldb = ob->ld;
   if (ob->transposed) {
     T* rows = static_cast<T*>(ThreadScratch<TransposedOperandScratch>(static_cast<size_t>(k * n) * sizeof(T)));
-    for (int64_t j = 0; j < n; ++j) {
-      for (int64_t i = 0; i < k; ++i) rows[i * n + j] = b.data[j * b.col_stride + i];
-    }
+    // libxsmm's own transpose (column-major k x n, ld ldb, into n x k, ld n): 0.1 ns an element where a loop
+    // took 0.4-0.7, which made the copies 10% of the GPT's attention.
+    libxsmm_otrans(rows, b.data, sizeof(T), static_cast<libxsmm_blasint>(k), static_cast<libxsmm_blasint>(n),
+                   static_cast<libxsmm_blasint>(ldb), static_cast<libxsmm_blasint>(n));
     b_rows = rows;
     ldb = n;
   }

@@ -1,8 +1,8 @@
-// BLIS, OpenBLAS, oneDNN or Eigen for the device's GEMM? Each single-threaded as the device calls it, on
-// the shapes of the flagship MLP step and of the default GPT step (forward, and the two products of
-// each backward), row-major f32. Then the whole DOT kernel as the device runs it (the product split
-// into panels over the device's pool), and oneDNN with its own OpenMP team over the whole product
-// instead: the two ways to put both cores on one product.
+// BLIS, OpenBLAS, oneDNN (BLAS interface or matmul primitive), libxsmm or Eigen for the device's GEMM? Each
+// single-threaded as the device calls it, on the shapes of the flagship MLP step and of the default GPT step (forward,
+// and the two products of each backward) and of fused attention's block products, row-major f32. Then the whole DOT
+// kernel as the device runs it (the product split into panels over the device's pool), and oneDNN with its own OpenMP
+// team over the whole product instead: the two ways to put both cores on one product.
 #include <benchmark/benchmark.h>
 #include <cblas.h>
 #include <dnnl.h>
@@ -47,6 +47,14 @@ const Gemm kShapes[] = {
     {384, 128, 4096, true, false},
     {512, 128, 4096, true, false},
     {128, 512, 4096, true, false},
+    // Fused attention's block products at the GPT's heads (E 32, 128 tokens, blocks of 64 keys), each made
+    // thousands of times a step (16-20): the forward's scores q k^T and p v of its second block of queries,
+    // the backward's scores of its first block of keys, its dV = P^T dO (and dK = dS^T Q), dQ = dS K.
+    {64, 128, 32, false, true},
+    {64, 32, 128, false, false},
+    {128, 64, 32, false, true},
+    {64, 32, 128, true, false},
+    {128, 32, 64, false, false},
 };
 constexpr int kLastShape = static_cast<int>(std::size(kShapes)) - 1;
 
@@ -156,6 +164,7 @@ BENCHMARK(BM_Library<GemmLibrary::kBlis>)->Name("BM_Blis")->DenseRange(0, kLastS
 BENCHMARK(BM_OpenBlas)->DenseRange(0, kLastShape);
 BENCHMARK(BM_Library<GemmLibrary::kOneDnn>)->Name("BM_OneDnn")->DenseRange(0, kLastShape);
 BENCHMARK(BM_Library<GemmLibrary::kOneDnnMatmul>)->Name("BM_OneDnnMatmul")->DenseRange(0, kLastShape);
+BENCHMARK(BM_Library<GemmLibrary::kLibxsmm>)->Name("BM_Libxsmm")->DenseRange(0, kLastShape);
 BENCHMARK(BM_OneDnnTeam)->ArgsProduct({benchmark::CreateDenseRange(0, kLastShape, 1), {2}});
 BENCHMARK(BM_DotKernel)->Apply(DotArgs)->UseRealTime();
 

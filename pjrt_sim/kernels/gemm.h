@@ -35,11 +35,13 @@ std::optional<RowMajorOperand> AsRowMajor(int64_t row_stride, int64_t col_stride
 //   kOneDnn    oneDNN 2.6 (its JIT kernels for the CPU it runs on; bf16 on AVX512-BF16 / AMX), called
 //              single-threaded; f32 through its BLAS interface (dnnl_sgemm), bf16 through its matmul
 //              primitive; f64 runs on BLIS (oneDNN has no f64 GEMM)
-//   kOneDnnMatmul  oneDNN 2.6 as kOneDnn, but f32 through its matmul primitive too (its brgemm kernels on
-//              AVX-512, 4-14% faster than its sgemm on the GPT's activation products on a Zen 4, 3-21%
-//              slower on its weight gradients: benchmarks/RESULTS.md)
-//   kLibxsmm   libxsmm 1.17 (JIT kernels for small products, no packing: fused attention's 64 x 32 x 128
-//              block products at 98% of a Zen 4 core's peak where oneDNN's reached 85%), f32 and f64
+//   kOneDnnMatmul  oneDNN 2.6 as kOneDnn, but f32 through its matmul primitive too (brgemm kernels on
+//              AVX-512), which adds a DOT's bias as it stores the product. Faster on some shapes, slower on
+//              most: on one Zen 4 core, the GPT's MLP down-projection 4096x128x512 at 101 GFLOP/s against
+//              sgemm's 92, its weight gradients at 79-90 against 102-106 (gemm_backends, RESULTS.md)
+//   kLibxsmm   libxsmm 1.17: JIT kernels that take the operands as they are, without the packing a BLAS call
+//              spends on each product. Fused attention's block products (64-128 x 32-128 x 32-128) at
+//              103-114 GFLOP/s on one Zen 4 core, where oneDNN's sgemm reached 76-101; f32 and f64
 enum class GemmLibrary : int32_t { kBlis = 0, kOpenBlas = 1, kOneDnn = 2, kOneDnnMatmul = 3, kLibxsmm = 4 };
 inline constexpr GemmLibrary kGemmLibraries[] = {GemmLibrary::kBlis, GemmLibrary::kOpenBlas, GemmLibrary::kOneDnn,
                                                  GemmLibrary::kOneDnnMatmul, GemmLibrary::kLibxsmm};

@@ -30,8 +30,8 @@
 namespace lazyrt::pjrt {
 namespace {
 
-// Version 2 added the library onednn_matmul: a version-1 record chose among fewer libraries, so its shapes
-// are measured again (quietly: it is not damage) and the file rewritten at the first choice recorded.
+// Version 2 added the libraries onednn_matmul and libxsmm: a version-1 record chose among fewer libraries, so its
+// shapes are measured again (quietly: it is not damage) and the file rewritten at the first choice recorded.
 constexpr char kHeader[] = "lazyrt-gemm-tuning 2";
 constexpr char kOlderHeader[] = "lazyrt-gemm-tuning 1";
 // Bounds on what is read: a machine tunes a few hundred shapes; anything past these is not our file.

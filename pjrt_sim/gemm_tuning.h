@@ -12,7 +12,7 @@
 // re-reads the file under the lock and keeps every entry already there, so the first writer of an
 // entry wins and everyone adopts its choice. Every value read is bounded and validated: a damaged file
 // or line is a warning naming the file and the line, then ignored (the shape is measured again). A record of
-// version 1 (before the library onednn_matmul) is ignored without a warning.
+// version 1 (before the libraries onednn_matmul and libxsmm) is ignored without a warning.
 #pragma once
 
 #include <cstdint>

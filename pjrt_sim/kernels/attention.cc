@@ -108,20 +108,13 @@ bool BatchDimsAre(const ArrayShape& s, std::span<const int64_t> batch) {
   return s.dims.size() == batch.size() + 2 && std::equal(batch.begin(), batch.end(), s.dims.begin());
 }
 
-// C[m,n] = A[m,k] B[k,n] on `library`, with the empty cases the GEMM libraries need not see. bf16
+// C[m,n] = A[m,k] B[k,n] on `library` (nothing for an empty C; Gemm writes k = 0's zeros). bf16
 // operands: oneDNN's native bf16 product with f32 sums where the executable names oneDNN and the CPU has
 // one (OneDnnHasBf16), as a DOT's; else the operands widened to f32 (exact) and multiplied on `library`.
 template <typename S>
 void Product(GemmLibrary library, int64_t m, int64_t n, int64_t k, MatrixView<const S> a, MatrixView<const S> b,
              MatrixView<ComputeOf<S>> c) {
-  using T = ComputeOf<S>;
   if (m == 0 || n == 0) return;
-  if (k == 0) {
-    for (int64_t i = 0; i < m; ++i) {
-      for (int64_t j = 0; j < n; ++j) c.data[i * c.row_stride + j * c.col_stride] = T{0};
-    }
-    return;
-  }
   if constexpr (std::is_same_v<S, Bf16>) {
     if (IsOneDnn(library) && OneDnnGemmBf16(m, n, k, a, b, c)) return;
     // rows x cols of a view, widened into a row-major array.

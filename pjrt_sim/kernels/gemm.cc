@@ -47,6 +47,12 @@ namespace {
 template <typename T>
 void Dispatch(GemmLibrary library, int64_t m, int64_t n, int64_t k, MatrixView<const T> a, MatrixView<const T> b,
               MatrixView<T> c) {
+  if (k == 0) {  // the product of nothing is zeros, here for every library (CBLAS and JIT kernels refuse k = 0)
+    for (int64_t i = 0; i < m; ++i) {
+      for (int64_t j = 0; j < n; ++j) c.data[i * c.row_stride + j * c.col_stride] = T{0};
+    }
+    return;
+  }
   switch (library) {
     case GemmLibrary::kOpenBlas:
       if (OpenBlasGemm(m, n, k, a, b, c)) return;

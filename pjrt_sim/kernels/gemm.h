@@ -67,7 +67,8 @@ void Gemm(GemmLibrary library, int64_t m, int64_t n, int64_t k, MatrixView<const
 // The same through one library, each in its own file (gemm_blis.cc, gemm_openblas.cc, gemm_onednn.cc,
 // gemm_libxsmm.cc).
 // The OpenBLAS, oneDNN and libxsmm entries return false for views their row-major interface cannot express
-// (AsRowMajor), types they lack or shapes they refuse; Gemm then runs BLIS, which takes any strides.
+// (AsRowMajor), types they lack or shapes they refuse (k = 0 among them: Gemm writes those zeros itself); Gemm then
+// runs BLIS, which takes any strides.
 void BlisGemm(int64_t m, int64_t n, int64_t k, MatrixView<const float> a, MatrixView<const float> b,
               MatrixView<float> c);
 void BlisGemm(int64_t m, int64_t n, int64_t k, MatrixView<const double> a, MatrixView<const double> b,

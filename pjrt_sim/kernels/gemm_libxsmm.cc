@@ -42,12 +42,9 @@ bool LibxsmmGemmOf(int64_t m, int64_t n, int64_t k, MatrixView<const T> a, Matri
   const std::optional<RowMajorOperand> oa = AsRowMajor(a.row_stride, a.col_stride, m, k),
                                        ob = AsRowMajor(b.row_stride, b.col_stride, k, n),
                                        oc = AsRowMajor(c.row_stride, c.col_stride, m, n);
-  if (!oa || !ob || !oc || oc->transposed || std::max({m, n, k}) > INT_MAX) return false;
+  // k = 0: no JIT kernel (Gemm writes the zeros).
+  if (k == 0 || !oa || !ob || !oc || oc->transposed || std::max({m, n, k}) > INT_MAX) return false;
   if (m == 0 || n == 0) return true;
-  if (k == 0) {  // the product of nothing is zeros, as the other libraries give it
-    for (int64_t i = 0; i < m; ++i) std::fill_n(c.data + i * c.row_stride, n, T{0});
-    return true;
-  }
   const T* b_rows = b.data;
   int64_t ldb = ob->ld;
   if (ob->transposed) {

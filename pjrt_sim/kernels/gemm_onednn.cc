@@ -34,9 +34,10 @@ void OneDnnSingleThreaded() {
 // One matmul primitive per (shape, strides) and thread: building one takes tens of microseconds (a
 // JIT kernel the first time), executing it a few. Per thread, because a primitive's library-managed
 // scratchpad is not to be shared by concurrent executions.
-// (m, n, k, A's strides, B's strides, C's row stride or kF32Sgemm, C's oneDNN data type).
+// (m, n, k, A's strides, B's strides, C's row stride or kF32Sgemm; for a matmul its operand and result types
+// and whether it adds a bias, packed in one number).
 using MatmulKey = std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t>;
-constexpr int64_t kF32Sgemm = -1;  // in an f32 GEMM's key, where a bf16 one has C's row stride
+constexpr int64_t kF32Sgemm = -1;  // in an f32 GEMM's key, where a matmul's has C's row stride
 
 // A primitive with its operands' memory objects and execution arguments, built once: a call only points
 // them at its arrays (building three memory objects and the argument map took most of a small product's
@@ -95,11 +96,7 @@ bool OneDnnGemm(int64_t m, int64_t n, int64_t k, MatrixView<const float> a, Matr
   const std::optional<RowMajorOperand> oa = AsRowMajor(a.row_stride, a.col_stride, m, k),
                                        ob = AsRowMajor(b.row_stride, b.col_stride, k, n),
                                        oc = AsRowMajor(c.row_stride, c.col_stride, m, n);
-  if (!oa || !ob || !oc || oc->transposed) return false;
-  if (k == 0) {  // the product of nothing is zeros, as the other libraries give it
-    for (int64_t i = 0; i < m; ++i) std::fill_n(c.data + i * c.row_stride, n, 0.0f);
-    return true;
-  }
+  if (k == 0 || !oa || !ob || !oc || oc->transposed) return false;  // k = 0: Gemm writes the zeros
   OneDnnSingleThreaded();
   return CallOneDnn({m, n, k, a.row_stride, a.col_stride, b.row_stride, b.col_stride, kF32Sgemm, 0}, [&] {
     return dnnl_sgemm(oa->transposed ? 'T' : 'N', ob->transposed ? 'T' : 'N', m, n, k, 1.0f, a.data, oa->ld, b.data,
@@ -175,10 +172,6 @@ bool OneDnnMatmulInto(int64_t m, int64_t n, int64_t k, MatrixView<const In> a, M
 
 bool OneDnnMatmulGemm(int64_t m, int64_t n, int64_t k, MatrixView<const float> a, MatrixView<const float> b,
                       MatrixView<float> c, const float* bias) {
-  if (k == 0 && bias == nullptr && m > 0 && n > 0 && c.col_stride == 1) {  // zeros, as the other libraries give
-    for (int64_t i = 0; i < m; ++i) std::fill_n(c.data + i * c.row_stride, n, 0.0f);
-    return true;
-  }
   return OneDnnMatmulInto(m, n, k, a, b, c, bias);
 }
 

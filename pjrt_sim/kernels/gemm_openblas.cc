@@ -31,12 +31,10 @@ void OpenBlasSingleThreaded() {
 template <typename T, typename Call>
 bool Run(int64_t m, int64_t n, int64_t k, MatrixView<const T> a, MatrixView<const T> b, MatrixView<T> c, Call call) {
   CblasOperand oa, ob, oc;
-  if (!Express(a, m, k, &oa) || !Express(b, k, n, &ob) || !Express(c, m, n, &oc) || oc.trans != CblasNoTrans) {
+  // k = 0: CBLAS refuses a leading dimension of 0 (Gemm writes the zeros).
+  if (k == 0 || !Express(a, m, k, &oa) || !Express(b, k, n, &ob) || !Express(c, m, n, &oc) ||
+      oc.trans != CblasNoTrans) {
     return false;
-  }
-  if (k == 0) {  // CBLAS refuses a leading dimension of 0; the product of nothing is zeros
-    for (int64_t i = 0; i < m; ++i) std::fill_n(c.data + i * c.row_stride, n, T{0});
-    return true;
   }
   OpenBlasSingleThreaded();
   call(oa, ob, oc);

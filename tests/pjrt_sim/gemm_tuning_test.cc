@@ -262,7 +262,7 @@ TEST_F(GemmTuningTest, AFileThatIsNotARecordIsIgnoredAndRewrittenWhenRecording) 
   }
 }
 
-// A record of version 1 chose among fewer libraries (before onednn_matmul): its shapes are measured again,
+// A record of version 1 chose among fewer libraries (before onednn_matmul and libxsmm): its shapes are measured again,
 // without a warning (it is not damage), and the first choice recorded rewrites it as version 2.
 TEST_F(GemmTuningTest, AnOlderVersionsRecordIsIgnoredQuietlyAndRewrittenWhenRecording) {
   WriteFile(absl::StrCat("lazyrt-gemm-tuning 1\n", HostIsa(), "\tf32\t3\t4\t5\t0\t0\tblis\n"));

@@ -564,40 +564,49 @@ struct CompiledStep {
   std::exit(1);
 }
 
-// The layer norm's kernel alone over [4096, 128] f32, forward (range 0 = 0) or gradient (1), on arrays
-// fresh from memory as a training step's kernels find them (its arena far larger than the caches): each
-// run takes the next of 48 sets of arrays (2 MiB each: 96 MiB of x, as much of dy for the gradient).
-// range(1) = 1 runs on one set, warm.
+// The layer norm's kernel alone over [32, 128, 128] f32 (4096 rows of 128), forward (range 0 = 0) or
+// gradient (1), on arrays fresh from memory as a training step's kernels find them (its arena far larger
+// than the caches): each run takes the next of 48 sets of arrays (2 MiB each: 96 MiB of x, as much of dy
+// for the gradient). range(1) = 1 runs on one set, warm. range(2) = 1: with the affine (the GPT's layer
+// norms), whose gradient also sums dy x_hat and dy into the weight's and the bias's gradients per sequence.
 void BM_NormalizeKernel(benchmark::State& state) {
-  const bool backward = state.range(0) != 0, warm = state.range(1) != 0;
+  const bool backward = state.range(0) != 0, warm = state.range(1) != 0, affine = state.range(2) != 0;
   lazyrt::pjrt::proto::Kernel kernel;
   kernel.set_kind(lazyrt::pjrt::proto::Kernel::NORMALIZE);
   kernel.set_opcode(
       static_cast<int32_t>(backward ? lazyrt::pjrt::Opcode::kLayerNormGrad : lazyrt::pjrt::Opcode::kLayerNorm));
-  kernel.set_axis(1);
+  kernel.set_axis(2);
   kernel.set_epsilon(1e-5);
-  const lazyrt::pjrt::ArrayShape shape{lazyrt::pjrt::PrimitiveType::kF32, {4096, 128}};
-  const std::vector<lazyrt::pjrt::ArrayShape> inputs(backward ? 2 : 1, shape);
-  absl::StatusOr<std::unique_ptr<lazyrt::pjrt::Kernel>> built = lazyrt::pjrt::BuildKernel(kernel, inputs, shape);
+  using lazyrt::pjrt::ArrayShape;
+  const ArrayShape shape{lazyrt::pjrt::PrimitiveType::kF32, {32, 128, 128}};
+  const ArrayShape weight_shape{lazyrt::pjrt::PrimitiveType::kF32, {128}};
+  std::vector<ArrayShape> inputs(backward ? 2 : 1, shape);
+  if (affine) inputs.insert(inputs.end(), backward ? 1 : 2, weight_shape);
+  const ArrayShape output = affine && backward ? ArrayShape{shape.type, {32, 130, 128}} : shape;
+  absl::StatusOr<std::unique_ptr<lazyrt::pjrt::Kernel>> built = lazyrt::pjrt::BuildKernel(kernel, inputs, output);
   if (!built.ok()) Fail(std::string(built.status().message()));
   const size_t sets = warm ? 1 : 48, n = static_cast<size_t>(shape.numel());
   std::mt19937_64 rng(1);
   std::uniform_real_distribution<float> u(-2, 2);
   std::vector<std::vector<float>> x(sets, std::vector<float>(n)), g(sets, std::vector<float>(n)),
-      y(sets, std::vector<float>(n));
+      y(sets, std::vector<float>(static_cast<size_t>(output.numel())));
   for (size_t i = 0; i < sets; ++i) {
     for (size_t e = 0; e < n; ++e) x[i][e] = u(rng), g[i][e] = u(rng);
   }
+  std::vector<float> weight(128), bias(128);
+  for (size_t e = 0; e < 128; ++e) weight[e] = 1 + u(rng) / 8, bias[e] = u(rng) / 8;
   size_t at = 0;
   for (auto _ : state) {
-    const void* in[] = {x[at].data(), g[at].data()};
+    std::vector<const void*> in = {x[at].data()};
+    if (backward) in.push_back(g[at].data());
+    if (affine) in.push_back(weight.data());
+    if (affine && !backward) in.push_back(bias.data());
     void* out[] = {y[at].data()};
-    if (!(*built)->Run(std::span<const void* const>(in, inputs.size()), out).ok())
-      Fail("the layer norm's kernel failed");
+    if (!(*built)->Run(in, out).ok()) Fail("the layer norm's kernel failed");
     at = (at + 1) % sets;
   }
 }
-BENCHMARK(BM_NormalizeKernel)->ArgsProduct({{0, 1}, {0, 1}})->UseRealTime()->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_NormalizeKernel)->ArgsProduct({{0, 1}, {0, 1}, {0, 1}})->UseRealTime()->Unit(benchmark::kMicrosecond);
 
 // The executable sync() would compile now: every live tensor with pending IR, collected from the
 // runtime's registry as GraphExecutor does (step 1), post-ordered, lowered and compiled with default

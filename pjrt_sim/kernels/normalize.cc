@@ -1,6 +1,7 @@
 #include "pjrt_sim/kernels/normalize.h"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstring>
 #include <memory>
@@ -45,79 +46,87 @@ using Quad = double __attribute__((vector_size(4 * sizeof(double))));
 constexpr int kRowsTogether = 4;
 static_assert(kPrefetchRows % kRowsTogether == 0, "prefetching starts at a group of rows normalized together");
 
-// The sums over i < w of term(a[i], b[i], r) for rows r < R of a and b (rows w apart), each in one fixed
-// order, the same in every clone and on every CPU: eight partial sums, each from +0, term i added to
-// partial i % 8 in order of i, then the partials pairwise, ((p0 + p1) + (p2 + p3)) + ((p4 + p5) + (p6 + p7)).
+// The sums over i < w of term(a[i], b[i], r, k) for rows r < R of a and b (rows w apart) and terms k < K, each
+// in one fixed order, the same in every clone and on every CPU: eight partial sums, each from +0, term i added
+// to partial i % 8 in order of i, then the partials pairwise, ((p0 + p1) + (p2 + p3)) + ((p4 + p5) + (p6 + p7)).
 // `term` takes a Quad of four elements of each or one double of each (a generic lambda, always inlined into
 // the clone that calls it: a call would pass vectors under another ABI); each lane's arithmetic is the scalar
 // IEEE operation (pjrt_sim compiles without contraction). Summed in order from element 0, each row was one
 // chain, eight rows' chains a block whose elements were transposed into lanes and back: layer norm on
 // [4096, 128] f32 took 311 us from memory and 189 warm on an AMX Xeon, 242 and 142 now; its gradient 516
-// and 376, now 431 and 300 (micro BM_NormalizeKernel, benchmarks/RESULTS.md).
-template <int R, typename Term>
+// and 376, now 431 and 300 (micro BM_NormalizeKernel, benchmarks/RESULTS.md). K terms of the same rows are
+// summed in one pass over them.
+template <int R, int K = 1, typename Term>
 [[gnu::always_inline]] inline void FixedOrderSums(int64_t w, const double* a, const double* b, Term term,
-                                                  double* sums) {
-  Quad lo[R] = {}, hi[R] = {};
+                                                  std::array<double*, K> sums) {
+  Quad lo[K][R] = {}, hi[K][R] = {};
   int64_t i = 0;
   for (; i + 8 <= w; i += 8) {
     for (int r = 0; r < R; ++r) {
       const int64_t at = r * w + i;
-      lo[r] += term(QuadAt(a + at), QuadAt(b + at), r);
-      hi[r] += term(QuadAt(a + at + 4), QuadAt(b + at + 4), r);
+      for (int k = 0; k < K; ++k) {
+        lo[k][r] += term(QuadAt(a + at), QuadAt(b + at), r, k);
+        hi[k][r] += term(QuadAt(a + at + 4), QuadAt(b + at + 4), r, k);
+      }
     }
   }
   for (int64_t j = 0; i + j < w; ++j) {
     for (int r = 0; r < R; ++r) {
       const int64_t at = r * w + i + j;
-      if (j < 4) {
-        lo[r][j] += term(a[at], b[at], r);
-      } else {
-        hi[r][j - 4] += term(a[at], b[at], r);
+      for (int k = 0; k < K; ++k) {
+        if (j < 4) {
+          lo[k][r][j] += term(a[at], b[at], r, k);
+        } else {
+          hi[k][r][j - 4] += term(a[at], b[at], r, k);
+        }
       }
     }
   }
-  for (int r = 0; r < R; ++r) {
-    sums[r] = ((lo[r][0] + lo[r][1]) + (lo[r][2] + lo[r][3])) + ((hi[r][0] + hi[r][1]) + (hi[r][2] + hi[r][3]));
+  for (int k = 0; k < K; ++k) {
+    for (int r = 0; r < R; ++r) {
+      const Quad l = lo[k][r], h = hi[k][r];
+      sums[k][r] = ((l[0] + l[1]) + (l[2] + l[3])) + ((h[0] + h[1]) + (h[2] + h[3]));
+    }
   }
 }
 
-// Replaces each of R rows of x (w elements, one after another) by its normalization (centred: layer norm,
-// else RMS norm), or, given R rows g, by the gradient of sum(g * norm(x)), the normalization copied to x_hat
-// if given. Statistics in f64, the variance in two passes.
+// Replaces each of R rows of x (w elements, one after another) by its normalization x_hat (centred: layer
+// norm, else RMS norm); given R rows g, replaces them by the gradient of sum(g * x_hat) with respect to x.
+// Statistics in f64, the variance in two passes.
 template <int R>
-LAZYRT_VECTOR_CLONES_TEMPLATE void NormalizeRows(bool centred, double epsilon, int64_t w, double* x, const double* g,
-                                                 double* x_hat = nullptr) {
+LAZYRT_VECTOR_CLONES_TEMPLATE void NormalizeRows(bool centred, double epsilon, int64_t w, double* x,
+                                                 double* g = nullptr) {
   const double n = static_cast<double>(w);
-  const auto first = [](auto u, auto, int) __attribute__((always_inline)) { return u; };
+  const auto first = [](auto u, auto, int, int) __attribute__((always_inline)) { return u; };
   double mean[R] = {}, second_moment[R], rstd[R];
   if (centred) {
-    FixedOrderSums<R>(w, x, x, first, mean);
+    FixedOrderSums<R>(w, x, x, first, {mean});
     for (int r = 0; r < R; ++r) mean[r] /= n;
   }
   // Of x - mean: the two-pass variance, exact where a running sum of squares cancels.
-  const auto squared_deviation = [&](auto u, auto, int r) __attribute__((always_inline)) {
+  const auto squared_deviation = [&](auto u, auto, int r, int) __attribute__((always_inline)) {
     const auto d = u - mean[r];
     return d * d;
   };
-  FixedOrderSums<R>(w, x, x, squared_deviation, second_moment);
+  FixedOrderSums<R>(w, x, x, squared_deviation, {second_moment});
   for (int r = 0; r < R; ++r) rstd[r] = 1.0 / std::sqrt(second_moment[r] / n + epsilon);
   for (int r = 0; r < R; ++r) {
     for (int64_t i = 0; i < w; ++i) x[r * w + i] = (x[r * w + i] - mean[r]) * rstd[r];  // x_hat
   }
   if (g == nullptr) return;
-  if (x_hat != nullptr) std::copy_n(x, R * w, x_hat);
-  // d/dx of sum(g x_hat) = rstd (g - mean(g) - x_hat mean(g x_hat)); RMS has no mean(g) term.
-  double mean_g[R] = {}, mean_g_xhat[R];
-  if (centred) {
-    FixedOrderSums<R>(w, g, g, first, mean_g);
-    for (int r = 0; r < R; ++r) mean_g[r] /= n;
+  // d/dx of sum(g x_hat) = rstd (g - mean(g) - x_hat mean(g x_hat)); RMS has no mean(g) term. Both sums in
+  // one pass over g and x_hat.
+  double mean_g[R], mean_g_xhat[R];
+  FixedOrderSums<R, 2>(w, g, x,
+                       [](auto u, auto v, int, int k) __attribute__((always_inline)) { return k == 0 ? u : u * v; },
+                       {mean_g, mean_g_xhat});
+  for (int r = 0; r < R; ++r) {
+    mean_g[r] = centred ? mean_g[r] / n : 0.0;
+    mean_g_xhat[r] /= n;
   }
-  FixedOrderSums<R>(
-      w, g, x, [](auto u, auto v, int) __attribute__((always_inline)) { return u * v; }, mean_g_xhat);
-  for (int r = 0; r < R; ++r) mean_g_xhat[r] /= n;
   for (int r = 0; r < R; ++r) {
     for (int64_t i = 0; i < w; ++i) {
-      x[r * w + i] = rstd[r] * (g[r * w + i] - mean_g[r] - x[r * w + i] * mean_g_xhat[r]);
+      g[r * w + i] = rstd[r] * (g[r * w + i] - mean_g[r] - x[r * w + i] * mean_g_xhat[r]);
     }
   }
 }
@@ -149,23 +158,31 @@ LAZYRT_VECTOR_CLONES_TEMPLATE void AffineRows(const double* x_hat, int64_t rows,
 
 // The gradient of x_hat from dy over `rows` rows of w: g = dy * weight, rounded to T as the traced product is.
 template <typename T>
-LAZYRT_VECTOR_CLONES_TEMPLATE void AffineGradientRows(const double* dy, int64_t rows, int64_t w, const T* weight,
+LAZYRT_VECTOR_CLONES_TEMPLATE void AffineGradientRows(const T* dy, int64_t rows, int64_t w, const T* weight,
                                                       double* g) {
   for (int64_t r = 0; r < rows; ++r) {
-    for (int64_t i = 0; i < w; ++i) g[r * w + i] = static_cast<T>(static_cast<T>(dy[r * w + i]) * weight[i]);
+    for (int64_t i = 0; i < w; ++i) g[r * w + i] = static_cast<T>(dy[r * w + i] * weight[i]);
   }
 }
-// Adds to each column's sums of dy x_hat (its terms rounded to T, as the traced product's) and of dy, in order
-// of the rows.
-template <typename T>
-LAZYRT_VECTOR_CLONES_TEMPLATE void AddAffineSums(const double* dy, const double* x_hat, int64_t rows, int64_t w,
-                                                 double* sum_dy_x_hat, double* sum_dy) {
-  for (int64_t r = 0; r < rows; ++r) {
-    for (int64_t i = 0; i < w; ++i) {
-      const T dyi = static_cast<T>(dy[r * w + i]);
-      sum_dy_x_hat[i] += static_cast<T>(dyi * static_cast<T>(x_hat[r * w + i]));
-      sum_dy[i] += dyi;
+
+// The packed gradient's R rows of dx, rounded to T into out; and each column's sums of dy x_hat (its terms
+// rounded to T, as the traced product's) and of dy gain the R rows' terms, in order of the rows (a column's
+// sums in registers across them). Passes fewer by four (x_hat's copy, dy's widening, the gradient's store and
+// the sums, each a pass of its own, and the two sums of g one): the affine gradient over [32, 128, 128] (micro
+// BM_NormalizeKernel/1/*/1, Zen 4) took 756-893 us from memory and 481-583 warm, now 619-626 and 381-429.
+template <typename T, int R>
+LAZYRT_VECTOR_CLONES_TEMPLATE void StoreRowsAndAddAffineSums(const double* dx, const T* dy, const double* x_hat,
+                                                             int64_t w, T* out, double* sum_dy_x_hat, double* sum_dy) {
+  for (int64_t i = 0; i < R * w; ++i) out[i] = static_cast<T>(dx[i]);
+  for (int64_t i = 0; i < w; ++i) {
+    double with_x_hat = sum_dy_x_hat[i], alone = sum_dy[i];
+    for (int r = 0; r < R; ++r) {
+      const T dyi = dy[r * w + i];
+      with_x_hat += static_cast<T>(dyi * static_cast<T>(x_hat[r * w + i]));
+      alone += dyi;
     }
+    sum_dy_x_hat[i] = with_x_hat;
+    sum_dy[i] = alone;
   }
 }
 
@@ -203,9 +220,7 @@ class NormalizeKernel final : public Kernel {
       const size_t together = static_cast<size_t>(kRowsTogether * width_);
       const auto x = std::make_unique_for_overwrite<double[]>(together);
       const auto g = std::make_unique_for_overwrite<double[]>(backward ? together : 0);
-      // The packed gradient's: dy, x_hat, and its group's sums of dy x_hat and of dy.
-      const auto dy = std::make_unique_for_overwrite<double[]>(packed ? together : 0);
-      const auto x_hat = std::make_unique_for_overwrite<double[]>(packed ? together : 0);
+      // The packed gradient's group's sums of dy x_hat and of dy.
       const auto sums = std::make_unique<double[]>(packed ? static_cast<size_t>(2 * width_) : 0);
       const int64_t first = t * rows_per_task, last = std::min(rows_, first + rows_per_task);
       const int64_t row_bytes = width_ * ByteWidth(type_);
@@ -223,40 +238,50 @@ class NormalizeKernel final : public Kernel {
         }
         LoadRow(inputs[0], type_, r0 * width_, rows * width_, x.get());
         if (packed) {
-          LoadRow(inputs[1], type_, r0 * width_, rows * width_, dy.get());
           WithType([&]<typename T>() {
-            AffineGradientRows<T>(dy.get(), rows, width_, static_cast<const T*>(weight), g.get());
+            AffineGradientRows<T>(static_cast<const T*>(inputs[1]) + r0 * width_, rows, width_,
+                                  static_cast<const T*>(weight), g.get());
           });
         } else if (backward) {
           LoadRow(inputs[1], type_, r0 * width_, rows * width_, g.get());
         }
         if (rows == kRowsTogether) {
-          NormalizeRows<kRowsTogether>(centred, epsilon_, width_, x.get(), backward ? g.get() : nullptr,
-                                       packed ? x_hat.get() : nullptr);
+          NormalizeRows<kRowsTogether>(centred, epsilon_, width_, x.get(), backward ? g.get() : nullptr);
         } else {  // a task's or a group's last rows, one at a time
           for (int64_t r = 0; r < rows; ++r) {
             const int64_t at = r * width_;
-            NormalizeRows<1>(centred, epsilon_, width_, x.get() + at, backward ? g.get() + at : nullptr,
-                             packed ? x_hat.get() + at : nullptr);
+            NormalizeRows<1>(centred, epsilon_, width_, x.get() + at, backward ? g.get() + at : nullptr);
           }
         }
         char* const to = out + OutRow(r0) * row_bytes;
-        if (affine_ && !backward) {
+        if (packed) {  // dx in g, x_hat in x
+          WithType([&]<typename T>() {
+            const T* dy = static_cast<const T*>(inputs[1]) + r0 * width_;
+            T* dx = reinterpret_cast<T*>(to);
+            double* const sum_dy_x_hat = sums.get();
+            double* const sum_dy = sums.get() + width_;
+            if (rows == kRowsTogether) {
+              StoreRowsAndAddAffineSums<T, kRowsTogether>(g.get(), dy, x.get(), width_, dx, sum_dy_x_hat, sum_dy);
+            } else {
+              for (int64_t r = 0; r < rows; ++r) {
+                const int64_t at = r * width_;
+                StoreRowsAndAddAffineSums<T, 1>(g.get() + at, dy + at, x.get() + at, width_, dx + at, sum_dy_x_hat,
+                                                sum_dy);
+              }
+            }
+          });
+          if (r0 + rows == group_end) {  // the group's sums, after its rows of dx; then the next group's from 0
+            StoreBlock(sums.get(), ComputeType::kF64, type_, out + OutRow(group_end - 1) * row_bytes + row_bytes,
+                       2 * width_);
+            std::fill_n(sums.get(), 2 * width_, 0.0);
+          }
+        } else if (affine_) {
           WithType([&]<typename T>() {
             AffineRows<T>(x.get(), rows, width_, static_cast<const T*>(weight), static_cast<const T*>(bias),
                           reinterpret_cast<T*>(to));
           });
         } else {
-          StoreBlock(x.get(), ComputeType::kF64, type_, to, rows * width_);
-        }
-        if (!packed) continue;
-        WithType([&]<typename T>() {
-          AddAffineSums<T>(dy.get(), x_hat.get(), rows, width_, sums.get(), sums.get() + width_);
-        });
-        if (r0 + rows == group_end) {  // the group's sums, after its rows of dx; then the next group's from 0
-          StoreBlock(sums.get(), ComputeType::kF64, type_, out + OutRow(group_end - 1) * row_bytes + row_bytes,
-                     2 * width_);
-          std::fill_n(sums.get(), 2 * width_, 0.0);
+          StoreBlock(backward ? g.get() : x.get(), ComputeType::kF64, type_, to, rows * width_);
         }
       }
     };

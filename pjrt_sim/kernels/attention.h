@@ -20,13 +20,13 @@
 
 namespace lazyrt::pjrt {
 
-// Queries per forward task, and keys per backward step.
+// Keys per backward step; the size of block autotuning measures the attention's products on.
 inline constexpr int64_t kAttentionBlock = 64;
-// The forward's keys per step of its online softmax, and the backward's queries per step over a block of
-// keys: wider than a block, so a short sequence (the GPT's 128 tokens) takes one product where 64-square
-// blocks took two to four, each an overhead-bound library call (a 64x64x32 product ran at ~60% of the
-// core's peak). A thread's scores then stay in its core's L2: the forward's 64 x 512 (128 KiB in f32), the
-// backward's three 512 x 64 arrays (P, dS, P with dropout: 384 KiB; twice that in f64).
+// The forward's keys per step of its online softmax and most queries a task (whose keys are copied once for
+// them), and the backward's queries per step over a block of keys: wider than a block, so a short sequence (the GPT's
+// 128 tokens) takes one product where 64-square blocks took two to four, each an overhead-bound library call (a
+// 64x64x32 product ran at ~60% of the core's peak). A thread's scores then stay in its core's L2: the forward's 64 x
+// 512 (128 KiB in f32), the backward's three 512 x 64 arrays (P, dS, P with dropout: 384 KiB; twice that in f64).
 inline constexpr int64_t kAttentionKeyChunk = 512;
 inline constexpr int64_t kAttentionQueryChunk = 512;
 

@@ -245,14 +245,9 @@ class NormalizeKernel final : public Kernel {
         } else if (backward) {
           LoadRow(inputs[1], type_, r0 * width_, rows * width_, g.get());
         }
-        if (rows == kRowsTogether) {
-          NormalizeRows<kRowsTogether>(centred, epsilon_, width_, x.get(), backward ? g.get() : nullptr);
-        } else {  // a task's or a group's last rows, one at a time
-          for (int64_t r = 0; r < rows; ++r) {
-            const int64_t at = r * width_;
-            NormalizeRows<1>(centred, epsilon_, width_, x.get() + at, backward ? g.get() + at : nullptr);
-          }
-        }
+        InRowBlocks(rows, [&]<int R>(int64_t at) {
+          NormalizeRows<R>(centred, epsilon_, width_, x.get() + at, backward ? g.get() + at : nullptr);
+        });
         char* const to = out + OutRow(r0) * row_bytes;
         if (packed) {  // dx in g, x_hat in x
           WithType([&]<typename T>() {
@@ -260,15 +255,10 @@ class NormalizeKernel final : public Kernel {
             T* dx = reinterpret_cast<T*>(to);
             double* const sum_dy_x_hat = sums.get();
             double* const sum_dy = sums.get() + width_;
-            if (rows == kRowsTogether) {
-              StoreRowsAndAddAffineSums<T, kRowsTogether>(g.get(), dy, x.get(), width_, dx, sum_dy_x_hat, sum_dy);
-            } else {
-              for (int64_t r = 0; r < rows; ++r) {
-                const int64_t at = r * width_;
-                StoreRowsAndAddAffineSums<T, 1>(g.get() + at, dy + at, x.get() + at, width_, dx + at, sum_dy_x_hat,
-                                                sum_dy);
-              }
-            }
+            InRowBlocks(rows, [&]<int R>(int64_t at) {
+              StoreRowsAndAddAffineSums<T, R>(g.get() + at, dy + at, x.get() + at, width_, dx + at, sum_dy_x_hat,
+                                              sum_dy);
+            });
           });
           if (r0 + rows == group_end) {  // the group's sums, after its rows of dx; then the next group's from 0
             StoreBlock(sums.get(), ComputeType::kF64, type_, out + OutRow(group_end - 1) * row_bytes + row_bytes,
@@ -301,6 +291,16 @@ class NormalizeKernel final : public Kernel {
     const int64_t rows = std::max<int64_t>(1, kGrainElements / std::max<int64_t>(1, width_));
     const int64_t unit = group_ > 0 ? group_ : kRowsTogether;
     return (rows + unit - 1) / unit * unit;
+  }
+  // f.template operator()<R>(offset) over `rows` rows: once for kRowsTogether of them (R = kRowsTogether,
+  // offset 0), else (a task's or a group's last rows) for each row alone (R = 1, offset its first element).
+  template <typename F>
+  void InRowBlocks(int64_t rows, F f) const {
+    if (rows == kRowsTogether) {
+      f.template operator()<kRowsTogether>(0);
+      return;
+    }
+    for (int64_t r = 0; r < rows; ++r) f.template operator()<1>(r * width_);
   }
   // The result's row of row r of x: the packed gradient's groups are 2 rows longer.
   int64_t OutRow(int64_t r) const { return group_ > 0 ? r + 2 * (r / group_) : r; }

@@ -26,6 +26,13 @@ LAZYRT_VECTOR_CLONES void AddTo(double* sum, const double* x, int64_t n) {
 namespace {
 constexpr int64_t kRun = 64;
 
+// Whether any of x[0, m) times `scale` is at or above 1 in magnitude, or NaN: erf's part from 1 on is needed.
+[[gnu::always_inline]] inline bool NeedsErfFromOne(const float* x, int64_t m, float scale) {
+  int beyond = 0;
+  for (int64_t i = 0; i < m; ++i) beyond |= !(std::fabs(x[i] * scale) < 1.0f);
+  return beyond != 0;
+}
+
 // erf of a run of at most kRun elements, inlined into each clone of its callers.
 // A run of elements all below 1 in magnitude (the usual inputs of GELU's erf(x / sqrt 2)) takes the
 // polynomial alone: a vector loop computes both parts in every lane and selects, and the exp part is
@@ -35,9 +42,7 @@ constexpr int64_t kRun = 64;
 // (0.70 -> 0.57 ns an element on one core of a Sapphire Rapids Xeon, GELU-like inputs in L1). Each element's
 // bits are VectorErf's either way: the same operations.
 [[gnu::always_inline]] inline void ErfRun(const float* x, int64_t m, float* out) {
-  int beyond = 0;  // lanes at or above 1, or NaN
-  for (int64_t i = 0; i < m; ++i) beyond |= !(std::fabs(x[i]) < 1.0f);
-  if (beyond == 0) {
+  if (!NeedsErfFromOne(x, m, 1.0f)) {
     for (int64_t i = 0; i < m; ++i) out[i] = std::copysign(ErfBelowOne(std::fabs(x[i])), x[i]);
     return;
   }
@@ -65,18 +70,17 @@ LAZYRT_VECTOR_CLONES void VectorGelu(const float* x, int64_t n, float* out) {
   }
 }
 
-// A run at a time: its erf as VectorErf's array loop (the polynomial alone where the run allows), the
-// exponential of the run, then the formula: a few short passes in L1 where GELU's gradient took a step of
-// the fused program per operation of the formula over each block (13 of them, in its kernel).
+// A run at a time, as VectorErf's: one whose elements all have |x / sqrt 2| < 1 (the GPT's pre-activations
+// early in training, all of them) skips erf's part from 1 on.
 LAZYRT_VECTOR_CLONES void VectorGeluDerivative(const float* x, int64_t n, float* out) {
   for (int64_t begin = 0; begin < n; begin += kRun) {
     const int64_t m = std::min(kRun, n - begin);
     const float* xs = x + begin;
-    float scaled[kRun], erf[kRun], exps[kRun];
-    for (int64_t i = 0; i < m; ++i) scaled[i] = xs[i] * static_cast<float>(kGeluErfScale);
-    ErfRun(scaled, m, erf);
-    for (int64_t i = 0; i < m; ++i) exps[i] = VectorExp(xs[i] * xs[i] * -0.5f);
-    for (int64_t i = 0; i < m; ++i) out[begin + i] = GeluDerivativeOfParts(xs[i], erf[i], exps[i]);
+    if (NeedsErfFromOne(xs, m, static_cast<float>(kGeluErfScale))) {
+      for (int64_t i = 0; i < m; ++i) out[begin + i] = GeluDerivativeWithErfFrom(xs[i], true);
+    } else {
+      for (int64_t i = 0; i < m; ++i) out[begin + i] = GeluDerivativeWithErfFrom(xs[i], false);
+    }
   }
 }
 

@@ -114,7 +114,8 @@ if(NOT rc EQUAL 0)
   message(FATAL_ERROR "touch -d failed")
 endif()
 lazyrt(0 show cache show ${key0} --dir ${DIR})
-foreach(section "state +ok" "graph +graph_" "kernels, in schedule order" "KIND +ITERATION +VARIANT +GRAIN +LABEL"
+foreach(section "state +ok" "graph +graph_" "kernels, in schedule order" "KIND +ITERATION +VARIANT +GRAIN +LIBRARY +LABEL"
+                "DOT +[^\n]* (blis|openblas|onednn|onednn_matmul|libxsmm) +dot\\("
                 "instructions fused away" "arena +[0-9.]+ (B|KiB|MiB)" "ops in the module" "parameters"
                 "outputs" "autotuning" "compiler passes" "fusion +[0-9.]+ ms +[0-9]+" "total +[0-9.]+ m?s")
   expect_match("${show}" "${section}")

@@ -5,6 +5,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -16,6 +17,7 @@
 #include "nlohmann/json.hpp"
 #include "pjrt_sim/client.h"
 #include "pjrt_sim/hlo.h"
+#include "pjrt_sim/kernels/gemm.h"
 #include "pjrt_sim/status_macros.h"
 #include "tools/cli/cache_access.h"
 #include "tools/cli/cache_commands.h"
@@ -94,6 +96,17 @@ std::string StateText(const std::optional<cache::Miss>& defect) {
 
 // ---------------------------------------------------------------------------------------- JSON ----
 
+// The GEMM library a DOT or attention kernel's products run on (the machine's tuned choice, stored in the
+// executable), by name; "?" for a number this build does not know. Nothing for other kernels.
+std::optional<std::string_view> KernelGemmLibrary(const proto::Kernel& kernel) {
+  if (kernel.kind() != proto::Kernel::DOT && kernel.kind() != proto::Kernel::ATTENTION &&
+      kernel.kind() != proto::Kernel::ATTENTION_GRAD) {
+    return std::nullopt;
+  }
+  const std::optional<pjrt::GemmLibrary> library = pjrt::GemmLibraryFromNumber(kernel.gemm_library());
+  return library ? pjrt::GemmLibraryName(*library) : "?";
+}
+
 Json ExecutableJson(const proto::Executable& exe) {
   Json json;
   json["compiler_version"] = exe.compiler_version();
@@ -121,6 +134,7 @@ Json ExecutableJson(const proto::Executable& exe) {
     k["inputs"] = std::vector<int64_t>(kernel.inputs().begin(), kernel.inputs().end());  // slots read
     k["output"] = kernel.output();                                                       // slot written
     k["variant"] = kernel.variant();
+    if (const std::optional<std::string_view> library = KernelGemmLibrary(kernel)) k["gemm_library"] = *library;
     k["grain"] = kernel.grain();
     k["program_steps"] = kernel.program_size();
     Json program = Json::array();
@@ -245,13 +259,18 @@ void PrintExecutable(const proto::Executable& exe) {
   outputs.Print(std::cout, 2);
 
   std::cout << "\nkernels, in schedule order\n";
-  Table kernels(
-      {{"#", Align::kRight}, {"KIND"}, {"ITERATION"}, {"VARIANT", Align::kRight}, {"GRAIN", Align::kRight}, {"LABEL"}});
+  Table kernels({{"#", Align::kRight},
+                 {"KIND"},
+                 {"ITERATION"},
+                 {"VARIANT", Align::kRight},
+                 {"GRAIN", Align::kRight},
+                 {"LIBRARY"},
+                 {"LABEL"}});
   for (int i = 0; i < exe.kernels_size(); ++i) {
     const proto::Kernel& kernel = exe.kernels(i);
     kernels.AddRow({absl::StrCat(i), proto::Kernel::Kind_Name(kernel.kind()), pjrt::KernelIterationText(exe, kernel),
                     absl::StrCat(kernel.variant()), kernel.grain() == 0 ? "-" : absl::StrCat(kernel.grain()),
-                    kernel.label()});
+                    std::string(KernelGemmLibrary(kernel).value_or("-")), kernel.label()});
   }
   kernels.Print(std::cout, 2);
 

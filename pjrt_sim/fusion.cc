@@ -234,6 +234,26 @@ class Emitter {
     const auto [first, last] = std::ranges::minmax(readers);
     return bytes_before_[static_cast<size_t>(last)] - bytes_before_[static_cast<size_t>(first) + 1] > kEvictedBytes;
   }
+  // A costly function (a transcendental, a power) read only through broadcasts that repeat each of its values
+  // many times: fused into its readers, it would be evaluated at every point of their larger space, so it is
+  // computed once at its own shape and stored. A log-softmax's log(sum) over the GPT's 4096 x 114 logits took
+  // 466,944 logarithms where 4096 give the same bits. A small saving is not worth the kernel it adds
+  // (kMinRepeatedPoints); a scalar is computed once per run by its reader's program anyway.
+  bool RepeatedByBroadcasts(int64_t id) const {
+    const HloInst& inst = Inst(id);
+    if (!IsCostlyFunction(inst.opcode) || inst.shape.numel() < 2) return false;
+    const std::vector<int64_t>& readers = readers_[static_cast<size_t>(id)];
+    int64_t repeated = 0;  // points the readers would evaluate it at beyond its own
+    for (int64_t r : readers) {
+      const HloInst& reader = Inst(r);
+      if (reader.opcode != Opcode::kBroadcast || reader.shape.numel() < kMinRepeat * inst.shape.numel()) return false;
+      repeated += reader.shape.numel() - inst.shape.numel();
+    }
+    return !readers.empty() && repeated >= kMinRepeatedPoints;
+  }
+  static constexpr int64_t kMinRepeat = 8;
+  // ~10-30 us of evaluations at 0.3-1 ns each: more than a small kernel's start and its pass.
+  static constexpr int64_t kMinRepeatedPoints = int64_t{1} << 15;
   static constexpr int kRecomputedDepth = 4;
   // Many times a core's L2 (1-2 MiB on the machines seen): a value written before that much other work is
   // read back from memory.
@@ -310,6 +330,7 @@ class Emitter {
       if (IsElementwise(op) && readers_[i].size() > 1 && !CheapToRecompute(static_cast<int64_t>(i))) {
         materialized_[i] = true;
       }
+      if (RepeatedByBroadcasts(static_cast<int64_t>(i))) materialized_[i] = true;
       if (ReadsMaterializedOperands(op)) {
         for (size_t j = 0; j < inst.operands.size(); ++j) {
           const int64_t operand = inst.operands[j];

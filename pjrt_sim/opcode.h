@@ -176,6 +176,24 @@ inline bool IsFusable(Opcode op) {
   return IsElementwise(op) || IsView(op) || op == Opcode::kConstant || op == Opcode::kIota;
 }
 inline bool IsGenerator(Opcode op) { return ClassOf(op) == OpClass::kGenerator; }
+// Elementwise functions that cost many times a load of their operand (transcendentals, powers): worth
+// evaluating at fewer points (SimplifyAlgebra moves them before a broadcast, fusion stores them where their
+// broadcasting readers would repeat them).
+inline bool IsCostlyFunction(Opcode op) {
+  switch (op) {
+    case Opcode::kExp:
+    case Opcode::kLog:
+    case Opcode::kTanh:
+    case Opcode::kLogistic:
+    case Opcode::kErf:
+    case Opcode::kSin:
+    case Opcode::kCos:
+    case Opcode::kGelu:
+    case Opcode::kGeluDerivative:
+    case Opcode::kPower: return true;
+    default: return false;
+  }
+}
 
 // The comparisons of COMPARE.
 #define LAZYRT_COMPARE_DIRECTIONS(X) \

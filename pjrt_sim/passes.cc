@@ -367,6 +367,28 @@ int64_t SimplifyAlgebra(HloModule& module) {
           ++changes;
         }
         break;
+      case Opcode::kExp:
+      case Opcode::kLog:
+      case Opcode::kTanh:
+      case Opcode::kLogistic:
+      case Opcode::kErf:
+      case Opcode::kGelu:
+      case Opcode::kGeluDerivative:
+      case Opcode::kSin:
+      case Opcode::kCos:  // the unary IsCostlyFunction
+        if (operand(0).opcode == Opcode::kBroadcast && uses[static_cast<size_t>(inst.operands[0])] == 1) {
+          // f(broadcast(v)) = broadcast(f(v)) for a costly f: evaluated once per element of v instead of once per
+          // element of the broadcast (a log-softmax's log(sum), broadcast along its rows, took a logarithm per
+          // logit). Fusion then stores f(v) where its readers would repeat it much, or evaluates it in them.
+          HloInst& broadcast = operand(0);
+          const HloInst& v = module.insts[static_cast<size_t>(broadcast.operands[0])];
+          inst.dims = std::exchange(broadcast.dims, {});
+          broadcast.opcode = inst.opcode;
+          broadcast.shape = {inst.shape.type, v.shape.dims};
+          inst.opcode = Opcode::kBroadcast;
+          ++changes;
+        }
+        break;
       // No rewrite rule for the others.
       case Opcode::kParameter:
       case Opcode::kConstant:
@@ -374,19 +396,10 @@ int64_t SimplifyAlgebra(HloModule& module) {
       case Opcode::kRngUniform:
       case Opcode::kRngNormal:
       case Opcode::kAbs:
-      case Opcode::kExp:
-      case Opcode::kLog:
       case Opcode::kSqrt:
       case Opcode::kRsqrt:
-      case Opcode::kTanh:
-      case Opcode::kLogistic:
       case Opcode::kSign:
       case Opcode::kNot:
-      case Opcode::kErf:
-      case Opcode::kGelu:
-      case Opcode::kGeluDerivative:
-      case Opcode::kSin:
-      case Opcode::kCos:
       case Opcode::kPower:
       case Opcode::kMaximum:
       case Opcode::kMinimum:

@@ -15,7 +15,8 @@ int64_t EliminateDeadCode(HloModule& module);
 int64_t EliminateCommonSubexpressions(HloModule& module);
 // Identities and strength reductions: x+0, x*1, x/1, -(-x), no-op converts, reshapes, transposes,
 // broadcasts and slices; reshape/transpose chains collapsed; a transpose of the last two dims folded
-// into a dot that reads it, and a dot whose only use transposes it rewritten as (A B)^T = B^T A^T.
+// into a dot that reads it, and a dot whose only use transposes it rewritten as (A B)^T = B^T A^T; a costly
+// function (IsCostlyFunction) of a broadcast computed before it, f(broadcast(v)) = broadcast(f(v)).
 int64_t SimplifyAlgebra(HloModule& module);
 // Evaluates instructions whose operands are all splat constants, with the kernels' own arithmetic.
 int64_t FoldConstants(HloModule& module);

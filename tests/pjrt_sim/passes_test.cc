@@ -14,6 +14,7 @@
 #include <string>
 
 #include "pjrt_sim/autotune.h"
+#include "pjrt_sim/element_ops.h"
 #include "pjrt_sim/kernels/kernels.h"
 #include "pjrt_sim/thread_pool.h"
 #include "tests/pjrt_sim/compiler_test_util.h"
@@ -437,6 +438,38 @@ TEST_F(PassesTest, BroadcastOfConstantBecomesConstant) {
     EXPECT_THAT(k.label(), ::testing::Not(::testing::StartsWith("broadcast")));
   const std::vector<HostArray> out = Run(b.module(), kUnfused, {F32({2, 3}, {1, 2, 3, 4, 5, 6})});
   EXPECT_THAT(out[0].values<float>(), ElementsAre(3, 4, 5, 6, 7, 8));
+}
+
+TEST_F(PassesTest, ACostlyFunctionOfABroadcastIsComputedBeforeIt) {
+  // tanh(broadcast(v)) = broadcast(tanh(v)): 3 evaluations instead of 12, the same values. Where the broadcast has
+  // another reader, or the function is cheap (negate), nothing moves: that would compute the broadcast twice.
+  const auto points_of = [](const proto::Executable& exe, Opcode op) {
+    std::vector<int64_t> points;
+    for (const proto::Kernel& k : exe.kernels()) {
+      if (!Computes(k, op)) continue;
+      int64_t n = 1;
+      for (int64_t d : k.iteration_shape().dims()) n *= d;
+      points.push_back(n);
+    }
+    return points;
+  };
+  const HostArray v = F32({3}, {-1.5F, 0.25F, 2});
+  for (bool shared : {false, true}) {
+    for (Opcode f : {Opcode::kTanh, Opcode::kNegate}) {
+      ModuleBuilder b;
+      const int64_t broadcast = b.Broadcast(b.Parameter(0, proto::F32, {3}), {4, 3}, {1});
+      b.Output(b.Unary(f, broadcast));
+      if (shared) b.Output(broadcast);
+      const proto::Executable exe = CompileToProto(b.module(), kUnfused);
+      EXPECT_THAT(points_of(exe, f), ElementsAre(f == Opcode::kTanh && !shared ? 3 : 12))
+          << OpcodeName(f) << (shared ? ", shared\n" : "\n") << KernelSummary(exe);
+      const std::vector<HostArray> out = Run(b.module(), kUnfused, {v});
+      for (int64_t i = 0; i < 12; ++i) {
+        const float x = v.values<float>()[static_cast<size_t>(i % 3)];
+        EXPECT_EQ(out[0].values<float>()[static_cast<size_t>(i)], f == Opcode::kTanh ? Tanh(x) : -x) << i;
+      }
+    }
+  }
 }
 
 // --- constant folding -----------------------------------------------------------------------------

@@ -69,6 +69,19 @@ inline int KernelsComputing(const proto::Executable& exe, Opcode op) {
   return n;
 }
 
+// The points of the iteration space of each kernel that computes `op`, in schedule order: how many times
+// the executable evaluates it.
+inline std::vector<int64_t> PointsComputing(const proto::Executable& exe, Opcode op) {
+  std::vector<int64_t> points;
+  for (const proto::Kernel& k : exe.kernels()) {
+    if (!Computes(k, op)) continue;
+    int64_t n = 1;
+    for (int64_t d : k.iteration_shape().dims()) n *= d;
+    points.push_back(n);
+  }
+  return points;
+}
+
 inline std::string KernelSummary(const proto::Executable& exe) {
   std::string s;
   for (const proto::Kernel& k : exe.kernels()) {

@@ -1160,17 +1160,6 @@ TEST_F(FusionTest, AFunctionRepeatedByItsBroadcastsIsComputedOnceAtItsOwnShape) 
   // x - broadcast(log(sum(exp(x)))): the log, fused into the subtraction, would be taken at every point of
   // x's rows. Computed once per row where that saves many evaluations; left fused where it saves few, and for a
   // scalar (its reader's program computes that once per run). The same bits either way.
-  // The element counts of the iteration spaces of the kernels computing log.
-  const auto log_spaces = [](const proto::Executable& exe) {
-    std::vector<int64_t> spaces;
-    for (const proto::Kernel& k : exe.kernels()) {
-      if (!Computes(k, Opcode::kLog)) continue;
-      int64_t points = 1;
-      for (int64_t d : k.iteration_shape().dims()) points *= d;
-      spaces.push_back(points);
-    }
-    return spaces;
-  };
   // log_first: broadcast(log(sum)); else log(broadcast(sum)), as the lowering of log_softmax writes it, which
   // SimplifyAlgebra turns into the first.
   for (const Dims& d : {Dims{512, 114}, Dims{8, 10}, Dims{64, 1024}}) {
@@ -1187,7 +1176,7 @@ TEST_F(FusionTest, AFunctionRepeatedByItsBroadcastsIsComputedOnceAtItsOwnShape) 
         const proto::Executable exe = CompileToProto(b.module(), kFused);
         const int64_t once = rows ? d[0] : 1, everywhere = d[0] * d[1];
         const bool saves_much = rows && everywhere - once >= (int64_t{1} << 15);
-        EXPECT_THAT(log_spaces(exe), ::testing::ElementsAre(saves_much ? once : everywhere))
+        EXPECT_THAT(PointsComputing(exe, Opcode::kLog), ::testing::ElementsAre(saves_much ? once : everywhere))
             << d[0] << "x" << d[1] << (rows ? " by rows" : " whole") << (log_first ? ", log first\n" : "\n")
             << KernelSummary(exe);
         ExpectFusedBitsAreUnfusedBits(b.module(), d, 1);

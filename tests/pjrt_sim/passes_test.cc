@@ -443,16 +443,6 @@ TEST_F(PassesTest, BroadcastOfConstantBecomesConstant) {
 TEST_F(PassesTest, ACostlyFunctionOfABroadcastIsComputedBeforeIt) {
   // tanh(broadcast(v)) = broadcast(tanh(v)): 3 evaluations instead of 12, the same values. Where the broadcast has
   // another reader, or the function is cheap (negate), nothing moves: that would compute the broadcast twice.
-  const auto points_of = [](const proto::Executable& exe, Opcode op) {
-    std::vector<int64_t> points;
-    for (const proto::Kernel& k : exe.kernels()) {
-      if (!Computes(k, op)) continue;
-      int64_t n = 1;
-      for (int64_t d : k.iteration_shape().dims()) n *= d;
-      points.push_back(n);
-    }
-    return points;
-  };
   const HostArray v = F32({3}, {-1.5F, 0.25F, 2});
   for (bool shared : {false, true}) {
     for (Opcode f : {Opcode::kTanh, Opcode::kNegate}) {
@@ -461,7 +451,7 @@ TEST_F(PassesTest, ACostlyFunctionOfABroadcastIsComputedBeforeIt) {
       b.Output(b.Unary(f, broadcast));
       if (shared) b.Output(broadcast);
       const proto::Executable exe = CompileToProto(b.module(), kUnfused);
-      EXPECT_THAT(points_of(exe, f), ElementsAre(f == Opcode::kTanh && !shared ? 3 : 12))
+      EXPECT_THAT(PointsComputing(exe, f), ElementsAre(f == Opcode::kTanh && !shared ? 3 : 12))
           << OpcodeName(f) << (shared ? ", shared\n" : "\n") << KernelSummary(exe);
       const std::vector<HostArray> out = Run(b.module(), kUnfused, {v});
       for (int64_t i = 0; i < 12; ++i) {

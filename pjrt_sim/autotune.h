@@ -3,6 +3,9 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
+#include <span>
+#include <string>
 
 #include "absl/status/status.h"
 #include "pjrt_sim/device.h"
@@ -15,9 +18,20 @@ namespace lazyrt::pjrt {
 // and keeps the fastest whose output is bit-identical to its reference's (a loop's serial run, a DOT's
 // whole product on its GEMM library), so tuning never changes a result. Records every candidate's time
 // in `exe.autotune`. With `gemm_tuning`, a DOT whose shape the machine's record lacks first has every
-// GEMM library timed (each in its fastest variant); the fastest is recorded, the CPU's preferred one
-// unless another beats it by kGemmLibraryMargin, and the DOT runs on whichever the record then names.
+// GEMM library timed (each in its fastest variant that computes its whole product's bits); the fastest is recorded, the
+// CPU's preferred one unless another beats it by kGemmLibraryMargin, and the DOT runs on whichever the record then
+// names.
 absl::Status Autotune(proto::Executable& exe, Device* device, const GemmTuningRecord* gemm_tuning = nullptr);
+
+// One variant of a DOT run on one GEMM library: its best time, and the bits it computed.
+struct TimedVariant {
+  double us;
+  std::string bits;
+};
+
+// The time a GEMM library is recorded by for a DOT: its fastest variant among those computing the bits of the
+// first (the whole product), for the DOT's tuning keeps only those. Nothing when there are no variants.
+std::optional<double> LibraryTimeUs(std::span<const TimedVariant> variants);
 
 // Which way to split a product over `threads` (kDotRowPanels or kDotColumnPanels), once timing has chosen
 // to split it: the panels that bring the fewest bytes into each thread's caches. A row panel reads its

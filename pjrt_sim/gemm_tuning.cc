@@ -30,10 +30,12 @@
 namespace lazyrt::pjrt {
 namespace {
 
-// Version 2 added the libraries onednn_matmul and libxsmm: a version-1 record chose among fewer libraries, so its
-// shapes are measured again (quietly: it is not damage) and the file rewritten at the first choice recorded.
-constexpr char kHeader[] = "lazyrt-gemm-tuning 2";
-constexpr char kOlderHeader[] = "lazyrt-gemm-tuning 1";
+// Version 2 added the libraries onednn_matmul and libxsmm; version 3 times a DOT's libraries only in the variants
+// that compute its whole product's bits (a version-2 record could name a library for panels it then could not run).
+// An older record's shapes are measured again (quietly: it is not damage) and the file rewritten at the first
+// choice recorded.
+constexpr char kHeader[] = "lazyrt-gemm-tuning 3";
+constexpr absl::string_view kOlderHeaders[] = {"lazyrt-gemm-tuning 1", "lazyrt-gemm-tuning 2"};
 // Bounds on what is read: a machine tunes a few hundred shapes; anything past these is not our file.
 constexpr int64_t kMaxFileBytes = 4 << 20;
 constexpr size_t kMaxLineBytes = 4096;
@@ -110,7 +112,7 @@ std::map<std::string, GemmLibrary> ReadEntries(const std::string& path) {
     return entries;
   }
   const std::vector<absl::string_view> lines = absl::StrSplit(text, '\n');
-  if (!lines.empty() && lines[0] == kOlderHeader) return entries;
+  if (!lines.empty() && std::ranges::find(kOlderHeaders, lines[0]) != std::ranges::end(kOlderHeaders)) return entries;
   if (lines.empty() || lines[0] != kHeader) {
     Warn(path, absl::StrCat("line 1 is not '", kHeader, "': ignored, shapes are measured again"));
     return entries;

@@ -6,13 +6,14 @@
 // so a loaded executable never consults the record.
 //
 // One text file, one entry a line, tab-separated:
-//   lazyrt-gemm-tuning 2
+//   lazyrt-gemm-tuning 3
 //   <HostIsa()> <dtype> <m> <n> <k> <transpose_lhs 0/1> <transpose_rhs 0/1> <library name>
 // Writes are atomic (a temporary file renamed over it) under a lock file with a bounded wait; a writer
 // re-reads the file under the lock and keeps every entry already there, so the first writer of an
 // entry wins and everyone adopts its choice. Every value read is bounded and validated: a damaged file
 // or line is a warning naming the file and the line, then ignored (the shape is measured again). A record of
-// version 1 (before the libraries onednn_matmul and libxsmm) is ignored without a warning.
+// an older version (1: before the libraries onednn_matmul and libxsmm; 2: before libraries were timed only in
+// the variants computing their whole product's bits) is ignored without a warning.
 #pragma once
 
 #include <cstdint>

@@ -103,7 +103,7 @@ absl::StatusOr<std::string> F32Product(const proto::Kernel& dot, std::span<const
 }
 
 // What a candidate computed, to compare with its reference: a 16-bit DOT's unrounded f32 product first
-// (F32Product), then the output it wrote.
+// (F32Product), then the output it wrote (rounded, which may take another path: oneDNN rounds a native bf16 one).
 absl::StatusOr<std::string> ProductBits(const proto::Kernel& kernel, std::span<const ArrayShape> input_shapes,
                                         const ArrayShape& out_shape, std::span<const void* const> inputs,
                                         const void* output) {

@@ -3,12 +3,20 @@
 // runs on the directory a cold run filled (warm: every graph is loaded, nothing compiles). Prints a
 // table and, last, one JSON line; medians throughout, so one disturbed run cannot move a figure.
 //
-//   cold_warm [--train-mlp PATH] [--runs N] [--steps N] [--epochs N] [--max-warm-over-cold X]
+//   cold_warm [--train-mlp PATH] [--runs N] [--steps N] [--epochs N] [--max-load-over-compile X]
 //             [--keep-dirs]
 //
 // Exits 1 when a run fails, when a warm run compiled anything or missed the cache, when a cold run
 // hit it, when final_loss differs between runs (a loaded executable must compute exactly what the
-// compiled one did), or when median(warm first step) > X * median(cold first step).
+// compiled one did), or when the warm first step's load takes more than X times the cold one's lowering
+// and compiling (medians).
+//
+// The threshold is on what the cache replaces, not on the whole first step: the first step's execution
+// is the same work either way, and it writes memory the process has not touched before, whose first
+// touch costs what the machine makes it. On a Firecracker VM (2026-12-02) a huge page the guest had not
+// backed yet took ~1.8 ms a MiB to fault in, one already backed 0.04: the MLP's warm first step then ran
+// 8-48 ms from one process to the next around a compile of 30-40 ms, and a 2x guard on the totals failed
+// in 2 of 5 runs while the load took 1.2-1.5 ms (benchmarks/RESULTS.md, session 51). The totals are shown.
 //
 // Compile and load times come from each run's report (LAZYRT_REPORT): the sum of lower + compile
 // time (cold) and of load time (warm) over the first step's syncs, and over all syncs. Asking for the report turns on
@@ -20,6 +28,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -44,14 +53,14 @@ struct Flags {
   int runs = 3;
   int64_t steps = 30;
   int64_t epochs = 1;
-  double max_warm_over_cold = 0;  // 0: no threshold
+  double max_load_over_compile = 0;  // 0: no threshold
   bool keep_dirs = false;
 };
 
 [[noreturn]] void Usage(const std::string& error) {
   std::fprintf(stderr,
                "cold_warm: %s\nusage: cold_warm [--train-mlp PATH] [--runs N] [--steps N] [--epochs N] "
-               "[--max-warm-over-cold X] [--keep-dirs]\n",
+               "[--max-load-over-compile X] [--keep-dirs]\n",
                error.c_str());
   std::exit(2);
 }
@@ -68,24 +77,26 @@ Flags ParseFlags(int argc, char** argv) {
     if (i + 1 >= argc) Usage("missing value for " + flag);
     const std::string value = argv[++i];
     char* end = nullptr;
-    auto integer = [&](long long min) {
+    auto integer = [&](long long min, long long max) {
+      errno = 0;
       const long long v = std::strtoll(value.c_str(), &end, 10);
-      if (*end != '\0' || v < min)
-        Usage(flag + " needs an integer >= " + std::to_string(min) + ", got '" + value + "'");
+      if (value.empty() || *end != '\0' || errno != 0 || v < min || v > max)
+        Usage(flag + " needs an integer in [" + std::to_string(min) + ", " + std::to_string(max) + "], got '" + value +
+              "'");
       return v;
     };
     if (flag == "--train-mlp") {
       f.train_mlp = value;
     } else if (flag == "--runs") {
-      f.runs = static_cast<int>(integer(1));
+      f.runs = static_cast<int>(integer(1, 100));
     } else if (flag == "--steps") {
-      f.steps = integer(1);
+      f.steps = integer(1, 1000000);
     } else if (flag == "--epochs") {
-      f.epochs = integer(1);
-    } else if (flag == "--max-warm-over-cold") {
-      f.max_warm_over_cold = std::strtod(value.c_str(), &end);
-      if (*end != '\0' || !(f.max_warm_over_cold > 0))
-        Usage("--max-warm-over-cold needs a positive number, got '" + value + "'");
+      f.epochs = integer(1, 1000);
+    } else if (flag == "--max-load-over-compile") {
+      f.max_load_over_compile = std::strtod(value.c_str(), &end);
+      if (value.empty() || *end != '\0' || !(f.max_load_over_compile > 0) || !std::isfinite(f.max_load_over_compile))
+        Usage("--max-load-over-compile needs a positive number, got '" + value + "'");
     } else {
       Usage("unknown flag " + flag);
     }
@@ -293,10 +304,14 @@ int main(int argc, char** argv) {
   const double warm_load = Median(Field(warm_ok, &Run::first_load_ms));
   const double warm_over_cold = warm_first / cold_first;
   const double load_over_compile = cold_compile > 0 ? warm_load / cold_compile : 0;
-  if (flags.max_warm_over_cold > 0 && warm_over_cold > flags.max_warm_over_cold) {
-    char text[160];
-    std::snprintf(text, sizeof text, "warm/cold first-step ratio %.3f exceeds the threshold %.3f", warm_over_cold,
-                  flags.max_warm_over_cold);
+  if (flags.max_load_over_compile > 0 && !(cold_compile > 0)) {
+    failures.push_back("the cold runs' first step compiled nothing: nothing to compare the load with");
+  } else if (flags.max_load_over_compile > 0 && load_over_compile > flags.max_load_over_compile) {
+    char text[200];
+    std::snprintf(text, sizeof text,
+                  "the warm first step's load (%.2f ms) over the cold one's compile (%.2f ms), %.3f, exceeds the "
+                  "threshold %.3f",
+                  warm_load, cold_compile, load_over_compile, flags.max_load_over_compile);
     failures.push_back(text);
   }
 
@@ -341,7 +356,7 @@ int main(int argc, char** argv) {
       {"cold_steady_step_ms", Median(Field(cold_ok, &Run::steady_step_ms))},
       {"warm_steady_step_ms", Median(Field(warm_ok, &Run::steady_step_ms))},
       {"final_loss", cold_ok.front().final_loss},
-      {"max_warm_over_cold", flags.max_warm_over_cold},
+      {"max_load_over_compile", flags.max_load_over_compile},
       {"pass", failures.empty()},
   };
   std::printf("%s\n", summary.dump().c_str());

@@ -39,9 +39,9 @@ elseif(CHECK STREQUAL "missing_data")
     message(FATAL_ERROR "missing data must fail naming the package; got ${rc}: ${err}")
   endif()
 elseif(CHECK STREQUAL "cold_warm")
-  # The second process loads the compiled executables: it compiles nothing, hits, gets the same
-  # numbers bit for bit, and its first step is at least 2x faster. (5x before oneDNN: its JIT makes its
-  # kernels in every process on first use, ~20 ms of a warm first step here, 26 ms against 72 cold.)
+  # The second process loads the compiled executables: it compiles nothing, hits, and gets the same
+  # numbers bit for bit. How much faster its first step gets going is cold_warm_benchmark's guard
+  # (benchmarks/cold_warm.cc), from each run's report.
   run_train(cold --steps 60 --epochs 1 --cache-dir ${WORK}/shared)
   run_train(warm --steps 60 --epochs 1 --cache-dir ${WORK}/shared)
   expect_field("${cold}" persistent_cache_misses GREATER_EQUAL 1)
@@ -52,15 +52,6 @@ elseif(CHECK STREQUAL "cold_warm")
   string(JSON loss_warm GET "${warm}" final_loss)
   if(NOT loss_cold STREQUAL loss_warm)
     message(FATAL_ERROR "warm final_loss ${loss_warm} differs from cold ${loss_cold}")
-  endif()
-  # CMake's math is integer-only: compare in hundredths of a millisecond.
-  string(JSON first_cold GET "${cold}" first_step_ms)
-  string(JSON first_warm GET "${warm}" first_step_ms)
-  to_hundredths("${first_cold}" cold_hundredths)
-  to_hundredths("${first_warm}" warm_hundredths)
-  math(EXPR warm_x2 "${warm_hundredths} * 2")
-  if(warm_x2 GREATER cold_hundredths)
-    message(FATAL_ERROR "warm first step ${first_warm} ms is not 2x faster than cold ${first_cold} ms")
   endif()
 elseif(CHECK STREQUAL "damaged_cache")
   # Damage every entry (a flipped byte in the payload, a truncation, a foreign version): each is a

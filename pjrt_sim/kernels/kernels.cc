@@ -62,16 +62,12 @@ struct ReductionSums;
 // Per-thread scratch for fused programs: grown once, then reused by every kernel on that thread.
 void* Scratch(size_t bytes) { return ThreadScratch<ProgramScratch>(bytes); }
 
-// Prefetches the inputs `program` loads for points [begin, begin + n) of its space (none if n <= 0) and the
-// results stored there (`results` of `types`), while the block before is computed (kernels/prefetch.h).
-void PrefetchBlock(const FusedProgram& program, std::span<const void* const> inputs, std::span<void* const> results,
-                   std::span<const PrimitiveType> types, int64_t begin, int64_t n) {
-  if (n <= 0) return;
-  program.Prefetch(inputs, begin, n);
-  for (size_t r = 0; r < types.size(); ++r) {
-    const int64_t bytes = ByteWidth(types[r]);
-    PrefetchToWrite(static_cast<char*>(results[r]) + begin * bytes, n * bytes);
-  }
+// Whether a block's worth of what `program` reads in order and of its results stored over its space (of
+// `stored` types) fits beside the block being computed (kMostPrefetchedBytes), to be prefetched.
+bool PrefetchFits(const FusedProgram& program, std::span<const PrimitiveType> stored) {
+  int64_t bytes = program.prefetched_bytes_per_point();
+  for (PrimitiveType type : stored) bytes += ByteWidth(type);
+  return bytes * kFusedBlock <= kMostPrefetchedBytes;
 }
 
 // The arrays of a fused kernel's stored results (results `first`... of its program, each an array over
@@ -88,6 +84,17 @@ class ResultArrays {
       const auto same = [&](const void* other) { return other == arrays_[r]; };
       in_place_[r] = program_.result_type(r) == types_[r] && !Is16BitFloat(types_[r]) &&
                      std::ranges::none_of(inputs, same) && std::ranges::count_if(arrays_, same) == 1;
+    }
+  }
+
+  // Prefetches the inputs the program loads for points [begin, begin + n) (none if n <= 0) and the results
+  // stored there, while the block before is computed (kernels/prefetch.h).
+  void Prefetch(std::span<const void* const> inputs, int64_t begin, int64_t n) const {
+    if (n <= 0) return;
+    program_.Prefetch(inputs, begin, n);
+    for (size_t r = first_; r < types_.size(); ++r) {
+      const int64_t bytes = ByteWidth(types_[r]);
+      PrefetchToWrite(static_cast<char*>(arrays_[r]) + begin * bytes, n * bytes);
     }
   }
 
@@ -124,11 +131,7 @@ class LoopKernel final : public Kernel {
         output_(std::move(output)),
         result_types_(std::move(result_types)),
         grain_(grain),
-        prefetches_([&] {
-          int64_t bytes = program_.prefetched_bytes_per_point();
-          for (PrimitiveType type : result_types_) bytes += ByteWidth(type);
-          return bytes * kFusedBlock <= kMostPrefetchedBytes;
-        }()) {}
+        prefetches_(PrefetchFits(program_, result_types_)) {}
 
   absl::Status Run(std::span<const void* const> inputs, std::span<void* const> outputs) const override {
     const ResultArrays arrays(program_, result_types_, inputs, outputs, 0);
@@ -137,9 +140,7 @@ class LoopKernel final : public Kernel {
       program_.Prepare(inputs, scratch);
       for (int64_t b = begin; b < end; b += kFusedBlock) {
         const int64_t n = std::min(kFusedBlock, end - b);
-        if (prefetches_)
-          PrefetchBlock(program_, inputs, outputs.first(result_types_.size()), result_types_, b + n,
-                        std::min(kFusedBlock, end - b - n));
+        if (prefetches_) arrays.Prefetch(inputs, b + n, std::min(kFusedBlock, end - b - n));
         arrays.Evaluate(inputs, b, n, scratch);
       }
     });
@@ -274,7 +275,8 @@ class ReduceKernel final : public Kernel {
         combiner_(combiner),
         output_(std::move(output)),
         result_types_(std::move(result_types)),
-        grain_(grain) {
+        grain_(grain),
+        prefetches_(PrefetchFits(program_, std::span(result_types_).subspan(1))) {
     const size_t rank = space_.dims.size();
     std::vector<bool> reduced(rank, false);
     for (int64_t d : reduce_dims) reduced[static_cast<size_t>(d)] = true;
@@ -314,10 +316,14 @@ class ReduceKernel final : public Kernel {
   }
 
  private:
-  // The values of points [begin, begin + n), with the extra results (sibling fusion) stored there.
+  // The values of points [begin, begin + n), with the extra results (sibling fusion) stored there. Every
+  // way through the space takes its blocks in order: the next block's points are asked for meanwhile, as a
+  // loop's are. The GPT's GELU gradients (a [4096, 512] column reduction storing the gradient too) computed
+  // their erf and exponential, then waited on memory for the next block, with nothing overlapping the two.
   template <typename T>
-  static const T* Evaluate(std::span<const void* const> inputs, const ResultArrays& results, int64_t begin, int64_t n,
-                           void* scratch) {
+  const T* Evaluate(std::span<const void* const> inputs, const ResultArrays& results, int64_t begin, int64_t n,
+                    void* scratch) const {
+    if (prefetches_) results.Prefetch(inputs, begin + n, std::min(n, space_.numel() - begin - n));
     return static_cast<const T*>(results.Evaluate(inputs, begin, n, scratch));
   }
 
@@ -489,6 +495,7 @@ class ReduceKernel final : public Kernel {
   ArrayShape output_;
   std::vector<PrimitiveType> result_types_;  // the output's, then the extra results' (stored over the space)
   int64_t grain_;
+  bool prefetches_;  // the next block, while one is computed (Evaluate)
   bool row_reduce_ = false;
   int64_t row_length_ = 1;
   size_t kept_suffix_ = 0;  // the first dim of the kept suffix

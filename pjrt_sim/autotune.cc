@@ -130,26 +130,15 @@ constexpr std::chrono::milliseconds kPoolPatience{20};
 // VM) and no more, so that a machine whose other CPU is taken costs the compile at most this per run.
 constexpr std::chrono::microseconds kWakePatience{200};
 
+// How many times each GEMM library's variants are timed for the machine's record, in rounds (FastestGemmLibrary).
+constexpr int kLibraryRounds = 3;
+
 // Whether an attention kernel's queries (L) and keys (S) fill at least one block each.
 bool FullBlocks(const proto::Executable& exe, const proto::Kernel& attention) {
   const ArrayShape q = InputShape(attention, 0, FromProto(exe.slots(static_cast<int>(attention.inputs(0))).shape()));
   const ArrayShape k = InputShape(attention, 1, FromProto(exe.slots(static_cast<int>(attention.inputs(1))).shape()));
   // q [B..., L, E], k [B..., S, E]
   return q.dims.end()[-2] >= kAttentionBlock && k.dims.end()[-2] >= kAttentionBlock;
-}
-
-// Runs `kernel` once (warming caches), then `rounds` times; its best time in microseconds, or nothing if
-// it failed.
-std::optional<double> BestTimeUs(const Kernel& kernel, std::span<const void* const> inputs,
-                                 std::span<void* const> outputs, int rounds) {
-  if (!kernel.Run(inputs, outputs).ok()) return std::nullopt;
-  double best = 1e300;
-  for (int r = 0; r < rounds; ++r) {
-    const Clock::time_point start = Clock::now();
-    if (!kernel.Run(inputs, outputs).ok()) return std::nullopt;
-    best = std::min(best, MsSince(start) * 1000);
-  }
-  return best;
 }
 
 // The GEMM library to record for `kernel` (a DOT or an attention kernel): every library timed, the times
@@ -160,11 +149,17 @@ std::optional<double> BestTimeUs(const Kernel& kernel, std::span<const void* con
 GemmLibrary FastestGemmLibrary(const proto::Kernel& kernel, std::span<const ArrayShape> input_shapes,
                                const ArrayShape& out_shape, std::span<const void* const> inputs,
                                std::span<void* const> outs, proto::AutotuneRecord& record) {
-  const GemmLibrary preferred = PreferredGemmLibrary();
-  std::optional<double> preferred_us, best_us;
-  GemmLibrary best = preferred;
+  // Every library's variants, each run once (warming caches) for the bits it computes: only a DOT's are
+  // compared, an attention kernel has one variant. A library whose whole product fails has no time.
+  struct Timed {
+    GemmLibrary library;
+    std::unique_ptr<Kernel> built;
+    std::string bits;
+    double us = 1e300;
+    bool ok = true;
+  };
+  std::vector<Timed> timed;
   for (GemmLibrary library : kGemmLibraries) {
-    std::vector<TimedVariant> runs;
     for (int64_t variant : kernel.kind() == proto::Kernel::DOT
                                ? std::vector<int64_t>{kDotSerial, kDotColumnPanels, kDotRowPanels}
                                : std::vector<int64_t>{kernel.variant()}) {
@@ -173,17 +168,39 @@ GemmLibrary FastestGemmLibrary(const proto::Kernel& kernel, std::span<const Arra
       candidate.set_gemm_library(static_cast<int32_t>(library));
       candidate.set_variant(variant);
       absl::StatusOr<std::unique_ptr<Kernel>> built = BuildKernel(candidate, input_shapes, out_shape);
-      if (!built.ok()) continue;
-      const std::optional<double> us = BestTimeUs(**built, inputs, outs, 3);
-      // Bits to compare only where there are variants: an attention kernel has one.
-      const bool compared = kernel.kind() == proto::Kernel::DOT;
-      absl::StatusOr<std::string> bits =
-          compared ? ProductBits(candidate, input_shapes, out_shape, inputs, outs[0]) : std::string();
-      if (!us || !bits.ok()) {
+      const bool ran = built.ok() && (*built)->Run(inputs, outs).ok();
+      absl::StatusOr<std::string> bits = std::string();
+      if (ran && kernel.kind() == proto::Kernel::DOT)
+        bits = ProductBits(candidate, input_shapes, out_shape, inputs, outs[0]);
+      if (!ran || !bits.ok()) {
         if (variant == kDotSerial) break;  // nothing to compare the panels with
         continue;
       }
-      runs.push_back(TimedVariant{*us, *std::move(bits)});
+      timed.push_back(Timed{library, *std::move(built), *std::move(bits)});
+    }
+  }
+  // Then timed in rounds, each one run of every library's every variant, as the variants' tuning is (below):
+  // a disturbance of a few milliseconds slows one round alike instead of condemning the library whose runs it
+  // hit. A choice made once for every later program must not rest on one library's unlucky milliseconds: timed
+  // library after library, one machine record named libxsmm for the MLP's x W1^T (128x256x784) where a fresh
+  // record named oneDNN's matmul, and the MLP step ran 2-7% slower on the first (benchmarks/RESULTS.md, session 51).
+  for (int round = 0; round < kLibraryRounds; ++round) {
+    for (Timed& t : timed) {
+      if (!t.ok) continue;
+      const Clock::time_point start = Clock::now();
+      t.ok = t.built->Run(inputs, outs).ok();
+      t.us = std::min(t.us, MsSince(start) * 1000);
+    }
+  }
+  const GemmLibrary preferred = PreferredGemmLibrary();
+  std::optional<double> preferred_us, best_us;
+  GemmLibrary best = preferred;
+  for (GemmLibrary library : kGemmLibraries) {
+    std::vector<TimedVariant> runs;  // the whole product first, which LibraryTimeUs compares the others with
+    for (const Timed& t : timed) {
+      if (t.library != library) continue;
+      if (!t.ok && runs.empty()) break;  // its whole product failed: no time
+      if (t.ok) runs.push_back(TimedVariant{t.us, t.bits});
     }
     const std::optional<double> library_us = LibraryTimeUs(runs);
     if (!library_us) continue;

@@ -31,11 +31,12 @@ namespace lazyrt::pjrt {
 namespace {
 
 // Version 2 added the libraries onednn_matmul and libxsmm; version 3 times a DOT's libraries only in the variants
-// that compute its whole product's bits (a version-2 record could name a library for panels it then could not run).
-// An older record's shapes are measured again (quietly: it is not damage) and the file rewritten at the first
-// choice recorded.
-constexpr char kHeader[] = "lazyrt-gemm-tuning 3";
-constexpr absl::string_view kOlderHeaders[] = {"lazyrt-gemm-tuning 1", "lazyrt-gemm-tuning 2"};
+// that compute its whole product's bits (a version-2 record could name a library for panels it then could not run);
+// version 4 times the libraries in rounds (autotune.cc: a version-3 record could name a library by another's unlucky
+// milliseconds). An older record's shapes are measured again (quietly: it is not damage) and the file rewritten at
+// the first choice recorded.
+constexpr char kHeader[] = "lazyrt-gemm-tuning 4";
+constexpr absl::string_view kOlderHeaders[] = {"lazyrt-gemm-tuning 1", "lazyrt-gemm-tuning 2", "lazyrt-gemm-tuning 3"};
 // Bounds on what is read: a machine tunes a few hundred shapes; anything past these is not our file.
 constexpr int64_t kMaxFileBytes = 4 << 20;
 constexpr size_t kMaxLineBytes = 4096;

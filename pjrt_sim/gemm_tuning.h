@@ -6,7 +6,7 @@
 // so a loaded executable never consults the record.
 //
 // One text file, one entry a line, tab-separated:
-//   lazyrt-gemm-tuning 3
+//   lazyrt-gemm-tuning 4
 //   <HostIsa()> <dtype> <m> <n> <k> <transpose_lhs 0/1> <transpose_rhs 0/1> <library name>
 // Writes are atomic (a temporary file renamed over it) under a lock file with a bounded wait; a writer
 // re-reads the file under the lock and keeps every entry already there, so the first writer of an

@@ -11,7 +11,7 @@
 
 namespace lazyrt::pjrt {
 
-inline constexpr absl::string_view kCompilerVersion = "lazyrt-sim-compiler/30";
+inline constexpr absl::string_view kCompilerVersion = "lazyrt-sim-compiler/31";
 // 2: multi-output loop kernels. 3: the GEMM library of each DOT kernel and the CPU features it was tuned on.
 // 4: NORMALIZE and SCATTER kernels, the sites of index-checking kernels. 5: the GEMM library of each
 // attention kernel (before, the loading CPU's preferred one). 6: attention and concatenation operands read

@@ -103,7 +103,7 @@ TEST_F(GemmTuningTest, CompilesSharingTheRecordChooseTheSameLibrariesAndBits) {
 TEST_F(GemmTuningTest, TheRecordedLibraryIsObeyedWithoutMeasuring) {
   const TwoDots t = MakeTwoDots();
   for (GemmLibrary library : kGemmLibraries) {
-    WriteFile(absl::StrCat("lazyrt-gemm-tuning 3\n", HostIsa(), "\tf32\t64\t80\t96\t0\t1\t",
+    WriteFile(absl::StrCat("lazyrt-gemm-tuning 4\n", HostIsa(), "\tf32\t64\t80\t96\t0\t1\t",
                            std::string(GemmLibraryName(library)), "\n", HostIsa(), "\tf32\t64\t96\t80\t0\t0\t",
                            std::string(GemmLibraryName(library)), "\n"));
     std::unique_ptr<Client> client = testing::MakeClient();
@@ -168,7 +168,7 @@ std::vector<int32_t> AttentionLibraries(const Executable& exe) {
 TEST_F(GemmTuningTest, AttentionKernelsRunOnTheLibraryRecordedForTheirBlockOfScores) {
   const proto::Module module = AttentionModule();
   for (GemmLibrary library : kGemmLibraries) {
-    WriteFile(absl::StrCat("lazyrt-gemm-tuning 3\n", HostIsa(), "\tf32\t64\t96\t16\t0\t1\t",
+    WriteFile(absl::StrCat("lazyrt-gemm-tuning 4\n", HostIsa(), "\tf32\t64\t96\t16\t0\t1\t",
                            std::string(GemmLibraryName(library)), "\n"));
     std::unique_ptr<Client> client = testing::MakeClient();
     for (bool autotune : {false, true}) {
@@ -214,7 +214,7 @@ TEST_F(GemmTuningTest, AnAttentionSmallerThanABlockIsNotMeasured) {
 
 TEST_F(GemmTuningTest, DamagedLinesAreRefusedWithTheirLineAndTheRestIsRead) {
   const std::string& isa = HostIsa();
-  WriteFile(absl::StrCat("lazyrt-gemm-tuning 3\n",                         // 1
+  WriteFile(absl::StrCat("lazyrt-gemm-tuning 4\n",                         // 1
                          isa, "\tf32\t-5\t2\t2\t0\t0\tblis\n",             // 2: negative m
                          isa, "\tf32\t2\t2\t1099511627776\t0\t0\tblis\n",  // 3: k beyond 2^30
                          isa, "\tf32\t2\t2\t2\t0\t0\tmkl\n",               // 4: unknown library
@@ -244,14 +244,14 @@ TEST_F(GemmTuningTest, AFileThatIsNotARecordIsIgnoredAndRewrittenWhenRecording) 
   for (const std::string& junk : {std::string("\x7f"
                                               "ELF\x02\x01\x01\0\0garbage",
                                               16),
-                                  std::string("lazyrt-gemm-tun"), std::string("lazyrt-gemm-tuning 4\n")}) {
+                                  std::string("lazyrt-gemm-tun"), std::string("lazyrt-gemm-tuning 5\n")}) {
     WriteFile(junk);
     const GemmTuningRecord record(path_);
     const GemmShape shape{PrimitiveType::kF32, 3, 4, 5, false, false};
     ::testing::internal::CaptureStderr();
     EXPECT_FALSE(record.Lookup(shape).has_value());
     const std::string warnings = ::testing::internal::GetCapturedStderr();
-    EXPECT_NE(warnings.find(absl::StrCat(path_, ": line 1 is not 'lazyrt-gemm-tuning 3'")), std::string::npos)
+    EXPECT_NE(warnings.find(absl::StrCat(path_, ": line 1 is not 'lazyrt-gemm-tuning 4'")), std::string::npos)
         << warnings;
     ::testing::internal::CaptureStderr();
     EXPECT_EQ(record.Record(shape, GemmLibrary::kBlis), GemmLibrary::kBlis);
@@ -263,10 +263,11 @@ TEST_F(GemmTuningTest, AFileThatIsNotARecordIsIgnoredAndRewrittenWhenRecording) 
 }
 
 // An older record's choices were made by older rules (version 1 among fewer libraries, before onednn_matmul and
-// libxsmm; version 2 timed a library by panels that computed other bits than its whole product): its shapes are
-// measured again, without a warning (it is not damage), and the first choice recorded rewrites it as version 3.
+// libxsmm; version 2 timed a library by panels that computed other bits than its whole product; version 3 timed the
+// libraries one after another): its shapes are measured again, without a warning (it is not damage), and the first
+// choice recorded rewrites it as version 4.
 TEST_F(GemmTuningTest, AnOlderVersionsRecordIsIgnoredQuietlyAndRewrittenWhenRecording) {
-  for (const char* older : {"lazyrt-gemm-tuning 1", "lazyrt-gemm-tuning 2"}) {
+  for (const char* older : {"lazyrt-gemm-tuning 1", "lazyrt-gemm-tuning 2", "lazyrt-gemm-tuning 3"}) {
     SCOPED_TRACE(older);
     WriteFile(absl::StrCat(older, "\n", HostIsa(), "\tf32\t3\t4\t5\t0\t0\tblis\n"));
     const GemmTuningRecord record(path_);
@@ -279,7 +280,7 @@ TEST_F(GemmTuningTest, AnOlderVersionsRecordIsIgnoredQuietlyAndRewrittenWhenReco
     std::ifstream in(path_);
     std::string first;
     std::getline(in, first);
-    EXPECT_EQ(first, "lazyrt-gemm-tuning 3");
+    EXPECT_EQ(first, "lazyrt-gemm-tuning 4");
   }
 }
 
@@ -287,7 +288,7 @@ TEST_F(GemmTuningTest, AnOlderVersionsRecordIsIgnoredQuietlyAndRewrittenWhenReco
 // lock) and removes the per-process ones earlier versions left (".tmp.<pid>"), nothing else; a symbolic
 // link planted at the temporary name is replaced, not followed.
 TEST_F(GemmTuningTest, AKilledWritersTemporaryFilesAreReplacedAndRemovedWhenRecording) {
-  WriteFile("lazyrt-gemm-tuning 3\n");
+  WriteFile("lazyrt-gemm-tuning 4\n");
   const std::filesystem::path dir = std::filesystem::path(path_).parent_path();
   const std::filesystem::path victim = dir_ / "victim.txt";
   std::ofstream(victim) << "not to be written";
@@ -330,7 +331,7 @@ TEST_F(GemmTuningTest, ARelativePathsLeftoversAreRemovedToo) {
 }
 
 TEST_F(GemmTuningTest, AnOversizedFileIsNotRead) {
-  WriteFile("lazyrt-gemm-tuning 3\n" + std::string(5 << 20, '\n'));
+  WriteFile("lazyrt-gemm-tuning 4\n" + std::string(5 << 20, '\n'));
   ::testing::internal::CaptureStderr();
   EXPECT_FALSE(GemmTuningRecord(path_).Lookup({PrimitiveType::kF32, 3, 4, 5, false, false}).has_value());
   EXPECT_NE(::testing::internal::GetCapturedStderr().find("larger than"), std::string::npos);

@@ -133,6 +133,20 @@ constexpr std::chrono::microseconds kWakePatience{200};
 // How many times each GEMM library's variants are timed for the machine's record, in rounds (FastestGemmLibrary).
 constexpr int kLibraryRounds = 3;
 
+// One timed run of a candidate: false if it failed, else its best time so far kept in `best_us`. A run split over
+// the pool starts with the pool's threads running where they have CPUs of their own (`separate_cpus`), as a kernel
+// after the step's earlier parallel ones does: after a serial candidate longer than the worker watches for more
+// work (ThreadPool), the split candidate timed next paid the worker's wake-up, 10-60 us on a VM. The MLP's x W1^T in
+// column panels, timed right after it whole: 241-264 -> 218-226 us (3 processes each; whole 225-248).
+bool TimedRun(const Kernel& kernel, std::span<const void* const> inputs, std::span<void* const> outputs,
+              bool separate_cpus, double& best_us) {
+  if (kernel.SplitsOverPool() && separate_cpus) ThreadPool::Get().AwaitSeparateCpus(kWakePatience);
+  const Clock::time_point start = Clock::now();
+  const bool ok = kernel.Run(inputs, outputs).ok();
+  best_us = std::min(best_us, MsSince(start) * 1000);
+  return ok;
+}
+
 // Whether an attention kernel's queries (L) and keys (S) fill at least one block each.
 bool FullBlocks(const proto::Executable& exe, const proto::Kernel& attention) {
   const ArrayShape q = InputShape(attention, 0, FromProto(exe.slots(static_cast<int>(attention.inputs(0))).shape()));
@@ -148,7 +162,7 @@ bool FullBlocks(const proto::Executable& exe, const proto::Kernel& attention) {
 // time, and then ran whole, 3.6 ms where oneDNN's sgemm took 1.5 in panels (RESULTS.md, session 50).
 GemmLibrary FastestGemmLibrary(const proto::Kernel& kernel, std::span<const ArrayShape> input_shapes,
                                const ArrayShape& out_shape, std::span<const void* const> inputs,
-                               std::span<void* const> outs, proto::AutotuneRecord& record) {
+                               std::span<void* const> outs, bool separate_cpus, proto::AutotuneRecord& record) {
   // Every library's variants, each run once (warming caches) for the bits it computes: only a DOT's are
   // compared, an attention kernel has one variant. A library whose whole product fails has no time.
   struct Timed {
@@ -186,10 +200,7 @@ GemmLibrary FastestGemmLibrary(const proto::Kernel& kernel, std::span<const Arra
   // record named oneDNN's matmul, and the MLP step ran 2-7% slower on the first (benchmarks/RESULTS.md, session 51).
   for (int round = 0; round < kLibraryRounds; ++round) {
     for (Timed& t : timed) {
-      if (!t.ok) continue;
-      const Clock::time_point start = Clock::now();
-      t.ok = t.built->Run(inputs, outs).ok();
-      t.us = std::min(t.us, MsSince(start) * 1000);
+      if (t.ok) t.ok = TimedRun(*t.built, inputs, outs, separate_cpus, t.us);
     }
   }
   const GemmLibrary preferred = PreferredGemmLibrary();
@@ -320,8 +331,9 @@ absl::Status Autotune(proto::Executable& exe, Device* device, const GemmTuningRe
       await_separate_cpus();
       proto::AutotuneRecord* record = exe.add_autotune();
       record->set_kernel(k);
-      const GemmLibrary fastest = FastestGemmLibrary(
-          kernel, input_shapes, FromProto(exe.slots(static_cast<int>(kernel.output())).shape()), inputs, outs, *record);
+      const GemmLibrary fastest =
+          FastestGemmLibrary(kernel, input_shapes, FromProto(exe.slots(static_cast<int>(kernel.output())).shape()),
+                             inputs, outs, *separate_cpus, *record);
       const GemmLibrary recorded = gemm_tuning->Record(*gemm_shape, fastest);
       record->set_chosen(absl::StrCat("library_", std::string(GemmLibraryName(recorded))));
       kernel.set_gemm_library(static_cast<int32_t>(recorded));
@@ -398,21 +410,14 @@ absl::Status Autotune(proto::Executable& exe, Device* device, const GemmTuningRe
   // round alike rather than condemning whichever kernel's candidates it happened to hit. With every
   // round of a kernel back to back, a run lost its parallel variants whenever the second core was away
   // for those few milliseconds.
-  // Each run of a split or parallel candidate starts with the pool's threads running, as a kernel after
-  // the step's earlier parallel ones does: after a serial candidate longer than the worker watches for more work
-  // (ThreadPool), the split candidate timed next paid the worker's wake-up, 10-60 us on a VM. The MLP's x W1^T in
-  // column panels, timed right after it whole: 241-264 -> 218-226 us (3 processes each; whole 225-248). Where the
-  // threads found no CPUs of their own at the start, runs do not wait for them.
+  // Each run of a split or parallel candidate starts with the pool's threads running (TimedRun). Where the threads
+  // found no CPUs of their own at the start, runs do not wait for them.
   if (!tunings.empty()) await_separate_cpus();
   constexpr int kTimedRounds = 5;
   for (int round = 0; round < kTimedRounds; ++round) {
     for (Tuning& t : tunings) {
       for (Candidate& cand : t.candidates) {
-        if (!cand.ok) continue;
-        if (cand.built->SplitsOverPool() && *separate_cpus) ThreadPool::Get().AwaitSeparateCpus(kWakePatience);
-        const Clock::time_point start = Clock::now();
-        cand.ok = cand.built->Run(t.inputs, t.outs).ok();
-        cand.us = std::min(cand.us, MsSince(start) * 1000);
+        if (cand.ok) cand.ok = TimedRun(*cand.built, t.inputs, t.outs, *separate_cpus, cand.us);
       }
     }
   }

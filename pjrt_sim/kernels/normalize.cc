@@ -90,43 +90,65 @@ template <int R, int K = 1, typename Term>
   }
 }
 
-// Replaces each of R rows of x (w elements, one after another) by its normalization x_hat (centred: layer
-// norm, else RMS norm); given R rows g, replaces them by the gradient of sum(g * x_hat) with respect to x.
-// Statistics in f64, the variance in two passes.
+// The statistics of R rows of x (w elements each, one after another): x_hat = (x - mean) rstd, the mean 0 for
+// RMS norm; and for the gradient of sum(g x_hat) with respect to x, rstd (g - mean(g) - x_hat mean(g x_hat)),
+// the means of g (0 for RMS norm) and of g x_hat. x_hat is computed where it is read, by the same operations
+// each time: no pass stores it, nor the gradient in f64 before its rounding (RowStatisticsOf's callers).
 template <int R>
-LAZYRT_VECTOR_CLONES_TEMPLATE void NormalizeRows(bool centred, double epsilon, int64_t w, double* x,
-                                                 double* g = nullptr) {
+struct RowStatistics {
+  double mean[R] = {}, rstd[R] = {}, mean_g[R] = {}, mean_g_xhat[R] = {};
+  // Of an element (a double, or a Quad of four) of row r.
+  template <typename V>
+  [[gnu::always_inline]] V XHat(V x, int r) const {
+    return (x - mean[r]) * rstd[r];
+  }
+  template <typename V>
+  [[gnu::always_inline]] V Gradient(V g, V x_hat, int r) const {
+    return rstd[r] * (g - mean_g[r] - x_hat * mean_g_xhat[r]);
+  }
+};
+
+// The statistics of R rows of x, and given R rows of g, its means too. In f64, the variance in two passes;
+// both sums of g in one pass over g and x.
+template <int R>
+[[gnu::always_inline]] inline void RowStatisticsOf(bool centred, double epsilon, int64_t w, const double* x,
+                                                   const double* g, RowStatistics<R>& s) {
   const double n = static_cast<double>(w);
-  const auto first = [](auto u, auto, int, int) __attribute__((always_inline)) { return u; };
-  double mean[R] = {}, second_moment[R], rstd[R];
   if (centred) {
-    FixedOrderSums<R>(w, x, x, first, {mean});
-    for (int r = 0; r < R; ++r) mean[r] /= n;
+    FixedOrderSums<R>(w, x, x, [](auto u, auto, int, int) __attribute__((always_inline)) { return u; }, {s.mean});
+    for (int r = 0; r < R; ++r) s.mean[r] /= n;
   }
   // Of x - mean: the two-pass variance, exact where a running sum of squares cancels.
   const auto squared_deviation = [&](auto u, auto, int r, int) __attribute__((always_inline)) {
-    const auto d = u - mean[r];
+    const auto d = u - s.mean[r];
     return d * d;
   };
+  double second_moment[R];
   FixedOrderSums<R>(w, x, x, squared_deviation, {second_moment});
-  for (int r = 0; r < R; ++r) rstd[r] = 1.0 / std::sqrt(second_moment[r] / n + epsilon);
-  for (int r = 0; r < R; ++r) {
-    for (int64_t i = 0; i < w; ++i) x[r * w + i] = (x[r * w + i] - mean[r]) * rstd[r];  // x_hat
-  }
+  for (int r = 0; r < R; ++r) s.rstd[r] = 1.0 / std::sqrt(second_moment[r] / n + epsilon);
   if (g == nullptr) return;
-  // d/dx of sum(g x_hat) = rstd (g - mean(g) - x_hat mean(g x_hat)); RMS has no mean(g) term. Both sums in
-  // one pass over g and x_hat.
-  double mean_g[R], mean_g_xhat[R];
-  FixedOrderSums<R, 2>(w, g, x,
-                       [](auto u, auto v, int, int k) __attribute__((always_inline)) { return k == 0 ? u : u * v; },
-                       {mean_g, mean_g_xhat});
+  FixedOrderSums<R, 2>(
+      w, g,
+      x, [&](auto u, auto v, int r, int k) __attribute__((always_inline)) { return k == 0 ? u : u * s.XHat(v, r); },
+      {s.mean_g, s.mean_g_xhat});
   for (int r = 0; r < R; ++r) {
-    mean_g[r] = centred ? mean_g[r] / n : 0.0;
-    mean_g_xhat[r] /= n;
+    s.mean_g[r] = centred ? s.mean_g[r] / n : 0.0;
+    s.mean_g_xhat[r] /= n;
   }
+}
+
+// Replaces each of R rows of x by x_hat; given R rows g, replaces them by the gradient of sum(g x_hat) instead.
+template <int R>
+LAZYRT_VECTOR_CLONES_TEMPLATE void NormalizeRows(bool centred, double epsilon, int64_t w, double* x, double* g) {
+  RowStatistics<R> s;
+  RowStatisticsOf<R>(centred, epsilon, w, x, g, s);
   for (int r = 0; r < R; ++r) {
-    for (int64_t i = 0; i < w; ++i) {
-      g[r * w + i] = rstd[r] * (g[r * w + i] - mean_g[r] - x[r * w + i] * mean_g_xhat[r]);
+    double* const x_row = x + r * w;
+    if (g == nullptr) {
+      for (int64_t i = 0; i < w; ++i) x_row[i] = s.XHat(x_row[i], r);
+    } else {
+      double* const g_row = g + r * w;
+      for (int64_t i = 0; i < w; ++i) g_row[i] = s.Gradient(g_row[i], s.XHat(x_row[i], r), r);
     }
   }
 }
@@ -143,14 +165,16 @@ LAZYRT_VECTOR_CLONES void LoadRow(const void* base, PrimitiveType type, int64_t 
   }
 }
 
-// out = x_hat weight + bias over `rows` rows of w, each operation rounded to T in turn (x_hat first), as the
-// traced ops x_hat * weight + bias round.
-template <typename T>
-LAZYRT_VECTOR_CLONES_TEMPLATE void AffineRows(const double* x_hat, int64_t rows, int64_t w, const T* weight,
+// out = x_hat weight + bias over R rows of x, each operation rounded to T in turn (x_hat first), as the traced
+// ops x_hat * weight + bias round.
+template <typename T, int R>
+LAZYRT_VECTOR_CLONES_TEMPLATE void AffineRows(double epsilon, int64_t w, const double* x, const T* weight,
                                               const T* bias, T* out) {
-  for (int64_t r = 0; r < rows; ++r) {
+  RowStatistics<R> s;
+  RowStatisticsOf<R>(true, epsilon, w, x, nullptr, s);
+  for (int r = 0; r < R; ++r) {
     for (int64_t i = 0; i < w; ++i) {
-      const T product = static_cast<T>(x_hat[r * w + i]) * weight[i];
+      const T product = static_cast<T>(s.XHat(x[r * w + i], r)) * weight[i];
       out[r * w + i] = product + bias[i];
     }
   }
@@ -165,20 +189,31 @@ LAZYRT_VECTOR_CLONES_TEMPLATE void AffineGradientRows(const T* dy, int64_t rows,
   }
 }
 
-// The packed gradient's R rows of dx, rounded to T into out; and each column's sums of dy x_hat (its terms
-// rounded to T, as the traced product's) and of dy gain the R rows' terms, in order of the rows (a column's
-// sums in registers across them). Passes fewer by four (x_hat's copy, dy's widening, the gradient's store and
-// the sums, each a pass of its own, and the two sums of g one): the affine gradient over [32, 128, 128] (micro
-// BM_NormalizeKernel/1/*/1, Zen 4) took 756-893 us from memory and 481-583 warm, now 619-626 and 381-429.
+// The packed gradient's R rows of dx (from R rows of x and of g = dy weight), rounded to T into out; then each
+// column's sums of dy x_hat (its terms rounded to T, as the traced product's) and of dy gain the R rows' terms,
+// in order of the rows (a column's sums in registers across them). Two passes after the statistics, x_hat and
+// dx computed where they are read and stored; with x_hat stored in f64 by a pass of its own, and dx too before
+// its rounding, the affine gradient over [32, 128, 128] (micro BM_NormalizeKernel/1/*/1, Zen 5) took 415-489 us
+// from memory and 317-353 warm, now 425-438 and 281-322, and the GPT's layer norms 185-239 ms in 30 steps, now
+// 156-178 (LAZYRT_KERNEL_PROFILE, alternating runs). One pass for both was slower (582-623 us warm): the
+// column sums' loop, over the rows inside each column, does not vectorize the dx stores well.
 template <typename T, int R>
-LAZYRT_VECTOR_CLONES_TEMPLATE void StoreRowsAndAddAffineSums(const double* dx, const T* dy, const double* x_hat,
-                                                             int64_t w, T* out, double* sum_dy_x_hat, double* sum_dy) {
-  for (int64_t i = 0; i < R * w; ++i) out[i] = static_cast<T>(dx[i]);
+LAZYRT_VECTOR_CLONES_TEMPLATE void StoreGradientAndAddAffineSums(double epsilon, int64_t w, const double* x,
+                                                                 const double* g, const T* dy, T* out,
+                                                                 double* sum_dy_x_hat, double* sum_dy) {
+  RowStatistics<R> s;
+  RowStatisticsOf<R>(true, epsilon, w, x, g, s);
+  for (int r = 0; r < R; ++r) {
+    for (int64_t i = 0; i < w; ++i) {
+      const int64_t at = r * w + i;
+      out[at] = static_cast<T>(s.Gradient(g[at], s.XHat(x[at], r), r));
+    }
+  }
   for (int64_t i = 0; i < w; ++i) {
     double with_x_hat = sum_dy_x_hat[i], alone = sum_dy[i];
     for (int r = 0; r < R; ++r) {
       const T dyi = dy[r * w + i];
-      with_x_hat += static_cast<T>(dyi * static_cast<T>(x_hat[r * w + i]));
+      with_x_hat += static_cast<T>(dyi * static_cast<T>(s.XHat(x[r * w + i], r)));
       alone += dyi;
     }
     sum_dy_x_hat[i] = with_x_hat;
@@ -245,32 +280,30 @@ class NormalizeKernel final : public Kernel {
         } else if (backward) {
           LoadRow(inputs[1], type_, r0 * width_, rows * width_, g.get());
         }
-        InRowBlocks(rows, [&]<int R>(int64_t at) {
-          NormalizeRows<R>(centred, epsilon_, width_, x.get() + at, backward ? g.get() + at : nullptr);
-        });
         char* const to = out + OutRow(r0) * row_bytes;
-        if (packed) {  // dx in g, x_hat in x
-          WithType([&]<typename T>() {
-            const T* dy = static_cast<const T*>(inputs[1]) + r0 * width_;
-            T* dx = reinterpret_cast<T*>(to);
-            double* const sum_dy_x_hat = sums.get();
-            double* const sum_dy = sums.get() + width_;
-            InRowBlocks(rows, [&]<int R>(int64_t at) {
-              StoreRowsAndAddAffineSums<T, R>(g.get() + at, dy + at, x.get() + at, width_, dx + at, sum_dy_x_hat,
-                                              sum_dy);
+        InRowBlocks(rows, [&]<int R>(int64_t at) {
+          if (packed) {  // x_hat and dx from x and g, stored with the sums
+            WithType([&]<typename T>() {
+              StoreGradientAndAddAffineSums<T, R>(epsilon_, width_, x.get() + at, g.get() + at,
+                                                  static_cast<const T*>(inputs[1]) + r0 * width_ + at,
+                                                  reinterpret_cast<T*>(to) + at, sums.get(), sums.get() + width_);
             });
-          });
+          } else if (affine_) {
+            WithType([&]<typename T>() {
+              AffineRows<T, R>(epsilon_, width_, x.get() + at, static_cast<const T*>(weight),
+                               static_cast<const T*>(bias), reinterpret_cast<T*>(to) + at);
+            });
+          } else {
+            NormalizeRows<R>(centred, epsilon_, width_, x.get() + at, backward ? g.get() + at : nullptr);
+          }
+        });
+        if (packed) {
           if (r0 + rows == group_end) {  // the group's sums, after its rows of dx; then the next group's from 0
             StoreBlock(sums.get(), ComputeType::kF64, type_, out + OutRow(group_end - 1) * row_bytes + row_bytes,
                        2 * width_);
             std::fill_n(sums.get(), 2 * width_, 0.0);
           }
-        } else if (affine_) {
-          WithType([&]<typename T>() {
-            AffineRows<T>(x.get(), rows, width_, static_cast<const T*>(weight), static_cast<const T*>(bias),
-                          reinterpret_cast<T*>(to));
-          });
-        } else {
+        } else if (!affine_) {
           StoreBlock(backward ? g.get() : x.get(), ComputeType::kF64, type_, to, rows * width_);
         }
       }

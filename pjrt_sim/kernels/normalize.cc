@@ -92,8 +92,9 @@ template <int R, int K = 1, typename Term>
 
 // The statistics of R rows of x (w elements each, one after another): x_hat = (x - mean) rstd, the mean 0 for
 // RMS norm; and for the gradient of sum(g x_hat) with respect to x, rstd (g - mean(g) - x_hat mean(g x_hat)),
-// the means of g (0 for RMS norm) and of g x_hat. x_hat is computed where it is read, by the same operations
-// each time: no pass stores it, nor the gradient in f64 before its rounding (RowStatisticsOf's callers).
+// the means of g (0 for RMS norm) and of g x_hat. x_hat and the gradient are computed where they are read, by
+// the same operations each time: the affine forms store neither in f64 (NormalizeRows does, for StoreBlock to
+// round).
 template <int R>
 struct RowStatistics {
   double mean[R] = {}, rstd[R] = {}, mean_g[R] = {}, mean_g_xhat[R] = {};
@@ -111,8 +112,9 @@ struct RowStatistics {
 // The statistics of R rows of x, and given R rows of g, its means too. In f64, the variance in two passes;
 // both sums of g in one pass over g and x.
 template <int R>
-[[gnu::always_inline]] inline void RowStatisticsOf(bool centred, double epsilon, int64_t w, const double* x,
-                                                   const double* g, RowStatistics<R>& s) {
+[[gnu::always_inline]] inline RowStatistics<R> RowStatisticsOf(bool centred, double epsilon, int64_t w, const double* x,
+                                                               const double* g) {
+  RowStatistics<R> s;
   const double n = static_cast<double>(w);
   if (centred) {
     FixedOrderSums<R>(w, x, x, [](auto u, auto, int, int) __attribute__((always_inline)) { return u; }, {s.mean});
@@ -126,7 +128,7 @@ template <int R>
   double second_moment[R];
   FixedOrderSums<R>(w, x, x, squared_deviation, {second_moment});
   for (int r = 0; r < R; ++r) s.rstd[r] = 1.0 / std::sqrt(second_moment[r] / n + epsilon);
-  if (g == nullptr) return;
+  if (g == nullptr) return s;
   FixedOrderSums<R, 2>(
       w, g,
       x, [&](auto u, auto v, int r, int k) __attribute__((always_inline)) { return k == 0 ? u : u * s.XHat(v, r); },
@@ -135,13 +137,13 @@ template <int R>
     s.mean_g[r] = centred ? s.mean_g[r] / n : 0.0;
     s.mean_g_xhat[r] /= n;
   }
+  return s;
 }
 
 // Replaces each of R rows of x by x_hat; given R rows g, replaces them by the gradient of sum(g x_hat) instead.
 template <int R>
 LAZYRT_VECTOR_CLONES_TEMPLATE void NormalizeRows(bool centred, double epsilon, int64_t w, double* x, double* g) {
-  RowStatistics<R> s;
-  RowStatisticsOf<R>(centred, epsilon, w, x, g, s);
+  const RowStatistics<R> s = RowStatisticsOf<R>(centred, epsilon, w, x, g);
   for (int r = 0; r < R; ++r) {
     double* const x_row = x + r * w;
     if (g == nullptr) {
@@ -170,8 +172,7 @@ LAZYRT_VECTOR_CLONES void LoadRow(const void* base, PrimitiveType type, int64_t 
 template <typename T, int R>
 LAZYRT_VECTOR_CLONES_TEMPLATE void AffineRows(double epsilon, int64_t w, const double* x, const T* weight,
                                               const T* bias, T* out) {
-  RowStatistics<R> s;
-  RowStatisticsOf<R>(true, epsilon, w, x, nullptr, s);
+  const RowStatistics<R> s = RowStatisticsOf<R>(/*centred=*/true, epsilon, w, x, nullptr);  // affine: layer norm
   for (int r = 0; r < R; ++r) {
     for (int64_t i = 0; i < w; ++i) {
       const T product = static_cast<T>(s.XHat(x[r * w + i], r)) * weight[i];
@@ -201,8 +202,7 @@ template <typename T, int R>
 LAZYRT_VECTOR_CLONES_TEMPLATE void StoreGradientAndAddAffineSums(double epsilon, int64_t w, const double* x,
                                                                  const double* g, const T* dy, T* out,
                                                                  double* sum_dy_x_hat, double* sum_dy) {
-  RowStatistics<R> s;
-  RowStatisticsOf<R>(true, epsilon, w, x, g, s);
+  const RowStatistics<R> s = RowStatisticsOf<R>(/*centred=*/true, epsilon, w, x, g);  // affine: layer norm
   for (int r = 0; r < R; ++r) {
     for (int64_t i = 0; i < w; ++i) {
       const int64_t at = r * w + i;
@@ -282,7 +282,7 @@ class NormalizeKernel final : public Kernel {
         }
         char* const to = out + OutRow(r0) * row_bytes;
         InRowBlocks(rows, [&]<int R>(int64_t at) {
-          if (packed) {  // x_hat and dx from x and g, stored with the sums
+          if (packed) {  // dx stored, x_hat computed again from x, with the affine's sums
             WithType([&]<typename T>() {
               StoreGradientAndAddAffineSums<T, R>(epsilon_, width_, x.get() + at, g.get() + at,
                                                   static_cast<const T*>(inputs[1]) + r0 * width_ + at,

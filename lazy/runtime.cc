@@ -151,11 +151,13 @@ Runtime::Runtime(Options options) : options_(std::move(options)) {
   client_ = *std::move(client);
   pjrt::InProcessCommunicator::Default().set_timeout(
       std::chrono::milliseconds(static_cast<int64_t>(std::min(options_.collective_timeout_ms, 1e15))));
+  // Here, with the runtime's other start-up costs, rather than in the first step, and before AtExit is
+  // registered: the exit handlers and statics the libraries create as they start then go after it (see
+  // PrepareGemmLibraries). (On a device's stream it overlapped the host, but a process exiting meanwhile
+  // destroyed oneDNN's statics under the call.)
+  pjrt::PrepareGemmLibraries();
   std::atexit(&AtExit);
   pjrt::SetLibraryStaticsHook([] { std::atexit(&AtExit); });  // see the hook's comment in gemm.h
-  // Here, with the runtime's other start-up costs, rather than in the first step. (On a device's stream it
-  // overlapped the host, but a process exiting meanwhile destroyed oneDNN's statics under the call.)
-  pjrt::PrepareGemmLibrary();
   // Call stacks cost a few microseconds per op: only when someone will read the diagnostics.
   if (options_.debug > 0 || !options_.report.empty() || !options_.trace.empty()) EnableCallStacks();
   for (pjrt::Device* d : client_->devices()) {

@@ -87,7 +87,8 @@ void Gemm(GemmLibrary library, int64_t m, int64_t n, int64_t k, MatrixView<const
   Dispatch(library, m, n, k, a, b, c);
 }
 
-void PrepareGemmLibrary() {
+void PrepareGemmLibraries() {
+  StartLibxsmm();
   // 16x16x16: oneDNN multiplies a 1x1x1 product without building its kernels.
   constexpr int64_t kSide = 16;
   const std::vector<float> operand(kSide * kSide, 1.0f);

@@ -79,6 +79,7 @@ bool OpenBlasGemm(int64_t m, int64_t n, int64_t k, MatrixView<const double> a, M
                   MatrixView<double> c);
 bool OneDnnGemm(int64_t m, int64_t n, int64_t k, MatrixView<const float> a, MatrixView<const float> b,
                 MatrixView<float> c);
+void StartLibxsmm();  // libxsmm_init: see PrepareGemmLibraries
 bool LibxsmmGemm(int64_t m, int64_t n, int64_t k, MatrixView<const float> a, MatrixView<const float> b,
                  MatrixView<float> c);
 bool LibxsmmGemm(int64_t m, int64_t n, int64_t k, MatrixView<const double> a, MatrixView<const double> b,
@@ -94,11 +95,15 @@ bool OneDnnMatmulGemm(int64_t m, int64_t n, int64_t k, MatrixView<const float> a
 // waits for the devices). Such a handler registers itself again from this hook so that it runs first.
 void SetLibraryStaticsHook(void (*hook)());
 
-// Makes the CPU's library (PreferredGemmLibrary) build its process-wide state with one small product:
-// oneDNN's first call JIT-compiles its GEMM kernels, 20-30 ms once per process, which a process's first
-// step paid otherwise (a warm start's whole compile-free step, 0.4-0.5x a cold one's). The runtime calls
-// it as it starts.
-void PrepareGemmLibrary();
+// Starts the GEMM libraries as the runtime starts, before it registers its exit handler:
+// - libxsmm registers its own exit handler (which frees its JIT code) as it starts, on its first call
+//   unless started before; started here, that handler runs after the runtime's, which waits for the
+//   devices still running libxsmm's code (on a device's stream, the first call registered it after the
+//   runtime's, and a process ending with work in flight crashed in libxsmm's freed code);
+// - the CPU's library (PreferredGemmLibrary) builds its process-wide state with one small product:
+//   oneDNN's first call JIT-compiles its GEMM kernels, 20-30 ms once per process, which a process's first
+//   step paid otherwise (a warm start's whole compile-free step, 0.4-0.5x a cold one's).
+void PrepareGemmLibraries();
 
 // C[m,n] (f32) = A[m,k] * B[k,n] with bf16 operands (raw bits) and f32 accumulation, on the calling
 // thread, where the CPU multiplies bf16 natively (OneDnnHasBf16: AVX512-BF16 or AMX). False when it

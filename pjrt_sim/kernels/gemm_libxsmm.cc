@@ -83,6 +83,8 @@ bool LibxsmmGemmOf(int64_t m, int64_t n, int64_t k, MatrixView<const T> a, Matri
 
 }  // namespace
 
+void StartLibxsmm() { libxsmm_init(); }
+
 bool LibxsmmGemm(int64_t m, int64_t n, int64_t k, MatrixView<const float> a, MatrixView<const float> b,
                  MatrixView<float> c) {
   return LibxsmmGemmOf(m, n, k, a, b, c);

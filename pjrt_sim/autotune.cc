@@ -13,6 +13,9 @@
 #include <utility>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
+#include "google/protobuf/io/coded_stream.h"
+#include "google/protobuf/io/zero_copy_stream_impl_lite.h"
 #include "pjrt_sim/elapsed.h"
 #include "pjrt_sim/element_ops.h"
 #include "pjrt_sim/executable.h"
@@ -228,6 +231,28 @@ GemmLibrary FastestGemmLibrary(const proto::Kernel& kernel, std::span<const Arra
   return best;
 }
 
+// What decides a kernel's tuning: its configuration (without the slots it reads and writes, and the
+// label for humans) and the shapes of those slots. Two kernels of the same signature (one per layer of a
+// model) run the same code on arrays of the same sizes, and time alike.
+std::string TuningSignature(const proto::Executable& exe, const proto::Kernel& kernel) {
+  proto::Kernel config = kernel;
+  config.clear_inputs();
+  config.clear_output();
+  config.clear_extra_outputs();
+  config.clear_label();
+  std::string signature;
+  google::protobuf::io::StringOutputStream stream(&signature);
+  google::protobuf::io::CodedOutputStream out(&stream);
+  out.SetSerializationDeterministic(true);
+  config.SerializeToCodedStream(&out);
+  const auto add_slot = [&](int64_t slot) { exe.slots(static_cast<int>(slot)).shape().SerializeToCodedStream(&out); };
+  for (int64_t in : kernel.inputs()) add_slot(in);
+  add_slot(kernel.output());
+  for (int64_t extra : kernel.extra_outputs()) add_slot(extra);
+  out.Trim();
+  return signature;
+}
+
 }  // namespace
 
 std::optional<double> LibraryTimeUs(std::span<const TimedVariant> variants) {
@@ -301,6 +326,9 @@ absl::Status Autotune(proto::Executable& exe, Device* device, const GemmTuningRe
     std::optional<int64_t> split_variant;
   };
   std::vector<Tuning> tunings;
+  // The first kernel of each TuningSignature, and the later kernels that take its choice: (kernel, first).
+  absl::flat_hash_map<std::string, int> first_of_signature;
+  std::vector<std::pair<int, int>> same_as;
   for (int k = 0; k < exe.kernels_size(); ++k) {
     proto::Kernel& kernel = *exe.mutable_kernels(k);
     std::vector<Candidate> candidates;
@@ -368,6 +396,11 @@ absl::Status Autotune(proto::Executable& exe, Device* device, const GemmTuningRe
       candidates.emplace_back(absl::StrCat("parallel_x", threads), parallel);
     }
     if (candidates.empty()) continue;
+    // After its GEMM library is settled (a later kernel of a shape finds the first's in the record).
+    if (const auto [first, inserted] = first_of_signature.try_emplace(TuningSignature(exe, kernel), k); !inserted) {
+      same_as.emplace_back(k, first->second);
+      continue;
+    }
 
     Tuning& t = tunings.emplace_back(Tuning{k, std::move(candidates), {}, {}, split_variant});
     std::vector<ArrayShape> input_shapes;
@@ -451,6 +484,21 @@ absl::Status Autotune(proto::Executable& exe, Device* device, const GemmTuningRe
         }
       }
     }
+  }
+  for (const auto& [k, first] : same_as) {
+    const proto::Kernel& tuned = exe.kernels(first);
+    proto::Kernel& kernel = *exe.mutable_kernels(k);
+    kernel.set_variant(tuned.variant());
+    kernel.set_grain(tuned.grain());
+    // Copied before add_autotune, which may move the records.
+    const proto::AutotuneRecord tuned_record =
+        *std::find_if(exe.autotune().rbegin(), exe.autotune().rend(),
+                      [&](const proto::AutotuneRecord& r) { return r.kernel() == first; });
+    proto::AutotuneRecord* record = exe.add_autotune();
+    record->set_kernel(k);
+    record->set_same_as(first);
+    record->set_chosen(tuned_record.chosen());
+    record->set_split_by_traffic(tuned_record.split_by_traffic());
   }
   return absl::OkStatus();
 }

@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <bit>
+#include <map>
 #include <cmath>
 #include <numeric>
 #include <optional>
@@ -14,6 +15,7 @@
 #include <set>
 #include <span>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "pjrt_sim/autotune.h"
@@ -710,6 +712,7 @@ TEST_F(PassesTest, AutotuneKeepsEachKernelsFastestIdenticalCandidate) {
   for (const proto::AutotuneRecord& record : exe.autotune()) {
     if (record.chosen().starts_with("library_")) continue;  // the machine's GEMM library, recorded once
     EXPECT_TRUE(tuned.insert(record.kernel()).second) << "two records of kernel " << record.kernel();
+    if (record.has_same_as()) continue;  // the second product: AutotuneMeasuresKernelsAlikeOnce
     ASSERT_GE(record.candidates_size(), 2) << record.kernel();
     double fastest = 1e300;
     const proto::AutotuneCandidate* chosen = nullptr;
@@ -776,6 +779,41 @@ TEST(LibraryTimeUs, CountsOnlyTheVariantsComputingTheWholeProductsBits) {
   EXPECT_EQ(LibraryTimeUs(runs), 2.5);
   EXPECT_EQ(LibraryTimeUs(std::span(runs).first(2)), 3.6);
   EXPECT_EQ(LibraryTimeUs({}), std::nullopt);
+}
+
+// A kernel of the same configuration on the same shapes as an earlier one (each layer of a model has its
+// own) is not measured again: it takes the earlier kernel's choice, and its record says whose.
+TEST_F(PassesTest, AutotuneMeasuresKernelsAlikeOnce) {
+  if (ThreadPool::Get().size() < 2) GTEST_SKIP() << "one core: nothing to choose between";
+  const int64_t n = 192;  // n * n * n > 2^15: tuned
+  ModuleBuilder b;
+  const int64_t x = b.Parameter(0, proto::F32, {n, n});
+  const int64_t y = b.Parameter(1, proto::F32, {n, n});
+  const int64_t wide = b.Parameter(2, proto::F32, {n, 2 * n});
+  b.Output(b.Dot(b.Dot(x, y), y));  // the same product twice, on other slots
+  b.Output(b.Dot(x, wide));         // another shape
+  const proto::Executable exe = CompileToProto(b.module(), {.fusion = true, .autotune = true});
+  std::map<int64_t, const proto::AutotuneRecord*> measured, taken;
+  for (const proto::AutotuneRecord& record : exe.autotune()) {
+    if (record.chosen().starts_with("library_")) continue;
+    if (exe.kernels(static_cast<int>(record.kernel())).kind() != proto::Kernel::DOT) continue;
+    (record.has_same_as() ? taken : measured)[record.kernel()] = &record;
+  }
+  ASSERT_EQ(measured.size(), 2u) << "one record per shape with its candidates";
+  ASSERT_EQ(taken.size(), 1u) << "the second product of n x n x n";
+  const auto& [kernel, record] = *taken.begin();
+  ASSERT_TRUE(measured.contains(record->same_as())) << record->same_as();
+  EXPECT_LT(record->same_as(), kernel);
+  EXPECT_EQ(record->candidates_size(), 0);
+  const proto::AutotuneRecord& first = *measured.at(record->same_as());
+  EXPECT_EQ(record->chosen(), first.chosen());
+  const proto::Kernel& later = exe.kernels(static_cast<int>(kernel));
+  const proto::Kernel& earlier = exe.kernels(static_cast<int>(record->same_as()));
+  EXPECT_EQ(std::tuple(later.m(), later.n(), later.k()), std::tuple(n, n, n));
+  EXPECT_EQ(std::tuple(earlier.m(), earlier.n(), earlier.k()), std::tuple(n, n, n));
+  EXPECT_EQ(later.variant(), earlier.variant());
+  EXPECT_EQ(later.gemm_library(), earlier.gemm_library());
+  EXPECT_NE(later.output(), earlier.output());
 }
 
 // Whole or split is timing's choice; which way to split, DotSplitVariant's, whichever split timed faster,

@@ -152,10 +152,12 @@ Json ExecutableJson(const proto::Executable& exe) {
     for (const proto::AutotuneCandidate& candidate : record.candidates()) {
       candidates.push_back({{"name", candidate.name()}, {"us", candidate.us()}});
     }
-    autotune.push_back({{"kernel", record.kernel()},
-                        {"candidates", std::move(candidates)},
-                        {"chosen", record.chosen()},
-                        {"split_by_traffic", record.split_by_traffic()}});
+    Json entry = {{"kernel", record.kernel()},
+                  {"candidates", std::move(candidates)},
+                  {"chosen", record.chosen()},
+                  {"split_by_traffic", record.split_by_traffic()}};
+    if (record.has_same_as()) entry["same_as"] = record.same_as();
+    autotune.push_back(std::move(entry));
   }
   json["autotune"] = std::move(autotune);
   json["tuned_on_shared_cpus"] = exe.tuned_on_shared_cpus();
@@ -280,6 +282,10 @@ void PrintExecutable(const proto::Executable& exe) {
   } else {
     Table autotune({{"KERNEL", Align::kRight}, {"CANDIDATE"}, {"TIME", Align::kRight}, {"CHOSEN"}});
     for (const proto::AutotuneRecord& record : exe.autotune()) {
+      if (record.has_same_as()) {
+        autotune.AddRow({absl::StrCat(record.kernel()),
+                         absl::StrCat("as kernel ", record.same_as(), ": ", record.chosen()), "-", "*"});
+      }
       for (const proto::AutotuneCandidate& candidate : record.candidates()) {
         const bool chosen = candidate.name() == record.chosen();
         autotune.AddRow({absl::StrCat(record.kernel()), candidate.name(), FormatMs(candidate.us() / 1000),

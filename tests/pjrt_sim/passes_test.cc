@@ -7,8 +7,8 @@
 
 #include <algorithm>
 #include <bit>
-#include <map>
 #include <cmath>
+#include <map>
 #include <numeric>
 #include <optional>
 #include <random>
